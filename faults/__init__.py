@@ -1,0 +1,1 @@
+"""Placeholder: see the open issue that builds this package."""

@@ -1,0 +1,218 @@
+"""Typed run configuration: one file shared by the syncer and every learner.
+
+A run is described by :class:`RunConfig` (YAML or JSON file, plus ``--set
+a.b=value`` overrides). The ``algorithm.mode`` preset fills the fields left
+unset and refuses contradictions:
+
+=============  ===========  ============  ==========  =========  =========  ========
+mode           min_quorum   grace         staggered   overlap τ  blocking   H
+=============  ===========  ============  ==========  =========  =========  ========
+decoupled      1 (any)      on            yes         2          no         any
+sync-diloco    M            off           no          0          yes        any
+data-parallel  M            off           no          0          yes        1
+=============  ===========  ============  ==========  =========  =========  ========
+
+Decoupled mode accepts contributions up to ``max_staleness`` versions old
+(default M); the synchronous modes only the current version.
+data-parallel also uses outer SGD with lr 1.0 and no momentum, so a merge is a
+plain parameter average after every inner step.
+
+Example:
+    >>> cfg = RunConfig.model_validate({"algorithm": {"mode": "sync-diloco", "num_learners": 3}})
+    >>> a = cfg.algorithm
+    >>> (a.min_quorum, a.grace, a.staggered, a.overlap_steps, a.blocking)
+    (3, False, False, 0, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trainer.errors import ConfigError
+
+Mode = Literal["decoupled", "sync-diloco", "data-parallel"]
+MODES: tuple[str, ...] = ("decoupled", "sync-diloco", "data-parallel")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Strict):
+    size: Literal["tiny", "small"] = "tiny"
+
+
+class DataSection(_Strict):
+    order: int = Field(1, ge=1, le=2, description="Markov order of the synthetic language")
+    concentration: float = Field(0.1, gt=0, description="Dirichlet concentration of transition rows")
+    eval_batches: int = Field(4, ge=1)
+
+
+class InnerSection(_Strict):
+    """AdamW inner optimizer of every learner."""
+
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    b1: float = Field(0.9, gt=0, lt=1)
+    b2: float = Field(0.95, gt=0, lt=1)
+    grad_clip: float = Field(1.0, gt=0)
+    batch_size: int = Field(16, ge=1)
+
+
+class AlgorithmSection(_Strict):
+    mode: Mode = "decoupled"
+    num_learners: int = Field(3, ge=1, description="M, learners the run is sized for")
+    num_fragments: int = Field(4, ge=1, description="P")
+    sync_every: int = Field(8, ge=1, description="H, inner steps between two syncs of a fragment")
+    overlap_steps: int | None = Field(None, ge=0, description="tau, steps a merged fragment may take to come back")
+    min_quorum: int | None = Field(None, ge=1, description="K")
+    grace: bool | None = None
+    grace_gamma: float = Field(0.5, ge=0, lt=1)
+    grace_cap_s: float = Field(1.0, ge=0)
+    staggered: bool | None = None
+    merge_rule: Literal["rda", "mean"] = "rda"
+    outer_lr: float | None = Field(None, gt=0)
+    outer_momentum: float | None = Field(None, ge=0, lt=1)
+    nesterov: bool = True
+    mix_alpha: float | None = Field(None, ge=0, lt=1, description="None: overwrite on receipt; else keep alpha of local")
+    blocking: bool | None = None
+    max_staleness: int | None = Field(None, ge=0, description="versions a contribution's base may lag; decoupled default M")
+
+    @model_validator(mode="after")
+    def _apply_mode(self) -> "AlgorithmSection":
+        m = self.num_learners
+        preset: dict[str, Any]
+        if self.mode == "decoupled":
+            preset = dict(min_quorum=1, grace=True, staggered=True, overlap_steps=2, blocking=False,
+                          outer_lr=0.7, outer_momentum=0.5, max_staleness=m)
+            required: dict[str, Any] = {}
+        elif self.mode == "sync-diloco":
+            preset = dict(outer_lr=0.7, outer_momentum=0.9)
+            required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True, max_staleness=0)
+        else:
+            preset = {}
+            required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True,
+                            sync_every=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=0)
+        for name, value in required.items():
+            given = getattr(self, name)
+            if given is not None and given != value:
+                raise ValueError(f"mode {self.mode!r} requires {name} = {value}, got {given}")
+            object.__setattr__(self, name, value)
+        for name, value in preset.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        if self.min_quorum > m:
+            raise ValueError(f"min_quorum ({self.min_quorum}) cannot exceed num_learners ({m})")
+        return self
+
+
+class SyncerSection(_Strict):
+    checkpoint_every_merges: int = Field(20, ge=1)
+    eval_every_merges: int = Field(20, ge=1)
+    liveness_timeout_s: float = Field(5.0, gt=0)
+    validate_uploads: bool = Field(True, description="False only for negative-control experiments")
+    max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1)
+
+
+class LearnerSection(_Strict):
+    report_interval_s: float = Field(0.5, gt=0)
+    step_event_every: int = Field(10, ge=1)
+    rpc_timeout_s: float = Field(10.0, gt=0)
+    long_poll_s: float = Field(2.0, gt=0)
+    step_delay_s: float = Field(0.0, ge=0, description="sleep after each step: emulates slower hardware")
+
+
+class RunConfig(_Strict):
+    """Everything a run needs; shared verbatim by the syncer and the learners."""
+
+    seed: int = Field(0, ge=0, description="init, data and eval seeds derive from it")
+    token_budget: int = Field(200_000, ge=1, description="tokens all learners together train on")
+    model: ModelSection = ModelSection()
+    data: DataSection = DataSection()
+    inner: InnerSection = InnerSection()
+    algorithm: AlgorithmSection = AlgorithmSection()
+    syncer: SyncerSection = SyncerSection()
+    learner: LearnerSection = LearnerSection()
+
+    def config_hash(self) -> str:
+        """Stable hash of the canonical JSON form; learners must match the syncer's."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        nxt = node.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {dotted}: {part!r} is not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x"]`` -> nested dict, values parsed as YAML scalars."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. algorithm.min_quorum=2")
+        key, raw = item.split("=", 1)
+        _set_path(tree, key.strip(), yaml.safe_load(raw))
+    return tree
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def build_config(data: dict[str, Any], source: str = "<config>", overrides: list[str] | None = None) -> RunConfig:
+    """Validate a config tree (plus overrides); errors name ``source`` and each bad field."""
+    tree = _merge(data, parse_overrides(overrides or []))
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
+    """Load a YAML/JSON config file (or defaults when ``path`` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise ConfigError(f"{source}: cannot read config file: {err.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source}: not valid YAML: {err}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: top level must be a mapping, got {type(loaded).__name__}")
+        data = loaded
+    return build_config(data, source, overrides)

@@ -1,0 +1,128 @@
+"""A learner's bookkeeping per fragment: counters, held versions, syncs in flight.
+
+Pure: the learner process feeds it steps and received fragments and acts on
+what it returns. The book decides
+
+- which fragments start syncing after a step (from the schedule), with their
+  base version and counters ``c_steps`` / ``c_tokens`` since the fragment was
+  last received;
+- when a received global fragment may be applied: not before τ steps after
+  its sync started (the overlap), and only if newer than the one held;
+- in blocking modes (synchronous DiLoCo, data-parallel), which fragments the
+  step loop must wait for.
+
+Example:
+    >>> from trainer.core.schedule import FragmentSchedule
+    >>> b = LearnerBook(FragmentSchedule(2, 2, 1, staggered=True), versions=[0, 0], blocking=False)
+    >>> b.on_step(step=1, tokens=64)
+    [SyncStart(fragment=0, base_version=0, c_steps=1, c_tokens=64, step=1)]
+    >>> b.offer(0, version=1, payload="theta")
+    >>> b.ready(step=1)  # τ = 1: not before step 2
+    []
+    >>> b.ready(step=2)
+    [(0, 1, 'theta')]
+    >>> b.counters(0)   # reset on receipt
+    (0, 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.core.schedule import FragmentSchedule
+
+
+@dataclass(frozen=True)
+class SyncStart:
+    fragment: int
+    base_version: int
+    c_steps: int
+    c_tokens: int
+    step: int
+
+
+@dataclass
+class _InFlight:
+    base_version: int
+    apply_step: int
+    failed: bool = False
+
+
+class LearnerBook:
+    """Per-fragment counters and sync state of one learner incarnation."""
+
+    def __init__(self, schedule: FragmentSchedule, versions: list[int], blocking: bool) -> None:
+        if len(versions) != schedule.num_fragments:
+            raise ValueError(f"{len(versions)} versions for {schedule.num_fragments} fragments")
+        self.schedule = schedule
+        self.blocking = blocking
+        self.held = list(versions)
+        self._steps = [0] * schedule.num_fragments
+        self._tokens = [0] * schedule.num_fragments
+        self._in_flight: dict[int, _InFlight] = {}
+        self._inbox: dict[int, tuple[int, Any]] = {}
+        self.skipped = 0  # syncs not started because the previous one of that fragment was in flight
+
+    def counters(self, fragment: int) -> tuple[int, int]:
+        return self._steps[fragment], self._tokens[fragment]
+
+    def on_step(self, step: int, tokens: int) -> list[SyncStart]:
+        """Count one inner step of ``tokens`` tokens; return the syncs that start now."""
+        for p in range(self.schedule.num_fragments):
+            self._steps[p] += 1
+            self._tokens[p] += tokens
+        starts = []
+        for p in self.schedule.due(step):
+            f = self._in_flight.get(p)
+            if f is not None and not f.failed:
+                # The previous sync of p is unanswered. A second upload would reuse its
+                # idempotency key (same base version), so skip: the counters carry on.
+                self.skipped += 1
+                continue
+            starts.append(SyncStart(p, self.held[p], self._steps[p], self._tokens[p], step))
+            self._in_flight[p] = _InFlight(self.held[p], self.schedule.apply_step(step))
+        return starts
+
+    def sync_failed(self, fragment: int, base_version: int) -> None:
+        """The upload of this sync was not merged (unreachable, refused): don't wait for it."""
+        f = self._in_flight.get(fragment)
+        if f is not None and f.base_version == base_version:
+            f.failed = True
+
+    def offer(self, fragment: int, version: int, payload: Any) -> None:
+        """A global fragment arrived; keep the newest until it may be applied."""
+        if version <= self.held[fragment]:
+            return
+        cur = self._inbox.get(fragment)
+        if cur is None or version > cur[0]:
+            self._inbox[fragment] = (version, payload)
+
+    def ready(self, step: int) -> list[tuple[int, int, Any]]:
+        """(fragment, version, payload) to apply after ``step``; marks them held and resets counters."""
+        out = []
+        for p in sorted(self._inbox):
+            version, payload = self._inbox[p]
+            f = self._in_flight.get(p)
+            if f is not None and not f.failed and step < f.apply_step:
+                continue  # the overlap: keep computing until τ steps have passed
+            del self._inbox[p]
+            if version <= self.held[p]:
+                continue
+            self.held[p] = version
+            self._steps[p] = 0
+            self._tokens[p] = 0
+            if f is not None and f.base_version < version:
+                del self._in_flight[p]
+            out.append((p, version, payload))
+        return out
+
+    def waiting_for(self, step: int) -> list[int]:
+        """Blocking modes: fragments the step loop must wait for before stepping on."""
+        if not self.blocking:
+            return []
+        return sorted(p for p, f in self._in_flight.items() if not f.failed and step >= f.apply_step)
+
+    def in_flight(self) -> dict[int, int]:
+        """fragment -> base version of syncs not yet answered."""
+        return {p: f.base_version for p, f in self._in_flight.items() if not f.failed}

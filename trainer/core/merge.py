@@ -1,0 +1,96 @@
+"""Token weights and merge rules for outer gradients.
+
+A learner's outer gradient for fragment p is ``v = Θ_p − θ_p``: the global
+value it started from minus its local value now. Contributions are weighted by
+``w = c_tokens · (c_tokens / c_steps)`` ("quantity × quality") and merged by
+
+- ``mean``: Σ w·v / Σ w (used for the embedding fragment), or
+- ``rda`` (Radial-Directional Averaging): (Σ w‖v‖ / Σ w) · unit(Σ w·unit(v) / Σ w),
+  with unit(0) = 0 — the merged norm does not shrink like 1/√M for nearly
+  orthogonal updates, as a plain mean does.
+
+Norms are over the whole fragment (all its tensors together). If every weight
+is zero (no counted steps) the contributions are weighted equally.
+
+Example:
+    >>> import numpy as np
+    >>> v1, v2 = {"w": np.array([1.0, 0.0])}, {"w": np.array([0.0, 1.0])}
+    >>> merge_outer_gradients([v1, v2], [1.0, 1.0], "mean")["w"].tolist()
+    [0.5, 0.5]
+    >>> out = merge_outer_gradients([v1, v2], [1.0, 1.0], "rda")["w"]
+    >>> round(float(np.linalg.norm(out)), 6)
+    1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+Tensors = dict[str, np.ndarray]
+MergeRule = Literal["mean", "rda"]
+MERGE_RULES: tuple[str, ...] = ("mean", "rda")
+
+
+def token_weight(c_tokens: int, c_steps: int) -> float:
+    """w = c_tokens² / c_steps; 0 for a contribution with no counted steps."""
+    if c_steps <= 0 or c_tokens <= 0:
+        return 0.0
+    return float(c_tokens) * (float(c_tokens) / float(c_steps))
+
+
+def fragment_norm(tensors: Tensors) -> float:
+    """L2 norm of all tensors of a fragment taken as one vector."""
+    return float(np.sqrt(sum(float(np.vdot(t, t).real) for t in tensors.values())))
+
+
+def _normalised(weights: Sequence[float]) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or len(w) == 0:
+        raise ValueError("need at least one weight")
+    if np.any(w < 0) or not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be finite and >= 0, got {w.tolist()}")
+    total = w.sum()
+    return np.full(len(w), 1.0 / len(w)) if total == 0 else w / total
+
+
+def weighted_mean(vectors: Sequence[Tensors], weights: Sequence[float]) -> Tensors:
+    """Σ w·v / Σ w, tensor by tensor."""
+    w = _normalised(weights)
+    names = vectors[0].keys()
+    return {
+        n: sum(float(wi) * v[n].astype(np.float64) for wi, v in zip(w, vectors)).astype(vectors[0][n].dtype)
+        for n in names
+    }
+
+
+def rda(vectors: Sequence[Tensors], weights: Sequence[float]) -> Tensors:
+    """Radial-Directional Averaging: mean norm times the direction of the mean unit vector."""
+    w = _normalised(weights)
+    norms = [fragment_norm(v) for v in vectors]
+    radius = float(sum(wi * ni for wi, ni in zip(w, norms)))
+    units = [{n: t / ni for n, t in v.items()} if ni > 0 else {n: np.zeros_like(t) for n, t in v.items()}
+             for v, ni in zip(vectors, norms)]
+    direction = weighted_mean(units, w.tolist())
+    dnorm = fragment_norm(direction)
+    if dnorm == 0:
+        return {n: np.zeros_like(t) for n, t in vectors[0].items()}
+    return {n: (t * (radius / dnorm)).astype(vectors[0][n].dtype) for n, t in direction.items()}
+
+
+def outer_gradient(global_value: Tensors, local_value: Tensors) -> Tensors:
+    """v = Θ − θ for one learner's fragment."""
+    return {n: global_value[n] - local_value[n] for n in global_value}
+
+
+def merge_outer_gradients(vectors: Sequence[Tensors], weights: Sequence[float], rule: MergeRule) -> Tensors:
+    """Merge outer gradients with the named rule."""
+    if len(vectors) != len(weights) or not vectors:
+        raise ValueError(f"got {len(vectors)} vectors and {len(weights)} weights; need equal and >= 1")
+    if rule == "mean":
+        return weighted_mean(vectors, weights)
+    if rule == "rda":
+        return rda(vectors, weights)
+    raise ValueError(f"unknown merge rule {rule!r}; expected one of {MERGE_RULES}")

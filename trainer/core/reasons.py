@@ -1,0 +1,41 @@
+"""Why the syncer refuses something: one stable vocabulary, used in replies, events and status.
+
+Example:
+    >>> RejectReason.STALE_VERSION.value
+    'stale_version'
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class RejectReason(str, Enum):
+    MISSING_TOKEN = "missing_token"
+    BAD_TOKEN = "bad_token"
+    UNKNOWN_LEARNER = "unknown_learner"
+    LEFT_LEARNER = "left_learner"
+    STALE_INCARNATION = "stale_incarnation"
+    CONFIG_MISMATCH = "config_mismatch"
+    UNKNOWN_FRAGMENT = "unknown_fragment"
+    STALE_VERSION = "stale_version"
+    FUTURE_VERSION = "future_version"
+    BAD_SHAPE = "bad_shape"
+    BAD_DTYPE = "bad_dtype"
+    NON_FINITE = "non_finite"
+    BAD_CHECKSUM = "bad_checksum"
+    DUPLICATE_CHUNK = "duplicate_chunk"
+    OVERSIZE = "oversize"
+    TRUNCATED = "truncated"
+    MALFORMED = "malformed"
+    BAD_COUNTERS = "bad_counters"
+    FINISHED = "finished"
+
+
+class Rejected(Exception):
+    """A refusal with its reason and a human-readable detail saying what to do."""
+
+    def __init__(self, reason: RejectReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail

@@ -1,0 +1,436 @@
+"""The syncer as a state machine: membership, merge rounds, versions, token budget.
+
+No I/O and no clock: every method that depends on time takes ``now``. The gRPC
+service (:mod:`trainer.syncer`) holds one :class:`SyncerState` behind a lock
+and calls :meth:`SyncerState.due_merges` / :meth:`SyncerState.merge` when
+:meth:`SyncerState.next_deadline` passes.
+
+Version rules, per fragment p with current version v_p:
+
+- a contribution is the learner's outer gradient ``Θ_p(base) − θ_p`` relative
+  to the global value it last received; it is accepted while
+  ``v_p − max_staleness <= base <= v_p``. A late contribution simply misses
+  the merge it was meant for and joins the next one (no staleness discount);
+  an older one is refused (``stale_version``: the learner fetches the current
+  fragment), a newer one was never handed out (``future_version``);
+- the same (learner, incarnation, fragment, base) twice is a duplicate: the
+  second is acknowledged and changes nothing;
+- a merge increments v_p by one; a syncer restored from a checkpoint skips
+  every version ahead by the checkpoint interval, so versions never go
+  backwards even though up to one interval of merges was lost.
+
+Example (one learner, one fragment, K = 1):
+    >>> import numpy as np
+    >>> from trainer.core.fragments import partition_tensors
+    >>> params = {"w": np.zeros(2, np.float32)}
+    >>> st = SyncerState.create(
+    ...     SyncerPolicy(num_learners=1, min_quorum=1, outer_lr=1.0, outer_momentum=0.0),
+    ...     partition_tensors({"w": 2}, 1), params)
+    >>> _ = st.join("a", "inc-1", now=0.0)
+    >>> st.submit(Contribution("a", "inc-1", 0, 0, {"w": -np.ones(2, np.float32)}, 1, 64), now=1.0).accepted
+    True
+    >>> st.due_merges(now=1.0)
+    [0]
+    >>> rec = st.merge(0, now=1.0)
+    >>> st.versions, st.params["w"].tolist()
+    ([1], [1.0, 1.0])
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from trainer.core.fragments import Fragment
+from trainer.core.grace import QuorumPolicy, Timing, merge_time
+from trainer.core.ema import Ema
+from trainer.core.merge import MergeRule, fragment_norm, merge_outer_gradients, token_weight
+from trainer.core.outer import outer_optimizer, outer_step
+from trainer.core.reasons import RejectReason, Rejected
+
+Tensors = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class SyncerPolicy:
+    """Everything that decides the syncer's behaviour (see the run config for meanings)."""
+
+    num_learners: int
+    min_quorum: int
+    grace_enabled: bool = False
+    grace_gamma: float = 0.5
+    grace_cap_s: float = 1.0
+    overlap_steps: int = 2
+    merge_rule: MergeRule = "rda"
+    mean_tensors: tuple[str, ...] = ("embed",)
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    nesterov: bool = True
+    token_budget: int = 0  # 0: no budget
+    liveness_timeout_s: float = 5.0
+    ema_alpha: float = 0.2
+    validate_uploads: bool = True  # off only for negative-control experiments
+    max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
+
+    @property
+    def quorum(self) -> QuorumPolicy:
+        return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_s, self.overlap_steps)
+
+
+@dataclass
+class LearnerRecord:
+    learner_id: str
+    incarnation: str
+    incarnation_index: int
+    joined_at: float
+    last_seen: float
+    left: bool = False
+    step: int = 0
+    tokens: int = 0
+    merged_contributions: int = 0
+
+    def active(self, now: float, timeout_s: float) -> bool:
+        return not self.left and now - self.last_seen <= timeout_s
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """A learner's outer gradient for one fragment (Θ_p(base) − θ_p), with its counters since it last received it."""
+
+    learner_id: str
+    incarnation: str
+    fragment: int
+    base_version: int
+    tensors: Tensors
+    c_steps: int
+    c_tokens: int
+    upload_seconds: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.learner_id, self.incarnation, self.fragment, self.base_version)
+
+
+@dataclass
+class Round:
+    """Contributions collected for one fragment at one base version."""
+
+    fragment: int
+    base_version: int
+    opened_at: float
+    quorum_at: float | None = None
+    contributions: dict[str, Contribution] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    accepted: bool
+    current_version: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Participant:
+    learner_id: str
+    incarnation: str
+    weight: float
+    c_steps: int
+    c_tokens: int
+
+
+@dataclass(frozen=True)
+class MergeRecord:
+    """What one merge did; becomes a ``merge`` event."""
+
+    fragment: int
+    version: int
+    base_version: int
+    participants: tuple[Participant, ...]
+    rule: str
+    opened_at: float
+    quorum_at: float | None
+    merged_at: float
+    outer_grad_norm: float
+    merges_total: int
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    incarnation_index: int
+    versions: tuple[int, ...]
+    rejoined: bool  # same learner id seen before
+
+
+@dataclass
+class SyncerState:
+    """The syncer's whole state. Mutated only through its methods."""
+
+    policy: SyncerPolicy
+    fragments: tuple[Fragment, ...]
+    params: Tensors
+    versions: list[int]
+    opt_states: list[Any]
+    learners: dict[str, LearnerRecord] = field(default_factory=dict)
+    incarnation_counts: dict[str, int] = field(default_factory=dict)
+    tokens_by_incarnation: dict[str, int] = field(default_factory=dict)  # "learner/incarnation" -> tokens
+    rounds: dict[int, Round] = field(default_factory=dict)
+    merged_keys: set[tuple[str, str, int, int]] = field(default_factory=set)
+    last_merge_at: list[float | None] = field(default_factory=list)
+    merges_total: int = 0
+    rejections: Counter = field(default_factory=Counter)
+    timing: Timing = field(default_factory=Timing)
+    finished: bool = False
+    restored_from_merges: int = -1
+
+    # ---- construction -------------------------------------------------
+    @classmethod
+    def create(cls, policy: SyncerPolicy, fragments: tuple[Fragment, ...], params: Mapping[str, np.ndarray]) -> "SyncerState":
+        names = {n for f in fragments for n in f.names}
+        if names != set(params):
+            raise ValueError(f"fragments cover {sorted(names ^ set(params))} differently from the parameters")
+        if policy.min_quorum > policy.num_learners:
+            raise ValueError(f"min_quorum {policy.min_quorum} > num_learners {policy.num_learners}")
+        p = {n: np.array(v, copy=True) for n, v in params.items()}
+        opt = outer_optimizer(policy.outer_lr, policy.outer_momentum, policy.nesterov)
+        a = policy.ema_alpha
+        return cls(
+            policy=policy,
+            fragments=fragments,
+            params=p,
+            versions=[0] * len(fragments),
+            opt_states=[opt.init(cls._frag(p, f)) for f in fragments],
+            last_merge_at=[None] * len(fragments),
+            timing=Timing(Ema(a), Ema(a), Ema(a)),
+        )
+
+    @staticmethod
+    def _frag(params: Tensors, fragment: Fragment) -> Tensors:
+        return {n: params[n] for n in fragment.names}
+
+    @property
+    def optimizer(self):
+        return outer_optimizer(self.policy.outer_lr, self.policy.outer_momentum, self.policy.nesterov)
+
+    # ---- membership ----------------------------------------------------
+    def join(self, learner_id: str, incarnation: str, now: float) -> JoinResult:
+        if not learner_id or not incarnation:
+            raise Rejected(RejectReason.MALFORMED, "learner_id and incarnation must be non-empty")
+        rec = self.learners.get(learner_id)
+        if rec is not None and rec.incarnation == incarnation and not rec.left:
+            rec.last_seen = now  # idempotent re-join of the same process
+            return JoinResult(rec.incarnation_index, tuple(self.versions), True)
+        index = self.incarnation_counts.get(learner_id, 0)
+        self.incarnation_counts[learner_id] = index + 1
+        self.learners[learner_id] = LearnerRecord(learner_id, incarnation, index, now, now)
+        return JoinResult(index, tuple(self.versions), rec is not None or index > 0)
+
+    def leave(self, learner_id: str, incarnation: str, now: float) -> None:
+        rec = self._member(learner_id, incarnation, now)
+        rec.left = True
+
+    def _member(self, learner_id: str, incarnation: str, now: float) -> LearnerRecord:
+        rec = self.learners.get(learner_id)
+        if rec is None:
+            raise Rejected(RejectReason.UNKNOWN_LEARNER, f"learner {learner_id!r} has not joined; call Join first")
+        if rec.incarnation != incarnation:
+            raise Rejected(
+                RejectReason.STALE_INCARNATION,
+                f"learner {learner_id!r} incarnation {incarnation!r} was replaced by {rec.incarnation!r}",
+            )
+        if rec.left:
+            raise Rejected(RejectReason.LEFT_LEARNER, f"learner {learner_id!r} has left; join again with a new incarnation")
+        rec.last_seen = now
+        return rec
+
+    def active_learners(self, now: float) -> list[LearnerRecord]:
+        return [r for r in self.learners.values() if r.active(now, self.policy.liveness_timeout_s)]
+
+    # ---- reports and budget -------------------------------------------
+    @property
+    def tokens_total(self) -> int:
+        return sum(self.tokens_by_incarnation.values())
+
+    def report(self, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float, now: float) -> bool:
+        """Record a learner's progress; returns True when the learner should stop (budget reached)."""
+        if step < 0 or tokens < 0 or not np.isfinite(step_time_s) or step_time_s < 0:
+            raise Rejected(RejectReason.BAD_COUNTERS, f"step={step}, tokens={tokens}, step_time_s={step_time_s} must be >= 0 and finite")
+        rec = self._member(learner_id, incarnation, now)
+        rec.step, rec.tokens = step, tokens
+        key = f"{learner_id}/{incarnation}"
+        self.tokens_by_incarnation[key] = max(tokens, self.tokens_by_incarnation.get(key, 0))
+        if step_time_s > 0:
+            self.timing = self.timing.observe_step(step_time_s)
+        if self.policy.token_budget and self.tokens_total >= self.policy.token_budget:
+            self.finished = True
+        return self.finished
+
+    # ---- uploads -------------------------------------------------------
+    def check_header(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
+                     specs: Mapping[str, tuple[tuple[int, ...], str]], c_steps: int, c_tokens: int, now: float) -> int:
+        """Validate an upload before its data arrives; returns the current version.
+
+        Raises :class:`Rejected` naming what is wrong. Duplicate (already
+        accepted) uploads pass: :meth:`submit` acknowledges them.
+        """
+        if self.finished:
+            raise Rejected(RejectReason.FINISHED, "the token budget is reached; no more uploads are merged")
+        self._member(learner_id, incarnation, now)
+        if not 0 <= fragment < len(self.fragments):
+            raise Rejected(RejectReason.UNKNOWN_FRAGMENT, f"fragment {fragment} not in 0..{len(self.fragments) - 1}")
+        if c_steps < 0 or c_tokens < 0:
+            raise Rejected(RejectReason.BAD_COUNTERS, f"c_steps={c_steps} and c_tokens={c_tokens} must be >= 0")
+        current = self.versions[fragment]
+        key = (learner_id, incarnation, fragment, base_version)
+        if key in self.merged_keys or self._pending(key):
+            return current
+        if base_version < current - self.policy.max_staleness:
+            raise Rejected(RejectReason.STALE_VERSION,
+                           f"fragment {fragment} is at version {current}; base {base_version} is more than "
+                           f"{self.policy.max_staleness} versions old — fetch the current fragment")
+        if base_version > current:
+            raise Rejected(RejectReason.FUTURE_VERSION,
+                           f"fragment {fragment} is at version {current}; base {base_version} was never issued")
+        expected = {n: (tuple(self.params[n].shape), str(self.params[n].dtype)) for n in self.fragments[fragment].names}
+        if set(specs) != set(expected):
+            raise Rejected(RejectReason.BAD_SHAPE,
+                           f"fragment {fragment} holds tensors {sorted(expected)}, upload names {sorted(specs)}")
+        for n, (shape, dtype) in specs.items():
+            if tuple(shape) != expected[n][0]:
+                raise Rejected(RejectReason.BAD_SHAPE, f"tensor {n!r} has shape {tuple(shape)}, expected {expected[n][0]}")
+            if dtype != expected[n][1]:
+                raise Rejected(RejectReason.BAD_DTYPE, f"tensor {n!r} has dtype {dtype}, expected {expected[n][1]}")
+        return current
+
+    def _pending(self, key: tuple[str, str, int, int]) -> bool:
+        rnd = self.rounds.get(key[2])
+        c = rnd.contributions.get(key[0]) if rnd is not None else None
+        return c is not None and c.key == key
+
+    def submit(self, c: Contribution, now: float) -> SubmitResult:
+        """Add a contribution to its fragment's round (or acknowledge a duplicate)."""
+        specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
+        current = self.check_header(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens, now)
+        if c.key in self.merged_keys or self._pending(c.key):
+            return SubmitResult(True, current, duplicate=True)
+        if self.policy.validate_uploads:
+            for n, t in c.tensors.items():
+                if not np.all(np.isfinite(t)):
+                    raise Rejected(RejectReason.NON_FINITE, f"tensor {n!r} of fragment {c.fragment} contains NaN or Inf")
+        rnd = self.rounds.get(c.fragment)
+        if rnd is None:
+            rnd = self.rounds[c.fragment] = Round(c.fragment, current, opened_at=now)
+        rnd.contributions[c.learner_id] = c  # a newer incarnation's contribution replaces an older one
+        if rnd.quorum_at is None and len(rnd.contributions) >= self.policy.min_quorum:
+            rnd.quorum_at = now
+            self.timing = self.timing.observe_quorum(now - rnd.opened_at)
+        if c.upload_seconds > 0:
+            self.timing = self.timing.observe_sync(c.upload_seconds)
+        return SubmitResult(True, current)
+
+    # ---- merging -------------------------------------------------------
+    def merge_at(self, fragment: int, now: float) -> float | None:
+        """When the round of ``fragment`` should merge (None: not yet decidable)."""
+        rnd = self.rounds.get(fragment)
+        if rnd is None or not rnd.contributions:
+            return None
+        if self.finished:
+            return rnd.opened_at  # flush whatever arrived before the budget was reached
+        return merge_time(self.policy.quorum, self.timing, rnd.quorum_at, len(rnd.contributions),
+                          len(self.active_learners(now)))
+
+    def due_merges(self, now: float) -> list[int]:
+        return sorted(p for p in self.rounds if (t := self.merge_at(p, now)) is not None and t <= now)
+
+    def next_deadline(self, now: float) -> float | None:
+        times = [t for p in self.rounds if (t := self.merge_at(p, now)) is not None]
+        return min(times) if times else None
+
+    def merge(self, fragment: int, now: float) -> MergeRecord:
+        """Merge the round of ``fragment``: weights, outer gradient, outer step, version + 1."""
+        rnd = self.rounds.pop(fragment)
+        frag = self.fragments[fragment]
+        glob = self._frag(self.params, frag)
+        contribs = list(rnd.contributions.values())
+        vectors = [c.tensors for c in contribs]
+        weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
+        rule: MergeRule = "mean" if set(frag.names) & set(self.policy.mean_tensors) else self.policy.merge_rule
+        delta = merge_outer_gradients(vectors, weights, rule)
+        new_frag, self.opt_states[fragment] = outer_step(self.optimizer, self.opt_states[fragment], glob, delta)
+        if self.policy.validate_uploads and not all(np.all(np.isfinite(t)) for t in new_frag.values()):
+            raise FloatingPointError(f"merge of fragment {fragment} produced non-finite parameters; refusing it")
+        self.params.update(new_frag)
+        self.versions[fragment] += 1
+        self.last_merge_at[fragment] = now
+        self.merges_total += 1
+        total_w = sum(weights) or float(len(weights))
+        participants = []
+        for c, w in zip(contribs, weights):
+            self.merged_keys.add(c.key)
+            rec = self.learners.get(c.learner_id)
+            if rec is not None and rec.incarnation == c.incarnation:
+                rec.merged_contributions += 1
+            participants.append(Participant(c.learner_id, c.incarnation, w / total_w if sum(weights) else 1 / len(weights),
+                                            c.c_steps, c.c_tokens))
+        # Keys below the previous version can never be re-sent usefully: keep the set small.
+        self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1}
+        return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
+                           rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total)
+
+    def observe_merge_seconds(self, seconds: float) -> None:
+        """The shell measured how long a merge took (part of t_sync)."""
+        self.timing = self.timing.observe_sync(seconds)
+
+    # ---- fragments out -------------------------------------------------
+    def fragment_value(self, fragment: int) -> tuple[int, Tensors]:
+        """The current version and a copy of the global value of one fragment."""
+        frag = self.fragments[fragment]
+        return self.versions[fragment], {n: self.params[n].copy() for n in frag.names}
+
+    def params_all_finite(self) -> bool:
+        return all(np.all(np.isfinite(t)) for t in self.params.values())
+
+    # ---- checkpoints ---------------------------------------------------
+    def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays and JSON-able metadata that :meth:`from_checkpoint` restores."""
+        arrays = {f"param/{n}": v for n, v in self.params.items()}
+        for p, st in enumerate(self.opt_states):
+            for i, leaf in enumerate(jax.tree_util.tree_leaves(st)):
+                arrays[f"opt/{p}/{i}"] = np.asarray(leaf)
+        meta = {
+            "versions": list(self.versions),
+            "merges_total": self.merges_total,
+            "incarnation_counts": dict(self.incarnation_counts),
+            "tokens_by_incarnation": dict(self.tokens_by_incarnation),
+            "finished": self.finished,
+        }
+        return arrays, meta
+
+    @classmethod
+    def from_checkpoint(cls, policy: SyncerPolicy, fragments: tuple[Fragment, ...], arrays: Mapping[str, np.ndarray],
+                        meta: Mapping[str, Any], version_skip: int) -> "SyncerState":
+        """Restore; every version jumps ahead by ``version_skip`` (the checkpoint interval)."""
+        params = {k.split("/", 1)[1]: np.array(v) for k, v in arrays.items() if k.startswith("param/")}
+        st = cls.create(policy, fragments, params)
+        for p in range(len(fragments)):
+            leaves, treedef = jax.tree_util.tree_flatten(st.opt_states[p])
+            restored = [np.array(arrays[f"opt/{p}/{i}"]) for i in range(len(leaves))]
+            st.opt_states[p] = jax.tree_util.tree_unflatten(treedef, restored)
+        versions = [int(v) for v in meta["versions"]]
+        if len(versions) != len(fragments):
+            raise ValueError(f"checkpoint has {len(versions)} fragments, the config {len(fragments)}")
+        st.versions = [v + version_skip for v in versions]
+        st.merges_total = int(meta["merges_total"])
+        st.restored_from_merges = st.merges_total
+        st.incarnation_counts = {k: int(v) for k, v in meta.get("incarnation_counts", {}).items()}
+        st.tokens_by_incarnation = {k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()}
+        st.finished = bool(meta.get("finished", False))
+        return st
+
+    def copy_params(self) -> Tensors:
+        return copy.deepcopy(self.params)

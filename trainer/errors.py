@@ -1,0 +1,23 @@
+"""The trainer's exception hierarchy: one base, messages that say what to do."""
+
+from __future__ import annotations
+
+
+class TrainerError(Exception):
+    """Base of every error the trainer raises on purpose."""
+
+
+class ConfigError(TrainerError):
+    """A configuration file or flag is invalid; the message names the file and field."""
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint cannot be read or does not fit the configuration."""
+
+
+class ProtocolError(TrainerError):
+    """A peer sent something the protocol does not allow."""
+
+
+class SyncerUnavailable(TrainerError):
+    """The syncer could not be reached within the retry budget."""

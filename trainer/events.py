@@ -1,0 +1,310 @@
+"""The event schema: every process writes these, as JSON lines, and everything else reads them.
+
+One line per event, with ``ts`` (wall-clock Unix seconds), ``source`` (who
+wrote it: ``syncer`` or the learner id) and ``kind`` (which model below). The
+chaos controller's history, the checkers, reports and benchmarks all parse
+lines with :func:`parse_event` / :func:`read_events`, so a field added here is
+seen everywhere. ``docs/events.md`` documents each kind; a test keeps the two
+in step.
+
+Example:
+    >>> e = Merge(source="syncer", fragment=0, version=3, base_version=2, participants=[],
+    ...           rule="rda", wait_s=0.01, quorum_wait_s=0.0, outer_grad_norm=0.5,
+    ...           merges_total=7, tokens_total=1024)
+    >>> parse_event(e.model_dump_json()).version
+    3
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Literal, TextIO, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ts: float = Field(default_factory=time.time)
+    source: str = ""
+
+
+# ---- syncer ---------------------------------------------------------------
+class SyncerStart(_Event):
+    kind: Literal["syncer_start"] = "syncer_start"
+    syncer_incarnation: str
+    address: str
+    config_hash: str
+    versions: list[int]
+    restored_from_merges: int  # -1: fresh start
+    pid: int
+
+
+class SyncerStop(_Event):
+    kind: Literal["syncer_stop"] = "syncer_stop"
+    why: str
+    versions: list[int]
+    merges_total: int
+
+
+class Join(_Event):
+    kind: Literal["join"] = "join"
+    learner_id: str
+    learner_incarnation: str
+    incarnation_index: int
+    rejoined: bool
+
+
+class Leave(_Event):
+    kind: Literal["leave"] = "leave"
+    learner_id: str
+    learner_incarnation: str
+    why: str
+
+
+class Upload(_Event):
+    """An upload the syncer accepted into a merge round (or acknowledged as a duplicate)."""
+
+    kind: Literal["upload"] = "upload"
+    learner_id: str
+    learner_incarnation: str
+    fragment: int
+    base_version: int
+    bytes: int
+    seconds: float
+    c_steps: int
+    c_tokens: int
+    duplicate: bool
+
+
+class Reject(_Event):
+    """Something the syncer refused; global state was not touched."""
+
+    kind: Literal["reject"] = "reject"
+    call: str
+    reason: str
+    detail: str
+    learner_id: str = ""
+    fragment: int = -1
+    base_version: int = -1
+
+
+class ParticipantInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    learner_id: str
+    incarnation: str
+    weight: float
+    c_steps: int
+    c_tokens: int
+
+
+class Merge(_Event):
+    kind: Literal["merge"] = "merge"
+    fragment: int
+    version: int
+    base_version: int
+    participants: list[ParticipantInfo]
+    rule: str
+    wait_s: float  # round opened -> merged
+    quorum_wait_s: float  # quorum reached -> merged (grace actually used)
+    outer_grad_norm: float
+    merges_total: int
+    tokens_total: int
+
+
+class Checkpoint(_Event):
+    kind: Literal["checkpoint"] = "checkpoint"
+    merges_total: int
+    versions: list[int]
+    path: str
+    seconds: float
+    params_finite: bool
+
+
+class Restore(_Event):
+    kind: Literal["restore"] = "restore"
+    merges_total: int
+    checkpoint_versions: list[int]
+    versions: list[int]  # after the skip
+    version_skip: int
+    path: str
+
+
+class Eval(_Event):
+    kind: Literal["eval"] = "eval"
+    merges_total: int
+    versions: list[int]
+    loss: float
+    loss_floor: float
+    tokens_total: int
+    final: bool = False
+
+
+class Finished(_Event):
+    kind: Literal["finished"] = "finished"
+    tokens_total: int
+    merges_total: int
+    versions: list[int]
+
+
+# ---- learner --------------------------------------------------------------
+class LearnerStart(_Event):
+    kind: Literal["learner_start"] = "learner_start"
+    learner_id: str
+    learner_incarnation: str
+    pid: int
+    syncer: str
+    config_hash: str
+
+
+class LearnerJoin(_Event):
+    kind: Literal["learner_join"] = "learner_join"
+    learner_incarnation: str
+    incarnation_index: int
+    versions: list[int]
+    syncer_incarnation: str
+
+
+class StateFetch(_Event):
+    kind: Literal["state_fetch"] = "state_fetch"
+    versions: list[int]
+    seconds: float
+
+
+class Step(_Event):
+    """A summary every ``learner.step_event_every`` steps."""
+
+    kind: Literal["step"] = "step"
+    step: int
+    loss: float
+    tokens: int
+    step_time_s: float
+    blocked_s: float  # time spent waiting for merged fragments since the last summary
+
+
+class SyncStartEvent(_Event):
+    kind: Literal["sync_start"] = "sync_start"
+    fragment: int
+    base_version: int
+    c_steps: int
+    c_tokens: int
+    step: int
+
+
+class SyncResult(_Event):
+    kind: Literal["sync_result"] = "sync_result"
+    fragment: int
+    base_version: int
+    accepted: bool
+    reason: str
+    seconds: float
+    bytes: int
+
+
+class Apply(_Event):
+    kind: Literal["apply"] = "apply"
+    fragment: int
+    version: int
+    step: int
+
+
+class Unreachable(_Event):
+    kind: Literal["syncer_unreachable"] = "syncer_unreachable"
+    error: str
+
+
+class Reconnected(_Event):
+    kind: Literal["syncer_reconnected"] = "syncer_reconnected"
+    down_s: float
+
+
+class LearnerStop(_Event):
+    kind: Literal["learner_stop"] = "learner_stop"
+    why: str
+    step: int
+    tokens: int
+
+
+Event = Annotated[
+    Union[
+        SyncerStart, SyncerStop, Join, Leave, Upload, Reject, Merge, Checkpoint, Restore, Eval, Finished,
+        LearnerStart, LearnerJoin, StateFetch, Step, SyncStartEvent, SyncResult, Apply, Unreachable,
+        Reconnected, LearnerStop,
+    ],
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_KINDS: tuple[str, ...] = tuple(
+    m.model_fields["kind"].default for m in _Event.__subclasses__()
+)
+
+
+class EventError(ValueError):
+    """A line is not a valid event; the message names the file and line."""
+
+
+def parse_event(line: str) -> Event:
+    return _ADAPTER.validate_json(line)
+
+
+def read_events(path: str | Path, *, strict: bool = True) -> list[Event]:
+    """All events of a JSON-lines file. A torn last line (a killed writer) is skipped."""
+    out: list[Event] = []
+    lines = Path(path).read_text().splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse_event(line))
+        except ValueError as err:
+            if i == len(lines) and not line.endswith("}"):
+                break  # the writer died mid-line
+            if strict:
+                raise EventError(f"{path}:{i}: not a valid event: {err}") from None
+    return out
+
+
+def iter_run_events(run_dir: str | Path) -> Iterator[Event]:
+    """Every event of every ``events/*.jsonl`` file of a run directory, sorted by time."""
+    files = sorted(Path(run_dir, "events").glob("*.jsonl"))
+    events = [e for f in files for e in read_events(f)]
+    yield from sorted(events, key=lambda e: e.ts)
+
+
+class EventLog:
+    """Thread-safe JSON-lines writer; each line is flushed so a SIGKILL loses at most one."""
+
+    def __init__(self, path: str | Path | None, source: str) -> None:
+        self.source = source
+        self._lock = threading.Lock()
+        self._fh: TextIO | None = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(path, "a", buffering=1)
+
+    def emit(self, event: _Event) -> None:
+        if not event.source:
+            event.source = self.source
+        line = event.model_dump_json()
+        with self._lock:
+            if self._fh is not None:
+                self._fh.write(line + "\n")
+                self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._fh.close()
+                self._fh = None
+
+
+def dump_schema() -> str:
+    """JSON Schema of every event kind (what ``docs/events.md`` describes)."""
+    return json.dumps(_ADAPTER.json_schema(), indent=2)

@@ -1,0 +1,234 @@
+"""Start a syncer and M learner processes on loopback, train to the token budget, write a run directory.
+
+Run directory layout::
+
+    RUN_DIR/
+      config.yaml      the resolved run config (every process reads this file)
+      seeds.json       every seed the run derives, for replay
+      syncer.json      the syncer's address and pid (written by the syncer)
+      events/*.jsonl   one event log per process (schema: trainer.events)
+      logs/*.log       stdout/stderr of every process
+      checkpoints/     the syncer's atomic checkpoints
+      final.npz        the final global checkpoint (a copy of the newest)
+      metrics.json     summary: final eval loss, loss floor, merges, tokens, goodput
+
+Example:
+    python -m trainer.launch --config configs/tiny-decoupled.yaml --run-dir runs/demo
+
+:class:`LocalCluster` is the reusable part: the chaos controller drives the same
+processes (kill, restart, pause) through it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer import events as ev
+from trainer.checkpoint import list_checkpoints
+from trainer.client import SyncClient
+from trainer.config import RunConfig, load_config
+from trainer.errors import ConfigError, TrainerError
+from trainer.metrics import summarize_run
+from trainer.training import learner_seed_index
+
+# Several JAX processes share two cores: one thread each, or they thrash.
+THREAD_ENV: dict[str, str] = {
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "JAX_PLATFORMS": "cpu",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def learner_ids(n: int) -> list[str]:
+    return [f"learner-{i}" for i in range(n)]
+
+
+@dataclass
+class LocalCluster:
+    """A syncer and learners as child processes of this one, all in their own process groups."""
+
+    config: RunConfig
+    run_dir: Path
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    python: str = sys.executable
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    syncer_address: str = ""
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+        for sub in ("events", "logs", "checkpoints"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
+        seeds = {"seed": self.config.seed, "init_seed": self.config.seed, "data_seed": self.config.seed,
+                 "learner_stream_keys": {lid: learner_seed_index(lid) for lid in learner_ids(self.config.algorithm.num_learners)},
+                 "config_hash": self.config.config_hash()}
+        (self.run_dir / "seeds.json").write_text(json.dumps(seeds, indent=2))
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(THREAD_ENV)
+        env["DILOCO_TOKEN"] = self.token
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return env
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        old = self.procs.get(name)
+        if old is not None and old.poll() is None:
+            raise TrainerError(f"{name} is already running (pid {old.pid}); stop it first")
+        log = open(self.run_dir / "logs" / f"{name}.log", "ab")
+        proc = subprocess.Popen([self.python, *args], stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                                start_new_session=True)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_syncer(self, port: int = 0, timeout_s: float = 60.0) -> str:
+        info = self.run_dir / "syncer.json"
+        info.unlink(missing_ok=True)
+        proc = self._spawn("syncer", ["-m", "trainer.syncer", "--config", str(self.run_dir / "config.yaml"),
+                                      "--run-dir", str(self.run_dir), "--port", str(port)])
+        deadline = time.monotonic() + timeout_s
+        while not info.exists():
+            if proc.poll() is not None:
+                raise TrainerError(f"syncer exited with {proc.returncode}; see {self.run_dir / 'logs' / 'syncer.log'}")
+            if time.monotonic() > deadline:
+                raise TrainerError(f"syncer did not start within {timeout_s}s; see {self.run_dir / 'logs' / 'syncer.log'}")
+            time.sleep(0.05)
+        self.syncer_address = json.loads(info.read_text())["address"]
+        return self.syncer_address
+
+    def start_learner(self, learner_id: str, address: str | None = None, extra_sets: list[str] | None = None) -> subprocess.Popen:
+        args = ["-m", "trainer.learner", "--config", str(self.run_dir / "config.yaml"), "--id", learner_id,
+                "--syncer", address or self.syncer_address, "--run-dir", str(self.run_dir)]
+        for s in extra_sets or []:
+            args += ["--set", s]
+        return self._spawn(learner_id, args)
+
+    def client(self, timeout_s: float = 5.0) -> SyncClient:
+        return SyncClient(self.syncer_address, self.token, timeout_s=timeout_s)
+
+    def signal(self, name: str, sig: int) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the process and reap it."""
+        self.signal(name, signal.SIGKILL)
+        self.procs[name].wait(10)
+
+    def alive(self, name: str) -> bool:
+        p = self.procs.get(name)
+        return p is not None and p.poll() is None
+
+    def stop_all(self, grace_s: float = 10.0) -> dict[str, int | None]:
+        """SIGCONT + SIGTERM everyone, then SIGKILL stragglers; returns exit codes. Always leaves no child behind."""
+        for name, p in self.procs.items():
+            if p.poll() is None:
+                for sig in (signal.SIGCONT, signal.SIGTERM):
+                    try:
+                        os.killpg(p.pid, sig)
+                    except ProcessLookupError:
+                        pass
+        deadline = time.monotonic() + grace_s
+        for p in self.procs.values():
+            try:
+                p.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(10)
+        return {n: p.returncode for n, p in self.procs.items()}
+
+    def finalize(self) -> Path | None:
+        """Copy the newest checkpoint to final.npz and write metrics.json."""
+        ckpts = list_checkpoints(self.run_dir / "checkpoints")
+        final = None
+        if ckpts:
+            final = self.run_dir / "final.npz"
+            shutil.copyfile(ckpts[-1], final)
+        metrics = summarize_run(self.run_dir)
+        (self.run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        return final
+
+
+def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progress: bool = True) -> dict:
+    """Run the whole job on loopback; returns metrics. Children are always cleaned up."""
+    cluster = LocalCluster(config, run_dir)
+    try:
+        cluster.start_syncer()
+        ids = learner_ids(config.algorithm.num_learners)
+        for lid in ids:
+            cluster.start_learner(lid)
+        deadline = time.monotonic() + timeout_s
+        last = 0.0
+        with cluster.client() as client:
+            while cluster.alive("syncer"):
+                if time.monotonic() > deadline:
+                    raise TrainerError(f"run did not finish within {timeout_s}s; see {run_dir}/logs")
+                if progress and time.monotonic() - last > 2.0:
+                    last = time.monotonic()
+                    try:
+                        st = client.status()
+                        print(f"tokens {st.tokens}/{st.token_budget}  merges {st.merges}  "
+                              f"eval {st.eval_loss:.4f} (floor {st.loss_floor:.4f})", flush=True)
+                    except TrainerError:
+                        pass
+                time.sleep(0.2)
+        for lid in ids:
+            cluster.procs[lid].wait(30)
+    finally:
+        codes = cluster.stop_all()
+    cluster.finalize()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics["exit_codes"] = codes
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainer.launch", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", help="run config file (YAML/JSON); defaults when omitted")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    ap.add_argument("--run-dir", help="where to write the run (default runs/<time>)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.set)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        print(f"error: {run_dir} is not empty; choose a new --run-dir", file=sys.stderr)
+        return 2
+    try:
+        m = train(cfg, run_dir, timeout_s=args.timeout)
+    except TrainerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: m[k] for k in ("final_eval_loss", "loss_floor", "merges", "tokens_total", "wall_s")}, indent=2))
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

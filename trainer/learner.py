@@ -1,0 +1,348 @@
+"""The learner process: AdamW inner steps on its shard, syncing fragments in the background.
+
+The step loop never waits on the network in decoupled mode: uploads,
+long-polling downloads and progress reports run on background threads and
+talk to the loop through queues. The loop applies a received global fragment
+τ steps after its sync started (overwrite, or α-mixing when configured). In
+blocking modes (sync-diloco, data-parallel) the loop waits for the merged
+fragments, as synchronous training does.
+
+If the syncer is unreachable the learner keeps stepping, retries, and catches
+up when it is back: a refused stale upload triggers a download of the current
+fragment; a syncer that forgot the learner (restart) gets a fresh Join.
+
+Run it:
+    python -m trainer.learner --config run.yaml --id learner-0 --syncer 127.0.0.1:50051 --run-dir runs/x
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from trainer import events as ev
+from trainer.client import FragmentValue, SyncClient
+from trainer.config import RunConfig, load_config
+from trainer.core.learner_book import LearnerBook, SyncStart
+from trainer.core.reasons import RejectReason
+from trainer.core.schedule import FragmentSchedule
+from trainer.errors import ConfigError, SyncerUnavailable, TrainerError
+from trainer.proto import diloco_pb2 as pb
+from trainer.training import TrainingSetup
+
+REJOIN_REASONS = {RejectReason.UNKNOWN_LEARNER.value, RejectReason.LEFT_LEARNER.value}
+
+
+@dataclass
+class _UploadJob:
+    start: SyncStart
+    local: dict  # name -> jax array (immutable, so no copy is needed)
+    base: dict  # name -> the global value last received (numpy, replaced not mutated)
+
+
+class Comm:
+    """Background communication of one learner incarnation."""
+
+    def __init__(self, learner: "Learner", fragments: list[list[str]]) -> None:
+        self.l = learner
+        self.client = learner.client
+        self.fragments = fragments
+        self.uploads: queue.Queue[_UploadJob | None] = queue.Queue()
+        self.received: queue.Queue[FragmentValue] = queue.Queue()
+        self.failed: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.stop = threading.Event()  # the learner should stop (budget reached or asked to)
+        self.closing = threading.Event()  # threads should exit
+        self._want = [0] * len(fragments)  # fragment -> min version wanted (0: nothing)
+        self._want_cv = threading.Condition()
+        self.need_rejoin = threading.Event()
+        self._down_since: float | None = None
+        self._down_lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._upload_loop, name="upload", daemon=True),
+                        threading.Thread(target=self._report_loop, name="report", daemon=True)]
+        self.threads += [threading.Thread(target=self._download_loop, args=(p,), name=f"download-{p}", daemon=True)
+                         for p in range(len(fragments))]
+        for t in self.threads:
+            t.start()
+
+    # ---- reachability bookkeeping (for events) --------------------------------
+    def _down(self, err: Exception) -> None:
+        with self._down_lock:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                self.l.log.emit(ev.Unreachable(error=str(err)[:300]))
+
+    def _up(self) -> None:
+        with self._down_lock:
+            if self._down_since is not None:
+                self.l.log.emit(ev.Reconnected(down_s=time.monotonic() - self._down_since))
+                self._down_since = None
+
+    def want(self, fragment: int, min_version: int) -> None:
+        with self._want_cv:
+            if min_version > self._want[fragment]:
+                self._want[fragment] = min_version
+                self._want_cv.notify_all()
+
+    def close(self) -> None:
+        self.closing.set()
+        self.uploads.put(None)
+        with self._want_cv:
+            self._want_cv.notify_all()
+
+    # ---- threads ---------------------------------------------------------------
+    def _upload_loop(self) -> None:
+        while not self.closing.is_set():
+            job = self.uploads.get()
+            if job is None:
+                return
+            s = job.start
+            t0 = time.monotonic()
+            # The outer gradient Θ(base) − θ is computed here, off the step loop.
+            arrays = {n: job.base[n] - np.asarray(v) for n, v in job.local.items()}
+            nbytes = sum(a.nbytes for a in arrays.values())
+            try:
+                reply = self.client.upload(self.l.learner_id, self.l.incarnation, s.fragment, s.base_version, arrays,
+                                           s.c_steps, s.c_tokens, s.step)
+                self._up()
+            except (SyncerUnavailable, TrainerError) as err:
+                self._down(err)
+                self.failed.put((s.fragment, s.base_version))
+                self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=False,
+                                              reason="unreachable", seconds=time.monotonic() - t0, bytes=nbytes))
+                continue
+            self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=reply.accepted,
+                                          reason=reply.reason, seconds=time.monotonic() - t0, bytes=nbytes))
+            if reply.accepted:
+                self.want(s.fragment, s.base_version + 1)
+                continue
+            self.failed.put((s.fragment, s.base_version))
+            if reply.reason == RejectReason.STALE_VERSION.value:
+                self.want(s.fragment, reply.current_version)  # catch up with what we missed
+            elif reply.reason in REJOIN_REASONS:
+                self.need_rejoin.set()
+            elif reply.reason == RejectReason.FINISHED.value:
+                self.stop.set()
+
+    def _download_loop(self, p: int) -> None:
+        got = -1
+        while not self.closing.is_set():
+            with self._want_cv:
+                while not self.closing.is_set() and self._want[p] <= max(got, self.l.held_version(p)):
+                    self._want_cv.wait(1.0)
+                want = self._want[p]
+            if self.closing.is_set():
+                return
+            try:
+                val = self.client.get_fragment(self.l.learner_id, p, want, self.l.cfg.learner.long_poll_s)
+                self._up()
+            except (SyncerUnavailable, TrainerError) as err:
+                self._down(err)
+                self.closing.wait(0.5)
+                continue
+            if val.version > max(got, self.l.held_version(p)):
+                got = val.version
+                self.received.put(val)
+
+    def _report_loop(self) -> None:
+        interval = self.l.cfg.learner.report_interval_s
+        while not self.closing.wait(interval):
+            if self.need_rejoin.is_set():
+                try:
+                    self.l.join(fetch_state=False)
+                    self.need_rejoin.clear()
+                except (SyncerUnavailable, TrainerError) as err:
+                    self._down(err)
+                    continue
+            req = pb.ReportRequest(learner_id=self.l.learner_id, incarnation=self.l.incarnation, step=self.l.step,
+                                   tokens=self.l.tokens, step_time_s=self.l.step_time_ema, loss=self.l.last_loss)
+            try:
+                reply = self.client.report(req)
+                self._up()
+            except (SyncerUnavailable, TrainerError) as err:
+                self._down(err)
+                continue
+            if reply.stop:
+                self.stop.set()
+            elif not reply.ok and reply.reason in REJOIN_REASONS:
+                self.need_rejoin.set()
+
+
+class Learner:
+    """One learner incarnation: join, fetch state, step, sync, stop."""
+
+    def __init__(self, cfg: RunConfig, learner_id: str, syncer: str, token: str | None, run_dir: Path,
+                 tls_ca: str | None = None) -> None:
+        self.cfg = cfg
+        self.learner_id = learner_id
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.setup = TrainingSetup.from_config(cfg)
+        self.log = ev.EventLog(run_dir / "events" / f"{learner_id}.jsonl", learner_id)
+        self.client = SyncClient(syncer, token, timeout_s=cfg.learner.rpc_timeout_s, tls_ca=tls_ca)
+        self.step = 0
+        self.tokens = 0
+        self.step_time_ema = 0.0
+        self.last_loss = float("nan")
+        self.incarnation_index = 0
+        self.book: LearnerBook | None = None
+        self.params: dict | None = None
+        self.base: dict[str, np.ndarray] = {}  # global value of each tensor as last received
+        self.fragments: list[list[str]] = []
+        self._held: list[int] = []
+        self.log.emit(ev.LearnerStart(learner_id=learner_id, learner_incarnation=self.incarnation, pid=os.getpid(),
+                                      syncer=syncer, config_hash=cfg.config_hash()))
+
+    def held_version(self, p: int) -> int:
+        return self._held[p] if p < len(self._held) else -1
+
+    def join(self, fetch_state: bool) -> None:
+        reply = self.client.join(self.learner_id, self.incarnation, self.cfg.config_hash())
+        if not reply.ok:
+            raise TrainerError(f"syncer refused Join: {reply.reason}: {reply.detail}")
+        self.incarnation_index = reply.incarnation_index
+        self.fragments = [list(f.tensors) for f in sorted(reply.fragments, key=lambda f: f.fragment)]
+        self.log.emit(ev.LearnerJoin(learner_incarnation=self.incarnation, incarnation_index=reply.incarnation_index,
+                                     versions=list(reply.versions), syncer_incarnation=reply.syncer_incarnation))
+        if fetch_state:
+            t0 = time.monotonic()
+            values = self.client.get_state(self.learner_id)
+            self.base = {n: t for v in values for n, t in v.tensors.items()}
+            self.params = {n: jnp.asarray(t) for n, t in self.base.items()}
+            versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]
+            a = self.cfg.algorithm
+            self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered)),
+                                    versions, blocking=bool(a.blocking))
+            self._held = self.book.held
+            self.log.emit(ev.StateFetch(versions=versions, seconds=time.monotonic() - t0))
+
+    def _apply(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> None:
+        alpha = self.cfg.algorithm.mix_alpha
+        assert self.params is not None
+        for n, t in tensors.items():
+            self.base[n] = t
+            g = jnp.asarray(t)
+            self.params[n] = g if alpha is None else alpha * self.params[n] + (1 - alpha) * g
+        self.log.emit(ev.Apply(fragment=fragment, version=version, step=self.step))
+
+    def _drain(self, comm: Comm, block_s: float = 0.0) -> None:
+        assert self.book is not None
+        while not comm.failed.empty():
+            self.book.sync_failed(*comm.failed.get_nowait())
+        try:
+            val = comm.received.get(timeout=block_s) if block_s > 0 else comm.received.get_nowait()
+            self.book.offer(val.fragment, val.version, val.tensors)
+            while True:
+                val = comm.received.get_nowait()
+                self.book.offer(val.fragment, val.version, val.tensors)
+        except queue.Empty:
+            pass
+        for p, version, tensors in self.book.ready(self.step):
+            self._apply(p, version, tensors)
+
+    def run(self, stop_flag: threading.Event) -> str:
+        """Train until the syncer says the budget is reached (or ``stop_flag``); returns why it stopped."""
+        while True:
+            try:
+                self.join(fetch_state=True)
+                break
+            except SyncerUnavailable as err:
+                self.log.emit(ev.Unreachable(error=str(err)[:300]))
+                if stop_flag.wait(1.0):
+                    return "signal"
+        assert self.params is not None and self.book is not None
+        comm = Comm(self, self.fragments)
+        opt_state = self.setup.optimizer.init(self.params)
+        train_step = self.setup.train_step
+        batches = self.setup.batches(self.learner_id, self.incarnation_index)
+        per_step = self.setup.tokens_per_step
+        every = self.cfg.learner.step_event_every
+        delay = self.cfg.learner.step_delay_s
+        blocked = 0.0
+        why = "finished"
+        try:
+            while True:
+                if comm.stop.is_set():
+                    break
+                if stop_flag.is_set():
+                    why = "signal"
+                    break
+                t0 = time.perf_counter()
+                batch = jnp.asarray(next(batches))
+                self.params, opt_state, loss = train_step(self.params, opt_state, batch)
+                if delay:
+                    time.sleep(delay)
+                self.step += 1
+                self.tokens += per_step
+                if self.step % every == 0 or self.step == 1:
+                    self.last_loss = float(loss)  # syncs with the device only every few steps
+                dt = time.perf_counter() - t0
+                if self.step == 2:  # step 1 includes JIT compilation: not a step time
+                    self.step_time_ema = dt
+                elif self.step > 2:
+                    self.step_time_ema = 0.9 * self.step_time_ema + 0.1 * dt
+                for s in self.book.on_step(self.step, per_step):
+                    self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
+                                                    c_tokens=s.c_tokens, step=s.step))
+                    names = self.fragments[s.fragment]
+                    comm.uploads.put(_UploadJob(s, {n: self.params[n] for n in names}, {n: self.base[n] for n in names}))
+                self._drain(comm)
+                tb = time.perf_counter()
+                while self.book.waiting_for(self.step) and not comm.stop.is_set() and not stop_flag.is_set():
+                    self._drain(comm, block_s=0.05)
+                blocked += time.perf_counter() - tb
+                if self.step % every == 0:
+                    self.log.emit(ev.Step(step=self.step, loss=self.last_loss, tokens=self.tokens,
+                                          step_time_s=self.step_time_ema, blocked_s=blocked))
+                    blocked = 0.0
+        finally:
+            comm.close()
+            try:
+                self.client.leave(self.learner_id, self.incarnation, why)
+            except (SyncerUnavailable, TrainerError, Exception):  # noqa: BLE001 - leaving is best effort
+                pass
+            self.log.emit(ev.LearnerStop(why=why, step=self.step, tokens=self.tokens))
+            self.log.close()
+            self.client.close()
+        return why
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainer.learner", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", help="run config file (YAML/JSON); defaults when omitted")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    ap.add_argument("--id", required=True, help="learner id, stable across restarts (e.g. learner-0)")
+    ap.add_argument("--syncer", required=True, help="HOST:PORT of the syncer (or of this learner's proxy)")
+    ap.add_argument("--run-dir", required=True, help="events/ go here")
+    ap.add_argument("--token-file", help="file holding the shared token (else $DILOCO_TOKEN)")
+    ap.add_argument("--tls-ca", help="CA certificate to verify the syncer's TLS certificate")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.set)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    learner = Learner(cfg, args.id, args.syncer, token, Path(args.run_dir), tls_ca=args.tls_ca)
+    try:
+        learner.run(stop)
+    except TrainerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

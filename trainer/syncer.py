@@ -1,0 +1,453 @@
+"""The syncer process: a gRPC service around :class:`trainer.core.syncer_state.SyncerState`.
+
+Threads: gRPC handlers (validate, then mutate the state under one lock), a
+merge loop (sleeps until the core's next merge deadline, merges, checkpoints
+every N merges), and an evaluator (eval loss of the global model every N
+merges, outside the lock). Long-polling fragment downloads wait on the same
+condition variable the merge loop notifies.
+
+Run it:
+    python -m trainer.syncer --config run.yaml --run-dir runs/x --port 50051
+
+The shared token comes from ``--token-file`` or the ``DILOCO_TOKEN``
+environment variable; calls without it are refused (UNAUTHENTICATED).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from trainer import events as ev
+from trainer.checkpoint import load_latest, save_checkpoint
+from trainer.client import specs_from_pb, specs_to_pb
+from trainer.config import RunConfig, load_config
+from trainer.core.fragments import partition_tensors
+from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.errors import ConfigError, TrainerError
+from trainer.model import EMBEDDING_TENSORS
+from trainer.proto import diloco_pb2 as pb
+from trainer.proto import diloco_pb2_grpc as pbg
+from trainer.training import TrainingSetup
+from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
+
+SERVICE_NAME = "diloco.v1.Syncer"
+MAX_LONG_POLL_S = 30.0
+
+
+def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
+    a = cfg.algorithm
+    return SyncerPolicy(
+        num_learners=a.num_learners, min_quorum=a.min_quorum, grace_enabled=bool(a.grace),
+        grace_gamma=a.grace_gamma, grace_cap_s=a.grace_cap_s, overlap_steps=a.overlap_steps,
+        merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, outer_lr=a.outer_lr,
+        outer_momentum=a.outer_momentum, nesterov=a.nesterov, token_budget=cfg.token_budget,
+        liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
+        max_staleness=a.max_staleness,
+    )
+
+
+class _AuthInterceptor(grpc.ServerInterceptor):
+    """Refuses every Syncer call without the shared token; the health service stays open for probes."""
+
+    def __init__(self, token: str, on_reject) -> None:  # noqa: ANN001
+        self._expected = f"Bearer {token}"
+        self._on_reject = on_reject
+
+    def intercept_service(self, continuation, details):  # noqa: ANN001
+        if not details.method.startswith(f"/{SERVICE_NAME}/"):
+            return continuation(details)
+        got = dict(details.invocation_metadata).get("authorization")
+        if got == self._expected:
+            return continuation(details)
+        reason = RejectReason.MISSING_TOKEN if got is None else RejectReason.BAD_TOKEN
+        detail = f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token"
+        self._on_reject(details.method.rsplit("/", 1)[-1], reason, detail)
+        handler = continuation(details)
+
+        def deny(request, context):  # noqa: ANN001
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, detail)
+
+        if handler is None:
+            return None
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(deny)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(deny)
+        return grpc.unary_unary_rpc_method_handler(deny)
+
+
+class SyncerService(pbg.SyncerServicer):
+    """gRPC handlers plus the merge and eval threads around one :class:`SyncerState`."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, *, address: str = "", exit_on_finish: bool = True) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.setup = TrainingSetup.from_config(cfg)
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.log = ev.EventLog(run_dir / "events" / "syncer.jsonl", "syncer")
+        self.ckpt_dir = run_dir / "checkpoints"
+        self.cond = threading.Condition()
+        self.stopping = threading.Event()
+        self.done = threading.Event()  # finished, final eval and checkpoint written
+        self.exit_on_finish = exit_on_finish
+        self.config_hash = cfg.config_hash()
+        self.loss_floor = self.setup.loss_floor()
+        self.eval_loss = math.nan
+        self.eval_merges = -1
+        self._eval_queue: queue.Queue[tuple[int, list[int], dict[str, np.ndarray], bool] | None] = queue.Queue()
+        self._eval_set = self.setup.eval_set()
+        self._finalized = False
+        init = self.setup.init_params()
+        self.fragments = partition_tensors({k: int(v.size) for k, v in init.items()}, cfg.algorithm.num_fragments)
+        policy = policy_from_config(cfg)
+        restored = load_latest(self.ckpt_dir)
+        if restored is None:
+            self.state = SyncerState.create(policy, self.fragments, init)
+        else:
+            arrays, meta, path = restored
+            if meta.get("config_hash") not in (None, self.config_hash):
+                raise ConfigError(f"{path}: checkpoint was written by config {meta.get('config_hash')}, "
+                                  f"this run's is {self.config_hash}; use a fresh run directory")
+            skip = cfg.syncer.checkpoint_every_merges
+            self.state = SyncerState.from_checkpoint(policy, self.fragments, arrays, meta, version_skip=skip)
+            self.log.emit(ev.Restore(merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
+                                     versions=list(self.state.versions), version_skip=skip, path=str(path)))
+        self.log.emit(ev.SyncerStart(syncer_incarnation=self.incarnation, address=address, config_hash=self.config_hash,
+                                     versions=list(self.state.versions),
+                                     restored_from_merges=self.state.restored_from_merges, pid=os.getpid()))
+        self._threads = [threading.Thread(target=self._merge_loop, name="merge", daemon=True),
+                         threading.Thread(target=self._eval_loop, name="eval", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    # ---- helpers -----------------------------------------------------------
+    def record_reject(self, call: str, reason: RejectReason, detail: str, learner_id: str = "",
+                      fragment: int = -1, base_version: int = -1) -> None:
+        with self.cond:
+            self.state.rejections[reason.value] += 1
+        self.log.emit(ev.Reject(call=call, reason=reason.value, detail=detail, learner_id=learner_id,
+                                fragment=fragment, base_version=base_version))
+
+    # ---- RPCs --------------------------------------------------------------
+    def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:  # noqa: N802, ANN001
+        try:
+            if request.config_hash != self.config_hash:
+                raise Rejected(RejectReason.CONFIG_MISMATCH,
+                               f"learner config hash {request.config_hash!r} != syncer's {self.config_hash!r}; "
+                               "start every process from the same config file")
+            with self.cond:
+                res = self.state.join(request.learner_id, request.incarnation, time.time())
+        except Rejected as r:
+            self.record_reject("Join", r.reason, r.detail, request.learner_id)
+            return pb.JoinReply(ok=False, reason=r.reason.value, detail=r.detail)
+        self.log.emit(ev.Join(learner_id=request.learner_id, learner_incarnation=request.incarnation,
+                              incarnation_index=res.incarnation_index, rejoined=res.rejoined))
+        return pb.JoinReply(ok=True, incarnation_index=res.incarnation_index, syncer_incarnation=self.incarnation,
+                            versions=list(res.versions),
+                            fragments=[pb.FragmentLayout(fragment=f.index, tensors=list(f.names)) for f in self.fragments])
+
+    def Leave(self, request: pb.LeaveRequest, context) -> pb.LeaveReply:  # noqa: N802, ANN001
+        try:
+            with self.cond:
+                self.state.leave(request.learner_id, request.incarnation, time.time())
+                self.cond.notify_all()
+        except Rejected as r:
+            self.record_reject("Leave", r.reason, r.detail, request.learner_id)
+            return pb.LeaveReply(ok=False, reason=r.reason.value, detail=r.detail)
+        self.log.emit(ev.Leave(learner_id=request.learner_id, learner_incarnation=request.incarnation, why=request.why))
+        return pb.LeaveReply(ok=True)
+
+    def Report(self, request: pb.ReportRequest, context) -> pb.ReportReply:  # noqa: N802, ANN001
+        try:
+            with self.cond:
+                was_finished = self.state.finished
+                stop = self.state.report(request.learner_id, request.incarnation, request.step, request.tokens,
+                                         request.step_time_s, time.time())
+                versions = list(self.state.versions)
+                if stop and not was_finished:
+                    self.cond.notify_all()
+        except Rejected as r:
+            self.record_reject("Report", r.reason, r.detail, request.learner_id)
+            return pb.ReportReply(ok=False, reason=r.reason.value, detail=r.detail, syncer_incarnation=self.incarnation)
+        return pb.ReportReply(ok=True, stop=stop, syncer_incarnation=self.incarnation, versions=versions)
+
+    def Upload(self, request_iterator: Iterator[pb.UploadChunk], context) -> pb.UploadReply:  # noqa: N802, ANN001
+        t0 = time.monotonic()
+        h = None
+        try:
+            first = next(request_iterator, None)
+            if first is None or not first.HasField("header"):
+                raise Rejected(RejectReason.MALFORMED, "an upload must start with an UploadHeader message")
+            h = first.header
+            specs = specs_from_pb(h.tensors)
+            asm = Assembler(specs, h.total_bytes, h.crc32, self.cfg.syncer.max_upload_bytes)
+            spec_map = {s.name: (s.shape, s.dtype) for s in specs}
+            with self.cond:
+                self.state.check_header(h.learner_id, h.incarnation, h.fragment, h.base_version, spec_map,
+                                        h.c_steps, h.c_tokens, time.time())
+            for msg in request_iterator:
+                if not msg.HasField("data"):
+                    raise Rejected(RejectReason.MALFORMED, "a second header arrived inside one upload")
+                asm.add(msg.data.offset, msg.data.data)
+            tensors = decode_tensors(specs, asm.finish())
+            seconds = time.monotonic() - t0
+            contribution = Contribution(h.learner_id, h.incarnation, h.fragment, h.base_version, tensors,
+                                        h.c_steps, h.c_tokens, upload_seconds=seconds)
+            with self.cond:
+                res = self.state.submit(contribution, time.time())
+                self.cond.notify_all()
+        except Rejected as r:
+            lid, frag, base = (h.learner_id, h.fragment, h.base_version) if h is not None else ("", -1, -1)
+            self.record_reject("Upload", r.reason, r.detail, lid, frag, base)
+            with self.cond:
+                current = self.state.versions[frag] if 0 <= frag < len(self.state.versions) else -1
+            return pb.UploadReply(accepted=False, reason=r.reason.value, detail=r.detail, current_version=current)
+        self.log.emit(ev.Upload(learner_id=h.learner_id, learner_incarnation=h.incarnation, fragment=h.fragment,
+                                base_version=h.base_version, bytes=h.total_bytes, seconds=seconds,
+                                c_steps=h.c_steps, c_tokens=h.c_tokens, duplicate=res.duplicate))
+        return pb.UploadReply(accepted=True, current_version=res.current_version, duplicate=res.duplicate)
+
+    def _fragment_messages(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> Iterator[pb.FragmentChunk]:
+        specs, payload = encode_tensors(tensors)
+        yield pb.FragmentChunk(header=pb.FragmentHeader(fragment=fragment, version=version, tensors=specs_to_pb(specs),
+                                                        total_bytes=len(payload), crc32=crc32(payload)))
+        for off, data in split_chunks(payload):
+            yield pb.FragmentChunk(data=pb.DataChunk(offset=off, data=data))
+
+    def GetFragment(self, request: pb.FragmentRequest, context) -> Iterator[pb.FragmentChunk]:  # noqa: N802, ANN001
+        p = request.fragment
+        if not 0 <= p < len(self.fragments):
+            detail = f"fragment {p} not in 0..{len(self.fragments) - 1}"
+            self.record_reject("GetFragment", RejectReason.UNKNOWN_FRAGMENT, detail, request.learner_id, p)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{RejectReason.UNKNOWN_FRAGMENT.value}: {detail}")
+        wait = min(max(request.wait_s, 0.0), MAX_LONG_POLL_S)
+        deadline = time.monotonic() + wait
+        with self.cond:
+            while self.state.versions[p] < request.min_version and not self.stopping.is_set() and context.is_active():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(min(left, 0.5))
+            version, tensors = self.state.fragment_value(p)
+        yield from self._fragment_messages(p, version, tensors)
+
+    def GetState(self, request: pb.StateRequest, context) -> Iterator[pb.FragmentChunk]:  # noqa: N802, ANN001
+        with self.cond:
+            values = [self.state.fragment_value(p) for p in range(len(self.fragments))]
+        for p, (version, tensors) in enumerate(values):
+            yield from self._fragment_messages(p, version, tensors)
+
+    def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:  # noqa: N802, ANN001
+        now = time.time()
+        with self.cond:
+            st = self.state
+            learners = [
+                pb.LearnerStatus(learner_id=r.learner_id, incarnation=r.incarnation, incarnation_index=r.incarnation_index,
+                                 active=r.active(now, st.policy.liveness_timeout_s), step=r.step, tokens=r.tokens,
+                                 last_seen_age_s=now - r.last_seen, merged_contributions=r.merged_contributions)
+                for r in st.learners.values()
+            ]
+            return pb.StatusReply(
+                syncer_incarnation=self.incarnation, mode=self.cfg.algorithm.mode, versions=list(st.versions),
+                merges=st.merges_total, tokens=st.tokens_total, token_budget=self.cfg.token_budget,
+                finished=self.done.is_set(), learners=learners,
+                last_merge_unix=[t if t is not None else 0.0 for t in st.last_merge_at],
+                eval_loss=self.eval_loss, eval_merges=self.eval_merges, loss_floor=self.loss_floor,
+                rejections=dict(st.rejections), restored_from_merges=st.restored_from_merges,
+            )
+
+    # ---- background work ---------------------------------------------------
+    def _checkpoint_locked(self) -> None:
+        t0 = time.monotonic()
+        arrays, meta = self.state.to_checkpoint()
+        meta["config_hash"] = self.config_hash
+        path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta)
+        self.log.emit(ev.Checkpoint(merges_total=self.state.merges_total, versions=list(self.state.versions),
+                                    path=str(path), seconds=time.monotonic() - t0,
+                                    params_finite=self.state.params_all_finite()))
+
+    def _merge_loop(self) -> None:
+        every_ckpt = self.cfg.syncer.checkpoint_every_merges
+        every_eval = self.cfg.syncer.eval_every_merges
+        while not self.stopping.is_set():
+            with self.cond:
+                now = time.time()
+                due = self.state.due_merges(now)
+                if not due:
+                    if self.state.finished and not self._finalized:
+                        self._finalize_locked()
+                        continue
+                    deadline = self.state.next_deadline(now)
+                    self.cond.wait(0.5 if deadline is None else min(max(deadline - now, 0.001), 0.5))
+                    continue
+                for p in due:
+                    t0 = time.monotonic()
+                    try:
+                        rec = self.state.merge(p, now)
+                    except FloatingPointError as err:
+                        self.record_reject("merge", RejectReason.NON_FINITE, str(err), fragment=p)
+                        continue
+                    self.state.observe_merge_seconds(time.monotonic() - t0)
+                    self.log.emit(ev.Merge(
+                        fragment=rec.fragment, version=rec.version, base_version=rec.base_version,
+                        participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation,
+                                                         weight=x.weight, c_steps=x.c_steps, c_tokens=x.c_tokens)
+                                      for x in rec.participants],
+                        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at,
+                        quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
+                        outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total,
+                        tokens_total=self.state.tokens_total))
+                    if rec.merges_total % every_ckpt == 0:
+                        self._checkpoint_locked()
+                    if rec.merges_total % every_eval == 0:
+                        self._request_eval_locked(final=False)
+                self.cond.notify_all()
+
+    def _request_eval_locked(self, final: bool) -> None:
+        self._eval_queue.put((self.state.merges_total, list(self.state.versions), self.state.copy_params(), final))
+
+    def _finalize_locked(self) -> None:
+        self._finalized = True
+        self._checkpoint_locked()
+        self.log.emit(ev.Finished(tokens_total=self.state.tokens_total, merges_total=self.state.merges_total,
+                                  versions=list(self.state.versions)))
+        self._request_eval_locked(final=True)
+
+    def _eval_loop(self) -> None:
+        while True:
+            item = self._eval_queue.get()
+            if item is None:
+                return
+            merges, versions, params, final = item
+            if not final and not self._eval_queue.empty():
+                continue  # a newer request is waiting: skip to it
+            loss = self.setup.evaluate(params, self._eval_set)
+            self.eval_loss, self.eval_merges = loss, merges
+            with self.cond:
+                tokens = self.state.tokens_total
+            self.log.emit(ev.Eval(merges_total=merges, versions=versions, loss=loss, loss_floor=self.loss_floor,
+                                  tokens_total=tokens, final=final))
+            if final:
+                self.done.set()
+
+    def all_left(self) -> bool:
+        with self.cond:
+            return all(r.left or not r.active(time.time(), self.state.policy.liveness_timeout_s)
+                       for r in self.state.learners.values())
+
+    def shutdown(self, why: str) -> None:
+        """Stop background work and write a final checkpoint (also on SIGTERM)."""
+        if self.stopping.is_set():
+            return
+        with self.cond:
+            self.stopping.set()
+            self.cond.notify_all()
+            self._checkpoint_locked()
+            versions, merges = list(self.state.versions), self.state.merges_total
+        self._eval_queue.put(None)
+        self.log.emit(ev.SyncerStop(why=why, versions=versions, merges_total=merges))
+        self.log.close()
+
+
+def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | None,
+          tls_cert: str | None = None, tls_key: str | None = None, exit_on_finish: bool = True,
+          max_workers: int = 64) -> tuple[grpc.Server, SyncerService, int]:
+    """Start the syncer's gRPC server; returns (server, service, bound port)."""
+    holder: dict[str, SyncerService] = {}
+
+    def on_reject(call: str, reason: RejectReason, detail: str) -> None:
+        if "svc" in holder:
+            holder["svc"].record_reject(call, reason, detail)
+
+    interceptors = [_AuthInterceptor(token, on_reject)] if token else []
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+                         interceptors=interceptors,
+                         options=[("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+                                  ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+                                  ("grpc.keepalive_permit_without_calls", 1)])
+    addr = f"{host}:{port}"
+    if tls_cert and tls_key:
+        creds = grpc.ssl_server_credentials([(open(tls_key, "rb").read(), open(tls_cert, "rb").read())])
+        bound = server.add_secure_port(addr, creds)
+    else:
+        bound = server.add_insecure_port(addr)
+    if bound == 0:
+        raise TrainerError(f"cannot listen on {addr}")
+    svc = SyncerService(cfg, run_dir, address=f"{host}:{bound}", exit_on_finish=exit_on_finish)
+    holder["svc"] = svc
+    pbg.add_SyncerServicer_to_server(svc, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    server.start()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, svc, bound
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainer.syncer", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", help="run config file (YAML/JSON); defaults when omitted")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    ap.add_argument("--run-dir", required=True, help="events/, checkpoints/ and syncer.json go here")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 picks a free port (written to RUN_DIR/syncer.json)")
+    ap.add_argument("--token-file", help="file holding the shared token (else $DILOCO_TOKEN)")
+    ap.add_argument("--insecure-no-auth", action="store_true", help="accept calls without a token (tests only)")
+    ap.add_argument("--tls-cert"), ap.add_argument("--tls-key")
+    ap.add_argument("--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.set)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
+    if not token and not args.insecure_no_auth:
+        print("error: no shared token: pass --token-file or set DILOCO_TOKEN (or --insecure-no-auth for tests)",
+              file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir)
+    server, svc, port = serve(cfg, run_dir, host=args.host, port=args.port, token=token or None,
+                              tls_cert=args.tls_cert, tls_key=args.tls_key)
+    info = run_dir / "syncer.json"
+    tmp = info.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation}))
+    os.replace(tmp, info)
+    stop = threading.Event()
+    why = ["signal"]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    finished_at: float | None = None
+    while not stop.wait(0.2):
+        if svc.done.is_set() and not args.no_exit_on_finish:
+            finished_at = finished_at or time.monotonic()
+            # Let learners collect their stop signal and leave; don't wait forever for dead ones.
+            if svc.all_left() or time.monotonic() - finished_at > 2 * cfg.syncer.liveness_timeout_s:
+                why[0] = "finished"
+                break
+    svc.shutdown(why[0])
+    server.stop(grace=1.0).wait(5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The pieces of inner training shared by learners, the syncer's evaluator and benchmarks.
+
+Example:
+    >>> from trainer.config import RunConfig
+    >>> setup = TrainingSetup.from_config(RunConfig())
+    >>> params = setup.init_params()
+    >>> state = setup.optimizer.init(params)
+    >>> batch = next(setup.batches(learner_id="learner-0", incarnation_index=0))
+    >>> params, state, loss = setup.train_step(params, state, batch)
+    >>> bool(loss > 0)
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from trainer import data as data_mod
+from trainer import model as model_mod
+from trainer.config import InnerSection, RunConfig
+
+Params = dict[str, jax.Array]
+
+
+def inner_optimizer(inner: InnerSection) -> optax.GradientTransformation:
+    """AdamW with linear warmup then a constant rate, after global-norm clipping.
+
+    Constant after warmup (no cosine decay) because under faults no learner
+    knows how many steps it will take; the run stops at a token budget.
+    """
+    schedule = optax.linear_schedule(0.0, inner.lr, max(inner.warmup_steps, 1)) if inner.warmup_steps else inner.lr
+    return optax.chain(
+        optax.clip_by_global_norm(inner.grad_clip),
+        optax.adamw(schedule, b1=inner.b1, b2=inner.b2, weight_decay=inner.weight_decay),
+    )
+
+
+def learner_seed_index(learner_id: str) -> int:
+    """A stable integer for a learner id (its data stream key)."""
+    return int.from_bytes(hashlib.sha256(learner_id.encode()).digest()[:4], "little")
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """Model, data source and optimizer of a run, all derived from the config's seed."""
+
+    config: RunConfig
+    model: model_mod.ModelConfig
+    source: data_mod.MarkovSource
+    optimizer: optax.GradientTransformation
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> "TrainingSetup":
+        mcfg = model_mod.MODEL_SIZES[config.model.size]
+        source = data_mod.MarkovSource.create(mcfg.vocab_size, config.data.order, config.data.concentration,
+                                              seed=config.seed)
+        return cls(config, mcfg, source, inner_optimizer(config.inner))
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.config.inner.batch_size * self.model.seq_len
+
+    def init_params(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in model_mod.init_params(self.model, self.config.seed).items()}
+
+    def batches(self, learner_id: str, incarnation_index: int) -> Iterator[np.ndarray]:
+        return data_mod.learner_batches(self.source, self.config.seed, learner_seed_index(learner_id),
+                                        incarnation_index, self.config.inner.batch_size, self.model.seq_len)
+
+    def eval_set(self) -> np.ndarray:
+        return data_mod.eval_set(self.source, self.config.seed, self.config.data.eval_batches,
+                                 self.config.inner.batch_size, self.model.seq_len)
+
+    def loss_floor(self) -> float:
+        return float(self.source.loss_floor(self.model.seq_len))
+
+    @property
+    def train_step(self):
+        return _train_step(self.model, self.optimizer)
+
+    @property
+    def eval_loss(self):
+        return _eval_loss(self.model)
+
+    def evaluate(self, params: dict[str, np.ndarray], eval_set: np.ndarray | None = None) -> float:
+        """Mean loss of ``params`` over the held-out eval set."""
+        batches = self.eval_set() if eval_set is None else eval_set
+        fn = self.eval_loss
+        jparams = {k: jnp.asarray(v) for k, v in params.items()}
+        return float(np.mean([float(fn(jparams, jnp.asarray(b))) for b in batches]))
+
+
+_STEP_CACHE: dict[tuple, object] = {}
+
+
+def _train_step(mcfg: model_mod.ModelConfig, tx: optax.GradientTransformation):
+    key = ("train", mcfg, id(tx))
+    if key not in _STEP_CACHE:
+        @jax.jit
+        def step(params: Params, opt_state, batch: jax.Array):
+            loss, grads = jax.value_and_grad(model_mod.loss_fn)(params, mcfg, batch)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
+        _STEP_CACHE[key] = (tx, step)  # keep tx alive so id() stays unique
+    return _STEP_CACHE[key][1]
+
+
+def _eval_loss(mcfg: model_mod.ModelConfig):
+    key = ("eval", mcfg)
+    if key not in _STEP_CACHE:
+        _STEP_CACHE[key] = jax.jit(lambda params, batch: model_mod.loss_fn(params, mcfg, batch))
+    return _STEP_CACHE[key]
