@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# spawn_key tags: distinct first elements make the derived streams disjoint.
+# spawn_key tags: a distinct first element gives each use its own independent stream.
 _SOURCE_TAG = 0
 _LEARNER_TAG = 1
 _EVAL_TAG = 2
@@ -51,10 +51,10 @@ def _stationary(transition: np.ndarray, vocab_size: int, order: int) -> np.ndarr
 
     Power iteration on the *lazy* chain ``(I + M) / 2`` (same stationary
     distribution, but aperiodic, so the iteration converges even for a
-    periodic ``M``).  The context-to-context step is done as an einsum on the
-    ``[V**(k-1), V] x [V]`` factorisation, never materialising the
-    ``V**k x V**k`` matrix: context ``(a, s)`` (oldest token ``a``, rest ``s``)
-    moves to ``(s, c)`` with probability ``P(c | a, s)``.
+    periodic ``M``).  One step of the context chain is a single einsum that
+    never materialises the ``V**k x V**k`` matrix ``M``: context ``(a, s)``
+    (oldest token ``a``, the ``k-1`` newer ones ``s``) moves to ``(s, c)``
+    with probability ``P(c | a, s)``.
     """
     v, k = vocab_size, order
     n_ctx = v**k

@@ -138,6 +138,8 @@ class SyncerService(pbg.SyncerServicer):
                          threading.Thread(target=self._eval_loop, name="eval", daemon=True)]
         for t in self._threads:
             t.start()
+        with self.cond:
+            self._request_eval_locked(final=False)  # the starting point every later eval is compared with
 
     # ---- helpers -----------------------------------------------------------
     def record_reject(self, call: str, reason: RejectReason, detail: str, learner_id: str = "",

@@ -1,0 +1,39 @@
+"""Helpers for tests: polling with a deadline, free ports, small run configs."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from trainer.config import RunConfig, build_config
+
+T = TypeVar("T")
+
+
+def wait_until(pred: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
+    """Poll ``pred`` until it returns something truthy; fail the test naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    last_err: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = pred()
+            if value:
+                return value
+        except Exception as err:  # noqa: BLE001 - transient (e.g. syncer restarting); report the last one
+            last_err = err
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_err})" if last_err else ""))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_config(**overrides: object) -> RunConfig:
+    """A tiny-model config; ``overrides`` are dotted keys, e.g. ``{"algorithm.num_learners": 1}``."""
+    sets = [f"{k}={v}" for k, v in overrides.items()]
+    return build_config({"model": {"size": "tiny"}}, "<test>", sets)

@@ -1,0 +1,135 @@
+"""Unit tests for trainer.core.grace (minimum quorum and the adaptive grace window).
+
+Times are plain floats: a fake clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.core.ema import Ema
+from trainer.core.grace import QuorumPolicy, Timing, grace_seconds, merge_time
+
+SETTINGS = settings(max_examples=100, deadline=None)
+
+
+def _timing(t_step: float, t_quorum: float, t_sync: float) -> Timing:
+    return Timing(t_step=Ema(value=t_step), t_quorum=Ema(value=t_quorum), t_sync=Ema(value=t_sync))
+
+
+def _policy(**kw) -> QuorumPolicy:
+    base = dict(min_quorum=2, grace_enabled=True, gamma=0.5, cap_s=1.0, overlap_steps=2)
+    base.update(kw)
+    return QuorumPolicy(**base)
+
+
+def test_slack_formula():
+    # slack = 2 * 0.3 - (0.1 + 0.05) = 0.45; grace = 0.5 * 0.45
+    assert grace_seconds(_policy(), _timing(0.3, 0.1, 0.05)) == pytest.approx(0.225)
+    # tau enters linearly
+    assert grace_seconds(_policy(overlap_steps=4), _timing(0.3, 0.1, 0.05)) == pytest.approx(0.5 * (1.2 - 0.15))
+
+
+@SETTINGS
+@given(
+    st.floats(min_value=0, max_value=10),
+    st.floats(min_value=0, max_value=10),
+    st.floats(min_value=0, max_value=10),
+    st.floats(min_value=0, max_value=0.99),
+    st.floats(min_value=0, max_value=5),
+    st.integers(min_value=0, max_value=8),
+)
+def test_grace_is_clamped_gamma_times_slack(t_step, t_quorum, t_sync, gamma, cap, tau):
+    p = _policy(gamma=gamma, cap_s=cap, overlap_steps=tau)
+    g = grace_seconds(p, _timing(t_step, t_quorum, t_sync))
+    slack = tau * t_step - (t_quorum + t_sync)
+    assert 0.0 <= g <= cap
+    assert g == pytest.approx(min(max(gamma * slack, 0.0), cap), abs=1e-12)
+
+
+def test_negative_slack_gives_zero():
+    assert grace_seconds(_policy(), _timing(0.1, 0.5, 0.5)) == 0.0
+
+
+def test_grace_is_capped():
+    assert grace_seconds(_policy(cap_s=0.25), _timing(10.0, 0.0, 0.0)) == 0.25
+
+
+def test_disabled_grace_is_zero():
+    assert grace_seconds(_policy(grace_enabled=False), _timing(10.0, 0.0, 0.0)) == 0.0
+
+
+def test_no_samples_yet_means_no_slack():
+    assert grace_seconds(_policy(), Timing()) == 0.0
+
+
+def test_merge_time_is_none_before_quorum():
+    p, t = _policy(min_quorum=2), _timing(1.0, 0.0, 0.0)
+    assert merge_time(p, t, quorum_at=None, contributions=0, active_learners=3) is None
+    assert merge_time(p, t, quorum_at=None, contributions=1, active_learners=3) is None
+    # contributions below K never merge, whatever quorum_at says
+    assert merge_time(p, t, quorum_at=5.0, contributions=1, active_learners=3) is None
+
+
+def test_merge_time_is_quorum_plus_grace_after_quorum():
+    p, t = _policy(min_quorum=2, cap_s=10.0), _timing(1.0, 0.2, 0.2)
+    grace = grace_seconds(p, t)
+    assert grace == pytest.approx(0.8)
+    assert merge_time(p, t, quorum_at=10.0, contributions=2, active_learners=4) == pytest.approx(10.8)
+
+
+def test_merge_is_immediate_when_every_active_learner_contributed():
+    p, t = _policy(min_quorum=2, cap_s=10.0), _timing(1.0, 0.0, 0.0)
+    assert grace_seconds(p, t) > 0
+    assert merge_time(p, t, quorum_at=7.0, contributions=3, active_learners=3) == 7.0
+    assert merge_time(p, t, quorum_at=7.0, contributions=3, active_learners=2) == 7.0
+
+
+def test_merge_time_without_grace_is_quorum_time():
+    p, t = _policy(grace_enabled=False), _timing(1.0, 0.0, 0.0)
+    assert merge_time(p, t, quorum_at=3.5, contributions=2, active_learners=5) == 3.5
+
+
+def test_docstring_example():
+    p = QuorumPolicy(min_quorum=1, grace_enabled=True, gamma=0.5, cap_s=1.0, overlap_steps=2)
+    t = _timing(0.1, 0.0, 0.05)
+    assert grace_seconds(p, t) == pytest.approx(0.075)
+    assert merge_time(p, t, quorum_at=10.0, contributions=1, active_learners=3) == pytest.approx(10.075)
+
+
+def test_timing_observations_update_the_right_average():
+    t = Timing(Ema(0.5), Ema(0.5), Ema(0.5))
+    t = t.observe_step(1.0).observe_step(3.0).observe_quorum(0.4).observe_sync(0.2)
+    assert t.t_step.value == pytest.approx(2.0)
+    assert t.t_quorum.value == pytest.approx(0.4)
+    assert t.t_sync.value == pytest.approx(0.2)
+
+
+def test_ema():
+    e = Ema(alpha=0.5)
+    assert e.value is None and e.get(7.0) == 7.0
+    e2 = e.update(2.0).update(4.0)
+    assert e2.value == pytest.approx(3.0)
+    assert e.value is None  # immutable
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(min_quorum=0), "min_quorum"),
+        (dict(min_quorum=-1), "min_quorum"),
+        (dict(gamma=1.0), "gamma"),
+        (dict(gamma=-0.1), "gamma"),
+        (dict(cap_s=-0.5), "cap_s"),
+    ],
+)
+def test_quorum_policy_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _policy(**kwargs)
+
+
+def test_quorum_policy_accepts_boundaries():
+    p = _policy(min_quorum=1, gamma=0.0, cap_s=0.0)
+    assert grace_seconds(p, _timing(10.0, 0.0, 0.0)) == 0.0
