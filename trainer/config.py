@@ -70,7 +70,7 @@ class AlgorithmSection(_Strict):
     mode: Mode = "decoupled"
     num_learners: int = Field(3, ge=1, description="M, learners the run is sized for")
     num_fragments: int = Field(4, ge=1, description="P")
-    sync_every: int = Field(8, ge=1, description="H, inner steps between two syncs of a fragment")
+    sync_every: int | None = Field(None, ge=1, description="H, inner steps between two syncs of a fragment (default 8)")
     overlap_steps: int | None = Field(None, ge=0, description="tau, steps a merged fragment may take to come back")
     min_quorum: int | None = Field(None, ge=1, description="K")
     grace: bool | None = None
@@ -105,6 +105,7 @@ class AlgorithmSection(_Strict):
             if given is not None and given != value:
                 raise ValueError(f"mode {self.mode!r} requires {name} = {value}, got {given}")
             object.__setattr__(self, name, value)
+        preset.setdefault("sync_every", 8)
         for name, value in preset.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)

@@ -302,7 +302,7 @@ def test_rejected_uploads_leave_state_untouched():
 
 
 def test_refused_non_finite_merge_leaves_optimizer_state_untouched():
-    # The sum of two finite float32 values overflows: merge() refuses the result.
+    # theta - lr * (g + mu * g) with finite theta = -3e38, g = 3e38 overflows float32: merge() refuses it.
     # A refused merge must not leave its outer gradient in the momentum buffer.
     s = make_state(num_learners=1, min_quorum=1, merge_rule="mean", outer_lr=0.7, outer_momentum=0.9,
                    params={"w": np.full(4, -3e38, np.float32)})
