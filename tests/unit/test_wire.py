@@ -24,7 +24,7 @@ SETTINGS = settings(max_examples=60, deadline=None)
 
 _f32 = hnp.arrays(
     np.float32,
-    hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6),
+    hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=6),
     elements=st.floats(width=32, allow_nan=True, allow_infinity=True),
 )
 _tensors = st.dictionaries(st.text(alphabet="abcdefghij/._", min_size=1, max_size=6), _f32, min_size=1, max_size=5)
@@ -60,6 +60,17 @@ def test_encode_chunk_assemble_decode_round_trip(tensors, chunk):
         np.testing.assert_array_equal(out[n], t)  # NaNs compare equal here, bit-exact values
         assert out[n].tobytes() == t.tobytes()
         assert out[n].flags.writeable
+
+
+@pytest.mark.parametrize("value", [np.float32(2.5), np.zeros((), np.float32) + 7.0])
+def test_scalar_tensor_round_trip_keeps_its_shape(value):
+    # A 0-d tensor (e.g. a learned scale) must come back 0-d: decode_tensors is the inverse of encode_tensors.
+    t = {"scale": np.asarray(value), "w": np.ones(2, np.float32)}
+    specs, payload = encode_tensors(t)
+    assert {s.name: s.shape for s in specs} == {"scale": (), "w": (2,)}
+    out = decode_tensors(specs, payload)
+    assert out["scale"].shape == ()
+    assert float(out["scale"]) == float(value)
 
 
 def test_explicit_order_is_kept():
