@@ -149,3 +149,14 @@ def test_loading_never_needs_pickle(tmp_path):
     path = save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
     with np.load(path, allow_pickle=False) as z:
         assert z["__meta__"].dtype == np.uint8
+
+
+@pytest.mark.parametrize("blob", [b"{not json", b"\xff\xfe\x00garbage"])
+def test_unparseable_metadata_is_skipped_like_any_corrupt_file(tmp_path, blob):
+    save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
+    bad = tmp_path / "ckpt-0000000002.npz"
+    np.savez(bad, __meta__=np.frombuffer(blob, dtype=np.uint8), w=np.ones(2))
+    with pytest.raises(CheckpointError, match=bad.name):
+        read_checkpoint(bad)
+    arrays, meta, path = load_latest(tmp_path)
+    assert meta["merges_total"] == 1 and path.name == "ckpt-0000000001.npz"
