@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,14 +72,15 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Arrays and metadata of one checkpoint; any corruption raises :class:`CheckpointError`."""
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as err:
+        if "__meta__" not in arrays:
+            raise CheckpointError(f"{path}: no metadata; not a diloco-chaos checkpoint")
+        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # JSON/Unicode errors are ValueErrors
         raise CheckpointError(f"{path}: unreadable checkpoint: {err}") from None
-    if "__meta__" not in arrays:
-        raise CheckpointError(f"{path}: no metadata; not a diloco-chaos checkpoint")
-    meta = json.loads(arrays.pop("__meta__").tobytes().decode())
     return arrays, meta
 
 

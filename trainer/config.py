@@ -77,7 +77,7 @@ class AlgorithmSection(_Strict):
     grace_gamma: float = Field(0.5, ge=0, lt=1)
     grace_cap_s: float = Field(1.0, ge=0)
     staggered: bool | None = None
-    merge_rule: Literal["rda", "mean"] = "rda"
+    merge_rule: Literal["rda", "mean"] | None = Field(None, description="rda (default) | mean; data-parallel: mean")
     outer_lr: float | None = Field(None, gt=0)
     outer_momentum: float | None = Field(None, ge=0, lt=1)
     nesterov: bool = True
@@ -99,13 +99,14 @@ class AlgorithmSection(_Strict):
         else:
             preset = {}
             required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True,
-                            sync_every=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=0)
+                            sync_every=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=0, merge_rule="mean")
         for name, value in required.items():
             given = getattr(self, name)
             if given is not None and given != value:
                 raise ValueError(f"mode {self.mode!r} requires {name} = {value}, got {given}")
             object.__setattr__(self, name, value)
         preset.setdefault("sync_every", 8)
+        preset.setdefault("merge_rule", "rda")
         for name, value in preset.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)

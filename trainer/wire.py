@@ -49,7 +49,11 @@ def crc32(data: bytes | memoryview) -> int:
 def encode_tensors(tensors: Mapping[str, np.ndarray], order: Sequence[str] | None = None) -> tuple[list[Spec], bytes]:
     """Specs and the concatenated little-endian bytes of ``tensors`` (sorted names by default)."""
     names = list(order) if order is not None else sorted(tensors)
-    arrays = [np.ascontiguousarray(np.asarray(tensors[n]), dtype=np.asarray(tensors[n]).dtype.newbyteorder("<")) for n in names]
+    arrays = []
+    for n in names:
+        x = np.asarray(tensors[n])
+        # ascontiguousarray promotes 0-d to 1-d: reshape keeps scalars scalar.
+        arrays.append(np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<")).reshape(x.shape))
     specs = [Spec(n, tuple(int(d) for d in a.shape), a.dtype.name) for n, a in zip(names, arrays)]
     return specs, b"".join(a.tobytes() for a in arrays)
 

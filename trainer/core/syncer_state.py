@@ -361,9 +361,11 @@ class SyncerState:
         weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
         rule: MergeRule = "mean" if set(frag.names) & set(self.policy.mean_tensors) else self.policy.merge_rule
         delta = merge_outer_gradients(vectors, weights, rule)
-        new_frag, self.opt_states[fragment] = outer_step(self.optimizer, self.opt_states[fragment], glob, delta)
+        new_frag, new_state = outer_step(self.optimizer, self.opt_states[fragment], glob, delta)
         if self.policy.validate_uploads and not all(np.all(np.isfinite(t)) for t in new_frag.values()):
+            # The round is dropped; parameters, versions and momentum stay as they were.
             raise FloatingPointError(f"merge of fragment {fragment} produced non-finite parameters; refusing it")
+        self.opt_states[fragment] = new_state
         self.params.update(new_frag)
         self.versions[fragment] += 1
         self.last_merge_at[fragment] = now
