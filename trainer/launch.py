@@ -54,6 +54,16 @@ THREAD_ENV: dict[str, str] = {
 }
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the launcher dies, so no process is orphaned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: stop_all() still cleans up on every normal exit path
+
+
 def learner_ids(n: int) -> list[str]:
     return [f"learner-{i}" for i in range(n)]
 
@@ -93,7 +103,7 @@ class LocalCluster:
             raise TrainerError(f"{name} is already running (pid {old.pid}); stop it first")
         log = open(self.run_dir / "logs" / f"{name}.log", "ab")
         proc = subprocess.Popen([self.python, *args], stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
         log.close()
         self.procs[name] = proc
         return proc
@@ -216,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    # SIGTERM unwinds like Ctrl-C, so train()'s cleanup runs on both.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     if run_dir.exists() and any(run_dir.iterdir()):
         print(f"error: {run_dir} is not empty; choose a new --run-dir", file=sys.stderr)
@@ -225,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; every process was stopped. Partial run: {run_dir}", file=sys.stderr)
+        return 130
     print(json.dumps({k: m[k] for k in ("final_eval_loss", "loss_floor", "merges", "tokens_total", "wall_s")}, indent=2))
     print(f"run directory: {run_dir}")
     return 0
