@@ -68,3 +68,17 @@ def test_launcher_sigkill_orphans_nothing(tmp_path):
     proc.kill()
     proc.communicate(timeout=30)
     wait_until(lambda: not _pids_of(run_dir), 30, "children to exit after the launcher was SIGKILLed")
+
+
+@pytest.mark.parametrize("mode,sets", [("sync-diloco", []), ("data-parallel", ["algorithm.sync_every=1"])])
+def test_synchronous_baselines_merge_every_learner_together(tmp_path, mode, sets):
+    run_dir = tmp_path / "run"
+    proc = _launch(run_dir, f"algorithm.mode={mode}", "token_budget=60000", *sets)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    merges = [e for e in read_events(run_dir / "events" / "syncer.jsonl") if e.kind == "merge"]
+    assert merges
+    # K = M: every merge before the final flush has all three learners.
+    assert all(len(m.participants) == 3 for m in merges[:-4]), [len(m.participants) for m in merges]
+    if mode == "data-parallel":
+        assert {m.rule for m in merges} == {"mean"}
