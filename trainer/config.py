@@ -26,7 +26,9 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import sys
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -218,3 +220,18 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"{source}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
     return build_config(data, source, overrides)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--config`` / ``--set`` flags every entry point shares."""
+    parser.add_argument("--config", help="run config file (YAML/JSON); defaults when omitted")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+
+
+def config_from_arguments(args: argparse.Namespace) -> RunConfig:
+    """Load the config the flags name; on a bad config print the error and exit with status 2."""
+    try:
+        return load_config(args.config, args.set)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -37,8 +37,8 @@ from pathlib import Path
 from trainer import events as ev
 from trainer.checkpoint import list_checkpoints
 from trainer.client import SyncClient
-from trainer.config import RunConfig, load_config
-from trainer.errors import ConfigError, TrainerError
+from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.errors import TrainerError
 from trainer.metrics import summarize_run
 from trainer.training import learner_seed_index
 
@@ -216,16 +216,11 @@ def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progre
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer.launch", description=__doc__.split("\n")[0])
-    ap.add_argument("--config", help="run config file (YAML/JSON); defaults when omitted")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    add_config_arguments(ap)
     ap.add_argument("--run-dir", help="where to write the run (default runs/<time>)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.set)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg = config_from_arguments(args)
     # SIGTERM unwinds like Ctrl-C, so train()'s cleanup runs on both.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")

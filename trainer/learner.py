@@ -33,11 +33,11 @@ import numpy as np
 
 from trainer import events as ev
 from trainer.client import FragmentValue, SyncClient
-from trainer.config import RunConfig, load_config
+from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason
 from trainer.core.schedule import FragmentSchedule
-from trainer.errors import ConfigError, SyncerUnavailable, TrainerError
+from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
 from trainer.training import TrainingSetup
 
@@ -318,19 +318,14 @@ class Learner:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer.learner", description=__doc__.split("\n")[0])
-    ap.add_argument("--config", help="run config file (YAML/JSON); defaults when omitted")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    add_config_arguments(ap)
     ap.add_argument("--id", required=True, help="learner id, stable across restarts (e.g. learner-0)")
     ap.add_argument("--syncer", required=True, help="HOST:PORT of the syncer (or of this learner's proxy)")
     ap.add_argument("--run-dir", required=True, help="events/ go here")
     ap.add_argument("--token-file", help="file holding the shared token (else $DILOCO_TOKEN)")
     ap.add_argument("--tls-ca", help="CA certificate to verify the syncer's TLS certificate")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.set)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

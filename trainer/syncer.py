@@ -36,7 +36,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from trainer import events as ev
 from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
-from trainer.config import RunConfig, load_config
+from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
@@ -407,8 +407,7 @@ def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | N
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer.syncer", description=__doc__.split("\n")[0])
-    ap.add_argument("--config", help="run config file (YAML/JSON); defaults when omitted")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    add_config_arguments(ap)
     ap.add_argument("--run-dir", required=True, help="events/, checkpoints/ and syncer.json go here")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port (written to RUN_DIR/syncer.json)")
@@ -417,11 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tls-cert"), ap.add_argument("--tls-key")
     ap.add_argument("--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.set)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
     if not token and not args.insecure_no_auth:
         print("error: no shared token: pass --token-file or set DILOCO_TOKEN (or --insecure-no-auth for tests)",

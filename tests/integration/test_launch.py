@@ -82,3 +82,13 @@ def test_synchronous_baselines_merge_every_learner_together(tmp_path, mode, sets
     assert all(len(m.participants) == 3 for m in merges[:-4]), [len(m.participants) for m in merges]
     if mode == "data-parallel":
         assert {m.rule for m in merges} == {"mean"}
+
+
+@pytest.mark.parametrize("module", ["trainer.launch", "trainer.syncer", "trainer.learner"])
+def test_bad_config_flag_exits_2_naming_the_field(tmp_path, module):
+    extra = {"trainer.launch": [], "trainer.syncer": ["--run-dir", str(tmp_path)],
+             "trainer.learner": ["--run-dir", str(tmp_path), "--id", "x", "--syncer", "127.0.0.1:1"]}[module]
+    out = subprocess.run([sys.executable, "-m", module, "--set", "algorithm.min_quorum=9", *extra], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "min_quorum" in out.stderr and "num_learners" in out.stderr
