@@ -30,11 +30,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer import events as ev
 from trainer.checkpoint import list_checkpoints
 from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
