@@ -54,22 +54,41 @@ def bare_loop(size: str, steps: int, seed: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def run_bare(size: str, steps: int, seed: int) -> float:
+def _pinned(cpus: set[int] | None):
+    """Pin this process (and so the children it starts next) to ``cpus``; returns the old set."""
+    old = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    return old
+
+
+def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> float:
     env = dict(os.environ, **THREAD_ENV)
-    out = subprocess.run([sys.executable, "-m", "benchmarks.learner_overhead", "--bare", "--size", size,
-                          "--steps", str(steps), "--seed", str(seed)], env=env, capture_output=True, text=True, check=True)
+    old = _pinned(cpus)
+    try:
+        out = subprocess.run([sys.executable, "-m", "benchmarks.learner_overhead", "--bare", "--size", size,
+                              "--steps", str(steps), "--seed", str(seed)],
+                             env=env, capture_output=True, text=True, check=True)
+    finally:
+        os.sched_setaffinity(0, old)
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def run_synced(size: str, steps: int, seed: int, workdir: Path) -> tuple[float, int]:
+def run_synced(size: str, steps: int, seed: int, workdir: Path, learner_cpus: set[int] | None,
+               syncer_cpus: set[int] | None) -> tuple[float, int]:
     cfg = build_config({"model": {"size": size}, "seed": seed, "token_budget": 10**12,
                         "algorithm": {"mode": "decoupled", "num_learners": 1, "num_fragments": 4, "sync_every": 8},
                         "learner": {"step_event_every": 10}})
     cluster = LocalCluster(cfg, workdir)
     path = workdir / "events" / "learner-0.jsonl"
     try:
-        cluster.start_syncer()
-        cluster.start_learner("learner-0")
+        old = _pinned(syncer_cpus)
+        try:
+            cluster.start_syncer()
+            _pinned(learner_cpus)
+            cluster.start_learner("learner-0")
+        finally:
+            os.sched_setaffinity(0, old)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             evs = [e for e in ev.read_events(path, strict=False) if isinstance(e, ev.Step)] if path.exists() else []
@@ -91,17 +110,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-pin", action="store_true",
+                    help="do not pin: learner, bare loop and syncer then share every core")
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default="benchmarks/results/learner_overhead.json")
     args = ap.parse_args(argv)
     if args.bare:
         print(bare_loop(args.size, args.steps, args.seed))
         return 0
+    cpus = sorted(os.sched_getaffinity(0))
+    # The syncer is another machine in a real deployment: give it its own core so
+    # the figure is the learner's own cost of syncing, not two processes sharing one core.
+    pin = not args.no_pin and len(cpus) >= 2
+    learner_cpus, syncer_cpus = ({cpus[0]}, set(cpus[1:])) if pin else (None, None)
     bare, synced, merges = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            bare.append(run_bare(args.size, args.steps, args.seed))
-            s, m = run_synced(args.size, args.steps, args.seed, Path(tmp) / f"run{r}")
+            bare.append(run_bare(args.size, args.steps, args.seed, learner_cpus))
+            s, m = run_synced(args.size, args.steps, args.seed, Path(tmp) / f"run{r}", learner_cpus, syncer_cpus)
             synced.append(s)
             merges.append(m)
             print(f"repeat {r}: bare {bare[-1]:.1f} steps/s, synced {synced[-1]:.1f} steps/s ({m} merges)", flush=True)
@@ -109,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"size": args.size, "steps": args.steps, "repeats": args.repeats, "seed": args.seed,
               "bare_steps_per_s": bare, "synced_steps_per_s": synced, "merges": merges,
               "median_bare": mb, "median_synced": ms, "overhead": 1 - ms / mb,
+              "learner_cpus": sorted(learner_cpus or cpus), "syncer_cpus": sorted(syncer_cpus or cpus),
               "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}"}
     print(f"\n| model | bare steps/s (median) | synced steps/s (median) | overhead |\n|---|---|---|---|\n"
           f"| {args.size} | {mb:.1f} | {ms:.1f} | {100 * (1 - ms / mb):.1f}% |")
