@@ -176,10 +176,11 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return tree
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def merge_trees(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` laid over ``base``, recursively for nested sections (neither is modified)."""
     out = dict(base)
     for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = merge_trees(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -193,7 +194,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
 
 def build_config(data: dict[str, Any], source: str = "<config>", overrides: list[str] | None = None) -> RunConfig:
     """Validate a config tree (plus overrides); errors name ``source`` and each bad field."""
-    tree = _merge(data, parse_overrides(overrides or []))
+    tree = merge_trees(data, parse_overrides(overrides or []))
     try:
         return RunConfig.model_validate(tree)
     except ValidationError as err:

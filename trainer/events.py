@@ -160,6 +160,7 @@ class LearnerStart(_Event):
     pid: int
     syncer: str
     config_hash: str
+    corrupt: str = ""  # "nan" / "garbage": a deliberately corrupt learner (fault injection), "" normally
 
 
 class LearnerJoin(_Event):

@@ -52,8 +52,10 @@ THREAD_ENV: dict[str, str] = {
 }
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(nice: int = 0) -> None:
     """In the child before exec: get SIGTERM if the launcher dies, so no process is orphaned."""
+    if nice:
+        os.nice(nice)
     try:
         import ctypes
 
@@ -76,6 +78,7 @@ class LocalCluster:
     python: str = sys.executable
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     syncer_address: str = ""
+    learner_nice: int = 0  # > 0 lowers learners' CPU priority below the syncer's
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -95,13 +98,13 @@ class LocalCluster:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], nice: int = 0) -> subprocess.Popen:
         old = self.procs.get(name)
         if old is not None and old.poll() is None:
             raise TrainerError(f"{name} is already running (pid {old.pid}); stop it first")
         log = open(self.run_dir / "logs" / f"{name}.log", "ab")
         proc = subprocess.Popen([self.python, *args], stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                                start_new_session=True, preexec_fn=_die_with_parent)
+                                start_new_session=True, preexec_fn=lambda: _die_with_parent(nice))
         log.close()
         self.procs[name] = proc
         return proc
@@ -121,12 +124,16 @@ class LocalCluster:
         self.syncer_address = json.loads(info.read_text())["address"]
         return self.syncer_address
 
-    def start_learner(self, learner_id: str, address: str | None = None, extra_sets: list[str] | None = None) -> subprocess.Popen:
+    def start_learner(self, learner_id: str, address: str | None = None, extra_sets: list[str] | None = None,
+                      corrupt: str | None = None) -> subprocess.Popen:
+        """Start a learner talking to ``address`` (default: the syncer; the chaos harness passes its proxy)."""
         args = ["-m", "trainer.learner", "--config", str(self.run_dir / "config.yaml"), "--id", learner_id,
                 "--syncer", address or self.syncer_address, "--run-dir", str(self.run_dir)]
         for s in extra_sets or []:
             args += ["--set", s]
-        return self._spawn(learner_id, args)
+        if corrupt:
+            args += ["--corrupt", corrupt]
+        return self._spawn(learner_id, args, nice=self.learner_nice)
 
     def client(self, timeout_s: float = 5.0) -> SyncClient:
         return SyncClient(self.syncer_address, self.token, timeout_s=timeout_s)

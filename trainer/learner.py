@@ -39,9 +39,29 @@ from trainer.core.reasons import RejectReason
 from trainer.core.schedule import FragmentSchedule
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
-from trainer.training import TrainingSetup
+from trainer.training import TrainingSetup, learner_seed_index
 
 REJOIN_REASONS = {RejectReason.UNKNOWN_LEARNER.value, RejectReason.LEFT_LEARNER.value}
+CORRUPT_MODES = ("nan", "garbage")
+
+
+def corrupted(arrays: dict[str, np.ndarray], mode: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """What a broken learner would send instead of ``arrays`` (fault injection for chaos tests).
+
+    ``nan`` fills every value with NaN (a diverged learner); ``garbage`` sends
+    random bit patterns of the right shape and dtype (corrupted memory: mostly
+    absurd magnitudes, some NaN/Inf).
+
+    >>> out = corrupted({"w": np.zeros(3, np.float32)}, "nan", np.random.default_rng(0))
+    >>> bool(np.isnan(out["w"]).all())
+    True
+    """
+    if mode == "nan":
+        return {n: np.full_like(a, np.nan) for n, a in arrays.items()}
+    if mode == "garbage":
+        return {n: rng.integers(0, 256, a.nbytes, dtype=np.uint8).view(a.dtype).reshape(a.shape)
+                for n, a in arrays.items()}
+    raise ValueError(f"unknown corrupt mode {mode!r}; expected one of {CORRUPT_MODES}")
 
 
 @dataclass
@@ -66,6 +86,7 @@ class Comm:
         self._want = [0] * len(fragments)  # fragment -> min version wanted (0: nothing)
         self._want_cv = threading.Condition()
         self.need_rejoin = threading.Event()
+        self._corrupt_rng = np.random.default_rng(learner.cfg.seed + learner_seed_index(learner.learner_id))
         self._down_since: float | None = None
         self._down_lock = threading.Lock()
         self.threads = [threading.Thread(target=self._upload_loop, name="upload", daemon=True),
@@ -110,6 +131,8 @@ class Comm:
             t0 = time.monotonic()
             # The outer gradient Θ(base) − θ is computed here, off the step loop.
             arrays = {n: job.base[n] - np.asarray(v) for n, v in job.local.items()}
+            if self.l.corrupt:
+                arrays = corrupted(arrays, self.l.corrupt, self._corrupt_rng)
             nbytes = sum(a.nbytes for a in arrays.values())
             try:
                 reply = self.client.upload(self.l.learner_id, self.l.incarnation, s.fragment, s.base_version, arrays,
@@ -182,8 +205,9 @@ class Learner:
     """One learner incarnation: join, fetch state, step, sync, stop."""
 
     def __init__(self, cfg: RunConfig, learner_id: str, syncer: str, token: str | None, run_dir: Path,
-                 tls_ca: str | None = None) -> None:
+                 tls_ca: str | None = None, corrupt: str | None = None) -> None:
         self.cfg = cfg
+        self.corrupt = corrupt
         self.learner_id = learner_id
         self.incarnation = uuid.uuid4().hex[:12]
         self.setup = TrainingSetup.from_config(cfg)
@@ -200,7 +224,7 @@ class Learner:
         self.fragments: list[list[str]] = []
         self._held: list[int] = []
         self.log.emit(ev.LearnerStart(learner_id=learner_id, learner_incarnation=self.incarnation, pid=os.getpid(),
-                                      syncer=syncer, config_hash=cfg.config_hash()))
+                                      syncer=syncer, config_hash=cfg.config_hash(), corrupt=corrupt or ""))
 
     def held_version(self, p: int) -> int:
         return self._held[p] if p < len(self._held) else -1
@@ -324,13 +348,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", required=True, help="events/ go here")
     ap.add_argument("--token-file", help="file holding the shared token (else $DILOCO_TOKEN)")
     ap.add_argument("--tls-ca", help="CA certificate to verify the syncer's TLS certificate")
+    ap.add_argument("--corrupt", choices=CORRUPT_MODES,
+                    help="fault injection: upload NaN or garbage instead of real updates (chaos tests)")
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    learner = Learner(cfg, args.id, args.syncer, token, Path(args.run_dir), tls_ca=args.tls_ca)
+    learner = Learner(cfg, args.id, args.syncer, token, Path(args.run_dir), tls_ca=args.tls_ca,
+                      corrupt=args.corrupt)
     try:
         learner.run(stop)
     except TrainerError as err:

@@ -216,6 +216,11 @@ class SyncerService(pbg.SyncerServicer):
                                         h.c_steps, h.c_tokens, upload_seconds=seconds)
             with self.cond:
                 res = self.state.submit(contribution, time.time())
+                # Logged inside the lock: the history then shows every upload before the merge that used it.
+                self.log.emit(ev.Upload(learner_id=h.learner_id, learner_incarnation=h.incarnation,
+                                        fragment=h.fragment, base_version=h.base_version, bytes=h.total_bytes,
+                                        seconds=seconds, c_steps=h.c_steps, c_tokens=h.c_tokens,
+                                        duplicate=res.duplicate))
                 self.cond.notify_all()
         except Rejected as r:
             lid, frag, base = (h.learner_id, h.fragment, h.base_version) if h is not None else ("", -1, -1)
@@ -223,9 +228,6 @@ class SyncerService(pbg.SyncerServicer):
             with self.cond:
                 current = self.state.versions[frag] if 0 <= frag < len(self.state.versions) else -1
             return pb.UploadReply(accepted=False, reason=r.reason.value, detail=r.detail, current_version=current)
-        self.log.emit(ev.Upload(learner_id=h.learner_id, learner_incarnation=h.incarnation, fragment=h.fragment,
-                                base_version=h.base_version, bytes=h.total_bytes, seconds=seconds,
-                                c_steps=h.c_steps, c_tokens=h.c_tokens, duplicate=res.duplicate))
         return pb.UploadReply(accepted=True, current_version=res.current_version, duplicate=res.duplicate)
 
     def _fragment_messages(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> Iterator[pb.FragmentChunk]:

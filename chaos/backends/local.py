@@ -1,0 +1,167 @@
+"""The local backend: syncer and learners as child processes, each learner's link through its own proxy.
+
+Topology::
+
+    learner-i ──> Toxiproxy proxy "<tag>-learner-i" (127.0.0.1:p_i) ──> syncer (127.0.0.1:port)
+
+The syncer keeps one port for the whole run so a restarted syncer is found
+behind the same proxies. Implements :class:`faults.base.Cluster`, so every
+fault drives it; :meth:`teardown` removes this run's proxies (and so every
+toxic on them) and stops every process, whatever state the run is in.
+
+Example:
+    with LocalBackend(cfg, run_dir, toxiproxy) as cluster:
+        cluster.bring_up()
+        ...
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from chaos.errors import RunError
+from faults.base import SYNCER
+from faults.errors import FaultError, TargetError
+from faults.toxiproxy import ProxySpec, Toxiproxy
+from trainer.client import RetryPolicy, SyncClient
+from trainer.config import RunConfig
+from trainer.errors import TrainerError
+from trainer.launch import LocalCluster, learner_ids
+
+
+LEARNER_NICE = 5
+
+
+def free_port_hint() -> int:
+    """A port free right now (the OS may reuse it later; starting the listener soon keeps that unlikely)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalBackend:
+    """Local processes behind Toxiproxy; the Cluster every fault acts on."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str = "chaos") -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self._toxiproxy = toxiproxy
+        self.tag = tag
+        # Learners run niced: the syncer stands for another machine, and a restarted syncer must not
+        # take 15 s to import JAX because three learners hold both cores (measured before this).
+        self.procs = LocalCluster(config, self.run_dir, learner_nice=LEARNER_NICE)
+        self.port = free_port_hint()
+        self.proxy_ports: dict[str, int] = {}
+        self._ids = learner_ids(config.algorithm.num_learners)
+        self.corrupt: dict[str, str | None] = {}
+
+    # ---- faults.base.Cluster ------------------------------------------------
+    def learners(self) -> list[str]:
+        return list(self._ids)
+
+    @property
+    def toxiproxy(self) -> Toxiproxy:
+        return self._toxiproxy
+
+    def proxy(self, learner_id: str) -> str:
+        if learner_id not in self._ids:
+            raise TargetError(f"unknown learner {learner_id!r}; this cluster has {self._ids}")
+        return f"{self.tag}-{learner_id}"
+
+    def alive(self, unit: str) -> bool:
+        self._known(unit)
+        return self.procs.alive(unit)
+
+    def signal(self, unit: str, sig: int) -> bool:
+        self._known(unit)
+        if not self.procs.alive(unit):
+            return False
+        try:
+            self.procs.signal(unit, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def start(self, unit: str, *, corrupt: str | None = None) -> None:
+        self._known(unit)
+        self._reap(unit)
+        if unit == SYNCER:
+            try:
+                self.procs.start_syncer(port=self.port)
+            except TrainerError as err:
+                raise FaultError(f"restarting the syncer failed: {err}") from None
+            return
+        self.corrupt[unit] = corrupt
+        address = f"127.0.0.1:{self.proxy_ports[unit]}"
+        self.procs.start_learner(unit, address=address, corrupt=corrupt)
+
+    def stop(self, unit: str, timeout_s: float = 10.0) -> None:
+        self._known(unit)
+        if not self.procs.alive(unit):
+            return
+        self.signal(unit, signal.SIGCONT)  # a paused process cannot handle SIGTERM
+        self.signal(unit, signal.SIGTERM)
+        try:
+            self.procs.procs[unit].wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.signal(unit, signal.SIGKILL)
+            self.procs.procs[unit].wait(10)
+
+    # ---- lifecycle -------------------------------------------------------------
+    def bring_up(self) -> None:
+        """Start the syncer, one proxy per learner, then the learners (through their proxies)."""
+        self.start(SYNCER)
+        specs = []
+        for lid in self._ids:
+            self.proxy_ports[lid] = free_port_hint()
+            specs.append(ProxySpec(name=self.proxy(lid), listen=f"127.0.0.1:{self.proxy_ports[lid]}",
+                                   upstream=f"127.0.0.1:{self.port}", enabled=True))
+        self._toxiproxy.populate(specs)
+        for lid in self._ids:
+            self.start(lid)
+
+    def client(self, timeout_s: float = 0.5) -> SyncClient:
+        """A direct (unproxied) client for the controller's status polls: one quick try, never a stall."""
+        return SyncClient(f"127.0.0.1:{self.port}", self.procs.token, timeout_s=timeout_s,
+                          retry=RetryPolicy(attempts=1))
+
+    def exit_codes(self) -> dict[str, int | None]:
+        return {n: p.poll() for n, p in self.procs.procs.items()}
+
+    def teardown(self) -> dict[str, object]:
+        """Remove this run's proxies (with their toxics) and stop every process; never raises."""
+        problems: list[str] = []
+        for lid in self._ids:
+            try:
+                self._toxiproxy.delete_proxy(self.proxy(lid))
+            except FaultError as err:
+                problems.append(f"proxy {self.proxy(lid)}: {err}")
+        codes = self.procs.stop_all()
+        self.procs.finalize()
+        return {"exit_codes": codes, "problems": problems}
+
+    def __enter__(self) -> "LocalBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    # ---- helpers -----------------------------------------------------------------
+    def _known(self, unit: str) -> None:
+        if unit != SYNCER and unit not in self._ids:
+            raise TargetError(f"unknown unit {unit!r}; this cluster has {[SYNCER, *self._ids]}")
+
+    def _reap(self, unit: str, timeout_s: float = 10.0) -> None:
+        """Wait for a killed process to be gone before its successor starts."""
+        p = self.procs.procs.get(unit)
+        if p is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while p.poll() is None:
+            if time.monotonic() > deadline:
+                raise RunError(f"{unit} (pid {p.pid}) is still running; cannot start another")
+            time.sleep(0.02)

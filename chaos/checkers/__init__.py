@@ -1,0 +1,34 @@
+"""Checkers: pure functions from a run's history to a verdict (pass / fail / indeterminate, with evidence).
+
+Example:
+    verdicts = run_checks(CheckInput(history, facts, scenario.checks, baseline_final_loss=2.71))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chaos.checkers.base import CheckInput, RunFacts, Verdict
+from chaos.checkers.durability import check_durability
+from chaos.checkers.goodput import check_goodput
+from chaos.checkers.liveness import check_liveness
+from chaos.checkers.parity import check_parity
+from chaos.checkers.reintegration import check_reintegration
+from chaos.checkers.safety import check_safety
+
+CHECKERS: dict[str, Callable[[CheckInput], Verdict]] = {
+    "liveness": check_liveness,
+    "reintegration": check_reintegration,
+    "parity": check_parity,
+    "durability": check_durability,
+    "safety": check_safety,
+    "goodput": check_goodput,
+}
+
+
+def run_checks(inp: CheckInput) -> list[Verdict]:
+    """Every enabled check of the scenario, in a fixed order."""
+    return [fn(inp) for name, fn in CHECKERS.items() if getattr(inp.checks, name).enabled]
+
+
+__all__ = ["CHECKERS", "CheckInput", "RunFacts", "Verdict", "run_checks"]

@@ -1,0 +1,103 @@
+"""What every checker shares: the verdict type, the run facts it reads, and who was unavailable when.
+
+A checker is a pure function ``(CheckInput) -> Verdict``: no I/O, no clock.
+Three answers, as in Jepsen: ``pass``, ``fail``, and ``indeterminate`` when
+the history cannot decide (e.g. the run ended before a healed learner had
+time to contribute). Every verdict carries its evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from chaos.history import FaultWindow, History, Phase
+from chaos.scenario import Checks
+from faults.base import SYNCER
+from trainer import events as ev
+
+Status = Literal["pass", "fail", "indeterminate"]
+
+# Faults that take a learner out of training until it uploads again.
+REMOVES_LEARNER = frozenset({"kill", "stop", "pause", "partition", "link_down", "corrupt", "data_limit", "reset_peer"})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    status: Status
+    summary: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "summary": self.summary, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """The run's configuration facts checkers need (from the scenario's cluster config)."""
+
+    learners: tuple[str, ...]
+    min_quorum: int
+    checkpoint_every_merges: int
+    num_fragments: int = 1
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    history: History
+    facts: RunFacts
+    checks: Checks
+    baseline_final_loss: float | None  # None: no baseline (parity is then indeterminate)
+
+    @property
+    def steady(self) -> float | None:
+        p = self.history.phase("steady")
+        return p.ts if isinstance(p, Phase) else None
+
+    @property
+    def finish(self) -> float:
+        """When training ended: the syncer's ``finished`` event, else the last event of the run."""
+        done = self.history.of(ev.Finished)
+        return done[0].ts if done else self.history.end
+
+
+def removes_learner(w: FaultWindow) -> bool:
+    if w.kind not in REMOVES_LEARNER:
+        return False
+    # One-way loss of replies still delivers uploads: the learner keeps contributing.
+    direction = w.params.get("direction")
+    return not (w.kind in ("partition", "data_limit") and direction == "from_syncer")
+
+
+def first_upload_after(history: History, learner: str, t: float) -> float | None:
+    return next((u.ts for u in history.of(ev.Upload) if u.learner_id == learner and u.ts >= t), None)
+
+
+def unavailable_intervals(history: History, learners: tuple[str, ...]) -> tuple[dict[str, list[tuple[float, float]]],
+                                                                                 list[tuple[float, float]]]:
+    """Per learner, when a fault kept it from contributing; and when the syncer was down.
+
+    A removed learner counts as back at its first upload after the heal (restart,
+    JIT and state fetch included); a crashed syncer at its next start.
+    """
+    end = history.end
+    per: dict[str, list[tuple[float, float]]] = {lid: [] for lid in learners}
+    syncer: list[tuple[float, float]] = []
+    starts = [e.ts for e in history.of(ev.SyncerStart)]
+    for w in history.fault_windows():
+        if w.kind == "syncer_crash" or (w.kind in ("kill", "stop", "pause") and SYNCER in w.targets):
+            back = next((t for t in starts if w.end is not None and t >= w.end), end) if w.end is not None else end
+            syncer.append((w.start, back))
+        if not removes_learner(w):
+            continue
+        for lid in w.targets:
+            if lid not in per:
+                continue
+            back = (first_upload_after(history, lid, w.end) or end) if w.end is not None else end
+            per[lid].append((w.start, back))
+    return per, syncer
+
+
+def covered(t: float, intervals: list[tuple[float, float]]) -> bool:
+    return any(a <= t < b for a, b in intervals)

@@ -1,0 +1,39 @@
+"""Goodput: the fraction of learner compute (tokens trained) that ended up in merges."""
+
+from __future__ import annotations
+
+from chaos.checkers.base import CheckInput, Verdict
+from trainer import events as ev
+
+
+def trained_tokens(events: list[ev.Event]) -> dict[str, int]:
+    """Tokens each learner trained, summed over its incarnations (each restarts its counter at zero)."""
+    per: dict[str, int] = {}
+    current: dict[str, int] = {}
+    for e in events:
+        if isinstance(e, ev.LearnerStart):
+            per[e.learner_id] = per.get(e.learner_id, 0) + current.pop(e.learner_id, 0)
+        elif isinstance(e, (ev.Step, ev.LearnerStop)):
+            current[e.source] = max(current.get(e.source, 0), e.tokens)
+    for lid, t in current.items():
+        per[lid] = per.get(lid, 0) + t
+    return per
+
+
+def check_goodput(inp: CheckInput) -> Verdict:
+    need = inp.checks.goodput.min
+    trained = trained_tokens(inp.history.events)
+    merged: dict[str, int] = {}
+    # A contribution's c_tokens counts the tokens since that fragment's last sync, so every trained
+    # token is contributed once per fragment: divide by P to compare with tokens trained.
+    p_count = inp.facts.num_fragments
+    for m in inp.history.of(ev.Merge):
+        for p in m.participants:
+            merged[p.learner_id] = merged.get(p.learner_id, 0) + p.c_tokens // p_count
+    total = sum(trained.values())
+    if total == 0:
+        return Verdict("goodput", "indeterminate", "no learner trained any tokens")
+    frac = sum(merged.values()) / total
+    evidence = {"goodput": round(frac, 4), "min": need, "trained_tokens": trained, "merged_tokens": merged}
+    status = "pass" if frac >= need else "fail"
+    return Verdict("goodput", status, f"{frac:.1%} of trained tokens were merged (minimum {need:.0%})", evidence)

@@ -1,0 +1,60 @@
+"""Reintegration: every learner a fault took out contributes a merged update within a bound after its heal.
+
+"Contributes" means: appears as a participant of a merge after the heal. For a
+syncer crash every learner must be merged again after the restart. A fault
+that was never healed (e.g. a kill with ``restart: false``) fails: that
+learner never came back.
+"""
+
+from __future__ import annotations
+
+from chaos.checkers.base import CheckInput, Verdict, removes_learner
+from faults.base import SYNCER
+from trainer import events as ev
+
+
+def check_reintegration(inp: CheckInput) -> Verdict:
+    within = inp.checks.reintegration.within_s
+    merges = inp.history.of(ev.Merge)
+    finish = inp.finish
+    rows: list[dict] = []
+    for w in inp.history.fault_windows():
+        if w.kind == "syncer_crash" or SYNCER in w.targets:
+            who = list(inp.facts.learners)
+        elif removes_learner(w):
+            who = [t for t in w.targets if t in inp.facts.learners]
+        else:
+            continue
+        for lid in who:
+            row = {"fault_id": w.fault_id, "kind": w.kind, "learner": lid}
+            if w.end is None or not w.healed or w.params.get("restart") is False:
+                row.update(status="fail", why="never healed: the learner was not brought back")
+                rows.append(row)
+                continue
+            back = next((m.ts for m in merges if m.ts >= w.end and any(p.learner_id == lid for p in m.participants)),
+                        None)
+            if back is not None:
+                took = back - w.end
+                row.update(seconds=round(took, 3), status="pass" if took <= within else "fail",
+                           why="" if took <= within else f"merged again only after {took:.1f}s")
+            elif finish - w.end < within:
+                row.update(status="indeterminate", why=f"the run ended {finish - w.end:.1f}s after the heal, "
+                                                       f"before the {within}s bound")
+            else:
+                row.update(status="fail", why=f"no merge included it in the {finish - w.end:.1f}s after the heal")
+            rows.append(row)
+    evidence = {"within_s": within, "learners": rows}
+    if not rows:
+        return Verdict("reintegration", "pass", "no fault took a learner out; nothing to reintegrate", evidence)
+    failed = [r for r in rows if r["status"] == "fail"]
+    if failed:
+        r = failed[0]
+        return Verdict("reintegration", "fail", f"{len(failed)} of {len(rows)} reintegrations failed; first: "
+                                                f"{r['learner']} after {r['fault_id']} ({r['kind']}): {r['why']}",
+                       evidence)
+    if any(r["status"] == "indeterminate" for r in rows):
+        return Verdict("reintegration", "indeterminate",
+                       "some learners had no time to contribute before the run ended", evidence)
+    worst = max(r["seconds"] for r in rows)
+    return Verdict("reintegration", "pass", f"{len(rows)} reintegrations, slowest {worst:.1f}s (limit {within}s)",
+                   evidence)

@@ -1,0 +1,150 @@
+"""``diloco-chaos``: run, list, validate and report chaos scenarios.
+
+    diloco-chaos list
+    diloco-chaos validate my-scenario.yaml [more.yaml ...]
+    diloco-chaos run kill-and-rejoin [--out runs/chaos/k] [--seed 7] [--set cluster.token_budget=600000]
+    diloco-chaos report runs/chaos/k
+
+Exit codes: 0 every check passed; 1 a check failed (or could not decide);
+2 the run could not be done: invalid scenario, a process would not start,
+the run timed out, or it was interrupted (everything is healed and stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chaos.errors import ChaosError, ScenarioError
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+
+def _load(name_or_path: str, seed: int | None = None, sets: list[str] | None = None) -> Any:
+    from chaos.scenario import load_scenario, parse_scenario, resolve
+    from trainer.config import merge_trees, parse_overrides
+    from trainer.errors import ConfigError
+
+    path = resolve(name_or_path)
+    if seed is None and not sets:
+        return load_scenario(path)
+    load_scenario(path)  # validate the file as written first: its errors name its own fields
+    tree = yaml.safe_load(path.read_text())
+    try:
+        extra = parse_overrides(sets or [])
+    except ConfigError as err:
+        raise ScenarioError(str(err)) from None
+    tree = merge_trees(tree, extra)
+    if seed is not None:
+        tree["seed"] = seed
+    return parse_scenario(tree, f"{path} (with --set/--seed)")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from chaos.scenario import builtin_scenarios, load_scenario
+
+    for name, path in builtin_scenarios().items():
+        s = load_scenario(path)
+        print(f"{name:22s} {' '.join(s.description.split())}")
+    return EXIT_PASS
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from chaos.schedules import plan
+
+    code = EXIT_PASS
+    for item in args.scenarios:
+        try:
+            s = _load(item)
+        except ScenarioError as err:
+            print(err, file=sys.stderr)
+            code = EXIT_ERROR
+            continue
+        faults = plan(s)
+        print(f"{item}: ok — {s.cluster.algorithm.num_learners} learners, {len(faults)} fault(s), "
+              f"checks: {', '.join(n for n, c in s.checks if c.enabled)}")
+    return code
+
+
+def _print_verdicts(report: dict[str, Any]) -> None:
+    for v in report["verdicts"]:
+        print(f"  {v['status'].upper():13s} {v['name']:14s} {v['summary']}")
+    print(f"{report['status'].upper()}: {report['run_dir']}/report.md")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from chaos.controller import RunOptions, run_scenario
+
+    s = _load(args.scenario, args.seed, args.set)
+    out = Path(args.out or f"runs/chaos/{s.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    opts = RunOptions(out, toxiproxy_url=args.toxiproxy_url, baseline=not args.no_baseline,
+                      progress=None if args.quiet else lambda m: print(m, flush=True))
+    if args.baseline_cache:
+        opts.baseline_cache = Path(args.baseline_cache)
+    result = run_scenario(s, opts)
+    _print_verdicts(result.report)
+    return result.exit_code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from chaos.controller import analyse
+    from chaos.scenario import parse_scenario
+
+    run_dir = Path(args.run_dir)
+    spath = run_dir / "scenario.json"
+    if not spath.exists():
+        raise ChaosError(f"{run_dir}: no scenario.json; is this a diloco-chaos run directory?")
+    scenario = parse_scenario(json.loads(spath.read_text()), str(spath))
+    bpath = run_dir / "baseline.json"
+    baseline = json.loads(bpath.read_text()) if bpath.exists() else None
+    result = analyse(scenario, run_dir, baseline)
+    _print_verdicts(result.report)
+    return result.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="diloco-chaos", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.split("\n")[2:]))
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the built-in scenarios").set_defaults(fn=cmd_list)
+    v = sub.add_parser("validate", help="validate scenario files without running anything")
+    v.add_argument("scenarios", nargs="+", metavar="SCENARIO")
+    v.set_defaults(fn=cmd_validate)
+    r = sub.add_parser("run", help="run a scenario: baseline (cached), chaos run, checks, report")
+    r.add_argument("scenario", metavar="SCENARIO", help="a built-in name (see list) or a scenario file")
+    r.add_argument("--out", help="run directory (default runs/chaos/<name>-<time>)")
+    r.add_argument("--seed", type=int, help="override the scenario's schedule seed")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field, e.g. cluster.algorithm.min_quorum=3 (repeatable)")
+    r.add_argument("--toxiproxy-url", help="use this Toxiproxy server instead of starting one")
+    r.add_argument("--no-baseline", action="store_true", help="skip the fault-free run (parity: indeterminate)")
+    r.add_argument("--baseline-cache", help="where baselines are cached (default .cache/diloco-chaos/baselines)")
+    r.add_argument("--quiet", action="store_true", help="no live progress")
+    r.set_defaults(fn=cmd_run)
+    rep = sub.add_parser("report", help="re-run the checks and rewrite the reports of a run directory")
+    rep.add_argument("run_dir", metavar="RUN_DIR")
+    rep.set_defaults(fn=cmd_report)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ChaosError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

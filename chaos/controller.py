@@ -1,0 +1,373 @@
+"""The controller: baseline, bring-up, schedule, always-heal, collect, check, report.
+
+Lifecycle of :func:`run_scenario` (Chaos Toolkit's, with its users' complaints fixed)::
+
+    validate (already done: a Scenario is valid by construction)
+    baseline   the same cluster without faults, cached by config hash
+    bring_up   Toxiproxy, one proxy per learner, syncer, learners
+    steady     wait for the first merge; schedule times count from here
+    schedule   inject / heal faults by time or merge count, recording each step
+    finished   the syncer reached the token budget
+    teardown   heal what is active, delete this run's proxies, stop every process;
+               runs on every exit path, SIGINT/SIGTERM and exceptions included
+    check      pure checkers over the history; report.json, report.md, timeline.png
+
+Exit codes: 0 every check passed, 1 a check failed or could not decide, 2 the
+run could not be done (or was interrupted).
+
+Example:
+    result = run_scenario(load_scenario("chaos/scenarios/kill-one-learner.yaml"), RunOptions(Path("runs/k1")))
+    print(result.exit_code, [v.status for v in result.verdicts])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.backends.local import LocalBackend
+from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
+from chaos.errors import ChaosError, RunError
+from chaos.history import FaultOp, History, Phase, PlanRecord, Recorder
+from chaos.schedules import Planned, plan
+from chaos.scenario import Scenario
+from faults.base import Fault
+from faults.errors import FaultError
+from faults.toxiproxy import Toxiproxy, ToxiproxyServer
+from trainer.errors import TrainerError
+from trainer.metrics import summarize_run
+
+# Faults whose heal (re)starts processes: once training has finished there is nothing to restart into.
+RESTARTING = frozenset({"kill", "stop", "corrupt", "syncer_crash"})
+DEFAULT_CACHE = Path(".cache/diloco-chaos/baselines")
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    toxiproxy_url: str | None = None  # None: start our own server for this run
+    baseline: bool = True
+    baseline_cache: Path = DEFAULT_CACHE
+    progress: Callable[[str], None] | None = print
+    steady_timeout_s: float = 240.0
+    poll_s: float = 0.1
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    exit_code: int
+    status: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Active:
+    planned: Planned
+    fault: Fault
+    started: float  # seconds after steady
+
+
+class Interrupted(ChaosError):
+    """SIGINT or SIGTERM arrived; everything was healed and stopped."""
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C while a run is in progress (only possible from the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def toxiproxy_for(opts: RunOptions, log_path: Path) -> Iterator[Toxiproxy]:
+    """The Toxiproxy server given by URL, or one started (and always stopped) for this run."""
+    if opts.toxiproxy_url:
+        client = Toxiproxy(opts.toxiproxy_url)
+        client.version()  # fail now, with the URL in the message, not at the first fault
+        yield client
+        return
+    with ToxiproxyServer(log_path=log_path) as server:  # entering starts it; leaving stops it
+        yield server.client()
+
+
+class _Execution:
+    """One cluster run with a plan (empty for a baseline); heals and tears down on every exit path."""
+
+    def __init__(self, scenario: Scenario, run_dir: Path, toxi: Toxiproxy, planned: list[Planned],
+                 opts: RunOptions, label: str) -> None:
+        self.scenario = scenario
+        self.run_dir = run_dir
+        self.planned = planned
+        self.opts = opts
+        self.label = label
+        self.recorder = Recorder(run_dir / "controller.jsonl")
+        tag = f"{scenario.name}-{label}-{uuid.uuid4().hex[:6]}"
+        self.backend = LocalBackend(scenario.cluster, run_dir, toxi, tag=tag)
+        self.toxi = toxi
+        self.active: dict[str, _Active] = {}
+        self.steady_at: float | None = None
+        self.merges = 0
+        self.status_line = ""
+
+    def say(self, msg: str) -> None:
+        if self.opts.progress:
+            self.opts.progress(f"[{self.label}] {msg}")
+
+    # ---- fault steps, each recorded as invoke then ok / fail -----------------------
+    def _record(self, p: Planned, fault: Fault, action: str, outcome: str, evidence: dict | None = None,
+                error: str = "") -> None:
+        self.recorder.add(FaultOp(fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
+                                  targets=list(p.targets), params=p.to_json()["params"], evidence=evidence or {},
+                                  error=error, description=fault.describe()))
+
+    def inject(self, p: Planned, rel: float) -> None:
+        fault = p.build()
+        self._record(p, fault, "inject", "invoke")
+        self.active[p.fault_id] = _Active(p, fault, rel)
+        try:
+            evidence = fault.inject(self.backend)
+        except (FaultError, TrainerError, ChaosError) as err:
+            self._record(p, fault, "inject", "fail", error=str(err))
+            self.say(f"inject {p.fault_id} failed: {err}")
+            return
+        self._record(p, fault, "inject", "ok", evidence)
+        self.say(f"+{rel:.1f}s inject {p.fault_id}: {fault.describe()}")
+
+    def heal(self, a: _Active, why: str = "") -> None:
+        p, fault = a.planned, a.fault
+        self.active.pop(p.fault_id, None)
+        self._record(p, fault, "heal", "invoke", {"why": why} if why else None)
+        if why == "run finished" and p.kind in RESTARTING:
+            self._record(p, fault, "heal", "ok", {"skipped": "training finished; teardown stops every process"})
+            return
+        try:
+            evidence = fault.heal(self.backend)
+        except (FaultError, TrainerError, ChaosError) as err:
+            self._record(p, fault, "heal", "fail", error=str(err))
+            self.say(f"heal {p.fault_id} failed: {err}")
+            return
+        self._record(p, fault, "heal", "ok", evidence)
+        self.say(f"heal {p.fault_id}" + (f" ({why})" if why else ""))
+
+    # ---- the run -------------------------------------------------------------------
+    def execute(self) -> None:
+        self.recorder.add(PlanRecord(scenario=self.scenario.name, seed=self.scenario.seed,
+                                     faults=[p.to_json() for p in self.planned]))
+        try:
+            self.recorder.add(Phase(name="bring_up"))
+            try:
+                self.backend.bring_up()
+            except (TrainerError, FaultError) as err:
+                raise RunError(f"bring-up failed: {err}; see {self.run_dir / 'logs'}") from None
+            self._wait_steady()
+            self._loop()
+        finally:
+            self._teardown()
+
+    def _poll_status(self, client: Any) -> Any:
+        try:
+            st = client.status()
+        except (TrainerError, Exception):  # noqa: BLE001 - the syncer may be down on purpose
+            return None
+        self.merges = max(self.merges, st.merges)
+        return st
+
+    def _wait_steady(self) -> None:
+        deadline = time.monotonic() + self.opts.steady_timeout_s
+        with self.backend.client() as client:
+            while True:
+                st = self._poll_status(client)
+                if st is not None and st.merges >= 1:
+                    break
+                if not self.backend.alive("syncer"):
+                    raise RunError(f"the syncer exited during start-up; see {self.run_dir / 'logs' / 'syncer.log'}")
+                if time.monotonic() > deadline:
+                    raise RunError(f"no merge within {self.opts.steady_timeout_s}s of start; "
+                                   f"see {self.run_dir / 'logs'}")
+                time.sleep(0.2)
+        self.steady_at = time.time()
+        self.recorder.add(Phase(name="steady", detail={"merges": self.merges}))
+        self.say("steady: first merge seen; schedule clock starts")
+
+    def _syncer_fault_active(self) -> bool:
+        return any(a.planned.kind == "syncer_crash" or "syncer" in a.planned.targets for a in self.active.values())
+
+    def _loop(self) -> None:
+        assert self.steady_at is not None
+        pending = list(self.planned)
+        deadline = time.monotonic() + self.scenario.timeout_s
+        last_status = last_say = 0.0
+        with self.backend.client() as client:
+            while True:
+                rel = time.time() - self.steady_at
+                if time.monotonic() - last_status > 0.5:
+                    last_status = time.monotonic()
+                    st = self._poll_status(client)
+                    if st is not None:
+                        self.status_line = (f"merges {st.merges} tokens {st.tokens}/{st.token_budget} "
+                                            f"eval {st.eval_loss:.3f}")
+                for p in list(pending):
+                    if (p.at is not None and rel >= p.at) or (p.at_merge is not None and self.merges >= p.at_merge):
+                        pending.remove(p)
+                        self.inject(p, rel)
+                for a in list(self.active.values()):
+                    if rel >= a.started + a.planned.duration:
+                        self.heal(a)
+                if not self.backend.alive("syncer") and not self._syncer_fault_active():
+                    code = self.backend.procs.procs["syncer"].returncode
+                    if code != 0:
+                        raise RunError(f"the syncer exited with code {code} outside any fault; "
+                                       f"see {self.run_dir / 'logs' / 'syncer.log'}")
+                    break  # budget reached: the syncer finished and exited
+                if time.monotonic() > deadline:
+                    raise RunError(f"the run did not finish within timeout_s = {self.scenario.timeout_s}s")
+                if time.monotonic() - last_say > 3.0:
+                    last_say = time.monotonic()
+                    act = ", ".join(f"{a.planned.fault_id}:{a.planned.kind}" for a in self.active.values())
+                    self.say(f"+{rel:.0f}s {self.status_line}" + (f" | active {act}" if act else ""))
+                time.sleep(self.opts.poll_s)
+        self.recorder.add(Phase(name="finished", detail={"merges": self.merges}))
+        if pending:
+            self.recorder.add(Phase(name="not_run", detail={"faults": [p.fault_id for p in pending]}))
+        for a in list(self.active.values()):
+            self.heal(a, why="run finished")
+        self._wait_learners_exit(30.0)
+
+    def _wait_learners_exit(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(self.backend.alive(lid) for lid in self.backend.learners()):
+            time.sleep(0.2)
+
+    def _teardown(self) -> None:
+        """Heal every active fault, delete this run's proxies, stop every process; record what was left."""
+        interrupted = bool(self.active)
+        for a in list(self.active.values()):
+            # Restarting a unit now would only make a process to stop again; network and pause faults must heal.
+            self.heal(a, why="run finished" if a.planned.kind in RESTARTING else "teardown")
+        result = self.backend.teardown()
+        tag = self.backend.tag
+        try:
+            proxies_left = [n for n in self.toxi.proxies() if n.startswith(tag)]
+        except FaultError as err:
+            proxies_left = [f"(could not list proxies: {err})"]
+        processes_left = [n for n, p in self.backend.procs.procs.items() if p.poll() is None]
+        self.recorder.add(Phase(name="teardown", detail={"proxies_left": proxies_left,
+                                                         "processes_left": processes_left,
+                                                         "healed_on_teardown": interrupted, **result}))
+        self.recorder.close()
+
+
+def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> tuple[float | None, dict[str, Any]]:
+    """The fault-free run's final eval loss, from the cache when the same cluster config ran before."""
+    key = scenario.cluster.config_hash()
+    cached = opts.baseline_cache / key
+    metrics_path = cached / "metrics.json"
+    if metrics_path.exists():
+        m = json.loads(metrics_path.read_text())
+        if m.get("final_eval_is_final"):
+            return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "run_dir": str(cached),
+                                          "cached": True, "config_hash": key}
+    if cached.exists():
+        shutil.rmtree(cached)
+    tmp = cached.with_name(key + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    _Execution(scenario, tmp, toxi, [], opts, "baseline").execute()
+    m = summarize_run(tmp)
+    (tmp / "metrics.json").write_text(json.dumps(m, indent=2))
+    if not m["final_eval_is_final"]:
+        raise RunError(f"the baseline did not reach its token budget; see {tmp / 'logs'}")
+    tmp.rename(cached)  # only a complete baseline enters the cache
+    return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "run_dir": str(cached), "cached": False,
+                                  "config_hash": key}
+
+
+def _relative_faults(history: History, steady: float) -> list[dict[str, Any]]:
+    return [{"fault_id": w.fault_id, "kind": w.kind, "targets": list(w.targets), "start_s": round(w.start - steady, 3),
+             "end_s": None if w.end is None else round(w.end - steady, 3), "injected": w.injected,
+             "healed": w.healed, "params": w.params} for w in history.fault_windows()]
+
+
+def overall(verdicts: list[Verdict]) -> tuple[str, int]:
+    if any(v.status == "fail" for v in verdicts):
+        return "fail", 1
+    if any(v.status == "indeterminate" for v in verdicts):
+        return "indeterminate", 1
+    return "pass", 0
+
+
+def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None) -> RunResult:
+    """Checks and reports over a finished run directory (also what ``diloco-chaos report`` re-runs)."""
+    history = History.read(out_dir)
+    history.write_merged(out_dir / "history.jsonl")
+    cfg = scenario.cluster
+    facts = RunFacts(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
+                     cfg.algorithm.num_fragments)
+    base_loss = baseline["final_eval_loss"] if baseline else None
+    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss))
+    status, code = overall(verdicts)
+    steady_phase = history.phase("steady")
+    steady = steady_phase.ts if steady_phase else history.start
+    teardown = history.phase("teardown")
+    not_run = history.phase("not_run")
+    metrics = summarize_run(out_dir)
+    report = {
+        "scenario": scenario.name, "description": scenario.description, "status": status, "exit_code": code,
+        "run_dir": str(out_dir), "seed": scenario.seed, "config_hash": cfg.config_hash(),
+        "started_at": history.start, "wall_s": round(history.end - history.start, 3),
+        "verdicts": [v.to_json() for v in verdicts],
+        "plan": (history.plan().faults if history.plan() else []),
+        "faults": _relative_faults(history, steady),
+        "not_run": not_run.detail.get("faults", []) if not_run else [],
+        "baseline": baseline, "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
+        "teardown": teardown.detail if teardown else {},
+    }
+    _write_reports(out_dir, history, report)
+    return RunResult(out_dir, code, status, verdicts, report)
+
+
+def _write_reports(out_dir: Path, history: History, report: dict[str, Any]) -> None:
+    from chaos.report import write_markdown, write_timeline  # matplotlib is slow to import: only when reporting
+
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    write_markdown(report, out_dir / "report.md")
+    write_timeline(history, report, out_dir / "timeline.png")
+
+
+def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
+    """Baseline + chaos run + checks + reports. Raises RunError / Interrupted when the run cannot be done."""
+    out = Path(opts.out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise RunError(f"{out} is not empty; choose a new output directory")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.json").write_text(scenario.model_dump_json(indent=2))
+    planned = plan(scenario)
+    try:
+        with _signals_interrupt(), toxiproxy_for(opts, out / "logs" / "toxiproxy.log") as toxi:
+            baseline: dict[str, Any] | None = None
+            if opts.baseline:
+                _, baseline = _baseline(scenario, toxi, opts)
+                (out / "baseline.json").write_text(json.dumps(baseline, indent=2))
+            _Execution(scenario, out, toxi, planned, opts, "chaos").execute()
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; every fault was healed and every process stopped. Partial run: {out}") \
+            from None
+    return analyse(scenario, out, baseline)

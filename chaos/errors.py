@@ -1,0 +1,15 @@
+"""The chaos package's exception hierarchy: one base, messages that say what to do."""
+
+from __future__ import annotations
+
+
+class ChaosError(Exception):
+    """Base of every error the chaos controller raises on purpose."""
+
+
+class ScenarioError(ChaosError):
+    """A scenario file is invalid; the message names the file and each bad field."""
+
+
+class RunError(ChaosError):
+    """A run could not be carried out (a process would not start, the run timed out): exit code 2."""

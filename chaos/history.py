@@ -1,0 +1,181 @@
+"""The recorded history of a chaos run: the controller's own records plus every trainer event.
+
+The controller appends its records (the plan, phases, each fault's inject and
+heal with invoke / ok / fail outcomes and evidence) to ``controller.jsonl`` as
+they happen, flushed line by line, so an interrupted run still leaves its
+history. After the run the trainer's events (``events/*.jsonl``, schema in
+:mod:`trainer.events`) are merged in by timestamp and written to
+``history.jsonl``. Checkers and reports read only this.
+
+Example:
+    h = History.read("runs/chaos/kill-one-learner")
+    for w in h.fault_windows():
+        print(w.fault_id, w.kind, w.targets, w.start, w.end)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, Field
+
+from trainer import events as ev
+
+
+class _Record(BaseModel):
+    ts: float = Field(default_factory=time.time)
+    source: str = "controller"
+
+
+class PlanRecord(_Record):
+    """The concrete schedule, written before the first fault (replay reads it back)."""
+
+    kind: Literal["plan"] = "plan"
+    scenario: str
+    seed: int
+    faults: list[dict[str, Any]]
+
+
+class Phase(_Record):
+    """A lifecycle step: bring_up, steady (first merge seen), schedule_done, finished, teardown."""
+
+    kind: Literal["phase"] = "phase"
+    name: str
+    detail: dict[str, Any] = {}
+
+
+class FaultOp(_Record):
+    """One step of a fault: ``inject`` or ``heal``, and its outcome (invoke, then ok or fail)."""
+
+    kind: Literal["fault"] = "fault"
+    fault_id: str
+    fault_kind: str
+    action: Literal["inject", "heal"]
+    outcome: Literal["invoke", "ok", "fail"]
+    targets: list[str]
+    params: dict[str, Any] = {}  # the fault's own settings (direction, rate, ...)
+    evidence: dict[str, Any] = {}
+    error: str = ""
+    description: str = ""
+
+
+ControllerRecord = Union[PlanRecord, Phase, FaultOp]
+CONTROLLER_KINDS = {"plan": PlanRecord, "phase": Phase, "fault": FaultOp}
+
+
+def parse_record(line: str) -> ControllerRecord | ev.Event:
+    data = json.loads(line)
+    cls = CONTROLLER_KINDS.get(data.get("kind", ""))
+    if cls is not None:
+        return cls.model_validate(data)
+    return ev.parse_event(line)
+
+
+class Recorder:
+    """Appends controller records to ``controller.jsonl``, one flushed line each (thread-safe)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self.records: list[ControllerRecord] = []
+
+    def add(self, record: ControllerRecord) -> ControllerRecord:
+        with self._lock:
+            self.records.append(record)
+            if not self._f.closed:
+                self._f.write(record.model_dump_json() + "\n")
+                self._f.flush()
+        return record
+
+    def close(self) -> None:
+        with self._lock:
+            self._f.close()
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """When a fault was in effect: from its inject's outcome to its heal's (``end`` None: never healed)."""
+
+    fault_id: str
+    kind: str
+    targets: tuple[str, ...]
+    start: float
+    end: float | None
+    injected: bool  # inject reported ok
+    healed: bool  # heal reported ok
+    params: dict[str, Any]
+    evidence: dict[str, Any]
+
+
+@dataclass
+class History:
+    """Controller records and trainer events of one run, ordered by time."""
+
+    records: list[ControllerRecord]
+    events: list[ev.Event]
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> "History":
+        """Read the controller's ``controller.jsonl`` and the trainer events of ``run_dir/events``."""
+        run_dir = Path(run_dir)
+        records: list[ControllerRecord] = []
+        path = run_dir / "controller.jsonl"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    r = parse_record(line)
+                    if isinstance(r, (PlanRecord, Phase, FaultOp)):
+                        records.append(r)
+        events = sorted(ev.iter_run_events(run_dir), key=lambda e: e.ts) if (run_dir / "events").exists() else []
+        return cls(records, events)
+
+    def write_merged(self, path: Path) -> None:
+        """One JSON-lines file of everything, by time (the artifact a reader opens)."""
+        items: list[Any] = sorted([*self.records, *self.events], key=lambda x: x.ts)
+        with open(path, "w", encoding="utf-8") as f:
+            for x in items:
+                f.write(x.model_dump_json() + "\n")
+
+    # ---- queries -----------------------------------------------------------
+    def of(self, *types: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, types)]
+
+    def phase(self, name: str) -> Phase | None:
+        return next((r for r in self.records if isinstance(r, Phase) and r.name == name), None)
+
+    def plan(self) -> PlanRecord | None:
+        return next((r for r in self.records if isinstance(r, PlanRecord)), None)
+
+    @property
+    def start(self) -> float:
+        stamps = [r.ts for r in self.records] + [e.ts for e in self.events]
+        return min(stamps, default=0.0)
+
+    @property
+    def end(self) -> float:
+        stamps = [r.ts for r in self.records] + [e.ts for e in self.events]
+        return max(stamps, default=0.0)
+
+    def fault_windows(self) -> list[FaultWindow]:
+        ops = [r for r in self.records if isinstance(r, FaultOp)]
+        out = []
+        for fid in dict.fromkeys(o.fault_id for o in ops):
+            mine = [o for o in ops if o.fault_id == fid]
+            inj = [o for o in mine if o.action == "inject" and o.outcome != "invoke"]
+            heal = [o for o in mine if o.action == "heal" and o.outcome != "invoke"]
+            first = mine[0]
+            start = inj[0].ts if inj else first.ts
+            end = heal[-1].ts if heal else None
+            evidence = dict(inj[0].evidence) if inj else {}
+            out.append(FaultWindow(fid, first.fault_kind, tuple(first.targets), start, end,
+                                   injected=bool(inj) and inj[0].outcome == "ok",
+                                   healed=bool(heal) and heal[-1].outcome == "ok", params=dict(first.params),
+                                   evidence=evidence))
+        return out

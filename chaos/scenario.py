@@ -1,0 +1,335 @@
+"""Declarative chaos scenarios: the cluster, a schedule of faults, and the checks with tolerances.
+
+A scenario is a YAML file validated in full before anything starts; every
+error names the file and the field (``schedule.1.duration``). Example::
+
+    name: kill-one-learner
+    description: SIGKILL one learner mid-run, restart it after 10 s.
+    seed: 1                      # schedule randomness (targets: {random: n}, random:)
+    cluster:                     # a trainer RunConfig (see trainer/config.py)
+      token_budget: 400000
+      algorithm: {mode: decoupled, num_learners: 3}
+    schedule:
+      - fault: kill
+        targets: [learner-1]
+        at: 5                    # seconds after the first merge (training under way)
+        duration: 10             # then heal: restart it
+    checks:
+      parity: {tolerance: 0.15}
+
+Times are measured from the first merge (``steady state``), not from process
+start, so JIT compilation and start-up do not shift the schedule. ``at_merge``
+triggers on the syncer's total merge count instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from chaos.errors import ScenarioError
+from faults.base import SYNCER
+from trainer.config import RunConfig
+from trainer.launch import learner_ids
+
+Direction = Literal["both", "to_syncer", "from_syncer"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RandomTargets(_Strict):
+    """``{random: n}``: n distinct learners drawn from the scenario's seeded generator."""
+
+    random: int = Field(ge=1)
+
+
+Targets = Union[list[str], Literal["all"], RandomTargets]
+
+
+class Repeat(_Strict):
+    """Repeat a fault ``count`` times, one start every ``every`` seconds (a flapping link)."""
+
+    count: int = Field(ge=1, le=1000)
+    every: float = Field(gt=0)
+
+
+class _FaultSpec(_Strict):
+    id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,40}$", description="default f<index>")
+    targets: Targets = "all"
+    at: float | None = Field(None, ge=0, description="seconds after the first merge")
+    at_merge: int | None = Field(None, ge=0, description="when the syncer's total merge count reaches this")
+    duration: float | None = Field(None, ge=0, description="seconds until heal")
+    repeat: Repeat | None = None
+
+    @model_validator(mode="after")
+    def _timing(self) -> "_FaultSpec":
+        if self.at is not None and self.at_merge is not None:
+            raise ValueError("give either 'at' (seconds) or 'at_merge' (merge count), not both")
+        if self.repeat is not None and self.at_merge is not None:
+            raise ValueError("'repeat' needs a start in seconds ('at'), not 'at_merge'")
+        if self.repeat is not None and self.duration is not None and self.duration >= self.repeat.every:
+            raise ValueError(f"duration ({self.duration}) must be shorter than repeat.every ({self.repeat.every}) "
+                             "or the repeats overlap")
+        return self
+
+
+class KillSpec(_FaultSpec):
+    fault: Literal["kill"]
+    restart: bool = True
+
+
+class StopSpec(_FaultSpec):
+    fault: Literal["stop"]
+
+
+class PauseSpec(_FaultSpec):
+    fault: Literal["pause"]
+
+
+class SlowSpec(_FaultSpec):
+    fault: Literal["slow"]
+    fraction: float = Field(0.5, gt=0, lt=1)
+    period_s: float = Field(0.1, ge=0.01, le=10)
+
+
+class SyncerCrashSpec(_FaultSpec):
+    fault: Literal["syncer_crash"]
+    targets: Targets = [SYNCER]
+
+
+class CorruptSpec(_FaultSpec):
+    fault: Literal["corrupt"]
+    mode: Literal["nan", "garbage"] = "nan"
+
+
+class PartitionSpec(_FaultSpec):
+    fault: Literal["partition"]
+    direction: Direction = "both"
+
+
+class LinkDownSpec(_FaultSpec):
+    fault: Literal["link_down"]
+
+
+class BandwidthSpec(_FaultSpec):
+    fault: Literal["bandwidth"]
+    rate_kbps: int = Field(ge=1, description="KB/s per connection per direction (KB = 1000 bytes)")
+    direction: Direction = "both"
+
+
+class LatencySpec(_FaultSpec):
+    fault: Literal["latency"]
+    latency_ms: int = Field(ge=0)
+    jitter_ms: int = Field(0, ge=0)
+    direction: Direction = "both"
+
+    @model_validator(mode="after")
+    def _jitter(self) -> "LatencySpec":
+        if self.jitter_ms > self.latency_ms:
+            raise ValueError(f"jitter_ms ({self.jitter_ms}) cannot exceed latency_ms ({self.latency_ms})")
+        return self
+
+
+class ResetPeerSpec(_FaultSpec):
+    fault: Literal["reset_peer"]
+    timeout_ms: int = Field(0, ge=0)
+
+
+class DataLimitSpec(_FaultSpec):
+    fault: Literal["data_limit"]
+    bytes: int = Field(ge=1)
+    direction: Direction = "both"
+
+
+FaultSpec = Annotated[
+    Union[KillSpec, StopSpec, PauseSpec, SlowSpec, SyncerCrashSpec, CorruptSpec, PartitionSpec, LinkDownSpec,
+          BandwidthSpec, LatencySpec, ResetPeerSpec, DataLimitSpec],
+    Field(discriminator="fault"),
+]
+FAULT_KINDS: tuple[str, ...] = ("kill", "stop", "pause", "slow", "syncer_crash", "corrupt", "partition", "link_down",
+                                "bandwidth", "latency", "reset_peer", "data_limit")
+PROCESS_KINDS = frozenset({"kill", "stop", "pause", "slow", "syncer_crash", "corrupt"})
+
+
+class RandomSchedule(_Strict):
+    """Seeded random faults: ``count`` faults drawn from ``faults`` (templates without timing)."""
+
+    count: int = Field(ge=1, le=1000)
+    faults: list[FaultSpec] = Field(min_length=1)
+    window: tuple[float, float] = Field(description="[first, last] start time, seconds after the first merge")
+    duration: tuple[float, float] = Field(description="[min, max] seconds")
+    min_gap_s: float = Field(0.0, ge=0, description="at least this long between one fault's heal and the next start")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "RandomSchedule":
+        for name in ("window", "duration"):
+            lo, hi = getattr(self, name)
+            if lo < 0 or hi < lo:
+                raise ValueError(f"{name} must be [low, high] with 0 <= low <= high, got [{lo}, {hi}]")
+        for i, f in enumerate(self.faults):
+            if f.at is not None or f.at_merge is not None or f.duration is not None or f.repeat is not None:
+                raise ValueError(f"faults.{i}: a random template takes no at/at_merge/duration/repeat "
+                                 "(window and duration are drawn)")
+        return self
+
+
+class Liveness(_Strict):
+    """Merges keep happening while at least ``min_reachable`` learners are reachable."""
+
+    enabled: bool = True
+    max_gap_s: float = Field(15.0, gt=0, description="longest allowed gap between merges while enough are reachable")
+    min_reachable: int = Field(1, ge=1, description="learners that must be reachable for merges to be owed; "
+                                                    "1 is Decoupled DiLoCo's claim (any one learner keeps training going)")
+
+
+class Reintegration(_Strict):
+    """Every killed or cut-off learner gets a merged update within ``within_s`` of its heal."""
+
+    enabled: bool = True
+    within_s: float = Field(45.0, gt=0)
+
+
+class Parity(_Strict):
+    """Final eval loss within ``tolerance`` nats of the fault-free baseline."""
+
+    enabled: bool = True
+    tolerance: float = Field(0.15, gt=0)
+
+
+class Durability(_Strict):
+    """Versions never regress; a restarted syncer loses at most one checkpoint interval."""
+
+    enabled: bool = True
+
+
+class Safety(_Strict):
+    """Global parameters stay finite; rejected uploads are never applied."""
+
+    enabled: bool = True
+
+
+class Goodput(_Strict):
+    """Fraction of learner compute (tokens) that ended up in merges."""
+
+    enabled: bool = True
+    min: float = Field(0.0, ge=0, le=1)
+
+
+class Checks(_Strict):
+    liveness: Liveness = Liveness()
+    reintegration: Reintegration = Reintegration()
+    parity: Parity = Parity()
+    durability: Durability = Durability()
+    safety: Safety = Safety()
+    goodput: Goodput = Goodput()
+
+
+class Scenario(_Strict):
+    """A whole chaos experiment; see the module docstring for the file format."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,60}$")
+    description: str = ""
+    seed: int = Field(0, ge=0, description="seed of every random choice of the schedule")
+    cluster: RunConfig = RunConfig()
+    schedule: list[FaultSpec] = []
+    random: RandomSchedule | None = None
+    checks: Checks = Checks()
+    timeout_s: float = Field(900.0, gt=0, description="give up (exit 2) after this long")
+
+    @model_validator(mode="after")
+    def _targets_and_timing(self) -> "Scenario":
+        known = learner_ids(self.cluster.algorithm.num_learners)
+        m = len(known)
+        specs = [(f"schedule.{i}", f) for i, f in enumerate(self.schedule)]
+        specs += [(f"random.faults.{i}", f) for i, f in enumerate(self.random.faults)] if self.random else []
+        ids = [f.id for _, f in specs if f.id]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"fault ids must be unique; repeated: {dup}")
+        for where, f in specs:
+            if where.startswith("schedule.") and (f.at is None and f.at_merge is None or f.duration is None):
+                raise ValueError(f"{where}: needs a start ('at' seconds or 'at_merge') and a 'duration'")
+            if f.fault == "syncer_crash":
+                if f.targets != [SYNCER]:
+                    raise ValueError(f"{where}.targets: a syncer_crash targets ['syncer'] only")
+                continue
+            if isinstance(f.targets, RandomTargets):
+                if f.targets.random > m:
+                    raise ValueError(f"{where}.targets: random {f.targets.random} > {m} learners")
+            elif isinstance(f.targets, list):
+                if not f.targets:
+                    raise ValueError(f"{where}.targets: empty; name learners, 'all' or {{random: n}}")
+                allowed = known + ([SYNCER] if f.fault in PROCESS_KINDS - {"corrupt"} else [])
+                bad = [t for t in f.targets if t not in allowed]
+                if bad:
+                    raise ValueError(f"{where}.targets: unknown {bad}; this cluster has {allowed}")
+        return self
+
+    def learner_ids(self) -> list[str]:
+        return learner_ids(self.cluster.algorithm.num_learners)
+
+
+def _format(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid scenario"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"] if not _is_tag(x)) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def _is_tag(part: Any) -> bool:
+    """Pydantic puts the union member's tag (e.g. 'kill') in error paths; users never wrote it."""
+    return isinstance(part, str) and part in FAULT_KINDS
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate a scenario tree; errors name ``source`` and each bad field."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a mapping (name:, cluster:, schedule:, checks:), "
+                            f"got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(_format(err, source)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load and validate a scenario file (YAML or JSON)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ScenarioError(f"{source}: cannot read scenario file: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ScenarioError(f"{source}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return parse_scenario(data, source)
+
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """Name -> file of every built-in scenario."""
+    return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+
+
+def resolve(name_or_path: str) -> Path:
+    """A built-in scenario's name, or a path to a scenario file."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    builtins = builtin_scenarios()
+    if name_or_path in builtins:
+        return builtins[name_or_path]
+    raise ScenarioError(f"{name_or_path}: no such file and no built-in scenario of that name; "
+                        f"built-ins: {', '.join(builtins)} (see `diloco-chaos list`)")

@@ -1,0 +1,122 @@
+"""Schedules: turn a scenario's fixed and seeded-random fault specs into a concrete, replayable plan.
+
+The plan is a pure function of the scenario (its ``seed`` included): the same
+file always yields the same faults, targets and times, and the plan is written
+into the run's history so a run can be replayed from its artifacts.
+
+Example:
+    >>> from chaos.scenario import parse_scenario
+    >>> s = parse_scenario({"name": "x", "seed": 3, "schedule": [
+    ...     {"fault": "pause", "targets": {"random": 1}, "at": 2, "duration": 1,
+    ...      "repeat": {"count": 2, "every": 5}}]})
+    >>> [(p.fault_id, p.at, p.duration) for p in plan(s)]
+    [('f0.0', 2.0, 1.0), ('f0.1', 7.0, 1.0)]
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from chaos.scenario import FaultSpec, RandomTargets, Scenario
+from faults import network, process
+from faults.base import SYNCER, Fault
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One fault of the plan: what, on whom, when (seconds after steady state or a merge count), how long."""
+
+    fault_id: str
+    spec: FaultSpec
+    targets: tuple[str, ...]
+    at: float | None
+    at_merge: int | None
+    duration: float
+
+    @property
+    def kind(self) -> str:
+        return self.spec.fault
+
+    def build(self) -> Fault:
+        return build_fault(self.spec, self.fault_id, self.targets)
+
+    def to_json(self) -> dict[str, Any]:
+        params = self.spec.model_dump(mode="json", exclude={"id", "targets", "at", "at_merge", "duration", "repeat",
+                                                            "fault"})
+        return {"fault_id": self.fault_id, "kind": self.kind, "targets": list(self.targets), "at": self.at,
+                "at_merge": self.at_merge, "duration": self.duration, "params": params}
+
+
+def build_fault(spec: FaultSpec, fault_id: str, targets: tuple[str, ...]) -> Fault:
+    """The injector object for one spec."""
+    k = spec.fault
+    if k == "kill":
+        return process.Kill(fault_id, targets, restart=spec.restart)
+    if k == "stop":
+        return process.GracefulStop(fault_id, targets)
+    if k == "pause":
+        return process.Pause(fault_id, targets)
+    if k == "slow":
+        return process.Slow(fault_id, targets, fraction=spec.fraction, period_s=spec.period_s)
+    if k == "syncer_crash":
+        return process.SyncerCrash(fault_id, (SYNCER,))
+    if k == "corrupt":
+        return process.Corrupt(fault_id, targets, mode=spec.mode)
+    if k == "partition":
+        return network.Partition(fault_id, targets, direction=spec.direction)
+    if k == "link_down":
+        return network.LinkDown(fault_id, targets)
+    if k == "bandwidth":
+        return network.Bandwidth(fault_id, targets, rate_kbps=spec.rate_kbps, direction=spec.direction)
+    if k == "latency":
+        return network.Latency(fault_id, targets, latency_ms=spec.latency_ms, jitter_ms=spec.jitter_ms,
+                               direction=spec.direction)
+    if k == "reset_peer":
+        return network.ResetPeer(fault_id, targets, timeout_ms=spec.timeout_ms)
+    if k == "data_limit":
+        return network.DataLimit(fault_id, targets, bytes=spec.bytes, direction=spec.direction)
+    raise AssertionError(f"unhandled fault kind {k}")  # the scenario schema lists every kind
+
+
+def _targets(spec: FaultSpec, learners: list[str], rng: random.Random) -> tuple[str, ...]:
+    t = spec.targets
+    if spec.fault == "syncer_crash":
+        return (SYNCER,)
+    if t == "all":
+        return tuple(learners)
+    if isinstance(t, RandomTargets):
+        return tuple(sorted(rng.sample(learners, t.random)))
+    return tuple(t)
+
+
+def plan(scenario: Scenario) -> list[Planned]:
+    """Every fault of the scenario, fixed ones first then random ones, each with concrete targets and times."""
+    rng = random.Random(scenario.seed)
+    learners = scenario.learner_ids()
+    out: list[Planned] = []
+    for i, spec in enumerate(scenario.schedule):
+        fid = spec.id or f"f{i}"
+        assert spec.duration is not None  # the scenario validator requires it
+        if spec.repeat is None:
+            out.append(Planned(fid, spec, _targets(spec, learners, rng), spec.at, spec.at_merge, spec.duration))
+            continue
+        assert spec.at is not None  # the scenario validator requires seconds for repeats
+        for k in range(spec.repeat.count):
+            out.append(Planned(f"{fid}.{k}", spec, _targets(spec, learners, rng),
+                               round(spec.at + k * spec.repeat.every, 3), None, spec.duration))
+    if scenario.random is not None:
+        r = scenario.random
+        drawn = []
+        for _ in range(r.count):
+            template = rng.choice(r.faults)
+            drawn.append((round(rng.uniform(*r.window), 1), round(rng.uniform(*r.duration), 1), template,
+                          _targets(template, learners, rng)))
+        drawn.sort(key=lambda d: d[0])
+        end = -float("inf")
+        for j, (at, dur, template, targets) in enumerate(drawn):
+            at = max(at, round(end + r.min_gap_s, 1)) if r.min_gap_s > 0 else at
+            end = at + dur
+            out.append(Planned(template.id and f"{template.id}.r{j}" or f"r{j}", template, targets, at, None, dur))
+    return out

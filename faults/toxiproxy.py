@@ -1,0 +1,514 @@
+"""A small Toxiproxy HTTP client (stdlib urllib) and the lifecycle of a real ``toxiproxy-server`` child process.
+
+Why not the ``toxiproxy-python`` client (0.1.1, 2019)? Checked against toxiproxy-server 2.12.0
+(``tests/integration/test_toxiproxy.py`` keeps the first two checked):
+
+- No request timeouts: every call is ``requests.get/post/delete`` without ``timeout``, so an API that
+  accepts the connection but never answers hangs the caller (and the chaos controller) forever.
+- Server errors other than 400/404/409 are swallowed: a 500 (e.g. re-enabling a proxy whose listen port
+  was taken meanwhile) returns normally, and ``Proxy.enable()`` then records ``enabled = True`` although
+  the server still has the proxy disabled; ``create()`` on a 500 fails with a bare ``KeyError('name')``.
+- Raised errors carry only the raw body bytes (no method, path or status).
+- Host and port are class-level globals (``APIConsumer.host/port``, set by ``update_api_consumer``):
+  two servers, or two tests in parallel, cannot be talked to at once.
+- No PATCH (enable/disable uses the deprecated POST, which the server logs a warning for), no toxic
+  update at all, ``add_toxic`` returns nothing and a duplicate name raises instead of being idempotent.
+- No ``POST /populate``: its own ``populate`` compares ``listen`` as strings, so a spec listening on
+  ``localhost:P`` never matches the server's resolved ``127.0.0.1:P`` and the proxy is deleted and
+  re-created on every call, dropping its live connections.
+- ``version()`` returns the raw response bytes (``b'{"version": "2.12.0"}\\n'``), after an extra TCP
+  probe that itself has no timeout.
+
+So :class:`Toxiproxy` below is our own client; it needs nothing outside the standard library.
+
+Example:
+    with ToxiproxyServer() as server:               # starts .tools/bin/toxiproxy-server on a free port
+        tp = server.client()
+        tp.create_proxy("learner-0", "127.0.0.1:26000", "127.0.0.1:25000")
+        tp.add_toxic("learner-0", Toxic("slow", "latency", "downstream", attributes={"latency": 100}))
+        tp.reset()                                   # every proxy enabled, every toxic gone
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from faults.errors import ToxiproxyError, ToxiproxyNotInstalled
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_URL = "http://127.0.0.1:8474"
+STREAMS = ("upstream", "downstream")
+INSTALL_HINT = "install it with scripts/install-toxiproxy (builds .tools/bin/toxiproxy-server with Go)"
+
+
+class ToxiproxyApiError(ToxiproxyError):
+    """The server answered with an error status; ``status`` and ``server_message`` are its ``{"error", "status"}``."""
+
+    def __init__(self, message: str, status: int, server_message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.server_message = server_message
+
+
+@dataclass(frozen=True)
+class ToxicInfo:
+    """A toxic as the server reports it (``attributes`` then holds every attribute of the type, defaults too)."""
+
+    name: str
+    type: str
+    stream: str
+    toxicity: float
+    attributes: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToxicInfo:
+        return cls(name=data["name"], type=data["type"], stream=data["stream"],
+                   toxicity=float(data["toxicity"]), attributes=dict(data.get("attributes") or {}))
+
+
+@dataclass(frozen=True)
+class Toxic:
+    """A toxic to add. ``stream``: "upstream" acts on client→server bytes, "downstream" on server→client.
+
+    ``toxicity`` is the probability that the toxic applies, drawn once per *connection*, not per request.
+
+    Example:
+        Toxic("lat", "latency", "downstream", attributes={"latency": 50, "jitter": 0})
+    """
+
+    name: str
+    type: str
+    stream: str
+    toxicity: float = 1.0
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "stream": self.stream, "toxicity": self.toxicity,
+                "attributes": dict(self.attributes)}
+
+    def matches(self, info: ToxicInfo) -> bool:
+        """Whether ``info`` (what the server has) is this toxic; the server fills in unset attributes, so a subset."""
+        return (info.type == self.type and info.stream == self.stream
+                and math.isclose(info.toxicity, self.toxicity, rel_tol=1e-6)
+                and all(info.attributes.get(k) == v for k, v in self.attributes.items()))
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """A proxy to create: listen on ``listen`` ("host:port"), forward to ``upstream``.
+
+    Example:
+        ProxySpec("learner-0", listen="127.0.0.1:26000", upstream="127.0.0.1:25000")
+    """
+
+    name: str
+    listen: str
+    upstream: str
+    enabled: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "listen": self.listen, "upstream": self.upstream, "enabled": self.enabled}
+
+
+@dataclass(frozen=True)
+class ProxyInfo:
+    """A proxy as the server reports it; ``listen`` is resolved ("127.0.0.1:41234" even when created with port 0)."""
+
+    name: str
+    listen: str
+    upstream: str
+    enabled: bool
+    toxics: tuple[ToxicInfo, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProxyInfo:
+        return cls(name=data["name"], listen=data["listen"], upstream=data["upstream"], enabled=bool(data["enabled"]),
+                   toxics=tuple(ToxicInfo.from_json(t) for t in data.get("toxics") or ()))
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rsplit(":", 1)[1])
+
+
+def _q(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+def _check_attributes(toxic_type: str, attributes: dict[str, Any]) -> None:
+    """Refuse what the server would accept and then die of: a negative bandwidth rate panics toxiproxy-server
+    (a slice with a negative bound) as soon as data flows, taking every proxy down with it."""
+    rate = attributes.get("rate")
+    if toxic_type == "bandwidth" and isinstance(rate, int | float) and rate < 0:
+        raise ToxiproxyError(f"refusing a bandwidth toxic with rate {rate}: a negative rate crashes toxiproxy-server")
+
+
+class Toxiproxy:
+    """Client of one Toxiproxy server's HTTP API; every call times out after ``timeout_s``.
+
+    Errors are :class:`ToxiproxyError`: :class:`ToxiproxyApiError` when the server refused a call (the
+    message names method, path and the server's message), a plain one when it did not answer.
+    ``timeout_s`` bounds each socket operation (connect, each read), which bounds a call against a
+    server that is hung or gone.
+
+    Example:
+        tp = Toxiproxy("http://127.0.0.1:8474", timeout_s=2.0)
+        tp.populate([ProxySpec("learner-0", "127.0.0.1:26000", "127.0.0.1:25000")])
+        tp.set_enabled("learner-0", False)     # link down
+        tp.reset()
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, timeout_s: float = 5.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"Toxiproxy({self.url!r}, timeout_s={self.timeout_s})"
+
+    # -- transport -------------------------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        """One HTTP call; the decoded JSON answer (None for an empty body, e.g. 204)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            err.close()
+            try:
+                msg = str(json.loads(raw)["error"])
+            except (ValueError, KeyError, TypeError):
+                msg = raw.decode(errors="replace").strip() or err.reason
+            raise ToxiproxyApiError(f"Toxiproxy {method} {path} failed with HTTP {err.code}: {msg}",
+                                    err.code, msg) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            # URLError wraps refused/unreachable; a bare socket timeout (TimeoutError) or a dropped
+            # connection (RemoteDisconnected) can also escape urlopen or read().
+            reason = getattr(err, "reason", err)
+            raise ToxiproxyError(
+                f"the Toxiproxy server at {self.url} is not answering ({method} {path}: {reason!r}, "
+                f"timeout {self.timeout_s}s); start one with faults.toxiproxy.ToxiproxyServer().start() "
+                f"or `.tools/bin/toxiproxy-server -port PORT` (if it is missing, {INSTALL_HINT})") from None
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ToxiproxyError(f"Toxiproxy {method} {path} answered non-JSON: {raw[:200]!r}") from None
+
+    # -- server and proxies ----------------------------------------------------------------------------------
+
+    def version(self) -> str:
+        """The server's version, e.g. "2.12.0" ("git" for a build without a stamped version)."""
+        return str(self._call("GET", "/version")["version"])
+
+    def proxies(self) -> dict[str, ProxyInfo]:
+        """Every proxy by name."""
+        return {name: ProxyInfo.from_json(p) for name, p in self._call("GET", "/proxies").items()}
+
+    def get_proxy(self, name: str) -> ProxyInfo:
+        """One proxy; a missing one raises :class:`ToxiproxyApiError` with status 404."""
+        return ProxyInfo.from_json(self._call("GET", f"/proxies/{_q(name)}"))
+
+    def create_proxy(self, name: str, listen: str, upstream: str, enabled: bool = True) -> ProxyInfo:
+        """Create a proxy (409 if the name exists: use :meth:`populate` for create-or-keep).
+
+        ``listen`` may use port 0; the returned :class:`ProxyInfo` has the port the server picked.
+        """
+        body = {"name": name, "listen": listen, "upstream": upstream, "enabled": enabled}
+        return ProxyInfo.from_json(self._call("POST", "/proxies", body))
+
+    def populate(self, specs: list[ProxySpec]) -> list[ProxyInfo]:
+        """Make the server have these proxies (POST /populate); idempotent.
+
+        A proxy whose name, resolved listen address and upstream already match is kept with its live
+        connections and toxics; one that differs is replaced. The server does not apply ``enabled`` to a
+        proxy it keeps, so this does it afterwards. Use fixed listen ports: port 0 never matches, so such
+        a proxy is replaced on every call.
+        """
+        answer = self._call("POST", "/populate", [s.to_json() for s in specs])
+        infos = [ProxyInfo.from_json(p) for p in (answer or {}).get("proxies") or ()]
+        wanted = {s.name: s.enabled for s in specs}
+        return [self.set_enabled(p.name, wanted[p.name]) if p.enabled != wanted.get(p.name, p.enabled) else p
+                for p in infos]
+
+    def set_enabled(self, name: str, enabled: bool) -> ProxyInfo:
+        """Enable or disable a proxy (PATCH). Disabling closes its listener and every live connection."""
+        return ProxyInfo.from_json(self._call("PATCH", f"/proxies/{_q(name)}", {"enabled": enabled}))
+
+    def delete_proxy(self, name: str) -> bool:
+        """Delete a proxy; False when there was none (idempotent)."""
+        try:
+            self._call("DELETE", f"/proxies/{_q(name)}")
+        except ToxiproxyApiError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def reset(self) -> None:
+        """Enable every proxy and remove every toxic (POST /reset)."""
+        self._call("POST", "/reset")
+
+    # -- toxics ----------------------------------------------------------------------------------------------
+
+    def toxics(self, proxy: str) -> list[ToxicInfo]:
+        """The toxics of one proxy."""
+        return [ToxicInfo.from_json(t) for t in self._call("GET", f"/proxies/{_q(proxy)}/toxics")]
+
+    def get_toxic(self, proxy: str, name: str) -> ToxicInfo | None:
+        """One toxic, or None when the proxy has no toxic of that name."""
+        try:
+            return ToxicInfo.from_json(self._call("GET", f"/proxies/{_q(proxy)}/toxics/{_q(name)}"))
+        except ToxiproxyApiError as err:
+            if err.status == 404 and "toxic" in err.server_message:
+                return None
+            raise
+
+    def add_toxic(self, proxy: str, toxic: Toxic) -> ToxicInfo:
+        """Add a toxic; idempotent by name.
+
+        If a toxic of that name is already there (409) and is the same, it is kept; if only its
+        attributes or toxicity differ it is updated in place; if its type or stream differ it is replaced.
+
+        Example:
+            tp.add_toxic("learner-0", Toxic("cut", "timeout", "upstream", attributes={"timeout": 0}))
+        """
+        _check_attributes(toxic.type, toxic.attributes)
+        path = f"/proxies/{_q(proxy)}/toxics"
+        try:
+            return ToxicInfo.from_json(self._call("POST", path, toxic.to_json()))
+        except ToxiproxyApiError as err:
+            if err.status != 409:
+                raise
+        existing = self.get_toxic(proxy, toxic.name)
+        if existing is None:  # removed between our two calls: add again
+            return ToxicInfo.from_json(self._call("POST", path, toxic.to_json()))
+        if toxic.matches(existing):
+            return existing
+        if existing.type == toxic.type and existing.stream == toxic.stream:
+            return self.update_toxic(proxy, toxic.name, toxic.attributes, toxic.toxicity)
+        self.remove_toxic(proxy, toxic.name)
+        return ToxicInfo.from_json(self._call("POST", path, toxic.to_json()))
+
+    def update_toxic(self, proxy: str, name: str, attributes: dict[str, Any],
+                     toxicity: float | None = None) -> ToxicInfo:
+        """Change a toxic's attributes (PATCH; attributes not named keep theirs). Live connections see it at once."""
+        existing = self.get_toxic(proxy, name) if "rate" in attributes else None
+        if existing is not None:
+            _check_attributes(existing.type, attributes)
+        body: dict[str, Any] = {"attributes": dict(attributes)}
+        if toxicity is not None:
+            body["toxicity"] = toxicity
+        return ToxicInfo.from_json(self._call("PATCH", f"/proxies/{_q(proxy)}/toxics/{_q(name)}", body))
+
+    def remove_toxic(self, proxy: str, name: str) -> bool:
+        """Remove a toxic; False when there was none or the proxy is gone (idempotent)."""
+        try:
+            self._call("DELETE", f"/proxies/{_q(proxy)}/toxics/{_q(name)}")
+        except ToxiproxyApiError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+
+# -- the server process ----------------------------------------------------------------------------------------
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """In the child before exec: SIGKILL when the parent dies, so a toxiproxy-server is never orphaned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: stop() still cleans up on every normal exit path
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ToxiproxyServer:
+    """A real ``toxiproxy-server`` as a child process of this one; a context manager.
+
+    The child gets PR_SET_PDEATHSIG=SIGKILL, so it dies with us even on SIGKILL. (Linux ties that
+    to the *thread* that started it: start it from a thread that outlives the server.) It runs in
+    its own session, so a Ctrl-C reaches only us and we can still heal through it before stopping it.
+
+    Example:
+        with ToxiproxyServer(log_path="runs/x/logs/toxiproxy.log") as server:
+            tp = server.client()
+            print(server.url, tp.version())
+    """
+
+    def __init__(self, binary: str | os.PathLike[str] | None = None, log_path: str | os.PathLike[str] | None = None,
+                 startup_timeout_s: float = 10.0) -> None:
+        self.binary = str(binary) if binary is not None else None
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.startup_timeout_s = startup_timeout_s
+        self.host = ""
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._temp_log: Path | None = None
+
+    @staticmethod
+    def find_binary() -> str:
+        """$TOXIPROXY_SERVER, else ``<repo>/.tools/bin/toxiproxy-server``, else ``toxiproxy-server`` on PATH."""
+        env = os.environ.get("TOXIPROXY_SERVER")
+        if env:
+            if os.path.isfile(env) and os.access(env, os.X_OK):
+                return env
+            raise ToxiproxyNotInstalled(f"TOXIPROXY_SERVER={env} is not an executable file; unset it or "
+                                        f"point it at a toxiproxy-server binary ({INSTALL_HINT})")
+        local = REPO_ROOT / ".tools" / "bin" / "toxiproxy-server"
+        if local.is_file() and os.access(local, os.X_OK):
+            return str(local)
+        on_path = shutil.which("toxiproxy-server")
+        if on_path:
+            return on_path
+        raise ToxiproxyNotInstalled(f"no toxiproxy-server found (looked at $TOXIPROXY_SERVER, {local}, PATH); install "
+                                    f"it with `{REPO_ROOT / 'scripts' / 'install-toxiproxy'}` (builds it with Go)")
+
+    @property
+    def url(self) -> str:
+        if not self.port:
+            raise ToxiproxyError("the Toxiproxy server is not started; call start() first")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def client(self, timeout_s: float = 5.0) -> Toxiproxy:
+        return Toxiproxy(self.url, timeout_s=timeout_s)
+
+    def start(self, host: str = "127.0.0.1", port: int = 0, log_path: str | os.PathLike[str] | None = None
+              ) -> ToxiproxyServer:
+        """Start the server and wait (at most ``startup_timeout_s``) until GET /version answers.
+
+        ``port`` 0 picks a free port. Logs (JSON lines) go to ``log_path`` (or the constructor's), else to
+        a temporary file removed on :meth:`stop`.
+        """
+        if self.running():
+            raise ToxiproxyError(f"this Toxiproxy server is already running at {self.url} (pid {self.pid})")
+        binary = self.binary or self.find_binary()
+        if log_path is not None:
+            self.log_path = Path(log_path)
+        # The server does not exit when its API port is taken (it logs the error and idles), and it
+        # cannot report the port it got for port 0; so we pick a free port, and retry on that rare race.
+        attempts = 3 if port == 0 else 1
+        last = ""
+        for _ in range(attempts):
+            chosen = port or _free_port(host)
+            ok, last = self._start_once(binary, host, chosen)
+            if ok:
+                return self
+        raise ToxiproxyError(f"toxiproxy-server ({binary}) did not start on {host}:{port or 'a free port'}: {last}")
+
+    def _start_once(self, binary: str, host: str, port: int) -> tuple[bool, str]:
+        log = self.log_path or self._temp_log
+        if log is None:
+            fd, name = tempfile.mkstemp(prefix="toxiproxy-", suffix=".log")
+            os.close(fd)
+            log = self._temp_log = Path(name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        offset = log.stat().st_size if log.exists() else 0  # a given log file is appended to
+        parent = os.getpid()
+        with open(log, "ab") as out:
+            self._proc = subprocess.Popen([binary, "-host", host, "-port", str(port)], stdin=subprocess.DEVNULL,
+                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                          preexec_fn=lambda: _die_with_parent(parent))
+        self.host, self.port = host, port
+        probe = Toxiproxy(self.url, timeout_s=1.0)
+        deadline = time.monotonic() + self.startup_timeout_s
+        why = f"no answer on GET /version within {self.startup_timeout_s}s"
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                why = f"it exited with {self._proc.returncode}"
+                break
+            if "Server finished with error" in self._log_since(log, offset):
+                why = "its API could not listen"
+                break
+            try:
+                probe.version()
+            except ToxiproxyError:
+                time.sleep(0.05)
+                continue
+            # Something answered; make sure it is ours and not another server holding the port.
+            if "Server finished with error" not in self._log_since(log, offset):
+                return True, ""
+            why = "its API could not listen"
+            break
+        tail = self._log_since(log, offset)[-2000:].strip()
+        self._kill()
+        self.port = 0
+        return False, f"{why}; log {log}: {tail or '(empty)'}"
+
+    @staticmethod
+    def _log_since(log: Path, offset: int) -> str:
+        try:
+            with open(log, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(10)
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; the exit code (None if never started). Idempotent."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if self._temp_log is not None:
+            self._temp_log.unlink(missing_ok=True)
+            self._temp_log = None
+        return proc.returncode
+
+    def __enter__(self) -> ToxiproxyServer:
+        if not self.running():
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
