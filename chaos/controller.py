@@ -96,6 +96,20 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _shielded() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM while cleaning up: a second Ctrl-C must not leave toxics or processes behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
 def toxiproxy_for(opts: RunOptions, log_path: Path) -> Iterator[Toxiproxy]:
     """The Toxiproxy server given by URL, or one started (and always stopped) for this run."""
     if opts.toxiproxy_url:
@@ -179,7 +193,8 @@ class _Execution:
             self._wait_steady()
             self._loop()
         finally:
-            self._teardown()
+            with _shielded():
+                self._teardown()
 
     def _poll_status(self, client: Any) -> Any:
         try:

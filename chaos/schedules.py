@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from chaos.errors import ScenarioError
 from chaos.scenario import FaultSpec, RandomTargets, Scenario
 from faults import network, process
 from faults.base import SYNCER, Fault
@@ -119,4 +120,9 @@ def plan(scenario: Scenario) -> list[Planned]:
             at = max(at, round(end + r.min_gap_s, 1)) if r.min_gap_s > 0 else at
             end = at + dur
             out.append(Planned(template.id and f"{template.id}.r{j}" or f"r{j}", template, targets, at, None, dur))
+    ids = [p.fault_id for p in out]
+    clash = sorted({i for i in ids if ids.count(i) > 1})
+    if clash:
+        raise ScenarioError(f"scenario {scenario.name}: fault id(s) {clash} are used twice (a given id equals a "
+                            "generated one: f<index>, r<index>); give those faults other ids")
     return out

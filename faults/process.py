@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -21,6 +22,15 @@ from faults.base import SYNCER, Cluster, Evidence
 from faults.errors import FaultError, TargetError
 
 CORRUPT_MODES = ("nan", "garbage")
+
+
+def _wait_dead(cluster: Cluster, units: list[str], timeout_s: float = 10.0) -> None:
+    """SIGKILL is asynchronous: wait until the units are gone, so a heal right after sees them dead."""
+    deadline = time.monotonic() + timeout_s
+    while any(cluster.alive(u) for u in units):
+        if time.monotonic() > deadline:
+            raise FaultError(f"{[u for u in units if cluster.alive(u)]} still running {timeout_s}s after SIGKILL")
+        time.sleep(0.01)
 
 
 def _check_targets(fault_id: str, targets: tuple[str, ...], cluster: Cluster, allow_syncer: bool) -> None:
@@ -50,6 +60,7 @@ class Kill:
     def inject(self, cluster: Cluster) -> Evidence:
         _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
         killed = [t for t in self.targets if cluster.signal(t, signal.SIGKILL)]
+        _wait_dead(cluster, killed)
         return {"killed": killed}
 
     def heal(self, cluster: Cluster) -> Evidence:
@@ -191,7 +202,9 @@ class SyncerCrash:
                              f"got {list(self.targets)}")
 
     def inject(self, cluster: Cluster) -> Evidence:
-        return {"killed": [SYNCER] if cluster.signal(SYNCER, signal.SIGKILL) else []}
+        killed = [SYNCER] if cluster.signal(SYNCER, signal.SIGKILL) else []
+        _wait_dead(cluster, killed)
+        return {"killed": killed}
 
     def heal(self, cluster: Cluster) -> Evidence:
         if cluster.alive(SYNCER):
@@ -223,6 +236,7 @@ class Corrupt:
     def _restart(self, cluster: Cluster, corrupt: str | None) -> list[str]:
         for t in self.targets:
             cluster.signal(t, signal.SIGKILL)
+        _wait_dead(cluster, list(self.targets))
         for t in self.targets:
             cluster.start(t, corrupt=corrupt)
         return list(self.targets)

@@ -66,6 +66,9 @@ class InnerSection(_Strict):
     b2: float = Field(0.95, gt=0, lt=1)
     grad_clip: float = Field(1.0, gt=0)
     batch_size: int = Field(16, ge=1)
+    decay: Literal["cosine", "constant"] = Field(
+        "cosine", description="cosine: lr decays with the run's global token progress (from the syncer)")
+    final_lr_fraction: float = Field(0.1, ge=0, le=1, description="cosine decay ends at lr × this")
 
 
 class AlgorithmSection(_Strict):

@@ -39,7 +39,7 @@ from trainer.core.reasons import RejectReason
 from trainer.core.schedule import FragmentSchedule
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
-from trainer.training import TrainingSetup, learner_seed_index
+from trainer.training import TrainingSetup, learner_seed_index, lr_scale
 
 REJOIN_REASONS = {RejectReason.UNKNOWN_LEARNER.value, RejectReason.LEFT_LEARNER.value}
 CORRUPT_MODES = ("nan", "garbage")
@@ -195,6 +195,7 @@ class Comm:
             except (SyncerUnavailable, TrainerError) as err:
                 self._down(err)
                 continue
+            self.l.progress = max(self.l.progress, reply.progress)
             if reply.stop:
                 self.stop.set()
             elif not reply.ok and reply.reason in REJOIN_REASONS:
@@ -217,6 +218,7 @@ class Learner:
         self.tokens = 0
         self.step_time_ema = 0.0
         self.last_loss = float("nan")
+        self.progress = 0.0  # the run's global token progress, as last reported by the syncer
         self.incarnation_index = 0
         self.book: LearnerBook | None = None
         self.params: dict | None = None
@@ -234,6 +236,7 @@ class Learner:
         if not reply.ok:
             raise TrainerError(f"syncer refused Join: {reply.reason}: {reply.detail}")
         self.incarnation_index = reply.incarnation_index
+        self.progress = max(self.progress, reply.progress)
         self.fragments = [list(f.tensors) for f in sorted(reply.fragments, key=lambda f: f.fragment)]
         self.log.emit(ev.LearnerJoin(learner_incarnation=self.incarnation, incarnation_index=reply.incarnation_index,
                                      versions=list(reply.versions), syncer_incarnation=reply.syncer_incarnation))
@@ -302,7 +305,8 @@ class Learner:
                     break
                 t0 = time.perf_counter()
                 batch = jnp.asarray(next(batches))
-                self.params, opt_state, loss = train_step(self.params, opt_state, batch)
+                scale = lr_scale(self.cfg.inner, self.progress)
+                self.params, opt_state, loss = train_step(self.params, opt_state, batch, scale)
                 if delay:
                     time.sleep(delay)
                 self.step += 1

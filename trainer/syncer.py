@@ -164,7 +164,7 @@ class SyncerService(pbg.SyncerServicer):
         self.log.emit(ev.Join(learner_id=request.learner_id, learner_incarnation=request.incarnation,
                               incarnation_index=res.incarnation_index, rejoined=res.rejoined))
         return pb.JoinReply(ok=True, incarnation_index=res.incarnation_index, syncer_incarnation=self.incarnation,
-                            versions=list(res.versions),
+                            versions=list(res.versions), progress=self._progress(),
                             fragments=[pb.FragmentLayout(fragment=f.index, tensors=list(f.names)) for f in self.fragments])
 
     def Leave(self, request: pb.LeaveRequest, context) -> pb.LeaveReply:  # noqa: N802, ANN001
@@ -185,12 +185,23 @@ class SyncerService(pbg.SyncerServicer):
                 stop = self.state.report(request.learner_id, request.incarnation, request.step, request.tokens,
                                          request.step_time_s, time.time())
                 versions = list(self.state.versions)
+                progress = self._progress_locked()
                 if stop and not was_finished:
                     self.cond.notify_all()
         except Rejected as r:
             self.record_reject("Report", r.reason, r.detail, request.learner_id)
             return pb.ReportReply(ok=False, reason=r.reason.value, detail=r.detail, syncer_incarnation=self.incarnation)
-        return pb.ReportReply(ok=True, stop=stop, syncer_incarnation=self.incarnation, versions=versions)
+        return pb.ReportReply(ok=True, stop=stop, syncer_incarnation=self.incarnation, versions=versions,
+                              progress=progress)
+
+    def _progress_locked(self) -> float:
+        """Fraction of the token budget trained so far: learners decay their inner LR by it."""
+        budget = self.state.policy.token_budget
+        return min(self.state.tokens_total / budget, 1.0) if budget else 0.0
+
+    def _progress(self) -> float:
+        with self.cond:
+            return self._progress_locked()
 
     def Upload(self, request_iterator: Iterator[pb.UploadChunk], context) -> pb.UploadReply:  # noqa: N802, ANN001
         t0 = time.monotonic()

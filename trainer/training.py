@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,16 +31,33 @@ Params = dict[str, jax.Array]
 
 
 def inner_optimizer(inner: InnerSection) -> optax.GradientTransformation:
-    """AdamW with linear warmup then a constant rate, after global-norm clipping.
+    """AdamW with linear warmup (per incarnation), after global-norm clipping.
 
-    Constant after warmup (no cosine decay) because under faults no learner
-    knows how many steps it will take; the run stops at a token budget.
+    The decay is not in here: under faults no learner knows how many steps it
+    will take, so the step function scales the update by :func:`lr_scale` of
+    the run's *global* token progress, which the syncer reports.
     """
     schedule = optax.linear_schedule(0.0, inner.lr, max(inner.warmup_steps, 1)) if inner.warmup_steps else inner.lr
     return optax.chain(
         optax.clip_by_global_norm(inner.grad_clip),
         optax.adamw(schedule, b1=inner.b1, b2=inner.b2, weight_decay=inner.weight_decay),
     )
+
+
+def lr_scale(inner: InnerSection, progress: float) -> float:
+    """Multiplier of the inner learning rate at global ``progress`` (tokens trained / budget).
+
+    >>> from trainer.config import InnerSection
+    >>> [round(lr_scale(InnerSection(final_lr_fraction=0.1), p), 3) for p in (0.0, 0.5, 1.0, 2.0)]
+    [1.0, 0.55, 0.1, 0.1]
+    >>> lr_scale(InnerSection(decay="constant"), 0.9)
+    1.0
+    """
+    if inner.decay == "constant":
+        return 1.0
+    p = min(max(progress, 0.0), 1.0)
+    f = inner.final_lr_fraction
+    return f + (1 - f) * 0.5 * (1 + math.cos(math.pi * p))
 
 
 def learner_seed_index(learner_id: str) -> int:
@@ -104,9 +122,11 @@ def _train_step(mcfg: model_mod.ModelConfig, tx: optax.GradientTransformation):
     key = ("train", mcfg, id(tx))
     if key not in _STEP_CACHE:
         @jax.jit
-        def step(params: Params, opt_state, batch: jax.Array):
+        def step(params: Params, opt_state, batch: jax.Array, scale: float | jax.Array = 1.0):
             loss, grads = jax.value_and_grad(model_mod.loss_fn)(params, mcfg, batch)
             updates, opt_state = tx.update(grads, opt_state, params)
+            # AdamW's update (weight decay included) is linear in lr: scaling it is AdamW at lr × scale.
+            updates = jax.tree_util.tree_map(lambda u: u * scale, updates)
             return optax.apply_updates(params, updates), opt_state, loss
         _STEP_CACHE[key] = (tx, step)  # keep tx alive so id() stays unique
     return _STEP_CACHE[key][1]

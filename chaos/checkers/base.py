@@ -19,6 +19,8 @@ from trainer import events as ev
 Status = Literal["pass", "fail", "indeterminate"]
 
 # Faults that take a learner out of training until it uploads again.
+# Faults on the syncer that stop all training until it is back.
+SYNCER_DOWN = frozenset({"syncer_crash", "kill", "stop", "pause"})
 REMOVES_LEARNER = frozenset({"kill", "stop", "pause", "partition", "link_down", "corrupt", "data_limit", "reset_peer"})
 
 
@@ -63,7 +65,7 @@ class CheckInput:
 
 
 def removes_learner(w: FaultWindow) -> bool:
-    if w.kind not in REMOVES_LEARNER:
+    if not w.injected or w.kind not in REMOVES_LEARNER:  # a failed inject took nobody out
         return False
     # One-way loss of replies still delivers uploads: the learner keeps contributing.
     direction = w.params.get("direction")
@@ -86,7 +88,7 @@ def unavailable_intervals(history: History, learners: tuple[str, ...]) -> tuple[
     syncer: list[tuple[float, float]] = []
     starts = [e.ts for e in history.of(ev.SyncerStart)]
     for w in history.fault_windows():
-        if w.kind == "syncer_crash" or (w.kind in ("kill", "stop", "pause") and SYNCER in w.targets):
+        if w.injected and (w.kind == "syncer_crash" or (w.kind in SYNCER_DOWN and SYNCER in w.targets)):
             back = next((t for t in starts if w.end is not None and t >= w.end), end) if w.end is not None else end
             syncer.append((w.start, back))
         if not removes_learner(w):

@@ -8,7 +8,7 @@ learner never came back.
 
 from __future__ import annotations
 
-from chaos.checkers.base import CheckInput, Verdict, removes_learner
+from chaos.checkers.base import SYNCER_DOWN, CheckInput, Verdict, removes_learner
 from faults.base import SYNCER
 from trainer import events as ev
 
@@ -19,7 +19,7 @@ def check_reintegration(inp: CheckInput) -> Verdict:
     finish = inp.finish
     rows: list[dict] = []
     for w in inp.history.fault_windows():
-        if w.kind == "syncer_crash" or SYNCER in w.targets:
+        if w.kind == "syncer_crash" or (SYNCER in w.targets and w.kind in SYNCER_DOWN):
             who = list(inp.facts.learners)
         elif removes_learner(w):
             who = [t for t in w.targets if t in inp.facts.learners]

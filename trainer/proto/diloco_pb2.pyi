@@ -35,7 +35,7 @@ class JoinRequest(_message.Message):
     def __init__(self, learner_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., config_hash: _Optional[str] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("ok", "reason", "detail", "incarnation_index", "syncer_incarnation", "versions", "fragments")
+    __slots__ = ("ok", "reason", "detail", "incarnation_index", "syncer_incarnation", "versions", "fragments", "progress")
     OK_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class JoinReply(_message.Message):
     SYNCER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     reason: str
     detail: str
@@ -50,7 +51,8 @@ class JoinReply(_message.Message):
     syncer_incarnation: str
     versions: _containers.RepeatedScalarFieldContainer[int]
     fragments: _containers.RepeatedCompositeFieldContainer[FragmentLayout]
-    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., incarnation_index: _Optional[int] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., fragments: _Optional[_Iterable[_Union[FragmentLayout, _Mapping]]] = ...) -> None: ...
+    progress: float
+    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., incarnation_index: _Optional[int] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., fragments: _Optional[_Iterable[_Union[FragmentLayout, _Mapping]]] = ..., progress: _Optional[float] = ...) -> None: ...
 
 class LeaveRequest(_message.Message):
     __slots__ = ("learner_id", "incarnation", "why")
@@ -101,20 +103,22 @@ class ReportRequest(_message.Message):
     def __init__(self, learner_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., step: _Optional[int] = ..., tokens: _Optional[int] = ..., step_time_s: _Optional[float] = ..., loss: _Optional[float] = ..., counters: _Optional[_Iterable[_Union[FragmentCounters, _Mapping]]] = ...) -> None: ...
 
 class ReportReply(_message.Message):
-    __slots__ = ("ok", "reason", "detail", "stop", "syncer_incarnation", "versions")
+    __slots__ = ("ok", "reason", "detail", "stop", "syncer_incarnation", "versions", "progress")
     OK_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     SYNCER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     reason: str
     detail: str
     stop: bool
     syncer_incarnation: str
     versions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., stop: _Optional[bool] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ...) -> None: ...
+    progress: float
+    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., stop: _Optional[bool] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., progress: _Optional[float] = ...) -> None: ...
 
 class DataChunk(_message.Message):
     __slots__ = ("offset", "data")

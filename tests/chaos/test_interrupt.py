@@ -1,0 +1,89 @@
+"""Interrupting a run mid-fault (SIGINT or SIGTERM to the CLI) leaves nothing behind.
+
+No proxy of the run is left on the Toxiproxy server (so no toxic and no
+disabled proxy), no process of the run is alive, every active fault's heal is
+recorded, and the exit code is 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.history import FaultOp, History
+from tests.support import wait_until
+from trainer import events as ev
+
+pytestmark = pytest.mark.chaos
+
+SCENARIO = """
+name: interrupt-me
+cluster:
+  token_budget: 100000000
+  model: {size: tiny}
+  algorithm: {mode: decoupled, num_learners: 3}
+schedule:
+  - {fault: partition, id: cut, targets: [learner-0], at: 0.5, duration: 600}
+  - {fault: bandwidth, id: slow-links, rate_kbps: 100, targets: [learner-1, learner-2], at: 0.5, duration: 600}
+  - {fault: pause, id: frozen, targets: [learner-2], at: 0.5, duration: 600}
+  - {fault: link_down, id: down, targets: [learner-1], at: 0.5, duration: 600}
+"""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tmp_path):
+    scenario = tmp_path / "interrupt-me.yaml"
+    scenario.write_text(SCENARIO)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(scenario), "--out", str(out),
+                             "--no-baseline", "--toxiproxy-url", chaos_toxiproxy.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def all_injected() -> bool:
+            path = out / "controller.jsonl"
+            if not path.exists():
+                return False
+            ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            return sum(1 for o in ops if o.get("kind") == "fault" and o["action"] == "inject"
+                       and o["outcome"] == "ok") == 4
+
+        wait_until(all_injected, 240, "all four faults injected")
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, output
+    assert "interrupted" in output
+    client = chaos_toxiproxy.client()
+    assert [n for n in client.proxies() if n.startswith("interrupt-me")] == []
+    history = History.read(out)
+    pids = [e.pid for e in history.events if isinstance(e, (ev.LearnerStart, ev.SyncerStart))]
+    assert len(pids) >= 4
+    assert [p for p in pids if _pid_alive(p)] == []
+    heals = {r.fault_id: r.outcome for r in history.records if isinstance(r, FaultOp) and r.action == "heal"
+             and r.outcome != "invoke"}
+    assert heals == {"cut": "ok", "slow-links": "ok", "frozen": "ok", "down": "ok"}
+    teardown = history.phase("teardown")
+    assert teardown is not None
+    assert teardown.detail["proxies_left"] == [] and teardown.detail["processes_left"] == []

@@ -1,0 +1,44 @@
+"""Negative controls: deliberately wrong set-ups that the matching checker must catch.
+
+A checker that cannot fail proves nothing. Each case breaks one thing on
+purpose and asserts that exactly the checker watching it reports ``fail``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.conftest import scenario_with
+
+pytestmark = pytest.mark.chaos
+
+
+def _verdict(result, name):
+    return next(v for v in result.verdicts if v.name == name)
+
+
+def test_quorum_of_all_learners_stalls_merges_and_liveness_fails(run_chaos):
+    # K = M: one dead learner and no round can ever reach its quorum again.
+    s = scenario_with("kill-one-learner", cluster={"algorithm": {"min_quorum": 3}})
+    result = run_chaos(s, baseline=False)
+    v = _verdict(result, "liveness")
+    assert v.status == "fail", v
+    assert v.evidence["longest_gap_while_reachable_s"] > s.checks.liveness.max_gap_s
+    assert result.exit_code == 1
+
+
+def test_learner_that_never_rejoins_fails_reintegration(run_chaos):
+    s = scenario_with("kill-one-learner", checks={"reintegration": {"enabled": True}})
+    result = run_chaos(s, baseline=False)
+    v = _verdict(result, "reintegration")
+    assert v.status == "fail", v
+    assert "learner-1" in v.summary and "never" in v.summary
+    assert _verdict(result, "liveness").status == "pass"  # the others kept training: only this check fails
+
+
+def test_corrupt_learner_without_validation_fails_safety(run_chaos):
+    s = scenario_with("corrupt-learner", cluster={"syncer": {"validate_uploads": False}})
+    result = run_chaos(s, baseline=False)
+    v = _verdict(result, "safety")
+    assert v.status == "fail", v
+    assert "non-finite" in v.summary or "nan" in v.summary.lower()
