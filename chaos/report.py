@@ -259,7 +259,7 @@ def _numbers_section(report: dict[str, Any]) -> list[str]:
         ("loss floor", _num(m.get("loss_floor"))),
         ("merges", _num(m.get("merges"))),
         ("tokens merged", _num(m.get("tokens_total"))),
-        ("goodput (merged / trained tokens)", f"{goodput:.1%}" if _finite(goodput) else "n/a"),
+        ("uploads merged (merged / uploaded tokens)", f"{goodput:.1%}" if _finite(goodput) else "n/a"),
         ("rejections", rej),
         ("wall time", f"{wall:.1f} s" if _finite(wall) else "n/a"),
     ]

@@ -27,12 +27,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chaos.errors import ScenarioError
 from faults.base import SYNCER
-from trainer.config import RunConfig
+from trainer.config import RunConfig, read_yaml_mapping
 from trainer.launch import learner_ids
 
 Direction = Literal["both", "to_syncer", "from_syncer"]
@@ -301,18 +300,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Load and validate a scenario file (YAML or JSON)."""
-    source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ScenarioError(f"{source}: cannot read scenario file: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError(f"{source}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    return parse_scenario(data, source)
+    return parse_scenario(read_yaml_mapping(path, "scenario", ScenarioError), str(path))
 
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"

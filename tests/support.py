@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import socketserver
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -37,3 +38,17 @@ def tiny_config(**overrides: object) -> RunConfig:
     """A tiny-model config; ``overrides`` are dotted keys, e.g. ``{"algorithm.num_learners": 1}``."""
     sets = [f"{k}={v}" for k, v in overrides.items()]
     return build_config({"model": {"size": "tiny"}}, "<test>", sets)
+
+
+class EchoHandler(socketserver.BaseRequestHandler):
+    """A TCP upstream for proxy tests: sends back whatever it receives until the peer closes."""
+
+    def handle(self) -> None:
+        while True:
+            try:
+                data = self.request.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.request.sendall(data)

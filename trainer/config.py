@@ -204,26 +204,31 @@ def build_config(data: dict[str, Any], source: str = "<config>", overrides: list
         raise ConfigError(format_validation_error(err, source)) from None
 
 
+def read_yaml_mapping(path: str | Path, what: str, error: type[Exception]) -> dict[str, Any]:
+    """The mapping at the top of a YAML/JSON file; ``error`` (naming the file) for anything else."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise error(f"{source}: cannot read {what} file: {err.strerror}") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise error(f"{source}: not valid YAML{where}: {getattr(err, 'problem', None) or err}") from None
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise error(f"{source}: top level must be a mapping, got {type(loaded).__name__}")
+    return loaded
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
     """Load a YAML/JSON config file (or defaults when ``path`` is None) and apply overrides."""
-    data: dict[str, Any] = {}
-    source = "<defaults>"
-    if path is not None:
-        source = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as err:
-            raise ConfigError(f"{source}: cannot read config file: {err.strerror}") from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{source}: not valid YAML: {err}") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{source}: top level must be a mapping, got {type(loaded).__name__}")
-        data = loaded
-    return build_config(data, source, overrides)
+    if path is None:
+        return build_config({}, "<defaults>", overrides)
+    return build_config(read_yaml_mapping(path, "config", ConfigError), str(path), overrides)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

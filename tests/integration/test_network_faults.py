@@ -30,7 +30,7 @@ from faults.network import (
     toxic_name,
 )
 from faults.toxiproxy import Toxiproxy, ToxiproxyServer
-from tests.support import wait_until
+from tests.support import EchoHandler, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,16 +40,6 @@ L0, L1 = "learner-0", "learner-1"
 # -- upstream test servers ------------------------------------------------------------------------------------
 
 
-class _Echo(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        while True:
-            try:
-                data = self.request.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.request.sendall(data)
 
 
 class _Sink(socketserver.BaseRequestHandler):
@@ -101,7 +91,7 @@ def _serve(handler: type[socketserver.BaseRequestHandler]) -> socketserver.Threa
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, socketserver.ThreadingTCPServer]]:
-    running = {"echo": _serve(_Echo), "sink": _serve(_Sink), "recorder": _serve(_Recorder)}
+    running = {"echo": _serve(EchoHandler), "sink": _serve(_Sink), "recorder": _serve(_Recorder)}
     yield running
     for server in running.values():
         server.shutdown()

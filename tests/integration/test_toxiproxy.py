@@ -19,28 +19,18 @@ import pytest
 import faults.toxiproxy as toxiproxy_module
 from faults.errors import ToxiproxyError, ToxiproxyNotInstalled
 from faults.toxiproxy import ProxySpec, Toxic, Toxiproxy, ToxiproxyApiError, ToxiproxyServer
-from tests.support import free_port, wait_until
+from tests.support import EchoHandler, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-class _Echo(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        while True:
-            try:
-                data = self.request.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.request.sendall(data)
 
 
 @pytest.fixture(scope="module")
 def echo_addr() -> Iterator[str]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), EchoHandler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"127.0.0.1:{server.server_address[1]}"

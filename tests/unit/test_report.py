@@ -157,7 +157,7 @@ def test_markdown_escapes_cells_and_reports_dirty_teardown() -> None:
     md = rep.render_markdown(r)
     assert "a \\| b c" in md
     assert "**Not clean:**" in md and "learner-0-link" in md and '"pid": 42' in md
-    assert "no baseline" in md and "| goodput (merged / trained tokens) | n/a |" in md
+    assert "no baseline" in md and "| uploads merged (merged / uploaded tokens) | n/a |" in md
     assert "never healed" in md
 
 
