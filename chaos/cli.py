@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -136,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Ctrl-C must always reach the controller's cleanup, even when the shell that started us
+    # set SIGINT to "ignore" (background jobs of non-interactive shells do: found by the interrupt test).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.fn(args)
     except ChaosError as err:

@@ -185,7 +185,8 @@ class _Execution:
         self.recorder.add(PlanRecord(scenario=self.scenario.name, seed=self.scenario.seed,
                                      faults=[p.to_json() for p in self.planned]))
         try:
-            self.recorder.add(Phase(name="bring_up"))
+            self.recorder.add(Phase(name="bring_up", detail={"proxy_prefix": self.backend.tag,
+                                                             "toxiproxy": self.toxi.url}))
             try:
                 self.backend.bring_up()
             except (TrainerError, FaultError) as err:

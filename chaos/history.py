@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from trainer import events as ev
 
 
 class _Record(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="constants")
     ts: float = Field(default_factory=time.time)
     source: str = "controller"
 

@@ -29,7 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN/Inf are written as the JSON constants Python's json module also reads: a diverged
+    # learner's loss is evidence, and must round-trip rather than turn into null.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
     ts: float = Field(default_factory=time.time)
     source: str = ""
 

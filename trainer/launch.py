@@ -53,13 +53,16 @@ THREAD_ENV: dict[str, str] = {
 
 
 def _die_with_parent(nice: int = 0) -> None:
-    """In the child before exec: get SIGTERM if the launcher dies, so no process is orphaned."""
+    """In the child before exec: get SIGKILL if the launcher dies, so no process is orphaned.
+
+    SIGKILL, not SIGTERM: a child paused by a fault (SIGSTOP) would never handle a SIGTERM.
+    """
     if nice:
         os.nice(nice)
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # not Linux: stop_all() still cleans up on every normal exit path
 

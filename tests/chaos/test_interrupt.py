@@ -75,9 +75,11 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
             proc.wait()
     assert proc.returncode == 2, output
     assert "interrupted" in output
-    client = chaos_toxiproxy.client()
-    assert [n for n in client.proxies() if n.startswith("interrupt-me")] == []
     history = History.read(out)
+    bring_up = history.phase("bring_up")
+    assert bring_up is not None
+    prefix = bring_up.detail["proxy_prefix"]
+    assert [n for n in chaos_toxiproxy.client().proxies() if n.startswith(prefix)] == []
     pids = [e.pid for e in history.events if isinstance(e, (ev.LearnerStart, ev.SyncerStart))]
     assert len(pids) >= 4
     assert [p for p in pids if _pid_alive(p)] == []
