@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -84,12 +85,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chaos.controller import RunOptions, run_scenario
 
     s = _load(args.scenario, args.seed, args.set)
-    out = Path(args.out or f"runs/chaos/{s.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    root = os.environ.get("DILOCO_RUNS_DIR", "runs/chaos")
+    out = Path(args.out or f"{root}/{s.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     opts = RunOptions(out, toxiproxy_url=args.toxiproxy_url, baseline=not args.no_baseline,
                       progress=None if args.quiet else lambda m: print(m, flush=True))
-    if args.baseline_cache:
-        opts.baseline_cache = Path(args.baseline_cache)
-    result = run_scenario(s, opts)
+    cache = args.baseline_cache or os.environ.get("DILOCO_BASELINE_CACHE")
+    if cache:
+        opts.baseline_cache = Path(cache)
+    if args.backend == "docker":
+        from chaos.backends.docker import Deployment, DockerDeployment, docker_backend_factory
+
+        dep = Deployment.from_env()
+        deployment = DockerDeployment(Deployment(args.project, dep.in_network) if args.project else dep)
+        opts.backend = docker_backend_factory(deployment)
+        opts.toxiproxy_url = opts.toxiproxy_url or deployment.toxiproxy_url()
+    try:
+        result = run_scenario(s, opts)
+    finally:
+        if args.backend == "docker" and args.stop_deployment:
+            deployment.stop_others()
     _print_verdicts(result.report)
     return result.exit_code
 
@@ -129,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-baseline", action="store_true", help="skip the fault-free run (parity: indeterminate)")
     r.add_argument("--baseline-cache", help="where baselines are cached (default .cache/diloco-chaos/baselines)")
     r.add_argument("--quiet", action="store_true", help="no live progress")
+    r.add_argument("--backend", choices=["local", "docker"], default="local",
+                   help="local processes (default) or the docker compose deployment's containers")
+    r.add_argument("--stop-deployment", action="store_true",
+                   help="docker backend: stop every other container of the deployment afterwards "
+                        "(the compose controller does, so `docker compose up` returns)")
+    r.add_argument("--project", help="compose project of the docker backend (default $DILOCO_COMPOSE_PROJECT "
+                                      "or diloco-chaos)")
     r.set_defaults(fn=cmd_run)
     rep = sub.add_parser("report", help="re-run the checks and rewrite the reports of a run directory")
     rep.add_argument("run_dir", metavar="RUN_DIR")

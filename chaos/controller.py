@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
 from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
 from chaos.errors import ChaosError, RunError
@@ -43,6 +44,7 @@ from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError
 from faults.toxiproxy import Toxiproxy, ToxiproxyServer
+from trainer.config import RunConfig
 from trainer.errors import TrainerError
 from trainer.metrics import summarize_run
 
@@ -51,10 +53,14 @@ RESTARTING = frozenset({"kill", "stop", "corrupt", "syncer_crash"})
 DEFAULT_CACHE = Path(".cache/diloco-chaos/baselines")
 
 
+BackendFactory = Callable[[RunConfig, Path, Toxiproxy, str], Backend]
+
+
 @dataclass
 class RunOptions:
     out_dir: Path
     toxiproxy_url: str | None = None  # None: start our own server for this run
+    backend: BackendFactory = LocalBackend  # (config, run_dir, toxiproxy, proxy tag) -> Backend
     baseline: bool = True
     baseline_cache: Path = DEFAULT_CACHE
     progress: Callable[[str], None] | None = print
@@ -133,7 +139,7 @@ class _Execution:
         self.label = label
         self.recorder = Recorder(run_dir / "controller.jsonl")
         tag = f"{scenario.name}-{label}-{uuid.uuid4().hex[:6]}"
-        self.backend = LocalBackend(scenario.cluster, run_dir, toxi, tag=tag)
+        self.backend: Backend = opts.backend(scenario.cluster, run_dir, toxi, tag)
         self.toxi = toxi
         self.active: dict[str, _Active] = {}
         self.steady_at: float | None = None
@@ -247,7 +253,7 @@ class _Execution:
                     if rel >= a.started + a.planned.duration:
                         self.heal(a)
                 if not self.backend.alive("syncer") and not self._syncer_fault_active():
-                    code = self.backend.procs.procs["syncer"].returncode
+                    code = self.backend.exit_code("syncer")
                     if code != 0:
                         raise RunError(f"the syncer exited with code {code} outside any fault; "
                                        f"see {self.run_dir / 'logs' / 'syncer.log'}")
@@ -283,7 +289,7 @@ class _Execution:
             proxies_left = [n for n in self.toxi.proxies() if n.startswith(tag)]
         except FaultError as err:
             proxies_left = [f"(could not list proxies: {err})"]
-        processes_left = [n for n, p in self.backend.procs.procs.items() if p.poll() is None]
+        processes_left = self.backend.running_units()
         self.recorder.add(Phase(name="teardown", detail={"proxies_left": proxies_left,
                                                          "processes_left": processes_left,
                                                          "healed_on_teardown": interrupted, **result}))

@@ -71,6 +71,17 @@ def learner_ids(n: int) -> list[str]:
     return [f"learner-{i}" for i in range(n)]
 
 
+def prepare_run_dir(config: RunConfig, run_dir: Path) -> None:
+    """The run directory's skeleton: events/, logs/, checkpoints/, the resolved config and every seed."""
+    for sub in ("events", "logs", "checkpoints"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config.to_yaml())
+    seeds = {"seed": config.seed, "init_seed": config.seed, "data_seed": config.seed,
+             "learner_stream_keys": {lid: learner_seed_index(lid) for lid in learner_ids(config.algorithm.num_learners)},
+             "config_hash": config.config_hash()}
+    (run_dir / "seeds.json").write_text(json.dumps(seeds, indent=2))
+
+
 @dataclass
 class LocalCluster:
     """A syncer and learners as child processes of this one, all in their own process groups."""
@@ -85,13 +96,7 @@ class LocalCluster:
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
-        for sub in ("events", "logs", "checkpoints"):
-            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
-        seeds = {"seed": self.config.seed, "init_seed": self.config.seed, "data_seed": self.config.seed,
-                 "learner_stream_keys": {lid: learner_seed_index(lid) for lid in learner_ids(self.config.algorithm.num_learners)},
-                 "config_hash": self.config.config_hash()}
-        (self.run_dir / "seeds.json").write_text(json.dumps(seeds, indent=2))
+        prepare_run_dir(self.config, self.run_dir)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -129,8 +129,12 @@ class LocalBackend:
         return SyncClient(f"127.0.0.1:{self.port}", self.procs.token, timeout_s=timeout_s,
                           retry=RetryPolicy(attempts=1))
 
-    def exit_codes(self) -> dict[str, int | None]:
-        return {n: p.poll() for n, p in self.procs.procs.items()}
+    def exit_code(self, unit: str) -> int | None:
+        p = self.procs.procs.get(unit)
+        return None if p is None else p.poll()
+
+    def running_units(self) -> list[str]:
+        return [n for n, p in self.procs.procs.items() if p.poll() is None]
 
     def teardown(self) -> dict[str, object]:
         """Remove this run's proxies (with their toxics) and stop every process; never raises."""

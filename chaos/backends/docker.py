@@ -1,0 +1,313 @@
+"""The container backend: the compose deployment's syncer and learner containers, driven through the Docker API.
+
+The compose file (``docker-compose.yml``) defines the units — ``syncer`` and
+``learner-0`` … ``learner-3`` — on a private network with Toxiproxy; every unit
+runs :mod:`chaos.backends.unit`, which waits for ``/runs/.active.json`` and then
+becomes the trainer process. This backend owns the lifecycle:
+
+    bring_up   stop every unit, prepare a work directory on the shared ``runs``
+               volume, write the config and ``.active.json``, create one proxy per
+               learner (``toxiproxy:26000+i`` → ``syncer:50051``), start the syncer,
+               wait until its gRPC health service says SERVING, start the learners
+    faults     signals through ``docker kill --signal`` (the trainer is PID 1),
+               start / stop of containers; Toxiproxy faults act on the proxies
+    teardown   delete this run's proxies, stop every unit (SIGCONT first: a
+               SIGSTOPped trainer cannot handle SIGTERM), collect every container's
+               log and the trainer's events into the run directory
+
+It works from inside the compose network (the ``controller`` service) and from
+the host (as root: the ``runs`` volume is read at its mountpoint and containers
+are reached at their bridge addresses).
+
+Example:
+    opts.backend = docker_backend_factory(DockerDeployment(Deployment(project="diloco-chaos")))
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.backends.unit import SYNCER_PORT, ActiveRun
+from chaos.errors import RunError
+from faults.base import SYNCER
+from faults.errors import FaultError, TargetError
+from faults.toxiproxy import ProxySpec, Toxiproxy
+from trainer.checkpoint import list_checkpoints
+from trainer.client import RetryPolicy, SyncClient
+from trainer.config import RunConfig
+from trainer.healthcheck import serving
+from trainer.launch import learner_ids, prepare_run_dir
+from trainer.metrics import summarize_run
+
+PROXY_BASE_PORT = 26000
+UNIT_UID = 1000  # the image's unprivileged user
+RUNNING = ("running", "paused", "restarting")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where the compose deployment is and how this process reaches it."""
+
+    project: str = "diloco-chaos"
+    in_network: bool = False  # True inside the compose network (the controller service)
+    runs_in_container: str = "/runs"  # the runs volume as the units see it
+
+    @classmethod
+    def from_env(cls) -> "Deployment":
+        return cls(project=os.environ.get("DILOCO_COMPOSE_PROJECT", "diloco-chaos"),
+                   in_network=os.environ.get("DILOCO_IN_COMPOSE") == "1")
+
+
+class DockerDeployment:
+    """Docker API access to one compose project: its containers, its runs volume, its addresses."""
+
+    def __init__(self, dep: Deployment) -> None:
+        try:
+            import docker  # the optional [docker] extra
+        except ImportError:
+            raise RunError("the docker backend needs the Docker SDK: pip install 'diloco-chaos[docker]'") from None
+        self.dep = dep
+        try:
+            self.api = docker.from_env(timeout=30)
+            self.api.ping()
+        except Exception as err:  # noqa: BLE001 - docker raises several unrelated types here
+            raise RunError(f"cannot reach the Docker daemon ({err}); is it running and is the socket mounted?") \
+                from None
+
+    def container(self, service: str) -> Any:
+        found = self.api.containers.list(all=True, filters={"label": [
+            f"com.docker.compose.project={self.dep.project}", f"com.docker.compose.service={service}"]})
+        if not found:
+            raise TargetError(f"no container of service {service!r} in compose project {self.dep.project!r}; "
+                              "start the deployment with `docker compose up` (or `docker compose create`)")
+        return found[0]
+
+    def services(self) -> list[str]:
+        found = self.api.containers.list(all=True, filters={"label": f"com.docker.compose.project={self.dep.project}"})
+        return sorted(c.labels.get("com.docker.compose.service", "") for c in found)
+
+    def address(self, service: str, port: int) -> str:
+        if self.dep.in_network:
+            return f"{service}:{port}"
+        c = self.container(service)
+        c.reload()
+        nets = c.attrs["NetworkSettings"]["Networks"]
+        ip = next((n["IPAddress"] for n in nets.values() if n.get("IPAddress")), "")
+        if not ip:
+            raise RunError(f"service {service} has no network address; is it running?")
+        return f"{ip}:{port}"
+
+    def runs_local(self) -> Path:
+        """The runs volume as this process sees it."""
+        if self.dep.in_network:
+            return Path(self.dep.runs_in_container)
+        vol = self.api.volumes.get(f"{self.dep.project}_runs")
+        return Path(vol.attrs["Mountpoint"])
+
+    def stop_others(self, keep: str = "controller") -> list[str]:
+        """Stop every container of the project but ``keep``, so ``docker compose up`` returns after a run."""
+        stopped = []
+        for c in self.api.containers.list(filters={"label": f"com.docker.compose.project={self.dep.project}"}):
+            service = c.labels.get("com.docker.compose.service", "")
+            if service != keep:
+                c.stop(timeout=5)
+                stopped.append(service)
+        return stopped
+
+    def toxiproxy_url(self) -> str:
+        return f"http://{self.address('toxiproxy', 8474)}"
+
+
+def docker_backend_factory(deployment: DockerDeployment) -> Any:
+    """A ``RunOptions.backend`` factory bound to one compose deployment."""
+    return functools.partial(DockerBackend, deployment=deployment)
+
+
+class DockerBackend:
+    """The compose deployment's containers as a :class:`chaos.backends.Backend`."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str, *,
+                 deployment: DockerDeployment) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self._toxiproxy = toxiproxy
+        self.tag = tag
+        self.d = deployment
+        self._ids = learner_ids(config.algorithm.num_learners)
+        missing = [lid for lid in self._ids if lid not in self.d.services()]
+        if missing:
+            raise RunError(f"the scenario trains {len(self._ids)} learners but compose project "
+                           f"{self.d.dep.project!r} has no service for {missing}; add learner services "
+                           "to docker-compose.yml or lower cluster.algorithm.num_learners")
+        self.work_local = self.d.runs_local() / "work" / tag
+        self.work_in_units = f"{self.d.dep.runs_in_container}/work/{tag}"
+        self.active_path = self.d.runs_local() / ".active.json"
+        self.active = ActiveRun(self.work_in_units, secrets.token_hex(16),
+                                {lid: {"syncer": f"toxiproxy:{PROXY_BASE_PORT + i}", "corrupt": None}
+                                 for i, lid in enumerate(self._ids)})
+        self.started_at = int(time.time())
+
+    # ---- faults.base.Cluster --------------------------------------------------
+    def learners(self) -> list[str]:
+        return list(self._ids)
+
+    @property
+    def toxiproxy(self) -> Toxiproxy:
+        return self._toxiproxy
+
+    def proxy(self, learner_id: str) -> str:
+        if learner_id not in self._ids:
+            raise TargetError(f"unknown learner {learner_id!r}; this cluster has {self._ids}")
+        return f"{self.tag}-{learner_id}"
+
+    def _unit(self, unit: str) -> Any:
+        if unit != SYNCER and unit not in self._ids:
+            raise TargetError(f"unknown unit {unit!r}; this cluster has {[SYNCER, *self._ids]}")
+        c = self.d.container(unit)
+        c.reload()
+        return c
+
+    def alive(self, unit: str) -> bool:
+        return self._unit(unit).status in RUNNING
+
+    def signal(self, unit: str, sig: int) -> bool:
+        c = self._unit(unit)
+        if c.status not in RUNNING:
+            return False
+        try:
+            c.kill(signal=int(sig))
+        except Exception:  # noqa: BLE001 - it died between the check and the signal
+            return False
+        return True
+
+    def start(self, unit: str, *, corrupt: str | None = None) -> None:
+        c = self._unit(unit)
+        self._wait_stopped(unit)
+        if unit != SYNCER:
+            self.active.learners[unit]["corrupt"] = corrupt
+            self.active.write(self.active_path)
+        c.start()
+
+    def stop(self, unit: str, timeout_s: float = 10.0) -> None:
+        c = self._unit(unit)
+        if c.status not in RUNNING:
+            return
+        self.signal(unit, signal.SIGCONT)  # a SIGSTOPped trainer cannot handle SIGTERM
+        c.stop(timeout=max(int(timeout_s), 1))
+
+    # ---- lifecycle --------------------------------------------------------------
+    def bring_up(self) -> None:
+        self._stop_units(self.d.services())
+        self.work_local.mkdir(parents=True, exist_ok=True)
+        prepare_run_dir(self.config, self.work_local)
+        self._give_to_units(self.work_local)
+        self.active.write(self.active_path)
+        self._toxiproxy.populate([ProxySpec(name=self.proxy(lid), listen=f"0.0.0.0:{PROXY_BASE_PORT + i}",
+                                            upstream=f"syncer:{SYNCER_PORT}", enabled=True)
+                                  for i, lid in enumerate(self._ids)])
+        self.start(SYNCER)
+        deadline = time.monotonic() + 120
+        while not serving(self.d.address(SYNCER, SYNCER_PORT)):  # health, not a sleep
+            if not self.alive(SYNCER):
+                raise RunError(f"the syncer container exited during start-up: {self._tail_log(SYNCER)}")
+            if time.monotonic() > deadline:
+                raise RunError("the syncer did not report SERVING within 120 s")
+            time.sleep(0.3)
+        for lid in self._ids:
+            self.start(lid)
+
+    def client(self, timeout_s: float = 0.5) -> SyncClient:
+        return SyncClient(self.d.address(SYNCER, SYNCER_PORT), self.active.token, timeout_s=timeout_s,
+                          retry=RetryPolicy(attempts=1))
+
+    def exit_code(self, unit: str) -> int | None:
+        c = self._unit(unit)
+        return None if c.status in RUNNING else c.attrs["State"]["ExitCode"]
+
+    def running_units(self) -> list[str]:
+        return [u for u in [SYNCER, *self._ids] if self.alive(u)]
+
+    def teardown(self) -> dict[str, Any]:
+        problems: list[str] = []
+        for lid in self._ids:
+            try:
+                self._toxiproxy.delete_proxy(self.proxy(lid))
+            except FaultError as err:
+                problems.append(f"proxy {self.proxy(lid)}: {err}")
+        codes: dict[str, int | None] = {}
+        for unit in [*self._ids, SYNCER]:
+            try:
+                self.stop(unit)
+                codes[unit] = self.exit_code(unit)
+            except Exception as err:  # noqa: BLE001 - teardown never raises; it reports
+                problems.append(f"stopping {unit}: {err}")
+        self._collect(problems)
+        return {"exit_codes": codes, "problems": problems}
+
+    def __enter__(self) -> "DockerBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    # ---- helpers -------------------------------------------------------------------
+    def _stop_units(self, services: list[str]) -> None:
+        for svc in services:
+            if svc == SYNCER or svc.startswith("learner-"):
+                c = self.d.container(svc)
+                c.reload()
+                if c.status in RUNNING:
+                    if c.status == "paused":
+                        c.unpause()
+                    c.kill(signal=int(signal.SIGCONT))
+                    c.stop(timeout=5)
+
+    def _wait_stopped(self, unit: str, timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._unit(unit).status in RUNNING:
+            if time.monotonic() > deadline:
+                raise RunError(f"{unit} is still running; cannot start another")
+            time.sleep(0.05)
+
+    def _give_to_units(self, path: Path) -> None:
+        """The units run unprivileged: let them write the work directory."""
+        if os.geteuid() != 0:
+            return
+        for p in [path, *path.rglob("*")]:
+            os.chown(p, UNIT_UID, UNIT_UID)
+
+    def _tail_log(self, unit: str, lines: int = 20) -> str:
+        try:
+            return self.d.container(unit).logs(tail=lines).decode(errors="replace")
+        except Exception:  # noqa: BLE001
+            return "(no log)"
+
+    def _collect(self, problems: list[str]) -> None:
+        """Container logs, trainer events and the final checkpoint into the run directory."""
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for unit in [SYNCER, *self._ids]:
+            try:
+                log = self.d.container(unit).logs(since=self.started_at, timestamps=True)
+                (self.run_dir / "logs" / f"{unit}.log").write_bytes(log)
+            except Exception as err:  # noqa: BLE001
+                problems.append(f"log of {unit}: {err}")
+        for name in ("events",):
+            src = self.work_local / name
+            if src.exists():
+                shutil.copytree(src, self.run_dir / name, dirs_exist_ok=True)
+        for name in ("config.yaml", "seeds.json", "syncer.json"):
+            if (self.work_local / name).exists():
+                shutil.copyfile(self.work_local / name, self.run_dir / name)
+        ckpts = list_checkpoints(self.work_local / "checkpoints")
+        if ckpts:
+            shutil.copyfile(ckpts[-1], self.run_dir / "final.npz")
+        (self.run_dir / "metrics.json").write_text(json.dumps(summarize_run(self.run_dir), indent=2))

@@ -1,0 +1,89 @@
+"""Entrypoint of a syncer or learner container: wait for the controller's plan, then become the process.
+
+The compose file starts every unit container with ``python -m chaos.backends.unit UNIT``.
+The container backend writes ``/runs/.active.json`` (which run directory, the
+shared token, each learner's proxy address, which learner to start corrupt)
+before it (re)starts a unit. This waits for that file to name the unit, then
+``exec``s the trainer process, so the trainer is PID 1 and receives the signals
+faults send to the container (SIGKILL, SIGSTOP, SIGTERM) directly.
+
+A unit the active run does not use (a 4th learner when a scenario trains 3)
+waits, idle, until the controller stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ACTIVE = Path(os.environ.get("DILOCO_ACTIVE", "/runs/.active.json"))
+SYNCER_PORT = 50051
+
+
+@dataclass
+class ActiveRun:
+    """What the controller tells every unit about the run in progress (JSON, never pickle)."""
+
+    run_dir: str
+    token: str
+    learners: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {"syncer": host:port, "corrupt": ...}
+
+    def to_json(self) -> str:
+        return json.dumps({"run_dir": self.run_dir, "token": self.token, "learners": self.learners}, indent=2)
+
+    @classmethod
+    def read(cls, path: Path = ACTIVE) -> "ActiveRun | None":
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None  # absent, or being replaced this instant: ask again
+        return cls(data["run_dir"], data["token"], data.get("learners", {}))
+
+    def write(self, path: Path = ACTIVE) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.to_json())
+        os.chmod(tmp, 0o644)  # units run as another user than the controller
+        os.replace(tmp, path)
+
+
+def command(unit: str, run: ActiveRun) -> list[str] | None:
+    """The trainer command line for ``unit`` in ``run``; None when the run does not use this unit."""
+    config = str(Path(run.run_dir) / "config.yaml")
+    if unit == "syncer":
+        return [sys.executable, "-m", "trainer.syncer", "--config", config, "--run-dir", run.run_dir,
+                "--host", "0.0.0.0", "--port", str(SYNCER_PORT)]
+    spec = run.learners.get(unit)
+    if spec is None:
+        return None
+    cmd = [sys.executable, "-m", "trainer.learner", "--config", config, "--id", unit, "--syncer", spec["syncer"],
+           "--run-dir", run.run_dir]
+    if spec.get("corrupt"):
+        cmd += ["--corrupt", spec["corrupt"]]
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m chaos.backends.unit syncer|learner-N", file=sys.stderr)
+        return 2
+    unit = args[0]
+    while True:
+        run = ActiveRun.read()
+        cmd = command(unit, run) if run is not None else None
+        if run is not None and cmd is not None and (Path(run.run_dir) / "config.yaml").exists():
+            break
+        time.sleep(0.5)
+    os.environ["DILOCO_TOKEN"] = run.token
+    print(f"{unit}: {' '.join(cmd)}", flush=True)  # stdout is the container log; the backend collects it
+    os.execv(cmd[0], cmd)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
