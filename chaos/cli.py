@@ -83,6 +83,8 @@ def _print_verdicts(report: dict[str, Any]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from chaos.controller import RunOptions, run_scenario
+    from chaos.scenario import CONTAINER_KINDS
+    from chaos.schedules import plan
 
     s = _load(args.scenario, args.seed, args.set)
     root = os.environ.get("DILOCO_RUNS_DIR", "runs/chaos")
@@ -92,6 +94,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     cache = args.baseline_cache or os.environ.get("DILOCO_BASELINE_CACHE")
     if cache:
         opts.baseline_cache = Path(cache)
+    kinds = {p.kind for p in plan(s)}
+    if args.backend == "local" and kinds & CONTAINER_KINDS:
+        raise ScenarioError(f"{s.name}: faults {sorted(kinds & CONTAINER_KINDS)} need containers; "
+                            "run it with --backend docker")
     if args.backend == "docker":
         from chaos.backends.docker import Deployment, DockerDeployment, docker_backend_factory
 

@@ -27,12 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history import FaultWindow, History, Phase
+from faults.base import PROCESS_KINDS, SYNCER
 from trainer import events as ev
 
-# Kept in step with ``chaos.scenario.PROCESS_KINDS`` (a test checks it); not imported from there because that
-# module pulls in the trainer's configuration (and JAX), and rendering a report should not.
-PROCESS_KINDS = frozenset({"kill", "stop", "pause", "slow", "syncer_crash", "corrupt"})
-SYNCER = "syncer"  # faults.base.SYNCER
 
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "indeterminate": "INDETERMINATE", "error": "ERROR"}
 STATUS_COLOURS = {"pass": "tab:green", "fail": "tab:red", "indeterminate": "tab:orange", "error": "tab:purple"}

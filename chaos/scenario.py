@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chaos.errors import ScenarioError
-from faults.base import SYNCER
+from faults.base import CONTAINER_KINDS, PROCESS_KINDS, SYNCER
 from trainer.config import RunConfig, read_yaml_mapping
 from trainer.launch import learner_ids
 
@@ -145,14 +145,27 @@ class DataLimitSpec(_FaultSpec):
     direction: Direction = "both"
 
 
+class CpuLimitSpec(_FaultSpec):
+    """Containers only (--backend docker): cap at ``cpus`` cores."""
+
+    fault: Literal["cpu_limit"]
+    cpus: float = Field(0.25, ge=0.01, le=64)
+
+
+class DisconnectSpec(_FaultSpec):
+    """Containers only (--backend docker): disconnect from the network."""
+
+    fault: Literal["disconnect"]
+
+
 FaultSpec = Annotated[
     Union[KillSpec, StopSpec, PauseSpec, SlowSpec, SyncerCrashSpec, CorruptSpec, PartitionSpec, LinkDownSpec,
-          BandwidthSpec, LatencySpec, ResetPeerSpec, DataLimitSpec],
+          BandwidthSpec, LatencySpec, ResetPeerSpec, DataLimitSpec, CpuLimitSpec, DisconnectSpec],
     Field(discriminator="fault"),
 ]
 FAULT_KINDS: tuple[str, ...] = ("kill", "stop", "pause", "slow", "syncer_crash", "corrupt", "partition", "link_down",
-                                "bandwidth", "latency", "reset_peer", "data_limit")
-PROCESS_KINDS = frozenset({"kill", "stop", "pause", "slow", "syncer_crash", "corrupt"})
+                                "bandwidth", "latency", "reset_peer", "data_limit", "cpu_limit", "disconnect")
+
 
 
 class RandomSchedule(_Strict):

@@ -21,7 +21,7 @@ from typing import Any
 
 from chaos.errors import ScenarioError
 from chaos.scenario import FaultSpec, RandomTargets, Scenario
-from faults import network, process
+from faults import container, network, process
 from faults.base import SYNCER, Fault
 
 
@@ -76,6 +76,10 @@ def build_fault(spec: FaultSpec, fault_id: str, targets: tuple[str, ...]) -> Fau
                                direction=spec.direction)
     if k == "reset_peer":
         return network.ResetPeer(fault_id, targets, timeout_ms=spec.timeout_ms)
+    if k == "cpu_limit":
+        return container.CpuLimit(fault_id, targets, cpus=spec.cpus)
+    if k == "disconnect":
+        return container.Disconnect(fault_id, targets)
     if k == "data_limit":
         return network.DataLimit(fault_id, targets, bytes=spec.bytes, direction=spec.direction)
     raise AssertionError(f"unhandled fault kind {k}")  # the scenario schema lists every kind

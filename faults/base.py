@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 SYNCER = "syncer"
 Evidence = dict[str, Any]
 
+# Fault families by what they act on (scenario kinds, see chaos.scenario).
+PROCESS_KINDS = frozenset({"kill", "stop", "pause", "slow", "syncer_crash", "corrupt", "cpu_limit", "disconnect"})
+CONTAINER_KINDS = frozenset({"cpu_limit", "disconnect"})  # need a container backend
+
 
 @runtime_checkable
 class Cluster(Protocol):

@@ -176,6 +176,14 @@ class DockerBackend:
         c.reload()
         return c
 
+    def container(self, unit: str) -> Any:
+        """faults.container.ContainerCluster: the unit's container."""
+        return self._unit(unit)
+
+    def network(self) -> Any:
+        """faults.container.ContainerCluster: the project's private network."""
+        return self.d.api.networks.get(f"{self.d.dep.project}_train")
+
     def alive(self, unit: str) -> bool:
         return self._unit(unit).status in RUNNING
 

@@ -20,8 +20,9 @@ Status = Literal["pass", "fail", "indeterminate"]
 
 # Faults that take a learner out of training until it uploads again.
 # Faults on the syncer that stop all training until it is back.
-SYNCER_DOWN = frozenset({"syncer_crash", "kill", "stop", "pause"})
-REMOVES_LEARNER = frozenset({"kill", "stop", "pause", "partition", "link_down", "corrupt", "data_limit", "reset_peer"})
+SYNCER_DOWN = frozenset({"syncer_crash", "kill", "stop", "pause", "disconnect"})
+REMOVES_LEARNER = frozenset({"kill", "stop", "pause", "partition", "link_down", "corrupt", "data_limit", "reset_peer",
+                             "disconnect"})
 
 
 @dataclass(frozen=True)
