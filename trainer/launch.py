@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from trainer.checkpoint import list_checkpoints
 from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
@@ -218,7 +220,7 @@ def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progre
                         st = client.status()
                         print(f"tokens {st.tokens}/{st.token_budget}  merges {st.merges}  "
                               f"eval {st.eval_loss:.4f} (floor {st.loss_floor:.4f})", flush=True)
-                    except TrainerError:
+                    except (TrainerError, grpc.RpcError):  # e.g. CANCELLED while the syncer shuts down
                         pass
                 time.sleep(0.2)
         for lid in ids:
@@ -239,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
-    # SIGTERM unwinds like Ctrl-C, so train()'s cleanup runs on both.
+    # SIGTERM unwinds like Ctrl-C, so train()'s cleanup runs on both; SIGINT is reinstated because
+    # a shell's background job starts with it ignored, and Ctrl-C must always clean up.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     run_dir = Path(args.run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     if run_dir.exists() and any(run_dir.iterdir()):
         print(f"error: {run_dir} is not empty; choose a new --run-dir", file=sys.stderr)

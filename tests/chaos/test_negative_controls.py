@@ -37,7 +37,9 @@ def test_learner_that_never_rejoins_fails_reintegration(run_chaos):
 
 
 def test_corrupt_learner_without_validation_fails_safety(run_chaos):
-    s = scenario_with("corrupt-learner", cluster={"syncer": {"validate_uploads": False}})
+    # A long corrupt window: a restarted learner can take many seconds to compile on a loaded machine.
+    s = scenario_with("corrupt-learner", cluster={"syncer": {"validate_uploads": False}},
+                      schedule=[{"fault": "corrupt", "mode": "nan", "targets": ["learner-1"], "at": 2, "duration": 25}])
     result = run_chaos(s, baseline=False)
     v = _verdict(result, "safety")
     assert v.status == "fail", v
