@@ -78,7 +78,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _print_verdicts(report: dict[str, Any]) -> None:
     for v in report["verdicts"]:
         print(f"  {v['status'].upper():13s} {v['name']:14s} {v['summary']}")
-    print(f"{report['status'].upper()}: {report['run_dir']}/report.md")
+    where = f"{report['run_dir']}/report.md"
+    host = os.environ.get("DILOCO_HOST_RUNS_DIR")  # inside compose: where the host sees DILOCO_RUNS_DIR
+    if host and os.environ.get("DILOCO_RUNS_DIR") and where.startswith(os.environ["DILOCO_RUNS_DIR"]):
+        where = host + where[len(os.environ["DILOCO_RUNS_DIR"]):]
+    print(f"{report['status'].upper()}: {where}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -41,10 +41,13 @@ def deployment() -> Iterator[None]:
         compose("down", "-v", "--remove-orphans", check=False, timeout=300)
 
 
+BASELINES = Path(os.environ.get("DILOCO_DOCKER_TEST_BASELINES", "/tmp/diloco-docker-test-baselines"))
+
+
 def run_on_docker(name: str, out: Path, *sets: str) -> dict:
-    """``diloco-chaos run NAME --backend docker`` from the host against the deployment."""
+    """``diloco-chaos run NAME --backend docker`` from the host against the deployment (baselines shared)."""
     cmd = [sys.executable, "-m", "chaos.cli", "run", name, "--backend", "docker", "--out", str(out),
-           "--baseline-cache", str(out.parent / "baselines")]
+           "--baseline-cache", str(BASELINES)]
     for s in sets:
         cmd += ["--set", s]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -108,3 +111,49 @@ class _Result:
 
         self.report = report
         self.verdicts = [Verdict(v["name"], v["status"], v["summary"], v["evidence"]) for v in report["verdicts"]]
+
+
+CONTAINER_FAULTS = """
+name: container-faults
+description: CPU-limit one learner container (slower hardware), disconnect another from the network.
+cluster:
+  token_budget: 2400000
+  model: {size: tiny}
+  algorithm: {mode: decoupled, num_learners: 3, num_fragments: 4, sync_every: 8}
+  syncer: {checkpoint_every_merges: 10, eval_every_merges: 20}
+schedule:
+  - {fault: cpu_limit, id: slow-box, cpus: 0.15, targets: [learner-1], at: 3, duration: 12}
+  - {fault: disconnect, id: unplugged, targets: [learner-2], at: 3, duration: 10}
+checks:
+  liveness: {max_gap_s: 10}
+  reintegration: {within_s: 40}
+  parity: {tolerance: 0.05}
+"""
+
+
+def test_container_faults_cpu_limit_and_network_disconnect(deployment, tmp_path) -> None:
+    scenario = tmp_path / "container-faults.yaml"
+    scenario.write_text(CONTAINER_FAULTS)
+    report = run_on_docker(str(scenario), tmp_path / "cf")
+    _passed(report)
+    h = History.read(tmp_path / "cf")
+    windows = {w.fault_id: w for w in h.fault_windows()}
+
+    def rate(lid: str, a: float, b: float) -> float:
+        steps = [s for s in h.of(ev.Step) if s.source == lid and a <= s.ts <= b]
+        return (steps[-1].step - steps[0].step) / (steps[-1].ts - steps[0].ts)
+
+    w = windows["slow-box"]
+    assert rate("learner-1", w.start + 1, w.end) < 0.6 * rate("learner-0", w.start + 1, w.end)
+    w = windows["unplugged"]
+    assert not [u for u in h.of(ev.Upload) if u.learner_id == "learner-2" and w.start + 1 <= u.ts <= w.end]
+    assert [u for u in h.of(ev.Upload) if u.learner_id == "learner-2" and u.ts > w.end]
+
+
+def test_container_faults_are_refused_on_the_local_backend(tmp_path) -> None:
+    scenario = tmp_path / "container-faults.yaml"
+    scenario.write_text(CONTAINER_FAULTS)
+    proc = subprocess.run([sys.executable, "-m", "chaos.cli", "run", str(scenario), "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--backend docker" in proc.stderr
+    assert not (tmp_path / "x").exists()
