@@ -87,7 +87,7 @@ def _print_verdicts(report: dict[str, Any]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from chaos.controller import RunOptions, run_scenario
-    from chaos.scenario import CONTAINER_KINDS
+    from faults.base import CONTAINER_KINDS
     from chaos.schedules import plan
 
     s = _load(args.scenario, args.seed, args.set)

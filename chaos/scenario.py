@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chaos.errors import ScenarioError
-from faults.base import CONTAINER_KINDS, PROCESS_KINDS, SYNCER
+from faults.base import PROCESS_KINDS, SYNCER
 from trainer.config import RunConfig, read_yaml_mapping
 from trainer.launch import learner_ids
 

@@ -169,7 +169,7 @@ class LocalCluster:
 
     def stop_all(self, grace_s: float = 10.0) -> dict[str, int | None]:
         """SIGCONT + SIGTERM everyone, then SIGKILL stragglers; returns exit codes. Always leaves no child behind."""
-        for name, p in self.procs.items():
+        for p in self.procs.values():
             if p.poll() is None:
                 for sig in (signal.SIGCONT, signal.SIGTERM):
                     try:
