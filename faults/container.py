@@ -22,14 +22,14 @@ CPU_PERIOD_US = 100_000
 
 @runtime_checkable
 class ContainerCluster(Cluster, Protocol):
-    """A cluster whose units are containers on one network."""
+    """A cluster whose units are containers."""
 
     def container(self, unit: str) -> Any:
         """The unit's container (a docker SDK Container)."""
         ...
 
-    def network(self) -> Any:
-        """The network the units talk on (a docker SDK Network)."""
+    def network(self, unit: str) -> Any:
+        """The network ``unit`` talks to the others on (a docker SDK Network)."""
         ...
 
 
@@ -92,26 +92,24 @@ class Disconnect:
 
     def inject(self, cluster: Cluster) -> Evidence:
         cc = _containers(self.fault_id, cluster)
-        net = cc.network()
         for t in self.targets:
             if t in self._cut:
                 continue
-            c = cc.container(t)
+            net, c = cc.network(t), cc.container(t)
             c.reload()
             if net.name in c.attrs["NetworkSettings"]["Networks"]:
                 net.disconnect(c, force=True)
                 self._cut.append(t)
-        return {"disconnected": list(self._cut), "network": net.name}
+        return {"disconnected": list(self._cut)}
 
     def heal(self, cluster: Cluster) -> Evidence:
         cc = _containers(self.fault_id, cluster)
-        net = cc.network()
         healed = []
         for t in list(self._cut):
-            net.connect(cc.container(t), aliases=[t])
+            cc.network(t).connect(cc.container(t), aliases=[t])
             self._cut.remove(t)
             healed.append(t)
-        return {"reconnected": healed, "network": net.name}
+        return {"reconnected": healed}
 
     def describe(self) -> str:
         return f"disconnect {', '.join(self.targets)} from the network"

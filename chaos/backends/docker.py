@@ -1,7 +1,9 @@
 """The container backend: the compose deployment's syncer and learner containers, driven through the Docker API.
 
 The compose file (``docker-compose.yml``) defines the units — ``syncer`` and
-``learner-0`` … ``learner-3`` — on a private network with Toxiproxy; every unit
+``learner-0`` … ``learner-3`` — on two private networks: learners and Toxiproxy on
+``edge``, the syncer and Toxiproxy on ``core``, so a learner can reach the syncer
+only through its proxy. Every unit
 runs :mod:`chaos.backends.unit`, which waits for ``/runs/.active.json`` and then
 becomes the trainer process. This backend owns the lifecycle:
 
@@ -180,9 +182,9 @@ class DockerBackend:
         """faults.container.ContainerCluster: the unit's container."""
         return self._unit(unit)
 
-    def network(self) -> Any:
-        """faults.container.ContainerCluster: the project's private network."""
-        return self.d.api.networks.get(f"{self.d.dep.project}_train")
+    def network(self, unit: str) -> Any:
+        """faults.container.ContainerCluster: learners sit on ``edge`` (with Toxiproxy), the syncer on ``core``."""
+        return self.d.api.networks.get(f"{self.d.dep.project}_{'core' if unit == SYNCER else 'edge'}")
 
     def alive(self, unit: str) -> bool:
         return self._unit(unit).status in RUNNING

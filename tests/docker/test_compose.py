@@ -157,3 +157,15 @@ def test_container_faults_are_refused_on_the_local_backend(tmp_path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--backend docker" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_learners_reach_the_syncer_only_through_toxiproxy(deployment) -> None:
+    probe = ("import socket, sys\n"
+             "def ok(host, port):\n"
+             "    try:\n"
+             "        socket.create_connection((host, port), 3).close(); return True\n"
+             "    except OSError:\n"
+             "        return False\n"
+             "print(ok('syncer', 50051), ok('toxiproxy', 8474))\n")
+    out = compose("exec", "-T", "learner-0", "python", "-c", probe).stdout.split()
+    assert out == ["False", "True"], out  # no route to the syncer; the proxy host is there
