@@ -16,11 +16,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from faults.errors import FaultError
+
 if TYPE_CHECKING:
     from faults.toxiproxy import Toxiproxy
 
 SYNCER = "syncer"
 Evidence = dict[str, Any]
+
+def require_targets(fault_id: str, targets: tuple[str, ...]) -> None:
+    """Every fault needs someone to act on; the error names the field."""
+    if not targets:
+        raise FaultError(f"fault {fault_id}: field 'targets' is empty; name at least one unit")
+
 
 # Fault families by what they act on (scenario kinds, see chaos.scenario).
 PROCESS_KINDS = frozenset({"kill", "stop", "pause", "slow", "syncer_crash", "corrupt", "cpu_limit", "disconnect"})

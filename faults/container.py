@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from faults.base import Cluster, Evidence
+from faults.base import Cluster, Evidence, require_targets
 from faults.errors import FaultError
 
 CPU_PERIOD_US = 100_000
@@ -39,11 +39,6 @@ def _containers(fault_id: str, cluster: Cluster) -> ContainerCluster:
     return cluster
 
 
-def _nonempty(fault_id: str, targets: tuple[str, ...]) -> None:
-    if not targets:
-        raise FaultError(f"fault {fault_id}: field 'targets' is empty; name at least one unit")
-
-
 @dataclass(frozen=True)
 class CpuLimit:
     """Cap each target container at ``cpus`` cores (heterogeneous hardware); heal lifts the cap."""
@@ -54,7 +49,7 @@ class CpuLimit:
     kind: ClassVar[str] = "cpu_limit"
 
     def __post_init__(self) -> None:
-        _nonempty(self.fault_id, self.targets)
+        require_targets(self.fault_id, self.targets)
         if not 0.01 <= self.cpus <= 64:
             raise FaultError(f"fault {self.fault_id}: field 'cpus' must be in [0.01, 64], got {self.cpus}")
 
@@ -88,7 +83,7 @@ class Disconnect:
     _cut: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _nonempty(self.fault_id, self.targets)
+        require_targets(self.fault_id, self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
         cc = _containers(self.fault_id, cluster)

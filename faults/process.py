@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from faults.base import SYNCER, Cluster, Evidence
+from faults.base import SYNCER, Cluster, Evidence, require_targets
 from faults.errors import FaultError, TargetError
 
 CORRUPT_MODES = ("nan", "garbage")
@@ -40,11 +40,6 @@ def _check_targets(fault_id: str, targets: tuple[str, ...], cluster: Cluster, al
         raise TargetError(f"fault {fault_id}: unknown target(s) {unknown}; this cluster has {sorted(known)}")
 
 
-def _nonempty(fault_id: str, targets: tuple[str, ...]) -> None:
-    if not targets:
-        raise FaultError(f"fault {fault_id}: field 'targets' is empty; name at least one unit")
-
-
 @dataclass(frozen=True)
 class Kill:
     """SIGKILL each target (a crash: no goodbye, no final checkpoint); heal restarts it when ``restart``."""
@@ -55,7 +50,7 @@ class Kill:
     kind: ClassVar[str] = "kill"
 
     def __post_init__(self) -> None:
-        _nonempty(self.fault_id, self.targets)
+        require_targets(self.fault_id, self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
         _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
@@ -87,7 +82,7 @@ class GracefulStop:
     kind: ClassVar[str] = "stop"
 
     def __post_init__(self) -> None:
-        _nonempty(self.fault_id, self.targets)
+        require_targets(self.fault_id, self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
         _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
@@ -115,7 +110,7 @@ class Pause:
     kind: ClassVar[str] = "pause"
 
     def __post_init__(self) -> None:
-        _nonempty(self.fault_id, self.targets)
+        require_targets(self.fault_id, self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
         _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
@@ -146,7 +141,7 @@ class Slow:
     _thread: list[threading.Thread] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _nonempty(self.fault_id, self.targets)
+        require_targets(self.fault_id, self.targets)
         if not 0.0 < self.fraction < 1.0:
             raise FaultError(f"fault {self.fault_id}: field 'fraction' must be in (0, 1), got {self.fraction}")
         if not 0.01 <= self.period_s <= 10.0:
@@ -227,7 +222,7 @@ class Corrupt:
     _injected: list[bool] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _nonempty(self.fault_id, self.targets)
+        require_targets(self.fault_id, self.targets)
         if self.mode not in CORRUPT_MODES:
             raise FaultError(f"fault {self.fault_id}: field 'mode' must be one of {CORRUPT_MODES}, got {self.mode!r}")
         if SYNCER in self.targets:

@@ -12,8 +12,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from faults.base import Cluster
+from faults.base import SYNCER, Cluster
+from faults.errors import TargetError
+from faults.toxiproxy import Toxiproxy
 from trainer.client import SyncClient
+from trainer.launch import learner_ids
+
+
+class ProxiedUnits:
+    """What every backend shares: the learner ids, this run's proxies (``<tag>-<learner>``), unit name checks."""
+
+    def __init__(self, num_learners: int, toxiproxy: Toxiproxy, tag: str) -> None:
+        self._ids = learner_ids(num_learners)
+        self._toxiproxy = toxiproxy
+        self.tag = tag
+
+    def learners(self) -> list[str]:
+        return list(self._ids)
+
+    @property
+    def toxiproxy(self) -> Toxiproxy:
+        return self._toxiproxy
+
+    def proxy(self, learner_id: str) -> str:
+        if learner_id not in self._ids:
+            raise TargetError(f"unknown learner {learner_id!r}; this cluster has {self._ids}")
+        return f"{self.tag}-{learner_id}"
+
+    def _known(self, unit: str) -> None:
+        if unit != SYNCER and unit not in self._ids:
+            raise TargetError(f"unknown unit {unit!r}; this cluster has {[SYNCER, *self._ids]}")
 
 
 @runtime_checkable

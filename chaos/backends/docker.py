@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.backends import ProxiedUnits
 from chaos.backends.unit import SYNCER_PORT, ActiveRun
 from chaos.errors import RunError
 from faults.base import SYNCER
@@ -47,7 +48,7 @@ from trainer.checkpoint import list_checkpoints
 from trainer.client import RetryPolicy, SyncClient
 from trainer.config import RunConfig
 from trainer.healthcheck import serving
-from trainer.launch import learner_ids, prepare_run_dir
+from trainer.launch import prepare_run_dir
 from trainer.metrics import summarize_run
 
 PROXY_BASE_PORT = 26000
@@ -134,17 +135,15 @@ def docker_backend_factory(deployment: DockerDeployment) -> Any:
     return functools.partial(DockerBackend, deployment=deployment)
 
 
-class DockerBackend:
+class DockerBackend(ProxiedUnits):
     """The compose deployment's containers as a :class:`chaos.backends.Backend`."""
 
     def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str, *,
                  deployment: DockerDeployment) -> None:
+        super().__init__(config.algorithm.num_learners, toxiproxy, tag)
         self.config = config
         self.run_dir = Path(run_dir)
-        self._toxiproxy = toxiproxy
-        self.tag = tag
         self.d = deployment
-        self._ids = learner_ids(config.algorithm.num_learners)
         missing = [lid for lid in self._ids if lid not in self.d.services()]
         if missing:
             raise RunError(f"the scenario trains {len(self._ids)} learners but compose project "
@@ -158,22 +157,9 @@ class DockerBackend:
                                  for i, lid in enumerate(self._ids)})
         self.started_at = int(time.time())
 
-    # ---- faults.base.Cluster --------------------------------------------------
-    def learners(self) -> list[str]:
-        return list(self._ids)
-
-    @property
-    def toxiproxy(self) -> Toxiproxy:
-        return self._toxiproxy
-
-    def proxy(self, learner_id: str) -> str:
-        if learner_id not in self._ids:
-            raise TargetError(f"unknown learner {learner_id!r}; this cluster has {self._ids}")
-        return f"{self.tag}-{learner_id}"
-
+    # ---- faults.base.Cluster (learners, toxiproxy, proxy: ProxiedUnits) --------
     def _unit(self, unit: str) -> Any:
-        if unit != SYNCER and unit not in self._ids:
-            raise TargetError(f"unknown unit {unit!r}; this cluster has {[SYNCER, *self._ids]}")
+        self._known(unit)
         c = self.d.container(unit)
         c.reload()
         return c

@@ -23,14 +23,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from chaos.backends import ProxiedUnits
 from chaos.errors import RunError
 from faults.base import SYNCER
-from faults.errors import FaultError, TargetError
+from faults.errors import FaultError
 from faults.toxiproxy import ProxySpec, Toxiproxy
 from trainer.client import RetryPolicy, SyncClient
 from trainer.config import RunConfig
 from trainer.errors import TrainerError
-from trainer.launch import LocalCluster, learner_ids
+from trainer.launch import LocalCluster
 
 
 LEARNER_NICE = 5
@@ -43,35 +44,21 @@ def free_port_hint() -> int:
         return s.getsockname()[1]
 
 
-class LocalBackend:
+class LocalBackend(ProxiedUnits):
     """Local processes behind Toxiproxy; the Cluster every fault acts on."""
 
     def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str = "chaos") -> None:
+        super().__init__(config.algorithm.num_learners, toxiproxy, tag)
         self.config = config
         self.run_dir = Path(run_dir)
-        self._toxiproxy = toxiproxy
-        self.tag = tag
         # Learners run niced: the syncer stands for another machine, and a restarted syncer must not
         # take 15 s to import JAX because three learners hold both cores (measured before this).
         self.procs = LocalCluster(config, self.run_dir, learner_nice=LEARNER_NICE)
         self.port = free_port_hint()
         self.proxy_ports: dict[str, int] = {}
-        self._ids = learner_ids(config.algorithm.num_learners)
         self.corrupt: dict[str, str | None] = {}
 
-    # ---- faults.base.Cluster ------------------------------------------------
-    def learners(self) -> list[str]:
-        return list(self._ids)
-
-    @property
-    def toxiproxy(self) -> Toxiproxy:
-        return self._toxiproxy
-
-    def proxy(self, learner_id: str) -> str:
-        if learner_id not in self._ids:
-            raise TargetError(f"unknown learner {learner_id!r}; this cluster has {self._ids}")
-        return f"{self.tag}-{learner_id}"
-
+    # ---- faults.base.Cluster (learners, toxiproxy, proxy: ProxiedUnits) ------
     def alive(self, unit: str) -> bool:
         self._known(unit)
         return self.procs.alive(unit)
@@ -155,10 +142,6 @@ class LocalBackend:
         self.teardown()
 
     # ---- helpers -----------------------------------------------------------------
-    def _known(self, unit: str) -> None:
-        if unit != SYNCER and unit not in self._ids:
-            raise TargetError(f"unknown unit {unit!r}; this cluster has {[SYNCER, *self._ids]}")
-
     def _reap(self, unit: str, timeout_s: float = 10.0) -> None:
         """Wait for a killed process to be gone before its successor starts."""
         p = self.procs.procs.get(unit)
