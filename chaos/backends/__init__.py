@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from faults.base import SYNCER, Cluster
-from faults.errors import TargetError
+from faults.errors import FaultError, TargetError
 from faults.toxiproxy import Toxiproxy
 from trainer.client import SyncClient
 from trainer.launch import learner_ids
@@ -38,6 +38,16 @@ class ProxiedUnits:
         if learner_id not in self._ids:
             raise TargetError(f"unknown learner {learner_id!r}; this cluster has {self._ids}")
         return f"{self.tag}-{learner_id}"
+
+    def _delete_proxies(self) -> list[str]:
+        """Delete this run's proxies (and so every toxic on them); returns the problems, never raises."""
+        problems: list[str] = []
+        for lid in self._ids:
+            try:
+                self._toxiproxy.delete_proxy(self.proxy(lid))
+            except FaultError as err:
+                problems.append(f"proxy {self.proxy(lid)}: {err}")
+        return problems
 
     def _known(self, unit: str) -> None:
         if unit != SYNCER and unit not in self._ids:

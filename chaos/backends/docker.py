@@ -42,7 +42,7 @@ from chaos.backends import ProxiedUnits
 from chaos.backends.unit import SYNCER_PORT, ActiveRun
 from chaos.errors import RunError
 from faults.base import SYNCER
-from faults.errors import FaultError, TargetError
+from faults.errors import TargetError
 from faults.toxiproxy import ProxySpec, Toxiproxy
 from trainer.checkpoint import list_checkpoints
 from trainer.client import RetryPolicy, SyncClient
@@ -233,12 +233,7 @@ class DockerBackend(ProxiedUnits):
         return [u for u in [SYNCER, *self._ids] if self.alive(u)]
 
     def teardown(self) -> dict[str, Any]:
-        problems: list[str] = []
-        for lid in self._ids:
-            try:
-                self._toxiproxy.delete_proxy(self.proxy(lid))
-            except FaultError as err:
-                problems.append(f"proxy {self.proxy(lid)}: {err}")
+        problems = self._delete_proxies()
         codes: dict[str, int | None] = {}
         for unit in [*self._ids, SYNCER]:
             try:

@@ -125,12 +125,7 @@ class LocalBackend(ProxiedUnits):
 
     def teardown(self) -> dict[str, object]:
         """Remove this run's proxies (with their toxics) and stop every process; never raises."""
-        problems: list[str] = []
-        for lid in self._ids:
-            try:
-                self._toxiproxy.delete_proxy(self.proxy(lid))
-            except FaultError as err:
-                problems.append(f"proxy {self.proxy(lid)}: {err}")
+        problems = self._delete_proxies()
         codes = self.procs.stop_all()
         self.procs.finalize()
         return {"exit_codes": codes, "problems": problems}
