@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from chaos.errors import ScenarioError
 from faults.base import PROCESS_KINDS, SYNCER
-from trainer.config import RunConfig, read_yaml_mapping
+from trainer.config import RunConfig, format_validation_error, read_yaml_mapping
 from trainer.launch import learner_ids
 
 Direction = Literal["both", "to_syncer", "from_syncer"]
@@ -286,15 +286,6 @@ class Scenario(_Strict):
         return learner_ids(self.cluster.algorithm.num_learners)
 
 
-def _format(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid scenario"]
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"] if not _is_tag(x)) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"  {loc}: {msg}")
-    return "\n".join(lines)
-
-
 def _is_tag(part: Any) -> bool:
     """Pydantic puts the union member's tag (e.g. 'kill') in error paths; users never wrote it."""
     return isinstance(part, str) and part in FAULT_KINDS
@@ -308,7 +299,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
-        raise ScenarioError(_format(err, source)) from None
+        raise ScenarioError(format_validation_error(err, source, "scenario", hide=_is_tag)) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:

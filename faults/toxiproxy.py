@@ -348,7 +348,8 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now on ``host`` (the OS may hand it out again later: bind it soon)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -428,7 +429,7 @@ class ToxiproxyServer:
         attempts = 3 if port == 0 else 1
         last = ""
         for _ in range(attempts):
-            chosen = port or _free_port(host)
+            chosen = port or free_port(host)
             ok, last = self._start_once(binary, host, chosen)
             if ok:
                 return self

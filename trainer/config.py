@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import sys
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -187,11 +188,13 @@ def merge_trees(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid configuration"]
+def format_validation_error(err: ValidationError, source: str, what: str = "configuration",
+                            hide: Callable[[Any], bool] = lambda part: False) -> str:
+    """One line per bad field, ``path.to.field: message``; ``hide`` drops path parts the user never wrote."""
+    lines = [f"{source}: invalid {what}"]
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {e['msg']}")
+        loc = ".".join(str(x) for x in e["loc"] if not hide(x)) or "(top level)"
+        lines.append(f"  {loc}: {e['msg'].removeprefix('Value error, ')}")
     return "\n".join(lines)
 
 

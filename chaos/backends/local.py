@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from chaos.backends import ProxiedUnits
 from chaos.errors import RunError
 from faults.base import SYNCER
 from faults.errors import FaultError
-from faults.toxiproxy import ProxySpec, Toxiproxy
+from faults.toxiproxy import ProxySpec, Toxiproxy, free_port
 from trainer.client import RetryPolicy, SyncClient
 from trainer.config import RunConfig
 from trainer.errors import TrainerError
@@ -35,13 +34,6 @@ from trainer.launch import LocalCluster
 
 
 LEARNER_NICE = 5
-
-
-def free_port_hint() -> int:
-    """A port free right now (the OS may reuse it later; starting the listener soon keeps that unlikely)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalBackend(ProxiedUnits):
@@ -54,7 +46,7 @@ class LocalBackend(ProxiedUnits):
         # Learners run niced: the syncer stands for another machine, and a restarted syncer must not
         # take 15 s to import JAX because three learners hold both cores (measured before this).
         self.procs = LocalCluster(config, self.run_dir, learner_nice=LEARNER_NICE)
-        self.port = free_port_hint()
+        self.port = free_port()
         self.proxy_ports: dict[str, int] = {}
         self.corrupt: dict[str, str | None] = {}
 
@@ -104,7 +96,7 @@ class LocalBackend(ProxiedUnits):
         self.start(SYNCER)
         specs = []
         for lid in self._ids:
-            self.proxy_ports[lid] = free_port_hint()
+            self.proxy_ports[lid] = free_port()
             specs.append(ProxySpec(name=self.proxy(lid), listen=f"127.0.0.1:{self.proxy_ports[lid]}",
                                    upstream=f"127.0.0.1:{self.port}", enabled=True))
         self._toxiproxy.populate(specs)
