@@ -35,13 +35,12 @@ from trainer import events as ev
 from trainer.client import FragmentValue, SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.learner_book import LearnerBook, SyncStart
-from trainer.core.reasons import RejectReason
+from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.schedule import FragmentSchedule
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
 
-REJOIN_REASONS = {RejectReason.UNKNOWN_LEARNER.value, RejectReason.LEFT_LEARNER.value}
 CORRUPT_MODES = ("nan", "garbage")
 
 
@@ -142,19 +141,18 @@ class Comm:
                 self._down(err)
                 self.failed.put((s.fragment, s.base_version))
                 self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=False,
-                                              reason="unreachable", seconds=time.monotonic() - t0, bytes=nbytes))
+                                              reason=UNREACHABLE, seconds=time.monotonic() - t0, bytes=nbytes))
                 continue
             self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=reply.accepted,
                                           reason=reply.reason, seconds=time.monotonic() - t0, bytes=nbytes))
-            if reply.accepted:
-                self.want(s.fragment, s.base_version + 1)
-                continue
-            self.failed.put((s.fragment, s.base_version))
-            if reply.reason == RejectReason.STALE_VERSION.value:
-                self.want(s.fragment, reply.current_version)  # catch up with what we missed
-            elif reply.reason in REJOIN_REASONS:
+            out = upload_outcome(reply.accepted, reply.reason, s.base_version, reply.current_version)
+            if out.failed:
+                self.failed.put((s.fragment, s.base_version))
+            if out.want is not None:
+                self.want(s.fragment, out.want)
+            if out.rejoin:
                 self.need_rejoin.set()
-            elif reply.reason == RejectReason.FINISHED.value:
+            if out.stop:
                 self.stop.set()
 
     def _download_loop(self, p: int) -> None:
@@ -196,9 +194,10 @@ class Comm:
                 self._down(err)
                 continue
             self.l.progress = max(self.l.progress, reply.progress)
-            if reply.stop:
+            stop, rejoin = report_outcome(reply.ok, reply.stop, reply.reason)
+            if stop:
                 self.stop.set()
-            elif not reply.ok and reply.reason in REJOIN_REASONS:
+            if rejoin:
                 self.need_rejoin.set()
 
 

@@ -59,7 +59,7 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, outer_lr=a.outer_lr,
         outer_momentum=a.outer_momentum, nesterov=a.nesterov, token_budget=cfg.token_budget,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
-        max_staleness=a.max_staleness,
+        max_staleness=a.max_staleness, planted_bug=cfg.syncer.planted_bug,
     )
 
 

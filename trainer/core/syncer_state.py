@@ -77,10 +77,17 @@ class SyncerPolicy:
     ema_alpha: float = 0.2
     validate_uploads: bool = True  # off only for negative-control experiments
     max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
+    planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
     @property
     def quorum(self) -> QuorumPolicy:
         return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_s, self.overlap_steps)
+
+
+# Deliberate defects a test can switch on to prove the chaos search finds and shrinks real bugs.
+# "forget_rejoined": a learner that rejoins with a new incarnation keeps its old record, so every
+# call of the new incarnation is refused as a stale incarnation and it never contributes again.
+PLANTED_BUGS: tuple[str, ...] = ("none", "forget_rejoined")
 
 
 @dataclass
@@ -224,6 +231,9 @@ class SyncerState:
         rec = self.learners.get(learner_id)
         if rec is not None and rec.incarnation == incarnation and not rec.left:
             rec.last_seen = now  # idempotent re-join of the same process
+            return JoinResult(rec.incarnation_index, tuple(self.versions), True)
+        if rec is not None and self.policy.planted_bug == "forget_rejoined":
+            rec.last_seen = now  # PLANTED BUG (off unless a test enables it): the new incarnation is not recorded
             return JoinResult(rec.incarnation_index, tuple(self.versions), True)
         index = self.incarnation_counts.get(learner_id, 0)
         self.incarnation_counts[learner_id] = index + 1

@@ -1,0 +1,12 @@
+"""Deterministic mode: chaos runs of the real syncer and learner cores on a virtual clock.
+
+- :mod:`chaos.sim.clock` — the discrete-event loop.
+- :mod:`chaos.sim.problem` — the surrogate objective learners optimise.
+- :mod:`chaos.sim.network` — learner ↔ syncer links and network faults.
+- :mod:`chaos.sim.nodes` — the simulated syncer and learner processes.
+- :mod:`chaos.sim.runner` — :func:`simulate`: scenario in, judged history out.
+"""
+
+from chaos.sim.runner import SimOptions, SimResult, simulate
+
+__all__ = ["SimOptions", "SimResult", "simulate"]

@@ -1,0 +1,70 @@
+"""Each learner's link to the syncer, and the faults that act on it.
+
+A fault adds itself to a link under its id and removes itself on heal, so
+overlapping faults compose (two partitions, then one heals: still cut). A
+blocked direction drops messages; the sender only learns of it when its RPC
+deadline passes, as with Toxiproxy's ``timeout`` toxic.
+
+Example:
+    >>> link = Link()
+    >>> link.block("f1", "to_syncer")
+    >>> link.blocked("to_syncer"), link.blocked("from_syncer")
+    (True, False)
+    >>> link.set_rate("f2", "both", 1000)       # KB/s
+    >>> round(link.delay("from_syncer", 500_000, base_latency_s=0.0), 3)
+    0.5
+    >>> link.heal("f1"); link.heal("f2")
+    >>> link.blocked("to_syncer")
+    False
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DIRECTIONS = ("to_syncer", "from_syncer")
+
+
+def _directions(direction: str) -> tuple[str, ...]:
+    return DIRECTIONS if direction == "both" else (direction,)
+
+
+@dataclass
+class Link:
+    """The state of one learner ↔ syncer link: blocks, added latency and rate caps per direction, by fault id."""
+
+    blocks: dict[str, set[str]] = field(default_factory=lambda: {d: set() for d in DIRECTIONS})
+    latency: dict[str, dict[str, tuple[float, float]]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
+    rates: dict[str, dict[str, float]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
+
+    def block(self, fault_id: str, direction: str) -> None:
+        for d in _directions(direction):
+            self.blocks[d].add(fault_id)
+
+    def add_latency(self, fault_id: str, direction: str, latency_s: float, jitter_s: float) -> None:
+        for d in _directions(direction):
+            self.latency[d][fault_id] = (latency_s, jitter_s)
+
+    def set_rate(self, fault_id: str, direction: str, rate_kbps: float) -> None:
+        for d in _directions(direction):
+            self.rates[d][fault_id] = rate_kbps * 1000.0
+
+    def heal(self, fault_id: str) -> None:
+        for d in DIRECTIONS:
+            self.blocks[d].discard(fault_id)
+            self.latency[d].pop(fault_id, None)
+            self.rates[d].pop(fault_id, None)
+
+    def blocked(self, direction: str) -> bool:
+        return bool(self.blocks[direction])
+
+    def delay(self, direction: str, nbytes: int, base_latency_s: float, bandwidth_Bps: float = float("inf"),
+              rng: np.random.Generator | None = None) -> float:
+        """Seconds for ``nbytes`` to cross in ``direction``: latency (with jitter) plus transfer time."""
+        t = base_latency_s
+        for lat, jit in self.latency[direction].values():
+            t += lat + (float(rng.uniform(-jit, jit)) if jit and rng is not None else 0.0)
+        rate = min([bandwidth_Bps, *self.rates[direction].values()])
+        return max(t, 0.0) + (nbytes / rate if np.isfinite(rate) else 0.0)

@@ -1,0 +1,617 @@
+"""The simulated syncer and learners: the real core state machines, driven by the event loop.
+
+:class:`SyncerNode` wraps :class:`~trainer.core.syncer_state.SyncerState`
+exactly as the gRPC service does (join, upload, report, long-polling
+downloads, a merge timer at the core's next deadline, checkpoints, evals,
+crash and restore). :class:`LearnerNode` wraps
+:class:`~trainer.core.learner_book.LearnerBook` and
+:func:`~trainer.core.replies.upload_outcome` exactly as the learner process
+does (one upload at a time, a long poll per fragment, periodic reports,
+rejoin, stop). Only the inner step is a surrogate
+(:mod:`chaos.sim.problem`) and only time is virtual.
+
+Every node writes the same events (:mod:`trainer.events`) a real process
+writes, stamped with virtual time, so the chaos checkers judge a simulated run
+exactly as they judge a real one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trainer import events as ev
+from trainer.core.learner_book import LearnerBook, SyncStart
+from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
+from trainer.core.schedule import FragmentSchedule
+from trainer.core.syncer_state import Contribution, SyncerState
+from trainer.learner import corrupted
+from trainer.training import lr_scale
+
+if TYPE_CHECKING:
+    from chaos.sim.runner import Simulation
+
+Respond = Callable[[Any, int], None]  # (reply, reply bytes)
+SMALL_MESSAGE = 200  # bytes of a request or reply without tensors
+
+
+@dataclass
+class _Waiter:
+    fragment: int
+    want: int
+    respond: Respond
+    abort: Callable[[], None]
+
+
+class SyncerNode:
+    """The syncer process: up, paused or down; its state survives a crash only through checkpoints."""
+
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self.state: SyncerState | None = None
+        self.up = False
+        self.paused = False
+        self.starts = 0
+        self.incarnation = ""
+        self.checkpoint: tuple[dict[str, np.ndarray], dict[str, Any]] | None = None
+        self.waiters: list[_Waiter] = []
+        self._merge_timer = None
+        self.finalized = False
+        self.exited = False
+        self._finished_at: float | None = None
+
+    # ---- lifecycle -------------------------------------------------------------
+    def start(self) -> None:
+        sim, cfg = self.sim, self.sim.cfg
+        self.incarnation = f"syncer.{self.starts}"
+        self.starts += 1
+        if self.checkpoint is None:
+            self.state = SyncerState.create(sim.policy, sim.fragments, sim.problem.init_params())
+        else:
+            arrays, meta = self.checkpoint
+            skip = cfg.syncer.checkpoint_every_merges
+            self.state = SyncerState.from_checkpoint(sim.policy, sim.fragments, arrays, meta, version_skip=skip)
+            sim.emit("syncer", ev.Restore, merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
+                     versions=list(self.state.versions), version_skip=skip, path="sim")
+        self.up, self.paused, self.finalized = True, False, self.state.finished and self.finalized
+        sim.emit("syncer", ev.SyncerStart, syncer_incarnation=self.incarnation, address="sim",
+                 config_hash=sim.config_hash, versions=list(self.state.versions),
+                 restored_from_merges=self.state.restored_from_merges, pid=0)
+        self._eval(final=False)
+        self.arm()
+
+    def crash(self) -> None:
+        """SIGKILL: everything since the last checkpoint is lost; open long polls break."""
+        self.up, self.state = False, None
+        if self._merge_timer is not None:
+            self._merge_timer.cancel()
+            self._merge_timer = None
+        waiters, self.waiters = self.waiters, []
+        for w in waiters:
+            w.abort()
+
+    def graceful_stop(self, why: str) -> None:
+        if not self.up or self.state is None:
+            return
+        self._checkpoint()
+        self.sim.emit("syncer", ev.SyncerStop, why=why, versions=list(self.state.versions),
+                      merges_total=self.state.merges_total)
+        self.crash()
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self.arm()
+
+    @property
+    def serving(self) -> bool:
+        return self.up and not self.paused and self.state is not None
+
+    # ---- RPC handlers (called when a request arrives) -------------------------------
+    def _reject(self, call: str, r: Rejected, learner_id: str = "", fragment: int = -1, base: int = -1) -> None:
+        assert self.state is not None
+        self.state.rejections[r.reason.value] += 1
+        self.sim.emit("syncer", ev.Reject, call=call, reason=r.reason.value, detail=r.detail, learner_id=learner_id,
+                      fragment=fragment, base_version=base)
+
+    def progress(self) -> float:
+        assert self.state is not None
+        budget = self.state.policy.token_budget
+        return min(self.state.tokens_total / budget, 1.0) if budget else 0.0
+
+    def handle_join(self, learner_id: str, incarnation: str, respond: Respond, abort: Callable[[], None]) -> None:
+        assert self.state is not None
+        try:
+            res = self.state.join(learner_id, incarnation, self.sim.loop.now)
+        except Rejected as r:
+            self._reject("Join", r, learner_id)
+            respond((False, r.reason.value, None, 0.0), SMALL_MESSAGE)
+            return
+        self.sim.emit("syncer", ev.Join, learner_id=learner_id, learner_incarnation=incarnation,
+                      incarnation_index=res.incarnation_index, rejoined=res.rejoined)
+        respond((True, "", res, self.progress()), SMALL_MESSAGE)
+
+    def handle_state(self, respond: Respond, abort: Callable[[], None]) -> None:
+        assert self.state is not None
+        values = [self.state.fragment_value(p) for p in range(len(self.sim.fragments))]
+        respond(values, self.sim.problem.real_bytes(list(self.state.params)))
+
+    def handle_leave(self, learner_id: str, incarnation: str, why: str, respond: Respond,
+                     abort: Callable[[], None]) -> None:
+        assert self.state is not None
+        try:
+            self.state.leave(learner_id, incarnation, self.sim.loop.now)
+        except Rejected as r:
+            self._reject("Leave", r, learner_id)
+            respond(False, SMALL_MESSAGE)
+            return
+        self.sim.emit("syncer", ev.Leave, learner_id=learner_id, learner_incarnation=incarnation, why=why)
+        respond(True, SMALL_MESSAGE)
+        self.arm()
+
+    def handle_report(self, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float,
+                      respond: Respond, abort: Callable[[], None]) -> None:
+        assert self.state is not None
+        try:
+            stop = self.state.report(learner_id, incarnation, step, tokens, step_time_s, self.sim.loop.now)
+        except Rejected as r:
+            self._reject("Report", r, learner_id)
+            respond((False, False, r.reason.value, 0.0), SMALL_MESSAGE)
+            return
+        respond((True, stop, "", self.progress()), SMALL_MESSAGE)
+        self.arm()
+
+    def handle_upload(self, c: Contribution, nbytes: int, respond: Respond, abort: Callable[[], None]) -> None:
+        st = self.state
+        assert st is not None
+        try:
+            res = st.submit(c, self.sim.loop.now)
+        except Rejected as r:
+            self._reject("Upload", r, c.learner_id, c.fragment, c.base_version)
+            current = st.versions[c.fragment] if 0 <= c.fragment < len(st.versions) else -1
+            respond((False, r.reason.value, current), SMALL_MESSAGE)
+            return
+        self.sim.emit("syncer", ev.Upload, learner_id=c.learner_id, learner_incarnation=c.incarnation,
+                      fragment=c.fragment, base_version=c.base_version, bytes=nbytes, seconds=c.upload_seconds,
+                      c_steps=c.c_steps, c_tokens=c.c_tokens, duplicate=res.duplicate)
+        respond((True, "", res.current_version), SMALL_MESSAGE)
+        self.arm()
+
+    def handle_fragment(self, fragment: int, want: int, respond: Respond, abort: Callable[[], None]) -> None:
+        """A long poll: answered when the fragment reaches ``want``, or with what there is after long_poll_s."""
+        assert self.state is not None
+        if self.state.versions[fragment] >= want:
+            self._send_fragment(fragment, respond)
+            return
+        w = _Waiter(fragment, want, respond, abort)
+        self.waiters.append(w)
+        self.sim.loop.after(self.sim.cfg.learner.long_poll_s, self._poll_expired, w)
+
+    def _poll_expired(self, w: _Waiter) -> None:
+        if w in self.waiters:
+            self.waiters.remove(w)
+            self._send_fragment(w.fragment, w.respond)
+
+    def _send_fragment(self, fragment: int, respond: Respond) -> None:
+        assert self.state is not None
+        version, tensors = self.state.fragment_value(fragment)
+        respond((version, tensors), self.sim.problem.real_bytes(list(tensors)))
+
+    # ---- the merge loop ---------------------------------------------------------------
+    def arm(self) -> None:
+        """Set the merge timer to the core's next deadline (or now, to finish)."""
+        if not self.serving:
+            return
+        assert self.state is not None
+        now = self.sim.loop.now
+        d = self.state.next_deadline(now)
+        if self.state.finished and not self.finalized and d is None:
+            d = now
+        if d is None:
+            return
+        if self._merge_timer is not None and not self._merge_timer.cancelled and self._merge_timer.when <= d:
+            return
+        if self._merge_timer is not None:
+            self._merge_timer.cancel()
+        self._merge_timer = self.sim.loop.at(d, self._tick)
+
+    def _tick(self) -> None:
+        self._merge_timer = None
+        if not self.serving:
+            return
+        st = self.state
+        assert st is not None
+        cfg, now = self.sim.cfg, self.sim.loop.now
+        due = st.due_merges(now)
+        for p in due:
+            try:
+                rec = st.merge(p, now)
+            except FloatingPointError as err:
+                self._reject("merge", Rejected(RejectReason.NON_FINITE, str(err)), fragment=p)
+                continue
+            self.sim.emit("syncer", ev.Merge, fragment=rec.fragment, version=rec.version,
+                          base_version=rec.base_version,
+                          participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation,
+                                                           weight=x.weight, c_steps=x.c_steps, c_tokens=x.c_tokens)
+                                        for x in rec.participants],
+                          rule=rec.rule, wait_s=rec.merged_at - rec.opened_at,
+                          quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
+                          outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total,
+                          tokens_total=st.tokens_total)
+            if rec.merges_total % cfg.syncer.checkpoint_every_merges == 0:
+                self._checkpoint()
+            if rec.merges_total % cfg.syncer.eval_every_merges == 0:
+                self._eval(final=False)
+            self._wake(p)
+            self.sim.on_merge(rec.merges_total)
+            if not self.serving:  # a fault triggered by this merge count took the syncer down
+                return
+        if not due and st.finished and not self.finalized:
+            self.finalized = True
+            self._checkpoint()
+            self.sim.emit("syncer", ev.Finished, tokens_total=st.tokens_total, merges_total=st.merges_total,
+                          versions=list(st.versions))
+            self._eval(final=True)
+            self._finished_at = now
+            self.sim.loop.after(0.2, self._maybe_exit)
+        self.arm()
+
+    def _wake(self, fragment: int) -> None:
+        assert self.state is not None
+        ready = [w for w in self.waiters if w.fragment == fragment and self.state.versions[fragment] >= w.want]
+        for w in ready:
+            self.waiters.remove(w)
+            self._send_fragment(fragment, w.respond)
+
+    def _maybe_exit(self) -> None:
+        """As the real syncer: exit once every learner left, or after 2 × liveness timeout."""
+        if not self.up or self.exited:
+            return
+        st = self.state
+        assert st is not None and self._finished_at is not None
+        now = self.sim.loop.now
+        all_left = all(r.left or not r.active(now, st.policy.liveness_timeout_s) for r in st.learners.values())
+        if self.paused or not (all_left or now - self._finished_at > 2 * st.policy.liveness_timeout_s):
+            self.sim.loop.after(0.2, self._maybe_exit)
+            return
+        self.sim.emit("syncer", ev.SyncerStop, why="finished", versions=list(st.versions),
+                      merges_total=st.merges_total)
+        self.exited = True
+        self.crash()
+        self.sim.on_syncer_exit()
+
+    def _checkpoint(self) -> None:
+        st = self.state
+        assert st is not None
+        arrays, meta = st.to_checkpoint()
+        self.checkpoint = ({k: np.array(v, copy=True) for k, v in arrays.items()}, dict(meta))
+        self.sim.emit("syncer", ev.Checkpoint, merges_total=st.merges_total, versions=list(st.versions),
+                      path="sim", seconds=0.0, params_finite=st.params_all_finite())
+
+    def _eval(self, final: bool) -> None:
+        st = self.state
+        assert st is not None
+        self.sim.emit("syncer", ev.Eval, merges_total=st.merges_total, versions=list(st.versions),
+                      loss=self.sim.problem.loss(st.params), loss_floor=self.sim.problem.floor,
+                      tokens_total=st.tokens_total, final=final)
+
+
+@dataclass
+class _Job:
+    start: SyncStart
+    arrays: dict[str, np.ndarray]  # the outer gradient Θ(base) − θ, computed when the sync starts
+
+
+class LearnerNode:
+    """One learner id across its incarnations: alive or dead, running or paused."""
+
+    def __init__(self, sim: "Simulation", learner_id: str, index: int) -> None:
+        self.sim = sim
+        self.lid = learner_id
+        self.index = index
+        self.starts = 0
+        self.alive = False
+        self.exited = False  # stopped by itself (budget reached) rather than killed
+        self.paused = False
+        self.incarnation = ""
+        self.corrupt = ""
+        self.slow: dict[str, float] = {}  # fault id -> step-time factor
+        self._deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        cfg = self.sim.cfg
+        n = cfg.algorithm.num_fragments
+        self.book: LearnerBook | None = None
+        self.params: dict[str, np.ndarray] = {}
+        self.base: dict[str, np.ndarray] = {}
+        self.step = 0
+        self.tokens = 0
+        self.progress = 0.0
+        self.incarnation_index = 0
+        self.want = [0] * n
+        self.got = [-1] * n
+        self.fetching = [False] * n
+        self.uploads: deque[_Job] = deque()
+        self.uploading = False
+        self.need_rejoin = False
+        self.stop_requested = False
+        self.waiting_since: float | None = None
+        self.blocked_s = 0.0
+        self.step_pending = False
+        self.down_since: float | None = None
+        self.timers: list[Any] = []
+        self._deferred = []
+
+    # ---- plumbing -----------------------------------------------------------------
+    def emit(self, kind: type, **fields: Any) -> None:
+        self.sim.emit(self.lid, kind, **fields)
+
+    def deliver(self, incarnation: str, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` if this incarnation still lives; a paused process handles it on resume."""
+        if not self.alive or incarnation != self.incarnation:
+            return
+        if self.paused:
+            self._deferred.append((fn, args))
+            return
+        fn(*args)
+
+    def later(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
+        inc = self.incarnation
+        self.timers.append(self.sim.loop.after(delay, self.deliver, inc, fn, *args))
+
+    def rpc(self, req_bytes: int, handler: Callable[[Respond, Callable[[], None]], None],
+            on_reply: Callable[[Any], None], on_fail: Callable[[], None]) -> None:
+        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail)
+
+    def _down(self) -> None:
+        if self.down_since is None:
+            self.down_since = self.sim.loop.now
+            self.emit(ev.Unreachable, error="simulated: no reply before the RPC deadline")
+
+    def _up(self) -> None:
+        if self.down_since is not None:
+            self.emit(ev.Reconnected, down_s=self.sim.loop.now - self.down_since)
+            self.down_since = None
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def start(self, corrupt: str = "") -> None:
+        self._reset()
+        self.incarnation = f"{self.lid}.{self.starts}"
+        self.starts += 1
+        self.alive, self.exited, self.paused, self.corrupt = True, False, False, corrupt
+        self.emit(ev.LearnerStart, learner_id=self.lid, learner_incarnation=self.incarnation, pid=0, syncer="sim",
+                  config_hash=self.sim.config_hash, corrupt=corrupt)
+        self._join(fetch_state=True)
+
+    def kill(self) -> None:
+        self.alive = False
+        for t in self.timers:
+            t.cancel()
+        self.timers = []
+
+    def graceful_stop(self, why: str) -> None:
+        if self.alive:
+            self._shutdown(why)
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        deferred, self._deferred = self._deferred, []
+        for fn, args in deferred:
+            if self.alive and not self.paused:
+                fn(*args)
+        if self.step_pending and self.alive:
+            self.step_pending = False
+            self._step()
+
+    def _shutdown(self, why: str) -> None:
+        syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
+        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_leave(lid, inc, why, r, a), lambda _: None, lambda: None)
+        self.emit(ev.LearnerStop, why=why, step=self.step, tokens=self.tokens)
+        self.kill()
+        self.exited = True
+
+    # ---- join and state -------------------------------------------------------------
+    def _join(self, fetch_state: bool) -> None:
+        syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
+        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_join(lid, inc, r, a),
+                 lambda reply: self._joined(reply, fetch_state), lambda: self._join_failed(fetch_state))
+
+    def _join_failed(self, fetch_state: bool) -> None:
+        self._down()
+        if fetch_state:
+            self.later(1.0, self._join, True)  # the process retries until the syncer answers
+
+    def _joined(self, reply: tuple, fetch_state: bool) -> None:
+        ok, reason, res, progress = reply
+        if not ok:
+            self.emit(ev.LearnerStop, why=f"error: syncer refused Join: {reason}", step=self.step, tokens=self.tokens)
+            self.kill()
+            self.exited = True
+            return
+        self._up()
+        self.need_rejoin = False
+        self.incarnation_index = res.incarnation_index
+        self.progress = max(self.progress, progress)
+        self.emit(ev.LearnerJoin, learner_incarnation=self.incarnation, incarnation_index=res.incarnation_index,
+                  versions=list(res.versions), syncer_incarnation=self.sim.syncer.incarnation)
+        if fetch_state:
+            t0 = self.sim.loop.now
+            syncer = self.sim.syncer
+            self.rpc(SMALL_MESSAGE, syncer.handle_state, lambda values: self._got_state(values, t0),
+                     lambda: self._join_failed(True))
+
+    def _got_state(self, values: list[tuple[int, dict[str, np.ndarray]]], t0: float) -> None:
+        a = self.sim.cfg.algorithm
+        self.base = {n: t for _, tensors in values for n, t in tensors.items()}
+        self.params = {n: t.copy() for n, t in self.base.items()}
+        versions = [v for v, _ in values]
+        self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered)),
+                                versions, blocking=bool(a.blocking))
+        self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])
+        self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
+        self.emit(ev.StateFetch, versions=versions, seconds=self.sim.loop.now - t0)
+        self.later(self.sim.cfg.learner.report_interval_s, self._report_tick)
+        self._schedule_step()
+
+    # ---- the step loop --------------------------------------------------------------
+    def step_time(self) -> float:
+        base = self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
+        factor = float(np.prod(list(self.slow.values()))) if self.slow else 1.0
+        jitter = self.sim.opts.step_jitter
+        return base * factor * (1.0 + (float(self.sim.rng.uniform(-jitter, jitter)) if jitter else 0.0))
+
+    def _schedule_step(self) -> None:
+        self.later(self.step_time(), self._step)
+
+    def _step(self) -> None:
+        if self.paused:
+            self.step_pending = True
+            return
+        if self.stop_requested:
+            self._shutdown("finished")
+            return
+        book = self.book
+        assert book is not None
+        cfg = self.sim.cfg
+        lr = self.sim.opts.inner_lr * lr_scale(cfg.inner, self.progress)
+        self.params = self.sim.problem.sgd_step(self.params, self.index, lr, self.rng)
+        self.step += 1
+        per = self.sim.tokens_per_step
+        self.tokens += per
+        for s in book.on_step(self.step, per):
+            self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
+                      c_tokens=s.c_tokens, step=s.step)
+            names = self.sim.fragment_names[s.fragment]
+            arrays = {n: self.base[n] - self.params[n] for n in names}
+            if self.corrupt:
+                arrays = corrupted(arrays, self.corrupt, self.corrupt_rng)
+            self.uploads.append(_Job(s, arrays))
+        self._pump_uploads()
+        self._apply_ready()
+        if self.step % cfg.learner.step_event_every == 0:
+            self.emit(ev.Step, step=self.step, loss=self.sim.problem.loss(self.params), tokens=self.tokens,
+                      step_time_s=self.step_time(), blocked_s=self.blocked_s)
+            self.blocked_s = 0.0
+        if book.waiting_for(self.step):
+            self.waiting_since = self.sim.loop.now  # blocking modes: wait for the merged fragments
+            return
+        self._schedule_step()
+
+    def _apply_ready(self) -> None:
+        assert self.book is not None
+        alpha = self.sim.cfg.algorithm.mix_alpha
+        for p, version, tensors in self.book.ready(self.step):
+            for n, t in tensors.items():
+                self.base[n] = t
+                self.params[n] = t.copy() if alpha is None else (alpha * self.params[n] + (1 - alpha) * t)
+            self.emit(ev.Apply, fragment=p, version=version, step=self.step)
+
+    def _maybe_unblock(self) -> None:
+        """Something arrived: a blocked step loop may go on."""
+        if self.waiting_since is None or self.book is None:
+            return
+        if self.stop_requested:
+            self.waiting_since = None
+            self._shutdown("finished")
+            return
+        self._apply_ready()
+        if not self.book.waiting_for(self.step):
+            self.blocked_s += self.sim.loop.now - self.waiting_since
+            self.waiting_since = None
+            self._schedule_step()
+
+    # ---- uploads (one at a time, like the process's upload thread) ----------------------
+    def _pump_uploads(self) -> None:
+        if self.uploading or not self.uploads:
+            return
+        job = self.uploads.popleft()
+        self.uploading = True
+        s, syncer = job.start, self.sim.syncer
+        nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[s.fragment])
+        t0 = self.sim.loop.now
+        c = Contribution(self.lid, self.incarnation, s.fragment, s.base_version, job.arrays, s.c_steps, s.c_tokens,
+                         upload_seconds=self.sim.upload_seconds(self.lid, nbytes))
+        self.rpc(nbytes, lambda r, a: syncer.handle_upload(c, nbytes, r, a),
+                 lambda reply: self._uploaded(s, nbytes, t0, *reply),
+                 lambda: self._uploaded(s, nbytes, t0, False, UNREACHABLE, -1))
+
+    def _uploaded(self, s: SyncStart, nbytes: int, t0: float, accepted: bool, reason: str, current: int) -> None:
+        self.uploading = False
+        if reason == UNREACHABLE:
+            self._down()
+        else:
+            self._up()
+        self.emit(ev.SyncResult, fragment=s.fragment, base_version=s.base_version, accepted=accepted, reason=reason,
+                  seconds=self.sim.loop.now - t0, bytes=nbytes)
+        out = upload_outcome(accepted, reason, s.base_version, current)
+        assert self.book is not None
+        if out.failed:
+            self.book.sync_failed(s.fragment, s.base_version)
+        if out.want is not None and out.want > self.want[s.fragment]:
+            self.want[s.fragment] = out.want
+            self._fetch(s.fragment)
+        if out.rejoin:
+            self.need_rejoin = True
+        if out.stop:
+            self.stop_requested = True
+        self._maybe_unblock()
+        if self.alive:
+            self._pump_uploads()
+
+    # ---- downloads (a long poll per fragment) -----------------------------------------
+    def _fetch(self, p: int) -> None:
+        assert self.book is not None
+        if self.fetching[p] or self.want[p] <= max(self.got[p], self.book.held[p]):
+            return
+        self.fetching[p] = True
+        syncer, want = self.sim.syncer, self.want[p]
+        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_fragment(p, want, r, a),
+                 lambda reply: self._fetched(p, *reply), lambda: self._fetch_failed(p))
+
+    def _fetched(self, p: int, version: int, tensors: dict[str, np.ndarray]) -> None:
+        assert self.book is not None
+        self._up()
+        self.fetching[p] = False
+        if version > max(self.got[p], self.book.held[p]):
+            self.got[p] = version
+            self.book.offer(p, version, tensors)
+            self._maybe_unblock()
+        if self.alive:
+            self._fetch(p)
+
+    def _fetch_failed(self, p: int) -> None:
+        self._down()
+        self.fetching[p] = False
+        self.later(0.5, self._fetch, p)
+
+    # ---- progress reports ---------------------------------------------------------------
+    def _report_tick(self) -> None:
+        self.later(self.sim.cfg.learner.report_interval_s, self._report_tick)
+        if self.need_rejoin:
+            self._join(fetch_state=False)
+            return
+        syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
+        step, tokens, st = self.step, self.tokens, self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
+        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_report(lid, inc, step, tokens, st, r, a),
+                 lambda reply: self._reported(*reply), self._down)
+
+    def _reported(self, ok: bool, stop: bool, reason: str, progress: float) -> None:
+        self._up()
+        self.progress = max(self.progress, progress)
+        stop_now, rejoin = report_outcome(ok, stop, reason)
+        if stop_now:
+            self.stop_requested = True
+            self._maybe_unblock()
+        if rejoin:
+            self.need_rejoin = True

@@ -1,0 +1,82 @@
+"""The surrogate training problem the simulator's learners optimise.
+
+Real JAX training is too slow for hundreds of generated schedules, and the
+properties under test (versions, quorum, merging, reintegration) do not depend
+on what is learned. So each learner runs SGD on a noisy quadratic whose
+minimum differs a little per learner (heterogeneous data), over a compact
+stand-in of the real model's tensors: the same tensor names, so the same
+fragments and merge rules (mean for the embedding, RDA elsewhere), but
+``dims`` numbers per tensor. Message sizes still come from the real tensor
+shapes, so bandwidth faults cost what they would cost.
+
+Loss is ``floor + 0.5·mean(a ⊙ (θ − c)²)`` with per-coordinate curvature ``a``
+(log-uniform, so some directions take the whole run to converge: lost steps
+show up in the final loss, as they do in real training).
+
+Example:
+    >>> p = QuadraticProblem.create({"embed": (4, 4), "w": (8,)}, seed=0)
+    >>> params = p.init_params()
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> before = p.loss(params)
+    >>> for _ in range(200):
+    ...     params = p.sgd_step(params, learner=0, lr=0.2, rng=rng)
+    >>> bool(p.loss(params) < before)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+Tensors = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class QuadraticProblem:
+    shapes: dict[str, tuple[int, ...]]  # the real model's tensors (names and byte sizes)
+    curvature: Tensors
+    center: Tensors
+    offsets: tuple[Tensors, ...]  # per learner index: its optimum's shift (data heterogeneity)
+    noise: float
+    floor: float
+    dims: int
+
+    @classmethod
+    def create(cls, shapes: Mapping[str, tuple[int, ...]], seed: int, *, dims: int = 16, learners: int = 16,
+               heterogeneity: float = 0.3, noise: float = 0.5, floor: float = 2.0) -> "QuadraticProblem":
+        rng = np.random.default_rng([seed, 0x51])
+        names = sorted(shapes)
+        curvature = {n: np.exp(rng.uniform(np.log(1e-3), 0.0, dims)).astype(np.float32) for n in names}
+        center = {n: rng.normal(0.0, 3.0, dims).astype(np.float32) for n in names}
+        offsets = tuple({n: (heterogeneity * rng.normal(0.0, 1.0, dims)).astype(np.float32) for n in names}
+                        for _ in range(learners))
+        return cls(dict(shapes), curvature, center, offsets, noise, floor, dims)
+
+    def init_params(self) -> Tensors:
+        return {n: np.zeros(self.dims, np.float32) for n in sorted(self.shapes)}
+
+    def real_bytes(self, names: list[str] | tuple[str, ...]) -> int:
+        """Bytes these tensors would have on the wire in the real system (float32)."""
+        return sum(4 * int(np.prod(self.shapes[n])) for n in names)
+
+    def real_sizes(self) -> dict[str, int]:
+        return {n: int(np.prod(s)) for n, s in self.shapes.items()}
+
+    def sgd_step(self, params: Tensors, learner: int, lr: float, rng: np.random.Generator) -> Tensors:
+        """One noisy gradient step on learner ``learner``'s objective."""
+        off = self.offsets[learner % len(self.offsets)]
+        noise = rng.normal(0.0, self.noise, (len(params), self.dims)).astype(np.float32)
+        out = {}
+        for i, (n, v) in enumerate(params.items()):
+            g = self.curvature[n] * (v - self.center[n] - off[n]) + noise[i]
+            out[n] = (v - lr * g).astype(np.float32)
+        return out
+
+    def loss(self, params: Mapping[str, np.ndarray]) -> float:
+        """Eval loss of global parameters (no noise, no learner shift)."""
+        total = sum(float(np.sum(self.curvature[n] * (params[n] - self.center[n]) ** 2)) for n in self.shapes)
+        return self.floor + 0.5 * total / (len(self.shapes) * self.dims)

@@ -1,0 +1,412 @@
+"""Deterministic mode: a whole chaos run in one process, on a virtual clock.
+
+:func:`simulate` takes the same :class:`~chaos.scenario.Scenario` the real
+controller runs, plans it with the same :func:`~chaos.schedules.plan`, drives
+the real syncer and learner cores (:mod:`chaos.sim.nodes`) with a
+discrete-event loop, applies faults as events, and judges the recorded history
+with the same checkers. Given a scenario (its seeds included) and
+:class:`SimOptions`, a run is reproducible bit for bit: no sockets, threads or
+wall clock.
+
+What is modelled, per fault kind: ``kill``/``stop``/``corrupt`` end the
+learner incarnation (a restart joins again after ``restart_delay_s``, the
+process start-up and JIT a real restart costs); ``pause`` freezes it (replies
+wait until it resumes); ``slow`` and ``cpu_limit`` stretch its step time;
+``partition``/``link_down``/``reset_peer``/``data_limit``/``disconnect`` drop
+messages in the cut direction (the sender learns at its RPC deadline);
+``latency`` and ``bandwidth`` delay them; ``syncer_crash`` (or ``kill`` of the
+syncer) loses everything since the last checkpoint and restores from it.
+
+Example:
+    >>> from chaos.scenario import parse_scenario
+    >>> s = parse_scenario({"name": "demo", "cluster": {"token_budget": 60000},
+    ...     "schedule": [{"fault": "kill", "targets": ["learner-1"], "at": 1, "duration": 2}]})
+    >>> r = simulate(s)
+    >>> r.status, [v.name for v in r.verdicts if v.status != "pass"]
+    ('pass', [])
+    >>> simulate(s).history_json() == r.history_json()      # bit-for-bit replay
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
+from chaos.controller import RESTARTING, overall
+from chaos.history import FaultOp, History, Phase, PlanRecord
+from chaos.scenario import Scenario
+from chaos.schedules import Planned, plan
+from chaos.sim.clock import EventLoop
+from chaos.sim.network import Link
+from chaos.sim.nodes import LearnerNode, SyncerNode
+from chaos.sim.problem import QuadraticProblem
+from faults.base import SYNCER
+from trainer import events as ev
+from trainer import model as model_mod
+from trainer.core.fragments import partition_tensors
+from trainer.syncer import policy_from_config
+
+T0 = 1_700_000_000.0  # virtual epoch: event stamps look like Unix times, as real ones do
+BLOCKING_FAULTS = {"partition": None, "link_down": "both", "reset_peer": "both", "data_limit": None,
+                   "disconnect": "both"}
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How the simulated machines behave. Defaults approximate the tiny model on this project's CI machine."""
+
+    step_time_s: float = 0.03  # seconds per inner step (3 tiny learners sharing 2 cores)
+    step_times: dict[str, float] = field(default_factory=dict)  # per learner: heterogeneous hardware
+    step_jitter: float = 0.05  # ± fraction, seeded
+    restart_delay_s: float = 3.0  # process start, imports and JIT before a restarted learner joins
+    syncer_restart_delay_s: float = 2.0
+    latency_s: float = 0.0005  # one way, per message
+    bandwidth_Bps: float = 1.25e9  # 10 Gbit/s
+    inner_lr: float = 0.1
+    surrogate_dims: int = 16
+    baseline: bool = True  # also simulate the fault-free run, for the parity check
+
+    def key(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True, default=str)
+
+
+@dataclass
+class SimResult:
+    """A simulated run: its history, the checkers' verdicts, and how long it ran in virtual seconds."""
+
+    scenario: Scenario
+    history: History
+    verdicts: list[Verdict]
+    status: str
+    exit_code: int
+    baseline_final_loss: float | None
+    final_loss: float | None
+    virtual_s: float
+    timed_out: bool
+    events_handled: int
+
+    def failed(self, *names: str) -> list[Verdict]:
+        """Verdicts that failed (only those named, when names are given)."""
+        return [v for v in self.verdicts if v.status == "fail" and (not names or v.name in names)]
+
+    def history_json(self) -> str:
+        items = sorted([*self.history.records, *self.history.events], key=lambda x: x.ts)
+        return "\n".join(x.model_dump_json() for x in items)
+
+    def write(self, out_dir: str | Path) -> Any:
+        """Write the run directory a real run would leave, and its reports; returns the controller's RunResult."""
+        from chaos.controller import analyse
+
+        out = Path(out_dir)
+        (out / "events").mkdir(parents=True, exist_ok=True)
+        (out / "scenario.json").write_text(self.scenario.model_dump_json(indent=2))
+        with open(out / "controller.jsonl", "w", encoding="utf-8") as f:
+            for r in self.history.records:
+                f.write(r.model_dump_json() + "\n")
+        by_source: dict[str, list[str]] = {}
+        for e in self.history.events:
+            by_source.setdefault(e.source, []).append(e.model_dump_json())
+        for source, lines in by_source.items():
+            (out / "events" / f"{source}.jsonl").write_text("\n".join(lines) + "\n")
+        baseline = None
+        if self.baseline_final_loss is not None:
+            baseline = {"final_eval_loss": self.baseline_final_loss, "simulated": True}
+            (out / "baseline.json").write_text(json.dumps(baseline, indent=2))
+        return analyse(self.scenario, out, baseline)
+
+
+@functools.lru_cache(maxsize=8)
+def model_shapes(size: str) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a model size, without computing any parameter."""
+    cfg = model_mod.MODEL_SIZES[size]
+    shapes = jax.eval_shape(lambda: model_mod.init_params(cfg, 0))
+    return {n: tuple(s.shape) for n, s in shapes.items()}
+
+
+class Simulation:
+    """One simulated run; build it, then :meth:`run`."""
+
+    def __init__(self, scenario: Scenario, opts: SimOptions, planned: list[Planned]) -> None:
+        self.scenario = scenario
+        self.cfg = scenario.cluster
+        self.opts = opts
+        self.planned = planned
+        self.config_hash = self.cfg.config_hash()
+        self.loop = EventLoop()
+        self.rng = np.random.default_rng([scenario.seed, self.cfg.seed, 0x5EED])
+        learners = scenario.learner_ids()
+        self.problem = QuadraticProblem.create(model_shapes(self.cfg.model.size), self.cfg.seed,
+                                               dims=opts.surrogate_dims, learners=max(len(learners), 1))
+        self.fragments = partition_tensors(self.problem.real_sizes(), self.cfg.algorithm.num_fragments)
+        self.fragment_names = [list(f.names) for f in self.fragments]
+        self.policy = policy_from_config(self.cfg)
+        mcfg = model_mod.MODEL_SIZES[self.cfg.model.size]
+        self.tokens_per_step = self.cfg.inner.batch_size * mcfg.seq_len
+        self.records: list[Any] = []
+        self.events: list[ev.Event] = []
+        self.syncer = SyncerNode(self)
+        self.learners = {lid: LearnerNode(self, lid, i) for i, lid in enumerate(learners)}
+        self.links = {lid: Link() for lid in learners}
+        self.steady_at: float | None = None
+        self.active: dict[str, tuple[Planned, float]] = {}
+        self.pending = list(planned)
+        self.done = False
+
+    # ---- recording ----------------------------------------------------------------------
+    @property
+    def ts(self) -> float:
+        return T0 + self.loop.now
+
+    def emit(self, source: str, kind: type, **fields: Any) -> None:
+        self.events.append(kind(ts=self.ts, source=source, **fields))
+
+    def record(self, kind: type, **fields: Any) -> None:
+        self.records.append(kind(ts=self.ts, **fields))
+
+    # ---- the network ----------------------------------------------------------------------
+    def upload_seconds(self, lid: str, nbytes: int) -> float:
+        return self.links[lid].delay("to_syncer", nbytes, self.opts.latency_s, self.opts.bandwidth_Bps)
+
+    def rpc(self, node: LearnerNode, req_bytes: int, handler: Callable[[Callable[[Any, int], None],
+                                                                          Callable[[], None]], None],
+            on_reply: Callable[[Any], None], on_fail: Callable[[], None]) -> None:
+        """A unary call from a learner to the syncer, with the learner's RPC deadline.
+
+        Dropped requests or replies fail at the deadline (a cut link hangs the
+        call); a syncer that is down refuses the connection at once.
+        """
+        loop, link, inc = self.loop, self.links[node.lid], node.incarnation
+        deadline = loop.now + self.cfg.learner.rpc_timeout_s
+        state = {"done": False}
+
+        def fail() -> None:
+            if not state["done"]:
+                state["done"] = True
+                node.deliver(inc, on_fail)
+
+        timer = loop.at(deadline, fail)
+
+        def fail_fast() -> None:
+            timer.cancel()
+            loop.after(self.opts.latency_s, fail)
+
+        def respond(reply: Any, nbytes: int) -> None:
+            if state["done"] or link.blocked("from_syncer"):
+                return
+            t = link.delay("from_syncer", nbytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng)
+            if loop.now + t > deadline:
+                return  # too slow: the deadline fails it
+
+            def land() -> None:
+                if not state["done"]:
+                    state["done"] = True
+                    timer.cancel()
+                    node.deliver(inc, on_reply, reply)
+
+            loop.after(t, land)
+
+        def arrive() -> None:
+            if state["done"]:
+                return
+            if not self.syncer.up:
+                fail_fast()
+            elif self.syncer.serving:
+                handler(respond, fail_fast)
+            # a paused syncer never answers: the deadline fails the call
+
+        if link.blocked("to_syncer"):
+            return
+        loop.after(link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng), arrive)
+
+    # ---- the controller's part ----------------------------------------------------------------
+    def on_merge(self, merges_total: int) -> None:
+        if self.steady_at is None:
+            self.steady_at = self.loop.now
+            self.record(Phase, name="steady", detail={"merges": merges_total})
+            for p in self.pending:
+                if p.at is not None:
+                    self.loop.at(self.steady_at + p.at, self._inject, p)
+        for p in [p for p in self.pending if p.at_merge is not None and merges_total >= p.at_merge]:
+            self.loop.after(0.0, self._inject, p)
+
+    def on_syncer_exit(self) -> None:
+        self.loop.after(0.0, self._finish)
+
+    def _inject(self, p: Planned) -> None:
+        if self.done or p not in self.pending:
+            return
+        self.pending.remove(p)
+        params = p.to_json()["params"]
+        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="inject", outcome="invoke",
+                    targets=list(p.targets), params=params)
+        evidence = self._effect(p, inject=True)
+        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="inject", outcome="ok",
+                    targets=list(p.targets), params=params, evidence=evidence)
+        self.active[p.fault_id] = (p, self.loop.now)
+        self.loop.after(p.duration, self._heal, p, "")
+
+    def _heal(self, p: Planned, why: str) -> None:
+        if p.fault_id not in self.active:
+            return
+        del self.active[p.fault_id]
+        params = p.to_json()["params"]
+        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="heal", outcome="invoke",
+                    targets=list(p.targets), params=params, evidence={"why": why} if why else {})
+        if why == "run finished" and p.kind in RESTARTING:
+            evidence: dict[str, Any] = {"skipped": "training finished; teardown stops every process"}
+        else:
+            evidence = self._effect(p, inject=False)
+        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="heal", outcome="ok",
+                    targets=list(p.targets), params=params, evidence=evidence)
+
+    def _restart_learner(self, lid: str, corrupt: str = "") -> None:
+        node = self.learners[lid]
+        node.kill()
+        self.loop.after(self.opts.restart_delay_s, lambda: self.done or node.start(corrupt))
+
+    def _restart_syncer(self) -> None:
+        self.loop.after(self.opts.syncer_restart_delay_s, lambda: self.done or self.syncer.up or self.syncer.start())
+
+    def _effect(self, p: Planned, inject: bool) -> dict[str, Any]:
+        """Apply (or undo) one fault; returns the evidence a real injector would report."""
+        k, spec, fid = p.kind, p.spec, p.fault_id
+        touched: list[str] = []
+        for t in p.targets:
+            if t == SYNCER or k == "syncer_crash":
+                s = self.syncer
+                if k in ("kill", "syncer_crash"):
+                    if inject:
+                        s.crash()
+                    elif getattr(spec, "restart", True):
+                        self._restart_syncer()
+                elif k == "stop":
+                    s.graceful_stop("signal") if inject else self._restart_syncer()
+                elif k == "pause":
+                    s.pause() if inject else s.resume()
+                else:
+                    return {"simulated": f"{k} of the syncer is not modelled; no effect"}
+                touched.append(SYNCER)
+                continue
+            node = self.learners[t]
+            if k == "kill":
+                if inject:
+                    node.kill()
+                elif spec.restart:
+                    self._restart_learner(t)
+            elif k == "stop":
+                node.graceful_stop("signal") if inject else self._restart_learner(t)
+            elif k == "corrupt":
+                self._restart_learner(t, spec.mode if inject else "")
+            elif k == "pause":
+                node.pause() if inject else node.resume()
+            elif k in ("slow", "cpu_limit"):
+                factor = 1.0 / (1.0 - spec.fraction) if k == "slow" else max(1.0, 1.0 / spec.cpus)
+                if inject:
+                    node.slow[fid] = factor
+                else:
+                    node.slow.pop(fid, None)
+            elif k in BLOCKING_FAULTS:
+                if inject:
+                    self.links[t].block(fid, BLOCKING_FAULTS[k] or spec.direction)
+                else:
+                    self.links[t].heal(fid)
+            elif k == "latency":
+                if inject:
+                    self.links[t].add_latency(fid, spec.direction, spec.latency_ms / 1000, spec.jitter_ms / 1000)
+                else:
+                    self.links[t].heal(fid)
+            elif k == "bandwidth":
+                if inject:
+                    self.links[t].set_rate(fid, spec.direction, spec.rate_kbps)
+                else:
+                    self.links[t].heal(fid)
+            touched.append(t)
+        return {"simulated": k, "targets": touched}
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.record(Phase, name="finished", detail={"merges": max((m.merges_total for m in self._merges()), default=0)})
+        if self.pending:
+            self.record(Phase, name="not_run", detail={"faults": [p.fault_id for p in self.pending]})
+        for p, _ in list(self.active.values()):
+            self._heal(p, "run finished")
+        self._teardown()
+
+    def _merges(self) -> list[ev.Merge]:
+        return [e for e in self.events if isinstance(e, ev.Merge)]
+
+    def _teardown(self) -> None:
+        for node in self.learners.values():
+            if node.alive:
+                node.paused = False
+                node.emit(ev.LearnerStop, why="signal", step=node.step, tokens=node.tokens)
+                node.kill()
+        self.record(Phase, name="teardown", detail={"proxies_left": [], "processes_left": [],
+                                                    "healed_on_teardown": False, "simulated": True})
+        self.done = True
+        self.loop.stop()
+
+    # ---- the run ------------------------------------------------------------------------------
+    def run(self) -> bool:
+        """Run to the end (or the scenario's timeout, in virtual seconds); returns whether it timed out."""
+        self.record(PlanRecord, scenario=self.scenario.name, seed=self.scenario.seed,
+                    faults=[p.to_json() for p in self.planned])
+        self.record(Phase, name="bring_up", detail={"simulated": True})
+        self.syncer.start()
+        for node in self.learners.values():
+            node.start()
+        self.loop.run(until=self.scenario.timeout_s)
+        if not self.done:
+            for p, _ in list(self.active.values()):
+                self._heal(p, "teardown")
+            self._teardown()
+            return True
+        return False
+
+
+_BASELINES: dict[tuple[str, str, int], float | None] = {}
+
+
+def _final_loss(events: list[ev.Event]) -> float | None:
+    finals = [e.loss for e in events if isinstance(e, ev.Eval) and e.final]
+    return finals[-1] if finals else None
+
+
+def baseline_loss(scenario: Scenario, opts: SimOptions) -> float | None:
+    """Final eval loss of the same cluster without faults (memoised per config and options)."""
+    key = (scenario.cluster.config_hash(), opts.key(), scenario.seed)
+    if key not in _BASELINES:
+        clean = scenario.model_copy(update={"schedule": [], "random": None})
+        sim = Simulation(clean, opts, [])
+        sim.run()
+        _BASELINES[key] = _final_loss(sim.events)
+    return _BASELINES[key]
+
+
+def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[Planned] | None = None) -> SimResult:
+    """Run ``scenario`` in deterministic mode and judge it with the chaos checkers."""
+    opts = opts or SimOptions()
+    planned = plan(scenario) if planned is None else planned
+    sim = Simulation(scenario, opts, planned)
+    timed_out = sim.run()
+    history = History(sorted(sim.records, key=lambda r: r.ts), sorted(sim.events, key=lambda e: e.ts))
+    cfg = scenario.cluster
+    facts = RunFacts(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
+                     cfg.algorithm.num_fragments)
+    base = baseline_loss(scenario, opts) if opts.baseline and scenario.checks.parity.enabled else None
+    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base))
+    status, code = overall(verdicts)
+    if timed_out:
+        status, code = "timeout", 2
+    return SimResult(scenario, history, verdicts, status, code, base, _final_loss(sim.events), sim.loop.now,
+                     timed_out, sim.loop.handled)
