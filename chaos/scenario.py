@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from chaos.errors import ScenarioError
 from faults.base import PROCESS_KINDS, SYNCER
-from trainer.config import RunConfig, format_validation_error, read_yaml_mapping
+from trainer.config import RunConfig, format_validation_error, merge_trees, read_yaml_mapping
 from trainer.launch import learner_ids
 
 Direction = Literal["both", "to_syncer", "from_syncer"]
@@ -313,6 +313,19 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
 def builtin_scenarios() -> dict[str, Path]:
     """Name -> file of every built-in scenario."""
     return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+
+
+def scenario_with(name_or_path: str, **overrides: Any) -> Scenario:
+    """A built-in (or file) scenario with some fields replaced; nested mappings are merged.
+
+    >>> scenario_with("kill-and-rejoin", cluster={"algorithm": {"min_quorum": 2}}).cluster.algorithm.min_quorum
+    2
+    """
+    path = resolve(name_or_path)
+    if not overrides:
+        return load_scenario(path)
+    tree = merge_trees(read_yaml_mapping(path, "scenario", ScenarioError), overrides)
+    return parse_scenario(tree, f"{path} (with overrides)")
 
 
 def resolve(name_or_path: str) -> Path:

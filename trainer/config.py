@@ -127,6 +127,8 @@ class SyncerSection(_Strict):
     liveness_timeout_s: float = Field(5.0, gt=0)
     validate_uploads: bool = Field(True, description="False only for negative-control experiments")
     max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    max_norm_ratio: float = Field(100.0, ge=0, description="refuse updates whose norm per step exceeds this many "
+                                                           "times the fragment's recent average (0: off)")
     planted_bug: Literal["none", "forget_rejoined"] = Field(
         "none", description="tests of the chaos harness only: switch on a deliberate syncer defect")
 

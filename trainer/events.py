@@ -103,6 +103,7 @@ class ParticipantInfo(BaseModel):
     weight: float
     c_steps: int
     c_tokens: int
+    base_version: int = -1  # the global version its outer gradient was computed from (-1: older logs)
 
 
 class Merge(_Event):

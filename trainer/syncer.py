@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -39,7 +40,7 @@ from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
-from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.core.syncer_state import Contribution, MergeRecord, SyncerPolicy, SyncerState
 from trainer.errors import ConfigError, TrainerError
 from trainer.model import EMBEDDING_TENSORS
 from trainer.proto import diloco_pb2 as pb
@@ -59,8 +60,20 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, outer_lr=a.outer_lr,
         outer_momentum=a.outer_momentum, nesterov=a.nesterov, token_budget=cfg.token_budget,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
-        max_staleness=a.max_staleness, planted_bug=cfg.syncer.planted_bug,
+        max_staleness=a.max_staleness, max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
     )
+
+
+def merge_fields(rec: MergeRecord, tokens_total: int) -> dict[str, Any]:
+    """The fields of the ``merge`` event for one merge (the simulator writes the same)."""
+    return dict(
+        fragment=rec.fragment, version=rec.version, base_version=rec.base_version,
+        participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation, weight=x.weight,
+                                         c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version)
+                      for x in rec.participants],
+        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at,
+        quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
+        outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)
 
 
 class _AuthInterceptor(grpc.ServerInterceptor):
@@ -120,6 +133,7 @@ class SyncerService(pbg.SyncerServicer):
         self.fragments = partition_tensors({k: int(v.size) for k, v in init.items()}, cfg.algorithm.num_fragments)
         policy = policy_from_config(cfg)
         restored = load_latest(self.ckpt_dir)
+        fresh = restored is None
         if restored is None:
             self.state = SyncerState.create(policy, self.fragments, init)
         else:
@@ -134,6 +148,10 @@ class SyncerService(pbg.SyncerServicer):
         self.log.emit(ev.SyncerStart(syncer_incarnation=self.incarnation, address=address, config_hash=self.config_hash,
                                      versions=list(self.state.versions),
                                      restored_from_merges=self.state.restored_from_merges, pid=os.getpid()))
+        if fresh:
+            # A crash before the first interval must not restart from scratch: versions would regress.
+            with self.cond:
+                self._checkpoint_locked()
         self._threads = [threading.Thread(target=self._merge_loop, name="merge", daemon=True),
                          threading.Thread(target=self._eval_loop, name="eval", daemon=True)]
         for t in self._threads:
@@ -322,15 +340,7 @@ class SyncerService(pbg.SyncerServicer):
                         self.record_reject("merge", RejectReason.NON_FINITE, str(err), fragment=p)
                         continue
                     self.state.observe_merge_seconds(time.monotonic() - t0)
-                    self.log.emit(ev.Merge(
-                        fragment=rec.fragment, version=rec.version, base_version=rec.base_version,
-                        participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation,
-                                                         weight=x.weight, c_steps=x.c_steps, c_tokens=x.c_tokens)
-                                      for x in rec.participants],
-                        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at,
-                        quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
-                        outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total,
-                        tokens_total=self.state.tokens_total))
+                    self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total)))
                     if rec.merges_total % every_ckpt == 0:
                         self._checkpoint_locked()
                     if rec.merges_total % every_eval == 0:

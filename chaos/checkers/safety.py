@@ -1,8 +1,10 @@
-"""Safety: global parameters stay finite, and no rejected upload is ever merged.
+"""Safety: global parameters stay finite, no rejected upload is ever merged, none is merged twice.
 
 Every merge participant must be backed by an accepted upload (an ``upload``
 event) of that learner incarnation and fragment since the fragment's previous
-merge; rejected uploads never produce one.
+merge; rejected uploads never produce one. An update is identified by
+(learner, incarnation, fragment, base version): it may enter one merge only
+(a retried upload is acknowledged as a duplicate, never merged again).
 """
 
 from __future__ import annotations
@@ -27,23 +29,30 @@ def check_safety(inp: CheckInput) -> Verdict:
         if not math.isfinite(m.outer_grad_norm):
             problems.append(f"merge {m.fragment}@v{m.version} applied a non-finite outer gradient")
     pending: dict[int, set[tuple[str, str]]] = {}
-    unbacked = 0
+    merged: set[tuple[str, str, int, int]] = set()
+    unbacked = twice = 0
     for e in h.events:
         if isinstance(e, ev.Upload):
             pending.setdefault(e.fragment, set()).add((e.learner_id, e.learner_incarnation))
         elif isinstance(e, ev.Merge):
             have = pending.get(e.fragment, set())
             for p in e.participants:
+                key = (p.learner_id, p.incarnation, e.fragment, p.base_version)
+                if p.base_version >= 0 and key in merged:
+                    twice += 1
+                    problems.append(f"merge {e.fragment}@v{e.version} applied the update of {p.learner_id}/"
+                                    f"{p.incarnation} from base v{p.base_version} a second time")
+                merged.add(key)
                 if (p.learner_id, p.incarnation) not in have:
                     unbacked += 1
                     problems.append(f"merge {e.fragment}@v{e.version} used {p.learner_id}/{p.incarnation} "
                                     "without an accepted upload")
             pending[e.fragment] = set()
     rejects = Counter(r.reason for r in h.of(ev.Reject))
-    evidence = {"rejected_uploads": dict(rejects), "unbacked_participants": unbacked,
+    evidence = {"rejected_uploads": dict(rejects), "unbacked_participants": unbacked, "merged_twice": twice,
                 "checkpoints": len(h.of(ev.Checkpoint))}
     if problems:
         return Verdict("safety", "fail", problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
                        {**evidence, "problems": problems[:50]})
     return Verdict("safety", "pass", f"parameters finite throughout; {sum(rejects.values())} rejected upload(s), "
-                                     "none merged", evidence)
+                                     "none merged; no update merged twice", evidence)

@@ -1,21 +1,27 @@
 """Each learner's link to the syncer, and the faults that act on it.
 
 A fault adds itself to a link under its id and removes itself on heal, so
-overlapping faults compose (two partitions, then one heals: still cut). A
-blocked direction drops messages; the sender only learns of it when its RPC
-deadline passes, as with Toxiproxy's ``timeout`` toxic.
+overlapping faults compose (two partitions, then one heals: still cut). A cut
+direction either *drops* messages silently (a partition: Toxiproxy's
+``timeout`` toxic; the caller learns at its RPC deadline, or when the heal
+closes the cut connections) or *refuses* them (link down, reset, data limit:
+the connection is closed, so the call fails at once).
 
 Example:
     >>> link = Link()
     >>> link.block("f1", "to_syncer")
     >>> link.blocked("to_syncer"), link.blocked("from_syncer")
-    (True, False)
+    ('drop', None)
+    >>> link.block("f3", "both", mode="refuse")
+    >>> link.blocked("to_syncer")
+    'refuse'
+    >>> link.heal("f3")
     >>> link.set_rate("f2", "both", 1000)       # KB/s
     >>> round(link.delay("from_syncer", 500_000, base_latency_s=0.0), 3)
     0.5
     >>> link.heal("f1"); link.heal("f2")
-    >>> link.blocked("to_syncer")
-    False
+    >>> link.blocked("to_syncer") is None
+    True
 """
 
 from __future__ import annotations
@@ -35,13 +41,14 @@ def _directions(direction: str) -> tuple[str, ...]:
 class Link:
     """The state of one learner ↔ syncer link: blocks, added latency and rate caps per direction, by fault id."""
 
-    blocks: dict[str, set[str]] = field(default_factory=lambda: {d: set() for d in DIRECTIONS})
+    blocks: dict[str, dict[str, str]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
     latency: dict[str, dict[str, tuple[float, float]]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
     rates: dict[str, dict[str, float]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
 
-    def block(self, fault_id: str, direction: str) -> None:
+    def block(self, fault_id: str, direction: str, mode: str = "drop") -> None:
+        """Cut ``direction``: ``drop`` messages silently, or ``refuse`` them (the connection is closed)."""
         for d in _directions(direction):
-            self.blocks[d].add(fault_id)
+            self.blocks[d][fault_id] = mode
 
     def add_latency(self, fault_id: str, direction: str, latency_s: float, jitter_s: float) -> None:
         for d in _directions(direction):
@@ -53,12 +60,14 @@ class Link:
 
     def heal(self, fault_id: str) -> None:
         for d in DIRECTIONS:
-            self.blocks[d].discard(fault_id)
+            self.blocks[d].pop(fault_id, None)
             self.latency[d].pop(fault_id, None)
             self.rates[d].pop(fault_id, None)
 
-    def blocked(self, direction: str) -> bool:
-        return bool(self.blocks[direction])
+    def blocked(self, direction: str) -> str | None:
+        """None when open; else ``refuse`` if any cut refuses, else ``drop``."""
+        modes = set(self.blocks[direction].values())
+        return None if not modes else ("refuse" if "refuse" in modes else "drop")
 
     def delay(self, direction: str, nbytes: int, base_latency_s: float, bandwidth_Bps: float = float("inf"),
               rng: np.random.Generator | None = None) -> float:

@@ -31,6 +31,7 @@ from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.schedule import FragmentSchedule
 from trainer.core.syncer_state import Contribution, SyncerState
 from trainer.learner import corrupted
+from trainer.syncer import merge_fields
 from trainer.training import lr_scale
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class SyncerNode:
         self.starts += 1
         if self.checkpoint is None:
             self.state = SyncerState.create(sim.policy, sim.fragments, sim.problem.init_params())
+            self._checkpoint()  # as the real syncer: a crash before the first interval still restores
         else:
             arrays, meta = self.checkpoint
             skip = cfg.syncer.checkpoint_every_merges
@@ -236,15 +238,7 @@ class SyncerNode:
             except FloatingPointError as err:
                 self._reject("merge", Rejected(RejectReason.NON_FINITE, str(err)), fragment=p)
                 continue
-            self.sim.emit("syncer", ev.Merge, fragment=rec.fragment, version=rec.version,
-                          base_version=rec.base_version,
-                          participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation,
-                                                           weight=x.weight, c_steps=x.c_steps, c_tokens=x.c_tokens)
-                                        for x in rec.participants],
-                          rule=rec.rule, wait_s=rec.merged_at - rec.opened_at,
-                          quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
-                          outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total,
-                          tokens_total=st.tokens_total)
+            self.sim.emit("syncer", ev.Merge, **merge_fields(rec, st.tokens_total))
             if rec.merges_total % cfg.syncer.checkpoint_every_merges == 0:
                 self._checkpoint()
             if rec.merges_total % cfg.syncer.eval_every_merges == 0:

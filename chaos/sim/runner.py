@@ -19,8 +19,9 @@ syncer) loses everything since the last checkpoint and restores from it.
 
 Example:
     >>> from chaos.scenario import parse_scenario
-    >>> s = parse_scenario({"name": "demo", "cluster": {"token_budget": 60000},
-    ...     "schedule": [{"fault": "kill", "targets": ["learner-1"], "at": 1, "duration": 2}]})
+    >>> s = parse_scenario({"name": "demo", "cluster": {"token_budget": 1_000_000},
+    ...     "schedule": [{"fault": "kill", "targets": ["learner-1"], "at": 1, "duration": 2}],
+    ...     "checks": {"reintegration": {"within_s": 10}}})
     >>> r = simulate(s)
     >>> r.status, [v.name for v in r.verdicts if v.status != "pass"]
     ('pass', [])
@@ -56,8 +57,10 @@ from trainer.core.fragments import partition_tensors
 from trainer.syncer import policy_from_config
 
 T0 = 1_700_000_000.0  # virtual epoch: event stamps look like Unix times, as real ones do
-BLOCKING_FAULTS = {"partition": None, "link_down": "both", "reset_peer": "both", "data_limit": None,
-                   "disconnect": "both"}
+# Faults that cut a link: (direction, mode). None: the fault's own direction. Closing faults refuse
+# (the connection is gone, calls fail at once); a partition or a pulled cable drops silently.
+CUTTING_FAULTS = {"partition": (None, "drop"), "disconnect": ("both", "drop"), "link_down": ("both", "refuse"),
+                  "reset_peer": ("both", "refuse"), "data_limit": ("both", "refuse")}
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,54 @@ def model_shapes(size: str) -> dict[str, tuple[int, ...]]:
     return {n: tuple(s.shape) for n, s in shapes.items()}
 
 
+class _Call:
+    """One RPC in flight: it ends exactly once, by a reply, a fast failure (closed connection) or its deadline."""
+
+    def __init__(self, sim: "Simulation", node: LearnerNode, on_reply: Callable[[Any], None],
+                 on_fail: Callable[[], None]) -> None:
+        self.sim, self.node, self.inc = sim, node, node.incarnation
+        self.on_reply, self.on_fail = on_reply, on_fail
+        self.deadline = sim.loop.now + sim.cfg.learner.rpc_timeout_s
+        self.done = False
+        self.timer = sim.loop.at(self.deadline, self._end, on_fail, ())
+        sim.inflight[node.lid].add(self)
+
+    def _end(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.timer.cancel()
+        self.sim.inflight[self.node.lid].discard(self)
+        self.node.deliver(self.inc, fn, *args)
+
+    def fail_fast(self) -> None:
+        if not self.done:
+            self.sim.loop.after(self.sim.opts.latency_s, self._end, self.on_fail, ())
+
+    def arrive(self, handler: Callable[[Callable[[Any, int], None], Callable[[], None]], None]) -> None:
+        """The request reached the syncer: a down syncer refuses it, a paused one never answers."""
+        if self.done:
+            return
+        if not self.sim.syncer.up:
+            self.fail_fast()
+        elif self.sim.syncer.serving:
+            handler(self.respond, self.fail_fast)
+
+    def respond(self, reply: Any, nbytes: int) -> None:
+        if self.done:
+            return
+        link = self.sim.links[self.node.lid]
+        cut = link.blocked("from_syncer")
+        if cut == "refuse":
+            self.fail_fast()
+            return
+        if cut == "drop":
+            return  # lost: the deadline (or the heal's reset) ends the call
+        t = link.delay("from_syncer", nbytes, self.sim.opts.latency_s, self.sim.opts.bandwidth_Bps, self.sim.rng)
+        if self.sim.loop.now + t <= self.deadline:
+            self.sim.loop.after(t, self._end, self.on_reply, (reply,))
+
+
 class Simulation:
     """One simulated run; build it, then :meth:`run`."""
 
@@ -156,6 +207,7 @@ class Simulation:
         self.syncer = SyncerNode(self)
         self.learners = {lid: LearnerNode(self, lid, i) for i, lid in enumerate(learners)}
         self.links = {lid: Link() for lid in learners}
+        self.inflight: dict[str, set[_Call]] = {lid: set() for lid in learners}
         self.steady_at: float | None = None
         self.active: dict[str, tuple[Planned, float]] = {}
         self.pending = list(planned)
@@ -179,53 +231,20 @@ class Simulation:
     def rpc(self, node: LearnerNode, req_bytes: int, handler: Callable[[Callable[[Any, int], None],
                                                                           Callable[[], None]], None],
             on_reply: Callable[[Any], None], on_fail: Callable[[], None]) -> None:
-        """A unary call from a learner to the syncer, with the learner's RPC deadline.
+        """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`)."""
+        call = _Call(self, node, on_reply, on_fail)
+        link = self.links[node.lid]
+        cut = link.blocked("to_syncer")
+        if cut == "refuse":
+            call.fail_fast()
+        elif cut is None:
+            self.loop.after(link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps,
+                                       self.rng), call.arrive, handler)
 
-        Dropped requests or replies fail at the deadline (a cut link hangs the
-        call); a syncer that is down refuses the connection at once.
-        """
-        loop, link, inc = self.loop, self.links[node.lid], node.incarnation
-        deadline = loop.now + self.cfg.learner.rpc_timeout_s
-        state = {"done": False}
-
-        def fail() -> None:
-            if not state["done"]:
-                state["done"] = True
-                node.deliver(inc, on_fail)
-
-        timer = loop.at(deadline, fail)
-
-        def fail_fast() -> None:
-            timer.cancel()
-            loop.after(self.opts.latency_s, fail)
-
-        def respond(reply: Any, nbytes: int) -> None:
-            if state["done"] or link.blocked("from_syncer"):
-                return
-            t = link.delay("from_syncer", nbytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng)
-            if loop.now + t > deadline:
-                return  # too slow: the deadline fails it
-
-            def land() -> None:
-                if not state["done"]:
-                    state["done"] = True
-                    timer.cancel()
-                    node.deliver(inc, on_reply, reply)
-
-            loop.after(t, land)
-
-        def arrive() -> None:
-            if state["done"]:
-                return
-            if not self.syncer.up:
-                fail_fast()
-            elif self.syncer.serving:
-                handler(respond, fail_fast)
-            # a paused syncer never answers: the deadline fails the call
-
-        if link.blocked("to_syncer"):
-            return
-        loop.after(link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng), arrive)
+    def reset_link(self, lid: str) -> None:
+        """The link's connections are closed: every call in flight on it fails now."""
+        for call in list(self.inflight[lid]):
+            call.fail_fast()
 
     # ---- the controller's part ----------------------------------------------------------------
     def on_merge(self, merges_total: int) -> None:
@@ -314,11 +333,15 @@ class Simulation:
                     node.slow[fid] = factor
                 else:
                     node.slow.pop(fid, None)
-            elif k in BLOCKING_FAULTS:
+            elif k in CUTTING_FAULTS:
+                direction, mode = CUTTING_FAULTS[k]
                 if inject:
-                    self.links[t].block(fid, BLOCKING_FAULTS[k] or spec.direction)
+                    self.links[t].block(fid, direction or spec.direction, mode)
                 else:
                     self.links[t].heal(fid)
+                # Closing faults cut live connections at once; a partition's heal closes the silent ones.
+                if (mode == "refuse") == inject:
+                    self.reset_link(t)
             elif k == "latency":
                 if inject:
                     self.links[t].add_latency(fid, spec.direction, spec.latency_ms / 1000, spec.jitter_ms / 1000)

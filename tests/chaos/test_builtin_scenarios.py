@@ -16,7 +16,7 @@ from chaos.controller import RunResult
 from chaos.history import History
 from chaos.scenario import builtin_scenarios, load_scenario
 from chaos.schedules import plan
-from tests.chaos.conftest import scenario_with
+from chaos.scenario import scenario_with
 from trainer import events as ev
 
 pytestmark = pytest.mark.chaos

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.conftest import scenario_with
+from chaos.scenario import scenario_with
 
 pytestmark = pytest.mark.chaos
 

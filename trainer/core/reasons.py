@@ -23,6 +23,7 @@ class RejectReason(str, Enum):
     BAD_SHAPE = "bad_shape"
     BAD_DTYPE = "bad_dtype"
     NON_FINITE = "non_finite"
+    OUTLIER_NORM = "outlier_norm"
     BAD_CHECKSUM = "bad_checksum"
     DUPLICATE_CHUNK = "duplicate_chunk"
     OVERSIZE = "oversize"

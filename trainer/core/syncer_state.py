@@ -77,6 +77,7 @@ class SyncerPolicy:
     ema_alpha: float = 0.2
     validate_uploads: bool = True  # off only for negative-control experiments
     max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
+    max_norm_ratio: float = 100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
     @property
@@ -149,6 +150,7 @@ class Participant:
     weight: float
     c_steps: int
     c_tokens: int
+    base_version: int
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,7 @@ class SyncerState:
     rounds: dict[int, Round] = field(default_factory=dict)
     merged_keys: set[tuple[str, str, int, int]] = field(default_factory=set)
     last_merge_at: list[float | None] = field(default_factory=list)
+    norm_ema: list[float | None] = field(default_factory=list)  # per fragment: recent accepted update norms
     merges_total: int = 0
     rejections: Counter = field(default_factory=Counter)
     timing: Timing = field(default_factory=Timing)
@@ -213,6 +216,7 @@ class SyncerState:
             versions=[0] * len(fragments),
             opt_states=[opt.init(cls._frag(p, f)) for f in fragments],
             last_merge_at=[None] * len(fragments),
+            norm_ema=[None] * len(fragments),
             timing=Timing(Ema(a), Ema(a), Ema(a)),
         )
 
@@ -332,6 +336,7 @@ class SyncerState:
             for n, t in c.tensors.items():
                 if not np.all(np.isfinite(t)):
                     raise Rejected(RejectReason.NON_FINITE, f"tensor {n!r} of fragment {c.fragment} contains NaN or Inf")
+            self._check_norm(c)
         rnd = self.rounds.get(c.fragment)
         if rnd is None:
             rnd = self.rounds[c.fragment] = Round(c.fragment, current, opened_at=now)
@@ -342,6 +347,25 @@ class SyncerState:
         if c.upload_seconds > 0:
             self.timing = self.timing.observe_sync(c.upload_seconds)
         return SubmitResult(True, current)
+
+    def _check_norm(self, c: Contribution) -> None:
+        """Refuse finite garbage: an update far larger than this fragment's recent accepted ones.
+
+        NaN checks alone let through corrupted memory (finite values of absurd
+        magnitude), which the merge would spread into the global model. Honest
+        updates grow with the steps they cover, so the bound is generous
+        (``max_norm_ratio`` × the moving average, per step counted).
+        """
+        ratio = self.policy.max_norm_ratio
+        if ratio <= 0:
+            return
+        norm = fragment_norm(c.tensors) / max(c.c_steps, 1)
+        ref = self.norm_ema[c.fragment]
+        if ref is not None and ref > 0 and norm > ratio * ref:
+            raise Rejected(RejectReason.OUTLIER_NORM,
+                           f"update of fragment {c.fragment} has norm {norm:.3g} per step, more than {ratio:g}× "
+                           f"the recent {ref:.3g}: a diverged or corrupt learner? (syncer.max_norm_ratio)")
+        self.norm_ema[c.fragment] = norm if ref is None else 0.9 * ref + 0.1 * norm
 
     # ---- merging -------------------------------------------------------
     def merge_at(self, fragment: int, now: float) -> float | None:
@@ -388,7 +412,7 @@ class SyncerState:
             if rec is not None and rec.incarnation == c.incarnation:
                 rec.merged_contributions += 1
             participants.append(Participant(c.learner_id, c.incarnation, w / total_w if sum(weights) else 1 / len(weights),
-                                            c.c_steps, c.c_tokens))
+                                            c.c_steps, c.c_tokens, c.base_version))
         # Keys below the previous version can never be re-sent usefully: keep the set small.
         self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1}
         return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
@@ -420,6 +444,7 @@ class SyncerState:
             "incarnation_counts": dict(self.incarnation_counts),
             "tokens_by_incarnation": dict(self.tokens_by_incarnation),
             "finished": self.finished,
+            "norm_ema": list(self.norm_ema),
         }
         return arrays, meta
 
@@ -442,6 +467,9 @@ class SyncerState:
         st.incarnation_counts = {k: int(v) for k, v in meta.get("incarnation_counts", {}).items()}
         st.tokens_by_incarnation = {k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()}
         st.finished = bool(meta.get("finished", False))
+        ema = meta.get("norm_ema")
+        if isinstance(ema, list) and len(ema) == len(fragments):
+            st.norm_ema = [None if v is None else float(v) for v in ema]
         return st
 
     def copy_params(self) -> Tensors:

@@ -1,0 +1,186 @@
+"""pytest plugin: write your own chaos tests against the trainer.
+
+Installed with the package (entry point ``pytest11``), so any project that
+depends on diloco-chaos gets it. It adds
+
+markers
+    ``chaos`` (whole scenarios on local processes, minutes), ``docker``
+    (containers), ``nightly`` (the long tier: deselected unless
+    ``--chaos-nightly``), ``simulation`` (deterministic mode).
+options
+    ``--chaos-examples N`` generated schedules per property test (default 25);
+    ``--chaos-seed N`` the seed of generated schedules (default 0: the
+    per-change tier always explores the same schedules; the nightly tier
+    passes a fresh seed and the header prints it, so any failure replays with
+    that seed); ``--chaos-nightly`` run the nightly tier too;
+    ``--chaos-reports DIR`` keep every chaos run directory (reports,
+    timelines, histories) under DIR instead of pytest's tmp dirs.
+fixtures
+    ``chaos_toxiproxy`` (a real Toxiproxy server for the session),
+    ``run_chaos`` (run a scenario on local processes, baseline cached for the
+    session), ``simulate_chaos`` (run one in deterministic mode),
+    ``chaos_seed``.
+helpers
+    :func:`chaos_settings` — Hypothesis settings sized by ``--chaos-examples``
+    and seeded by ``--chaos-seed``.
+
+Example test::
+
+    from hypothesis import given
+    from chaos.pytest_plugin import chaos_settings
+    from chaos.scenario import scenario_with
+    from chaos.strategies import fault_schedules, outer_step_seconds, to_scenario
+
+    BASE = scenario_with("kill-and-rejoin", schedule=[])
+
+    @chaos_settings()
+    @given(fault_schedules(learners=3))
+    def test_liveness_for_admissible_schedules(schedule, simulate_chaos):
+        r = simulate_chaos(to_scenario(BASE, schedule, outer_step_seconds(BASE, 0.03)))
+        assert not r.failed("liveness", "safety")
+
+    @pytest.mark.chaos
+    def test_kill_and_rejoin(run_chaos):
+        assert run_chaos(scenario_with("kill-and-rejoin")).exit_code == 0
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+MARKERS = {
+    "chaos": "whole chaos scenarios on local processes with the real Toxiproxy (minutes)",
+    "docker": "the compose deployment in real containers (needs Docker and the images)",
+    "nightly": "the nightly tier: long scenarios, full-size parity; deselected unless --chaos-nightly",
+    "simulation": "deterministic mode: generated schedules on the virtual clock",
+}
+
+
+@dataclass
+class ChaosOptions:
+    examples: int = 25
+    seed: int = 0
+    nightly: bool = False
+    reports: Path | None = None
+
+
+OPTIONS = ChaosOptions()  # set from the command line at configure time, read when test modules are imported
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("diloco-chaos")
+    g.addoption("--chaos-examples", type=int, default=25, help="generated schedules per property test (default 25)")
+    g.addoption("--chaos-seed", type=int, default=0, help="seed of generated schedules (default 0)")
+    g.addoption("--chaos-nightly", action="store_true", help="also run tests marked nightly")
+    g.addoption("--chaos-reports", default=None, help="keep chaos run directories under this folder")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    OPTIONS.examples = max(int(config.getoption("--chaos-examples", 25)), 1)
+    OPTIONS.seed = int(config.getoption("--chaos-seed", 0))
+    OPTIONS.nightly = bool(config.getoption("--chaos-nightly", False))
+    reports = config.getoption("--chaos-reports", None)
+    OPTIONS.reports = Path(reports) if reports else None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    tier = "nightly" if OPTIONS.nightly else "per-change (nightly tests deselected)"
+    return f"diloco-chaos: {tier}; --chaos-examples {OPTIONS.examples} --chaos-seed {OPTIONS.seed}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if OPTIONS.nightly:
+        return
+    keep = [i for i in items if i.get_closest_marker("nightly") is None]
+    dropped = [i for i in items if i.get_closest_marker("nightly") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def chaos_settings(examples: int | None = None, **kwargs: Any) -> Callable[[Any], Any]:
+    """Hypothesis settings for a chaos property test: ``--chaos-examples`` examples, seeded by ``--chaos-seed``.
+
+    ``examples`` scales the configured count (e.g. a slower test takes a fifth:
+    ``chaos_settings(examples=max(OPTIONS.examples // 5, 1))``).
+    """
+    from hypothesis import seed as hseed
+
+    s = settings(max_examples=examples or OPTIONS.examples, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                        HealthCheck.filter_too_much], **kwargs)
+
+    def wrap(fn: Any) -> Any:
+        return hseed(OPTIONS.seed)(s(fn))
+
+    return wrap
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
+
+
+@pytest.fixture
+def chaos_seed() -> int:
+    """The ``--chaos-seed`` of this session (for scenario seeds in your own tests)."""
+    return OPTIONS.seed
+
+
+@pytest.fixture(scope="session")
+def chaos_toxiproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Toxiproxy server for the whole session (fails, naming scripts/install-toxiproxy, if missing)."""
+    from faults.toxiproxy import ToxiproxyServer
+
+    with ToxiproxyServer(log_path=tmp_path_factory.mktemp("toxiproxy") / "toxiproxy.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def chaos_baseline_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where fault-free baselines are cached for the session (keyed by config hash)."""
+    return tmp_path_factory.mktemp("baselines")
+
+
+@pytest.fixture
+def chaos_run_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Where this test's chaos runs go: under ``--chaos-reports`` when given, else the test's tmp dir."""
+    if OPTIONS.reports is None:
+        return tmp_path
+    d = OPTIONS.reports / _safe(request.node.nodeid)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture
+def run_chaos(chaos_toxiproxy: Any, chaos_baseline_cache: Path, chaos_run_dir: Path) -> Callable[..., Any]:
+    """``run_chaos(scenario, baseline=True)``: a real chaos run on local processes; returns its RunResult."""
+    from chaos.controller import RunOptions, run_scenario
+
+    def run(scenario: Any, baseline: bool = True) -> Any:
+        out = chaos_run_dir / scenario.name
+        n = 1
+        while out.exists():
+            n += 1
+            out = chaos_run_dir / f"{scenario.name}-{n}"
+        opts = RunOptions(out, toxiproxy_url=chaos_toxiproxy.url, baseline=baseline,
+                          baseline_cache=chaos_baseline_cache, progress=lambda m: print(m, flush=True))
+        return run_scenario(scenario, opts)
+
+    return run
+
+
+@pytest.fixture
+def simulate_chaos() -> Callable[..., Any]:
+    """``simulate_chaos(scenario, opts=None)``: the same scenario in deterministic mode; returns a SimResult."""
+    from chaos.sim import simulate
+
+    return simulate
