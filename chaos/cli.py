@@ -4,6 +4,9 @@
     diloco-chaos validate my-scenario.yaml [more.yaml ...]
     diloco-chaos run kill-and-rejoin [--out runs/chaos/k] [--seed 7] [--set cluster.token_budget=600000]
     diloco-chaos report runs/chaos/k
+    diloco-chaos simulate kill-and-rejoin                  # deterministic mode, seconds
+    diloco-chaos search kill-and-rejoin --examples 200 --out repro.yaml
+    diloco-chaos replay repro.yaml --backend local         # or a run directory; --backend docker|sim
 
 Exit codes: 0 every check passed; 1 a check failed (or could not decide);
 2 the run could not be done: invalid scenario, a process would not start,
@@ -85,14 +88,34 @@ def _print_verdicts(report: dict[str, Any]) -> None:
     print(f"{report['status'].upper()}: {where}")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.controller import RunOptions, run_scenario
-    from faults.base import CONTAINER_KINDS
-    from chaos.schedules import plan
+def _default_out(root_env: str, default_root: str, name: str) -> Path:
+    root = os.environ.get(root_env, default_root)
+    return Path(f"{root}/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
-    s = _load(args.scenario, args.seed, args.set)
-    root = os.environ.get("DILOCO_RUNS_DIR", "runs/chaos")
-    out = Path(args.out or f"{root}/{s.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+def _simulate(s: Any, args: argparse.Namespace) -> int:
+    from chaos.sim import simulate
+
+    out = Path(args.out) if args.out else _default_out("DILOCO_RUNS_DIR", "runs/sim", s.name)
+    if out.exists() and any(out.iterdir()):
+        raise ChaosError(f"{out} is not empty; choose a new output directory")
+    result = simulate(s)
+    report = result.write(out).report
+    _print_verdicts(report)
+    if result.timed_out:
+        print(f"error: the simulated run did not finish within timeout_s = {s.timeout_s}s (virtual)", file=sys.stderr)
+    return result.exit_code
+
+
+def _execute(s: Any, args: argparse.Namespace) -> int:
+    """Run a validated scenario on the chosen backend (shared by run and replay)."""
+    from chaos.controller import RunOptions, run_scenario
+    from chaos.schedules import plan
+    from faults.base import CONTAINER_KINDS
+
+    if args.backend == "sim":
+        return _simulate(s, args)
+    out = Path(args.out) if args.out else _default_out("DILOCO_RUNS_DIR", "runs/chaos", s.name)
     opts = RunOptions(out, toxiproxy_url=args.toxiproxy_url, baseline=not args.no_baseline,
                       progress=None if args.quiet else lambda m: print(m, flush=True))
     cache = args.baseline_cache or os.environ.get("DILOCO_BASELINE_CACHE")
@@ -118,6 +141,50 @@ def cmd_run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    return _execute(_load(args.scenario, args.seed, args.set), args)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from chaos.replay import replay_scenario
+
+    s = replay_scenario(args.target)
+    print(f"replaying {s.name}: {len(s.schedule)} fault(s) on --backend {args.backend}", flush=True)
+    return _execute(s, args)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    return _simulate(_load(args.scenario, args.seed, args.set), args)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from chaos.search import DEFAULT_CHECKS, find_failure
+    from chaos.strategies import LOCAL_KINDS, fault_schedules
+
+    s = _load(args.template, None, args.set)
+    kinds = tuple(args.kinds.split(",")) if args.kinds else LOCAL_KINDS
+    unknown = sorted(set(kinds) - set(LOCAL_KINDS))
+    if unknown:
+        raise ScenarioError(f"--kinds: {unknown} cannot be simulated; choose from {', '.join(LOCAL_KINDS)}")
+    checks = tuple(args.checks.split(",")) if args.checks else DEFAULT_CHECKS
+    a = s.cluster.algorithm
+    strategy = fault_schedules(learners=a.num_learners, kinds=kinds, max_faults=args.max_faults,
+                               max_down=args.max_down, min_quorum=a.min_quorum or 1)
+    print(f"searching {args.examples} schedules of up to {args.max_faults} fault(s) ({', '.join(kinds)}) "
+          f"for a failure of {', '.join(checks)}; seed {args.seed}", flush=True)
+    found = find_failure(s, schedules=strategy, checks=checks, max_examples=args.examples, seed=args.seed)
+    if found is None:
+        print(f"no failing schedule in {args.examples} examples")
+        return EXIT_PASS
+    out = Path(args.out or f"{s.name}-repro.yaml")
+    found.write(out)
+    print(f"FAIL after shrinking: {found.schedule.describe()} (outer steps)")
+    for v in found.result.failed(*checks):
+        print(f"  FAIL          {v.name:14s} {v.summary}")
+    print(f"written: {out}  (replay: diloco-chaos replay {out} --backend local)")
+    return EXIT_FAIL
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from chaos.controller import analyse
     from chaos.scenario import parse_scenario
@@ -134,6 +201,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, help="override the scenario's schedule seed")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field, e.g. cluster.algorithm.min_quorum=3 (repeatable)")
+
+
+def _add_run_options(r: argparse.ArgumentParser) -> None:
+    r.add_argument("--out", help="run directory (default runs/chaos/<name>-<time>)")
+    r.add_argument("--toxiproxy-url", help="use this Toxiproxy server instead of starting one")
+    r.add_argument("--no-baseline", action="store_true", help="skip the fault-free run (parity: indeterminate)")
+    r.add_argument("--baseline-cache", help="where baselines are cached (default .cache/diloco-chaos/baselines)")
+    r.add_argument("--quiet", action="store_true", help="no live progress")
+    r.add_argument("--backend", choices=["local", "docker", "sim"], default="local",
+                   help="local processes (default), the docker compose deployment's containers, "
+                        "or deterministic mode")
+    r.add_argument("--stop-deployment", action="store_true",
+                   help="docker backend: stop every other container of the deployment afterwards "
+                        "(the compose controller does, so `docker compose up` returns)")
+    r.add_argument("--project", help="compose project of the docker backend (default $DILOCO_COMPOSE_PROJECT "
+                                      "or diloco-chaos)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="diloco-chaos", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -145,22 +234,32 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=cmd_validate)
     r = sub.add_parser("run", help="run a scenario: baseline (cached), chaos run, checks, report")
     r.add_argument("scenario", metavar="SCENARIO", help="a built-in name (see list) or a scenario file")
-    r.add_argument("--out", help="run directory (default runs/chaos/<name>-<time>)")
-    r.add_argument("--seed", type=int, help="override the scenario's schedule seed")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario field, e.g. cluster.algorithm.min_quorum=3 (repeatable)")
-    r.add_argument("--toxiproxy-url", help="use this Toxiproxy server instead of starting one")
-    r.add_argument("--no-baseline", action="store_true", help="skip the fault-free run (parity: indeterminate)")
-    r.add_argument("--baseline-cache", help="where baselines are cached (default .cache/diloco-chaos/baselines)")
-    r.add_argument("--quiet", action="store_true", help="no live progress")
-    r.add_argument("--backend", choices=["local", "docker"], default="local",
-                   help="local processes (default) or the docker compose deployment's containers")
-    r.add_argument("--stop-deployment", action="store_true",
-                   help="docker backend: stop every other container of the deployment afterwards "
-                        "(the compose controller does, so `docker compose up` returns)")
-    r.add_argument("--project", help="compose project of the docker backend (default $DILOCO_COMPOSE_PROJECT "
-                                      "or diloco-chaos)")
+    _add_overrides(r)
+    _add_run_options(r)
     r.set_defaults(fn=cmd_run)
+    rp = sub.add_parser("replay", help="run again a run directory's recorded plan, or a scenario file from search")
+    rp.add_argument("target", metavar="RUN_DIR_OR_FILE")
+    _add_run_options(rp)
+    rp.set_defaults(fn=cmd_replay)
+    sm = sub.add_parser("simulate", help="run a scenario in deterministic mode (virtual clock, seconds)")
+    sm.add_argument("scenario", metavar="SCENARIO")
+    _add_overrides(sm)
+    sm.add_argument("--out", help="run directory (default runs/sim/<name>-<time>)")
+    sm.set_defaults(fn=cmd_simulate)
+    se = sub.add_parser("search", help="generate fault schedules in deterministic mode, shrink the first failing "
+                                       "one, write it as a scenario")
+    se.add_argument("template", metavar="SCENARIO", help="cluster and checks to use (its own schedule is ignored)")
+    se.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field")
+    se.add_argument("--examples", type=int, default=200, help="schedules to try before giving up (default 200)")
+    se.add_argument("--seed", type=int, default=0, help="seed of the generated schedules (default 0)")
+    se.add_argument("--max-faults", type=int, default=4)
+    se.add_argument("--max-down", type=int, default=None,
+                    help="most learners out at once (default M - K: admissible schedules only)")
+    se.add_argument("--kinds", help="comma-separated fault kinds (default: every kind a local run supports)")
+    se.add_argument("--checks", help="comma-separated checks that must hold "
+                                     "(default liveness,reintegration,durability,safety)")
+    se.add_argument("--out", help="where to write the shrunk scenario (default <name>-repro.yaml)")
+    se.set_defaults(fn=cmd_search)
     rep = sub.add_parser("report", help="re-run the checks and rewrite the reports of a run directory")
     rep.add_argument("run_dir", metavar="RUN_DIR")
     rep.set_defaults(fn=cmd_report)

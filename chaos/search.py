@@ -68,7 +68,7 @@ def find_failure(template: Scenario, *, schedules: SearchStrategy[FaultSchedule]
     """The minimal schedule (after shrinking) whose simulated run fails one of ``checks``; None if none failed."""
     opts = opts or SimOptions()
     outer_s = outer_step_seconds(template, opts.step_time_s)
-    strategy = schedules or fault_schedules(learners=template.cluster.algorithm.num_learners,
+    strategy = schedules if schedules is not None else fault_schedules(learners=template.cluster.algorithm.num_learners,
                                             min_quorum=template.cluster.algorithm.min_quorum or 1)
     count = [0]
 
@@ -82,5 +82,7 @@ def find_failure(template: Scenario, *, schedules: SearchStrategy[FaultSchedule]
                                          suppress_health_check=list(HealthCheck)))
     except NoSuchExample:
         return None
-    scenario = to_scenario(template, minimal, outer_s, name=f"{template.name}-repro"[:60])
+    scenario = to_scenario(template, minimal, outer_s, name=f"{template.name}-repro"[:60],
+                           description=f"Minimal failing schedule found by search from {template.name}: "
+                                       f"{minimal.describe()} (outer steps)")
     return Found(minimal, scenario, simulate(scenario, opts), checks, seed, count[0], opts)

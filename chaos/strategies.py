@@ -157,13 +157,16 @@ def fault_schedules(draw: Any, *, learners: int | Sequence[str] = 3, kinds: Sequ
     return FaultSchedule(tuple(faults))
 
 
-def to_scenario(template: Scenario, schedule: FaultSchedule, outer_step_s: float, name: str | None = None) -> Scenario:
+def to_scenario(template: Scenario, schedule: FaultSchedule, outer_step_s: float, name: str | None = None,
+                description: str | None = None) -> Scenario:
     """``template`` with its schedule replaced by ``schedule`` (seconds = outer steps × ``outer_step_s``)."""
     tree = template.model_dump(mode="json", exclude_none=True)
     tree["schedule"] = [f.spec(outer_step_s) for f in schedule.faults]
     tree.pop("random", None)
     if name:
         tree["name"] = name
+    if description is not None:
+        tree["description"] = description
     return parse_scenario(tree, f"{template.name} (generated schedule)")
 
 

@@ -71,12 +71,14 @@ class QuadraticProblem:
         off = self.offsets[learner % len(self.offsets)]
         noise = rng.normal(0.0, self.noise, (len(params), self.dims)).astype(np.float32)
         out = {}
-        for i, (n, v) in enumerate(params.items()):
-            g = self.curvature[n] * (v - self.center[n] - off[n]) + noise[i]
-            out[n] = (v - lr * g).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):  # a learner fed garbage diverges; that is the point
+            for i, (n, v) in enumerate(params.items()):
+                g = self.curvature[n] * (v - self.center[n] - off[n]) + noise[i]
+                out[n] = (v - lr * g).astype(np.float32)
         return out
 
     def loss(self, params: Mapping[str, np.ndarray]) -> float:
-        """Eval loss of global parameters (no noise, no learner shift)."""
-        total = sum(float(np.sum(self.curvature[n] * (params[n] - self.center[n]) ** 2)) for n in self.shapes)
-        return self.floor + 0.5 * total / (len(self.shapes) * self.dims)
+        """Eval loss of global parameters (no noise, no learner shift); inf once they have blown up."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = sum(float(np.sum(self.curvature[n] * (params[n] - self.center[n]) ** 2)) for n in self.shapes)
+            return self.floor + 0.5 * total / (len(self.shapes) * self.dims)

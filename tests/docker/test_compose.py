@@ -150,6 +150,21 @@ def test_container_faults_cpu_limit_and_network_disconnect(deployment, tmp_path)
     assert [u for u in h.of(ev.Upload) if u.learner_id == "learner-2" and u.ts > w.end]
 
 
+def test_shrunk_schedule_replays_on_containers(deployment, tmp_path) -> None:
+    """The repro a deterministic-mode search writes fails the same way on the compose deployment."""
+    from tests.chaos.test_replay import planted_repro
+
+    repro = planted_repro(tmp_path / "repro.yaml")
+    out = tmp_path / "replay"
+    proc = subprocess.run([sys.executable, "-m", "chaos.cli", "replay", str(repro), "--backend", "docker",
+                           "--no-baseline", "--quiet", "--out", str(out)], capture_output=True, text=True, timeout=1200)
+    assert (out / "report.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    verdicts = {v["name"]: v["status"] for v in report["verdicts"]}
+    assert proc.returncode == 1 and verdicts["reintegration"] == "fail", verdicts
+    assert report["teardown"]["proxies_left"] == [] and report["teardown"]["processes_left"] == []
+
+
 def test_container_faults_are_refused_on_the_local_backend(tmp_path) -> None:
     scenario = tmp_path / "container-faults.yaml"
     scenario.write_text(CONTAINER_FAULTS)

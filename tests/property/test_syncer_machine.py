@@ -377,6 +377,14 @@ class SyncerMachine(RuleBasedStateMachine):
             self.finished = True
         assert result is self.finished
 
+    @rule(step_time=st.sampled_from([0.0, 0.2, 0.5, 1.0]))
+    def heartbeats(self, step_time: float) -> None:
+        """Every reachable learner reports (as learners do each interval): who stays silent times out, and
+        the step-time average the grace window is computed from moves."""
+        for learner in LEARNERS:
+            if learner in self.proc_incs:
+                self.report(learner, tokens=0, step=1, step_time=step_time)
+
     # ---- uploads ----------------------------------------------------------
     @rule(**SUBMIT_ARGS)
     def submit(self, **kw: Any) -> None:
@@ -651,6 +659,8 @@ class SyncerMachine(RuleBasedStateMachine):
                 assert p in due, f"fragment {p} should merge by now"
             if p in due and not self.state.finished:
                 assert quorate, f"fragment {p} due without quorum"
+            if quorate and p not in due:
+                event("a quorate round waits in its grace window")
 
 
 SyncerMachine.TestCase.settings = settings(
