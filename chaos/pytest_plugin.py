@@ -34,7 +34,7 @@ Example test::
     BASE = scenario_with("kill-and-rejoin", schedule=[])
 
     @chaos_settings()
-    @given(fault_schedules(learners=3))
+    @given(schedule=fault_schedules(learners=3))   # by keyword: positional strategies fill the *last* arguments
     def test_liveness_for_admissible_schedules(schedule, simulate_chaos):
         r = simulate_chaos(to_scenario(BASE, schedule, outer_step_seconds(BASE, 0.03)))
         assert not r.failed("liveness", "safety")

@@ -1,0 +1,56 @@
+"""The pytest plugin: options, markers, the nightly deselection and the seeded settings, in a real inner session."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+TESTS = '''
+import pytest
+from hypothesis import given, strategies as st
+from chaos.pytest_plugin import OPTIONS, chaos_settings
+
+seen = []
+
+@pytest.mark.nightly
+def test_long():
+    pass
+
+def test_fast(chaos_seed):
+    assert chaos_seed == OPTIONS.seed
+
+@chaos_settings()
+@given(st.integers())
+def test_counted(x):
+    seen.append(x)
+
+def test_examples_used():
+    assert len(seen) == OPTIONS.examples
+'''
+
+
+def test_nightly_tests_are_deselected_by_default(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TESTS)
+    r = pytester.runpytest("-p", "no:cacheprovider", "--chaos-examples", "7")
+    r.assert_outcomes(passed=3, deselected=1)
+    r.stdout.fnmatch_lines(["*diloco-chaos: per-change*--chaos-examples 7 --chaos-seed 0*"])
+
+
+def test_chaos_nightly_runs_them_with_the_given_seed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TESTS)
+    r = pytester.runpytest("-p", "no:cacheprovider", "--chaos-nightly", "--chaos-seed", "42", "--chaos-examples", "3")
+    r.assert_outcomes(passed=4)
+    r.stdout.fnmatch_lines(["*diloco-chaos: nightly*--chaos-examples 3 --chaos-seed 42*"])
+
+
+def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile('''
+import pytest
+@pytest.mark.chaos
+@pytest.mark.docker
+@pytest.mark.simulation
+def test_marked():
+    pass
+''')
+    pytester.runpytest("-p", "no:cacheprovider", "--strict-markers").assert_outcomes(passed=1)
