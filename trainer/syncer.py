@@ -60,7 +60,8 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, outer_lr=a.outer_lr,
         outer_momentum=a.outer_momentum, nesterov=a.nesterov, token_budget=cfg.token_budget,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
-        max_staleness=a.max_staleness, max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
+        max_staleness=a.max_staleness, checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
+        max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
     )
 
 
@@ -133,7 +134,6 @@ class SyncerService(pbg.SyncerServicer):
         self.fragments = partition_tensors({k: int(v.size) for k, v in init.items()}, cfg.algorithm.num_fragments)
         policy = policy_from_config(cfg)
         restored = load_latest(self.ckpt_dir)
-        fresh = restored is None
         if restored is None:
             self.state = SyncerState.create(policy, self.fragments, init)
         else:
@@ -148,9 +148,10 @@ class SyncerService(pbg.SyncerServicer):
         self.log.emit(ev.SyncerStart(syncer_incarnation=self.incarnation, address=address, config_hash=self.config_hash,
                                      versions=list(self.state.versions),
                                      restored_from_merges=self.state.restored_from_merges, pid=os.getpid()))
-        if fresh:
-            # A crash before the first interval must not restart from scratch: versions would regress.
-            with self.cond:
+        # At start (fresh or restored) the core asks for a checkpoint: a crash before the first interval must
+        # not restart from scratch, and a second crash must not restore the same versions again.
+        with self.cond:
+            if self.state.checkpoint_due():
                 self._checkpoint_locked()
         self._threads = [threading.Thread(target=self._merge_loop, name="merge", daemon=True),
                          threading.Thread(target=self._eval_loop, name="eval", daemon=True)]
@@ -319,7 +320,6 @@ class SyncerService(pbg.SyncerServicer):
                                     params_finite=self.state.params_all_finite()))
 
     def _merge_loop(self) -> None:
-        every_ckpt = self.cfg.syncer.checkpoint_every_merges
         every_eval = self.cfg.syncer.eval_every_merges
         while not self.stopping.is_set():
             with self.cond:
@@ -341,7 +341,7 @@ class SyncerService(pbg.SyncerServicer):
                         continue
                     self.state.observe_merge_seconds(time.monotonic() - t0)
                     self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total)))
-                    if rec.merges_total % every_ckpt == 0:
+                    if self.state.checkpoint_due():
                         self._checkpoint_locked()
                     if rec.merges_total % every_eval == 0:
                         self._request_eval_locked(final=False)

@@ -4,7 +4,10 @@ Every merge participant must be backed by an accepted upload (an ``upload``
 event) of that learner incarnation and fragment since the fragment's previous
 merge; rejected uploads never produce one. An update is identified by
 (learner, incarnation, fragment, base version): it may enter one merge only
-(a retried upload is acknowledged as a duplicate, never merged again).
+(a retried upload is acknowledged as a duplicate, never merged again). A
+syncer restored from a checkpoint forgets the merges after it — they are gone
+from the model — so those updates may be merged again; the ones the
+checkpoint holds may not.
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ def check_safety(inp: CheckInput) -> Verdict:
         if not math.isfinite(m.outer_grad_norm):
             problems.append(f"merge {m.fragment}@v{m.version} applied a non-finite outer gradient")
     pending: dict[int, set[tuple[str, str]]] = {}
-    merged: set[tuple[str, str, int, int]] = set()
+    merged: dict[tuple[str, str, int, int], int] = {}  # update -> merges_total of its merge
     unbacked = twice = 0
     for e in h.events:
-        if isinstance(e, ev.Upload):
+        if isinstance(e, ev.SyncerStart):
+            pending = {}  # uploads pending in rounds died with the old syncer process
+            if e.restored_from_merges >= 0:
+                merged = {k: n for k, n in merged.items() if n <= e.restored_from_merges}
+        elif isinstance(e, ev.Upload):
             pending.setdefault(e.fragment, set()).add((e.learner_id, e.learner_incarnation))
         elif isinstance(e, ev.Merge):
             have = pending.get(e.fragment, set())
@@ -42,7 +49,7 @@ def check_safety(inp: CheckInput) -> Verdict:
                     twice += 1
                     problems.append(f"merge {e.fragment}@v{e.version} applied the update of {p.learner_id}/"
                                     f"{p.incarnation} from base v{p.base_version} a second time")
-                merged.add(key)
+                merged[key] = e.merges_total
                 if (p.learner_id, p.incarnation) not in have:
                     unbacked += 1
                     problems.append(f"merge {e.fragment}@v{e.version} used {p.learner_id}/{p.incarnation} "

@@ -73,14 +73,15 @@ class SyncerNode:
         self.starts += 1
         if self.checkpoint is None:
             self.state = SyncerState.create(sim.policy, sim.fragments, sim.problem.init_params())
-            self._checkpoint()  # as the real syncer: a crash before the first interval still restores
         else:
             arrays, meta = self.checkpoint
             skip = cfg.syncer.checkpoint_every_merges
             self.state = SyncerState.from_checkpoint(sim.policy, sim.fragments, arrays, meta, version_skip=skip)
             sim.emit("syncer", ev.Restore, merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
                      versions=list(self.state.versions), version_skip=skip, path="sim")
-        self.up, self.paused, self.finalized = True, False, self.state.finished and self.finalized
+        self.up, self.paused, self.finalized = True, False, False  # a restored finished run finalizes again
+        if self.state.checkpoint_due():  # as the real syncer: at start and right after a restore
+            self._checkpoint()
         sim.emit("syncer", ev.SyncerStart, syncer_incarnation=self.incarnation, address="sim",
                  config_hash=sim.config_hash, versions=list(self.state.versions),
                  restored_from_merges=self.state.restored_from_merges, pid=0)
@@ -239,7 +240,7 @@ class SyncerNode:
                 self._reject("merge", Rejected(RejectReason.NON_FINITE, str(err)), fragment=p)
                 continue
             self.sim.emit("syncer", ev.Merge, **merge_fields(rec, st.tokens_total))
-            if rec.merges_total % cfg.syncer.checkpoint_every_merges == 0:
+            if st.checkpoint_due():
                 self._checkpoint()
             if rec.merges_total % cfg.syncer.eval_every_merges == 0:
                 self._eval(final=False)
@@ -359,6 +360,8 @@ class LearnerNode:
 
     def later(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
         inc = self.incarnation
+        if len(self.timers) > 256:  # forget fired timers: only pending ones need cancelling on a kill
+            self.timers = [t for t in self.timers if t.when > self.sim.loop.now and not t.cancelled]
         self.timers.append(self.sim.loop.after(delay, self.deliver, inc, fn, *args))
 
     def rpc(self, req_bytes: int, handler: Callable[[Respond, Callable[[], None]], None],

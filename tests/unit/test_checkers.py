@@ -460,3 +460,42 @@ def test_run_checks_skips_disabled_checks() -> None:
 def test_verdict_to_json() -> None:
     v = check(check_parity, history(final_loss=2.6))
     assert v.to_json() == {"name": "parity", "status": "pass", "summary": v.summary, "evidence": v.evidence}
+
+
+# ---- safety: an update merged twice --------------------------------------------------------------------------
+def _merge_of(t: float, n: int, base: int, lid: str = "learner-0") -> ev.Merge:
+    part = ev.ParticipantInfo(learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=640,
+                              base_version=base)
+    return ev.Merge(ts=T0 + t, source="syncer", fragment=0, version=n, base_version=n - 1, participants=[part],
+                    rule="rda", wait_s=0.1, quorum_wait_s=0.0, outer_grad_norm=0.5, merges_total=n,
+                    tokens_total=640 * n)
+
+
+def _safety(events: list[Any]) -> Any:
+    h = History([Phase(ts=T0, name="steady")], [syncer_start(-4.0), *events])
+    return check_safety(CheckInput(h, FACTS, Checks(), 2.5))
+
+
+def test_safety_fails_when_the_same_update_is_merged_twice() -> None:
+    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), upload(2.0, "learner-0"),
+                 _merge_of(2.1, 2, base=0)])
+    assert v.status == "fail" and v.evidence["merged_twice"] == 1 and "second time" in v.summary
+
+
+def test_safety_allows_remerging_an_update_a_restore_lost() -> None:
+    """Merge 2 happened after the checkpoint at 1 and died with the syncer: merging it again is not a repeat."""
+    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), upload(2.0, "learner-0"),
+                 _merge_of(2.1, 2, base=1), syncer_start(3.0, restored=1), upload(4.0, "learner-0"),
+                 _merge_of(4.1, 2, base=1)])
+    assert v.status == "pass", v.summary
+
+
+def test_safety_refuses_remerging_an_update_the_checkpoint_holds() -> None:
+    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), syncer_start(3.0, restored=1),
+                 upload(4.0, "learner-0"), _merge_of(4.1, 2, base=0)])
+    assert v.status == "fail" and v.evidence["merged_twice"] == 1
+
+
+def test_safety_needs_an_upload_after_a_syncer_restart() -> None:
+    v = _safety([upload(1.0, "learner-0"), syncer_start(3.0, restored=0), _merge_of(4.1, 1, base=0)])
+    assert v.status == "fail" and v.evidence["unbacked_participants"] == 1

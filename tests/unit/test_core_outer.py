@@ -59,7 +59,8 @@ def test_momentum_zero_is_plain_sgd(lr, gs, nesterov):
     theta = theta0.copy()
     for g, got in zip(grads, history):
         theta = theta - lr * g
-        np.testing.assert_allclose(got["w"], theta, rtol=1e-5, atol=1e-9)
+        # The outer step computes in float32 (one fused, jitted update): allow float32 rounding near zero.
+        np.testing.assert_allclose(got["w"], theta, rtol=1e-5, atol=1e-6)
 
 
 @SETTINGS

@@ -555,3 +555,49 @@ def test_checkpoint_meta_is_json_serialisable():
     s = _trained_state()
     _, meta = s.to_checkpoint()
     assert json.loads(json.dumps(meta)) == meta
+
+
+# ---- checkpoint policy (found by the syncer state-machine test) ---------------------------------------------
+def test_checkpoint_is_due_at_start_after_restore_and_after_each_interval():
+    s = make_state(checkpoint_every_merges=2)
+    join_all(s, 1)
+    assert s.checkpoint_due()  # fresh: a crash now must still restore
+    arrays, meta = s.to_checkpoint()
+    assert not s.checkpoint_due()
+    for k in range(2):
+        s.submit(contrib("L0", "inc-1", 0, s.versions[0], grad(s, 0, 1.0)), now=float(k))
+        s.merge(0, now=float(k))
+        assert s.checkpoint_due() == (k == 1)
+    r = SyncerState.from_checkpoint(s.policy, s.fragments, arrays, meta, version_skip=2)
+    assert r.checkpoint_due()  # else a second crash restores the same versions again
+
+
+def test_second_crash_never_restores_versions_below_those_served():
+    s = make_state(checkpoint_every_merges=3)
+    s.join("L0", "inc-0", now=0.0)
+    served: list[int] = []
+    saved = s.to_checkpoint()
+    for round_ in range(4):  # crash after 2 merges each time, the shell checkpointing when due
+        for k in range(2):
+            s.submit(contrib("L0", f"inc-{round_}", 0, s.versions[0], grad(s, 0, 1.0)), now=float(k))
+            s.merge(0, now=float(k))
+            served.append(s.versions[0])
+            if s.checkpoint_due():
+                saved = s.to_checkpoint()
+        s = SyncerState.from_checkpoint(s.policy, s.fragments, *saved, version_skip=3)
+        if s.checkpoint_due():
+            saved = s.to_checkpoint()
+        s.join("L0", f"inc-{round_ + 1}", now=0.0)
+        assert s.versions[0] > max(served)
+
+
+def test_merged_keys_survive_a_restore_so_a_retry_is_a_duplicate():
+    s = make_state(max_staleness=2)
+    join_all(s, 1)
+    c = contrib("L0", "inc-1", 0, 0, grad(s, 0, 1.0))
+    s.submit(c, now=0.0)
+    s.merge(0, now=0.0)
+    r = SyncerState.from_checkpoint(s.policy, s.fragments, *s.to_checkpoint(), version_skip=1)
+    r.join("L0", "inc-1", now=1.0)
+    assert r.submit(c, now=1.0).duplicate
+    assert r.rounds == {}

@@ -17,7 +17,13 @@ Version rules, per fragment p with current version v_p:
   second is acknowledged and changes nothing;
 - a merge increments v_p by one; a syncer restored from a checkpoint skips
   every version ahead by the checkpoint interval, so versions never go
-  backwards even though up to one interval of merges was lost.
+  backwards even though up to one interval of merges was lost. For that
+  bound to hold the shell checkpoints whenever :meth:`SyncerState.checkpoint_due`
+  says so: at start, right after a restore (a second crash must not restore
+  the same versions again), and after every interval of merges;
+- the keys of merged contributions are checkpointed too, so a learner that
+  retries an upload whose ack a crash swallowed gets "duplicate", not a
+  second merge of an update the restored model already holds.
 
 Example (one learner, one fragment, K = 1):
     >>> import numpy as np
@@ -77,6 +83,7 @@ class SyncerPolicy:
     ema_alpha: float = 0.2
     validate_uploads: bool = True  # off only for negative-control experiments
     max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
+    checkpoint_every_merges: int = 20  # the shell checkpoints when checkpoint_due(); restores skip this many versions
     max_norm_ratio: float = 100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
@@ -197,6 +204,7 @@ class SyncerState:
     timing: Timing = field(default_factory=Timing)
     finished: bool = False
     restored_from_merges: int = -1
+    saved_at_merges: int | None = None  # merges_total at the last checkpoint taken (None: none since start/restore)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -432,8 +440,18 @@ class SyncerState:
         return all(np.all(np.isfinite(t)) for t in self.params.values())
 
     # ---- checkpoints ---------------------------------------------------
+    def checkpoint_due(self) -> bool:
+        """True when the shell must checkpoint now: none since start/restore, or an interval of merges since."""
+        if self.saved_at_merges is None:
+            return True
+        return self.merges_total - self.saved_at_merges >= self.policy.checkpoint_every_merges
+
     def to_checkpoint(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Arrays and JSON-able metadata that :meth:`from_checkpoint` restores."""
+        """Take a checkpoint: arrays and JSON-able metadata that :meth:`from_checkpoint` restores.
+
+        Marks the state saved (see :meth:`checkpoint_due`); the shell writes the result durably.
+        """
+        self.saved_at_merges = self.merges_total
         arrays = {f"param/{n}": v for n, v in self.params.items()}
         for p, st in enumerate(self.opt_states):
             for i, leaf in enumerate(jax.tree_util.tree_leaves(st)):
@@ -445,6 +463,7 @@ class SyncerState:
             "tokens_by_incarnation": dict(self.tokens_by_incarnation),
             "finished": self.finished,
             "norm_ema": list(self.norm_ema),
+            "merged_keys": sorted([list(k) for k in self.merged_keys]),
         }
         return arrays, meta
 
@@ -467,6 +486,7 @@ class SyncerState:
         st.incarnation_counts = {k: int(v) for k, v in meta.get("incarnation_counts", {}).items()}
         st.tokens_by_incarnation = {k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()}
         st.finished = bool(meta.get("finished", False))
+        st.merged_keys = {(str(a), str(b), int(c), int(d)) for a, b, c, d in meta.get("merged_keys", [])}
         ema = meta.get("norm_ema")
         if isinstance(ema, list) and len(ema) == len(fragments):
             st.norm_ema = [None if v is None else float(v) for v in ema]
