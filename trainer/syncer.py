@@ -35,7 +35,7 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from trainer import events as ev
-from trainer.checkpoint import load_latest, save_checkpoint
+from trainer.checkpoint import list_checkpoints, load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.fragments import partition_tensors
@@ -141,7 +141,9 @@ class SyncerService(pbg.SyncerServicer):
             if meta.get("config_hash") not in (None, self.config_hash):
                 raise ConfigError(f"{path}: checkpoint was written by config {meta.get('config_hash')}, "
                                   f"this run's is {self.config_hash}; use a fresh run directory")
-            skip = cfg.syncer.checkpoint_every_merges
+            # Each newer checkpoint that could not be read is another interval of merges lost: skip past them too.
+            unreadable = sum(1 for p in list_checkpoints(self.ckpt_dir) if p.name > path.name)
+            skip = cfg.syncer.checkpoint_every_merges * (1 + unreadable)
             self.state = SyncerState.from_checkpoint(policy, self.fragments, arrays, meta, version_skip=skip)
             self.log.emit(ev.Restore(merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
                                      versions=list(self.state.versions), version_skip=skip, path=str(path)))
@@ -389,6 +391,10 @@ class SyncerService(pbg.SyncerServicer):
             self._checkpoint_locked()
             versions, merges = list(self.state.versions), self.state.merges_total
         self._eval_queue.put(None)
+        # Join the background threads: a daemon thread still inside XLA when the interpreter exits aborts it.
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=30)
         self.log.emit(ev.SyncerStop(why=why, versions=versions, merges_total=merges))
         self.log.close()
 

@@ -15,21 +15,27 @@ every step, the safety properties the chaos checkers rely on:
   learner to the same round, dropped by a refused (non-finite) merge, or lost in
   a crash -- never silently lost otherwise;
 - parameters stay finite while ``validate_uploads`` is on;
-- ``merges_total`` = merges restored from the checkpoint + successful merges since;
+- ``merges_total`` = merges restored from the checkpoint + successful merges since,
+  and ``checkpoint_due()`` holds exactly at start, right after a restore and after
+  each interval of merges;
 - every reply (accept, duplicate, each rejection reason, join indexes, the
   budget's ``finished``, which rounds are due) matches the model.
 
-No I/O and no wall clock: ``self.now`` is a virtual clock advanced by a rule. A
-"crash" throws the state away and restores a fresh one with
-``SyncerState.from_checkpoint(..., version_skip=N)`` from the latest in-memory
-``to_checkpoint()``, taken whenever ``merges_total % N == 0`` (as trainer/syncer.py
-does).
+No I/O and no wall clock: ``self.now`` is a virtual clock advanced by a rule. The
+shell is modelled as trainer/syncer.py behaves: it checkpoints (in memory here)
+whenever ``checkpoint_due()`` says so -- at start, right after a restore, after every
+``checkpoint_every_merges`` merges -- and once more when the token budget is reached.
+A "crash" throws the state away and restores the latest checkpoint with
+``SyncerState.from_checkpoint(..., version_skip=N)``.
 
-Known bugs (see the xfail tests at the bottom) are steered around by default so the
-suite stays green; ``SYNCER_MACHINE_EXPOSE=A``, ``=B`` or ``=A,B`` stops steering around
-them and the machine finds them. Budget: ``SYNCER_MACHINE_EXAMPLES`` (default 200: a run costs
-~2-3 ms a step, so ~5 s on an idle 2-core machine; at 60 examples some planted mutations went unnoticed)
-and ``SYNCER_MACHINE_STEPS`` (default 40).
+This machine found two bugs, since fixed (see tests/unit/test_core_syncer_state.py):
+a second crash restored the same checkpoint and versions went backwards (the shell
+only checkpointed at ``merges_total % N == 0``), and with ``max_staleness`` above the
+interval a retried upload was merged twice (merged keys were not checkpointed).
+
+Budget: ``SYNCER_MACHINE_EXAMPLES`` (default 200: ~2-3 ms a step, so ~5 s on an idle
+2-core machine; at 60 examples some planted mutations went unnoticed) and
+``SYNCER_MACHINE_STEPS`` (default 40).
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -55,8 +60,6 @@ from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
 
 EXAMPLES = int(os.environ.get("SYNCER_MACHINE_EXAMPLES", "200"))
 STEPS = int(os.environ.get("SYNCER_MACHINE_STEPS", "40"))
-# Known bugs to stop steering around ("A", "B", "A,B"): the machine then finds them.
-EXPOSE = {b.strip().upper() for b in os.environ.get("SYNCER_MACHINE_EXPOSE", "").split(",") if b.strip()}
 
 SIZES = {"a": 4, "b": 3}
 FRAGMENTS = partition_tensors(SIZES, 2)
@@ -116,7 +119,8 @@ class Checkpoint:
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]
-    effective_keys: frozenset[Key]
+    effective_keys: frozenset[Key]  # the merges the checkpointed parameters contain
+    merged_keys: frozenset[Key]  # what the syncer answered "duplicate" for when it was taken
 
 
 def _call(fn: Callable[[], Any]) -> tuple[Any, RejectReason | None]:
@@ -153,19 +157,14 @@ class SyncerMachine(RuleBasedStateMachine):
               merge_rule: str, momentum: float, token_budget: int, random_params: bool, seed: int,
               prejoin: bool, mean_b: bool, norm_guard: bool) -> None:
         """A small cluster: 3 learners, 2 fragments over 2 tiny float32 tensors."""
-        if "B" not in EXPOSE:
-            # Known bug B: with max_staleness > interval a contribution merged before the checkpoint is
-            # accepted and merged again after a restore. Keep the interval >= max_staleness.
-            checkpoint_every = max(checkpoint_every, max_staleness)
-        # Syncers with an outlier-norm guard refuse huge finite uploads; switch it off in half the runs so
-        # huge values reach a merge and the refused-merge (FloatingPointError) path is exercised too.
-        has_guard = "max_norm_ratio" in SyncerPolicy.__dataclass_fields__
-        extra: dict[str, Any] = {} if norm_guard or not has_guard else {"max_norm_ratio": 0.0}
+        # The outlier-norm guard refuses huge finite uploads; switch it off in half the runs so huge values
+        # reach a merge and the refused-merge (FloatingPointError) path is exercised too.
         self.policy = SyncerPolicy(
             num_learners=len(LEARNERS), min_quorum=min_quorum, grace_enabled=grace, grace_gamma=0.5,
             grace_cap_s=GRACE_CAP_S, overlap_steps=2, merge_rule=merge_rule, mean_tensors=("b",) if mean_b else (),
             outer_lr=0.7, outer_momentum=momentum, token_budget=token_budget, liveness_timeout_s=LIVENESS_S,
-            validate_uploads=validate, max_staleness=max_staleness, **extra)
+            validate_uploads=validate, max_staleness=max_staleness, checkpoint_every_merges=checkpoint_every,
+            max_norm_ratio=100.0 if norm_guard else 0.0)
         self.every = checkpoint_every
         rng = np.random.default_rng(seed)
         params = {n: (rng.standard_normal(s) if random_params else np.zeros(s)).astype(np.float32)
@@ -181,13 +180,15 @@ class SyncerMachine(RuleBasedStateMachine):
         self.min_norm: list[float | None] = [None] * len(FRAGMENTS)  # smallest accepted per-step norm, whole run
         self.ever_merged: dict[Key, int] = {}  # across the whole run, lost merges included (reported only)
         self._reset_model(versions=[0] * len(FRAGMENTS), restored=-1, counts={}, tokens={},
-                          finished=False, effective=frozenset())
+                          finished=False, effective=frozenset(), merged_keys=frozenset())
+        self._checkpoint_if_due()  # at start: a crash before the first interval must not restart from scratch
         if prejoin:  # most runs start with everyone joined, so uploads get past membership
             for learner in LEARNERS:
                 self._join(learner, "fresh")
 
     def _reset_model(self, versions: list[int], restored: int, counts: dict[str, int],
-                     tokens: dict[str, int], finished: bool, effective: frozenset[Key]) -> None:
+                     tokens: dict[str, int], finished: bool, effective: frozenset[Key],
+                     merged_keys: frozenset[Key]) -> None:
         """What a freshly created / restored syncer holds."""
         self.versions = list(versions)
         self.restored_merges = max(restored, 0)
@@ -200,13 +201,14 @@ class SyncerMachine(RuleBasedStateMachine):
         self.rounds: dict[int, ModelRound] = {}
         a = self.policy.ema_alpha
         self.timing = Timing(Ema(a), Ema(a), Ema(a))
-        self.merged_since_restore: set[Key] = set()
+        self.merged_keys: set[Key] = set(merged_keys)  # what the syncer must still answer "duplicate" for
+        self.saved_at: int | None = None  # merges_total at the last checkpoint since start/restore
         self.effective_keys: set[Key] = set(effective)  # merges that the current parameters contain
 
     # ---- model helpers ----------------------------------------------------
     def _norm_ratio(self) -> float:
-        """The outlier-norm bound of syncers that have one (0: none or off)."""
-        return float(getattr(self.policy, "max_norm_ratio", 0.0)) if self.policy.validate_uploads else 0.0
+        """The outlier-norm bound (0: off; it is only checked while uploads are validated)."""
+        return self.policy.max_norm_ratio if self.policy.validate_uploads else 0.0
 
     def _member_reason(self, learner: str, inc: str) -> RejectReason | None:
         rec = self.learners.get(learner)
@@ -217,11 +219,6 @@ class SyncerMachine(RuleBasedStateMachine):
         if rec.left:
             return RejectReason.LEFT_LEARNER
         return None
-
-    def _expected_merged_keys(self) -> set[Key]:
-        """merged_keys is pruned to bases >= version - max_staleness - 1 after every merge."""
-        s = self.policy.max_staleness
-        return {k for k in self.merged_since_restore if k[3] >= self.versions[k[2]] - s - 1}
 
     def _pending(self, key: Key) -> bool:
         rnd = self.rounds.get(key[2])
@@ -255,7 +252,7 @@ class SyncerMachine(RuleBasedStateMachine):
         if c.c_steps < 0 or c.c_tokens < 0:
             return RejectReason.BAD_COUNTERS, False
         v = self.versions[c.fragment]
-        if c.key in self._expected_merged_keys() or self._pending(c.key):
+        if c.key in self.merged_keys or self._pending(c.key):
             return None, True
         if c.base_version < v - self.policy.max_staleness:
             return RejectReason.STALE_VERSION, False
@@ -273,12 +270,25 @@ class SyncerMachine(RuleBasedStateMachine):
             return RejectReason.NON_FINITE, False
         return None, False
 
+    def _checkpoint_due(self) -> bool:
+        """None taken since start/restore, or an interval of merges since the last one."""
+        merges = self.restored_merges + self.merges_since_restore
+        return self.saved_at is None or merges - self.saved_at >= self.every
+
+    def _checkpoint_if_due(self) -> None:
+        """What the shell does at start, after a restore and after each merge."""
+        assert self.state.checkpoint_due() == self._checkpoint_due()
+        if self._checkpoint_due():
+            self._take_checkpoint()
+
     def _take_checkpoint(self) -> None:
         arrays, meta = self.state.to_checkpoint()
         self.checkpoint = Checkpoint({k: np.array(v, copy=True) for k, v in arrays.items()}, copy.deepcopy(meta),
-                                     frozenset(self.effective_keys))
+                                     frozenset(self.effective_keys), frozenset(self.merged_keys))
+        self.saved_at = self.state.merges_total
         assert meta["versions"] == self.versions and meta["merges_total"] == self.state.merges_total
         assert meta["finished"] == self.finished and meta["tokens_by_incarnation"] == self.tokens
+        assert {tuple(k) for k in meta["merged_keys"]} == self.merged_keys
 
     # ---- membership -------------------------------------------------------
     @rule(learner=st.sampled_from(LEARNERS), kind=st.sampled_from(["fresh", "same", "same", "empty"]))
@@ -341,16 +351,12 @@ class SyncerMachine(RuleBasedStateMachine):
     def heal(self, learner: str) -> None:
         self.cut_until.pop(learner, None)
 
-    @rule(dt=st.sampled_from([0.0, 0.05, 0.3, 1.0, 2.5, LIVENESS_S + 1.0]), merge_after=st.booleans())
+    @rule(dt=st.sampled_from([0.0, 0.05, 0.05, 0.3, 0.3, 1.0, 2.5, LIVENESS_S + 1.0]), merge_after=st.booleans())
     def advance_clock(self, dt: float, merge_after: bool) -> None:
+        """Mostly small steps (most time passes inside a grace window), sometimes past the liveness timeout."""
         self.now += dt
         if merge_after:
             self._merge_due()  # the merge loop woke at its deadline
-
-    @rule(dt=st.sampled_from([0.05, 0.3, 1.0]), merge_after=st.booleans())
-    def tick(self, dt: float, merge_after: bool) -> None:
-        """Small steps, drawn as often again: most time passes inside a grace window, not across a timeout."""
-        self.advance_clock(dt, merge_after)
 
     # ---- reports and budget -----------------------------------------------
     @rule(learner=st.sampled_from(LEARNERS + (STRANGER,)), tokens=st.sampled_from([-1, 0, 40, 90]),
@@ -391,14 +397,18 @@ class SyncerMachine(RuleBasedStateMachine):
                 self.report(learner, tokens=self.tokens.get(key, 0) + progress, step=1, step_time=step_time)
 
     # ---- uploads ----------------------------------------------------------
+    # Two identical rules each (submit, upload): uploads are the bulk of a syncer's traffic and where most
+    # of its rules live, so they are drawn twice as often as membership and clock events.
     @rule(**SUBMIT_ARGS)
     def submit(self, **kw: Any) -> None:
         """Upload an outer gradient: current, lagging, too stale, future, or the key of an earlier upload;
         from a member, an old incarnation or a stranger; finite, NaN, huge, or malformed."""
         self._submit(**kw)
 
-    # Two identical happy-path rules: well-formed uploads are the bulk of a syncer's traffic and what makes
-    # rounds reach quorum, so they are drawn more often than the fault-laden ``submit``.
+    @rule(**SUBMIT_ARGS)
+    def submit_more(self, **kw: Any) -> None:
+        self._submit(**kw)
+
     @rule(**UPLOAD_ARGS)
     def upload(self, **kw: Any) -> None:
         """A member's finite upload at the current (or a tolerated older) base version."""
@@ -504,10 +514,6 @@ class SyncerMachine(RuleBasedStateMachine):
         """What the syncer's merge loop does: merge every due round, checkpoint every N merges."""
         self._merge_due()
 
-    @rule()
-    def merge_loop_wakes(self) -> None:
-        self._merge_due()
-
     def _merge_due(self) -> None:
         due = self.state.due_merges(self.now)
         assert due == self._due()
@@ -537,8 +543,7 @@ class SyncerMachine(RuleBasedStateMachine):
         self.rounds.pop(p)
         subs = list(rnd.contribs.values())
         event(f"merge: {len(subs)} participant(s)")
-        got = [(x.learner_id, x.incarnation, getattr(x, "base_version", s.contribution.base_version), x.c_steps,
-                x.c_tokens) for x, s in zip(rec.participants, subs)]
+        got = [(x.learner_id, x.incarnation, x.base_version, x.c_steps, x.c_tokens) for x in rec.participants]
         want = [(s.contribution.learner_id, s.contribution.incarnation, s.contribution.base_version,
                  s.contribution.c_steps, s.contribution.c_tokens) for s in subs]
         assert len(rec.participants) == len(subs)
@@ -551,20 +556,22 @@ class SyncerMachine(RuleBasedStateMachine):
             key = s.contribution.key
             assert key not in self.effective_keys, f"contribution {key} merged twice into the surviving params"
             self.effective_keys.add(key)
-            self.merged_since_restore.add(key)
+            self.merged_keys.add(key)
             if key in self.ever_merged:
                 event("an upload whose merge a crash lost is merged again")
             self.ever_merged[key] = self.ever_merged.get(key, 0) + 1
             s.status = "merged"
         self.versions[p] += 1
         self.merges_since_restore += 1
+        # Keys too old to be accepted again are forgotten (they would be stale anyway).
+        s_ = self.policy.max_staleness
+        self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - s_ - 1}
         for n in SIZES:
             if n not in FRAGMENTS[p].names:
                 assert np.array_equal(self.state.params[n], params0[n], equal_nan=True), "other fragment changed"
         self.state.observe_merge_seconds(MERGE_SECONDS)
         self.timing = self.timing.observe_sync(MERGE_SECONDS)
-        if rec.merges_total % self.every == 0:
-            self._take_checkpoint()
+        self._checkpoint_if_due()
 
     @precondition(lambda self: self.finished and not self.finalized)
     @rule()
@@ -575,11 +582,11 @@ class SyncerMachine(RuleBasedStateMachine):
             self._take_checkpoint()
 
     # ---- crash ------------------------------------------------------------
-    @precondition(lambda self: self.checkpoint is not None)
     @rule()
     def crash_and_restart(self) -> None:
         """Kill the syncer; restore the latest checkpoint, every version skipping ahead by the interval."""
         ck = self.checkpoint
+        assert ck is not None  # one is taken at start
         event("crash+restore")
         self.state = SyncerState.from_checkpoint(self.policy, FRAGMENTS, ck.arrays, ck.meta, version_skip=self.every)
         for rnd in self.rounds.values():
@@ -587,18 +594,15 @@ class SyncerMachine(RuleBasedStateMachine):
                 sub.status = "crashed"  # pending uploads die with the process, by design
         self._reset_model(versions=[v + self.every for v in ck.meta["versions"]], restored=ck.meta["merges_total"],
                           counts=ck.meta["incarnation_counts"], tokens=ck.meta["tokens_by_incarnation"],
-                          finished=ck.meta["finished"], effective=ck.effective_keys)
+                          finished=ck.meta["finished"], effective=ck.effective_keys, merged_keys=ck.merged_keys)
         self.finalized = False
         for k, v in ck.arrays.items():
             if k.startswith("param/"):
                 assert np.array_equal(self.state.params[k.split("/", 1)[1]], v, equal_nan=True)
         for p, leaves in enumerate(_opt_leaves(self.state)):
             assert _same_arrays(leaves, [ck.arrays[f"opt/{p}/{i}"] for i in range(len(leaves))])
-        if "A" not in EXPOSE:
-            # Known bug A: merges_total restarts at the checkpoint's count while the versions already skipped
-            # ahead, so up to N-1 merges later a second crash restores the same checkpoint and versions regress.
-            # A shell that checkpoints right after restoring avoids it; model that shell.
-            self._take_checkpoint()
+        assert self.state.checkpoint_due(), "a second crash would restore these versions again"
+        self._checkpoint_if_due()
 
     # ---- invariants -------------------------------------------------------
     @invariant()
@@ -620,6 +624,7 @@ class SyncerMachine(RuleBasedStateMachine):
         if self.state is not None:
             assert self.state.merges_total == self.restored_merges + self.merges_since_restore
             assert self.state.restored_from_merges == self.restored_from
+            assert self.state.checkpoint_due() == self._checkpoint_due()
 
     @invariant()
     def params_finite_when_validated(self) -> None:
@@ -648,7 +653,7 @@ class SyncerMachine(RuleBasedStateMachine):
     @invariant()
     def duplicate_memory(self) -> None:
         if self.state is not None:
-            assert self.state.merged_keys == self._expected_merged_keys()
+            assert self.state.merged_keys == self.merged_keys
 
     @invariant()
     def membership_and_budget(self) -> None:
@@ -686,55 +691,3 @@ SyncerMachine.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestSyncer = SyncerMachine.TestCase
-
-
-# ---- known bugs, as minimal reproductions ------------------------------------
-def _fresh(policy: SyncerPolicy) -> SyncerState:
-    return SyncerState.create(policy, FRAGMENTS, {n: np.zeros(s, np.float32) for n, s in SIZES.items()})
-
-
-def _grad(fragment: int, value: float = 1.0) -> dict[str, np.ndarray]:
-    return {n: np.full(SIZES[n], value, np.float32) for n in FRAGMENTS[fragment].names}
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="known bug A: a second restart from the same checkpoint regresses versions")
-def test_second_restart_from_same_checkpoint_keeps_versions() -> None:
-    """Checkpoint every N=2 merges (merges_total % N == 0, as trainer/syncer.py does) and restore with skip N.
-
-    After the first restore merges_total is the checkpoint's again (2) but versions are already +2; one more
-    merge (merges_total 3, no checkpoint) and a second crash restores the same checkpoint: 4 -> 3.
-    """
-    policy = SyncerPolicy(num_learners=3, min_quorum=1)
-    st_ = _fresh(policy)
-    st_.join("L0", "i1", now=0.0)
-    for p in (0, 1):
-        st_.submit(Contribution("L0", "i1", p, 0, _grad(p), 1, 8), now=0.0)
-        st_.merge(p, now=0.0)
-    arrays, meta = st_.to_checkpoint()  # merges_total == 2 == N
-    st_ = SyncerState.from_checkpoint(policy, FRAGMENTS, arrays, meta, version_skip=2)
-    st_.join("L0", "i1", now=1.0)
-    st_.submit(Contribution("L0", "i1", 0, st_.versions[0], _grad(0), 1, 8), now=1.0)
-    st_.merge(0, now=1.0)
-    before = list(st_.versions)  # [4, 3], merges_total 3: no checkpoint due
-    st_ = SyncerState.from_checkpoint(policy, FRAGMENTS, arrays, meta, version_skip=2)
-    assert all(a >= b for a, b in zip(st_.versions, before)), f"{before} -> {st_.versions}"
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="known bug B: max_staleness > checkpoint interval re-merges a merged upload")
-def test_retry_after_restore_is_not_merged_twice() -> None:
-    """max_staleness 2, checkpoint every merge (skip 1): the learner retries an upload whose merge IS in the
-    checkpoint (its ack was lost in the crash); merged_keys is not checkpointed and base 0 >= 2 - 2 is not
-    stale, so it is accepted and merged a second time."""
-    policy = SyncerPolicy(num_learners=3, min_quorum=1, max_staleness=2)
-    st_ = _fresh(policy)
-    st_.join("L0", "i1", now=0.0)
-    c = Contribution("L0", "i1", 0, 0, _grad(0), 1, 8)
-    st_.submit(c, now=0.0)
-    st_.merge(0, now=0.0)
-    arrays, meta = st_.to_checkpoint()
-    st_ = SyncerState.from_checkpoint(policy, FRAGMENTS, arrays, meta, version_skip=1)
-    st_.join("L0", "i1", now=1.0)
-    result, reason = _call(lambda: st_.submit(c, now=1.0))
-    assert reason is RejectReason.STALE_VERSION or (result is not None and result.duplicate), result

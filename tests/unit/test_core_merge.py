@@ -188,3 +188,12 @@ def test_negative_or_non_finite_weights_raise(bad):
 def test_outer_gradient_is_global_minus_local():
     out = outer_gradient({"w": np.array([1.0, 5.0])}, {"w": np.array([0.5, 7.0])})
     np.testing.assert_allclose(out["w"], [0.5, -2.0])
+
+
+def test_rda_with_a_huge_zero_weight_contribution_stays_finite():
+    """float32 norms overflowed at 1.8e19 and 0·inf made the whole merge NaN (found by the state-machine test)."""
+    good = {"w": np.array([1.0, 0.0], np.float32)}
+    huge = {"w": np.full(2, 1e20, np.float32)}
+    out = merge_outer_gradients([good, huge], [1.0, 0.0], "rda")
+    assert np.all(np.isfinite(out["w"]))
+    np.testing.assert_allclose(out["w"], good["w"], rtol=1e-6)

@@ -84,7 +84,7 @@ def test_docstring_example():
     assert st_.due_merges(now=1.0) == [0]
     st_.merge(0, now=1.0)
     assert st_.versions == [1]
-    assert st_.params["w"].tolist() == [1.0, 1.0]
+    np.testing.assert_allclose(st_.params["w"], [1.0, 1.0], rtol=1e-6)
 
 
 def test_create_copies_params_and_checks_coverage():
@@ -601,3 +601,24 @@ def test_merged_keys_survive_a_restore_so_a_retry_is_a_duplicate():
     r.join("L0", "inc-1", now=1.0)
     assert r.submit(c, now=1.0).duplicate
     assert r.rounds == {}
+
+
+def test_one_huge_first_update_does_not_disable_the_outlier_guard():
+    """The reference is the median of recent accepted norms: an early outlier stops counting once honest ones
+    follow (an average kept it, and a float32 norm of 1e20 made it inf for good)."""
+    s = make_state(outer_momentum=0.0)
+    join_all(s, 1)
+
+    def send(value: float):
+        c = contrib("L0", "inc-1", 0, s.versions[0], grad(s, 0, value))
+        try:
+            s.submit(c, now=0.0)
+        except Rejected as r:
+            return r.reason
+        s.merge(0, now=0.0)
+        return None
+
+    assert send(1e20) is None  # nothing to compare with yet
+    for _ in range(5):
+        assert send(1.0) is None
+    assert send(1e12) is RejectReason.OUTLIER_NORM

@@ -42,8 +42,16 @@ def token_weight(c_tokens: int, c_steps: int) -> float:
 
 
 def fragment_norm(tensors: Tensors) -> float:
-    """L2 norm of all tensors of a fragment taken as one vector."""
-    return float(np.sqrt(sum(float(np.vdot(t, t).real) for t in tensors.values())))
+    """L2 norm of all tensors of a fragment taken as one vector (in float64: float32 squares overflow at 1.8e19).
+
+    >>> fragment_norm({"w": np.full(4, 1e20, np.float32)}) > 1e20
+    True
+    """
+    total = 0.0
+    for t in tensors.values():
+        t64 = np.asarray(t, dtype=np.float64).ravel()
+        total += float(np.dot(t64, t64))
+    return float(np.sqrt(total))
 
 
 def _normalised(weights: Sequence[float]) -> np.ndarray:

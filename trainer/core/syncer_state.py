@@ -38,7 +38,7 @@ Example (one learner, one fragment, K = 1):
     >>> st.due_merges(now=1.0)
     [0]
     >>> rec = st.merge(0, now=1.0)
-    >>> st.versions, st.params["w"].tolist()
+    >>> st.versions, [round(x, 6) for x in st.params["w"].tolist()]
     ([1], [1.0, 1.0])
 """
 
@@ -96,6 +96,7 @@ class SyncerPolicy:
 # "forget_rejoined": a learner that rejoins with a new incarnation keeps its old record, so every
 # call of the new incarnation is refused as a stale incarnation and it never contributes again.
 PLANTED_BUGS: tuple[str, ...] = ("none", "forget_rejoined")
+NORM_WINDOW = 9  # accepted update norms per fragment the outlier guard takes its median over
 
 
 @dataclass
@@ -198,7 +199,7 @@ class SyncerState:
     rounds: dict[int, Round] = field(default_factory=dict)
     merged_keys: set[tuple[str, str, int, int]] = field(default_factory=set)
     last_merge_at: list[float | None] = field(default_factory=list)
-    norm_ema: list[float | None] = field(default_factory=list)  # per fragment: recent accepted update norms
+    recent_norms: list[list[float]] = field(default_factory=list)  # per fragment: last accepted norms per step
     merges_total: int = 0
     rejections: Counter = field(default_factory=Counter)
     timing: Timing = field(default_factory=Timing)
@@ -224,7 +225,7 @@ class SyncerState:
             versions=[0] * len(fragments),
             opt_states=[opt.init(cls._frag(p, f)) for f in fragments],
             last_merge_at=[None] * len(fragments),
-            norm_ema=[None] * len(fragments),
+            recent_norms=[[] for _ in fragments],
             timing=Timing(Ema(a), Ema(a), Ema(a)),
         )
 
@@ -361,19 +362,22 @@ class SyncerState:
 
         NaN checks alone let through corrupted memory (finite values of absurd
         magnitude), which the merge would spread into the global model. Honest
-        updates grow with the steps they cover, so the bound is generous
-        (``max_norm_ratio`` × the moving average, per step counted).
+        updates grow with the steps they cover, so the bound is per step and
+        generous (``max_norm_ratio`` × the median of the last accepted ones: one
+        huge update accepted before there was a reference stops mattering once
+        a few honest ones follow).
         """
         ratio = self.policy.max_norm_ratio
         if ratio <= 0:
             return
         norm = fragment_norm(c.tensors) / max(c.c_steps, 1)
-        ref = self.norm_ema[c.fragment]
+        recent = self.recent_norms[c.fragment]
+        ref = float(np.median(recent)) if recent else None
         if ref is not None and ref > 0 and norm > ratio * ref:
             raise Rejected(RejectReason.OUTLIER_NORM,
                            f"update of fragment {c.fragment} has norm {norm:.3g} per step, more than {ratio:g}× "
                            f"the recent {ref:.3g}: a diverged or corrupt learner? (syncer.max_norm_ratio)")
-        self.norm_ema[c.fragment] = norm if ref is None else 0.9 * ref + 0.1 * norm
+        self.recent_norms[c.fragment] = [*recent, norm][-NORM_WINDOW:]
 
     # ---- merging -------------------------------------------------------
     def merge_at(self, fragment: int, now: float) -> float | None:
@@ -462,7 +466,7 @@ class SyncerState:
             "incarnation_counts": dict(self.incarnation_counts),
             "tokens_by_incarnation": dict(self.tokens_by_incarnation),
             "finished": self.finished,
-            "norm_ema": list(self.norm_ema),
+            "recent_norms": [list(r) for r in self.recent_norms],
             "merged_keys": sorted([list(k) for k in self.merged_keys]),
         }
         return arrays, meta
@@ -487,9 +491,9 @@ class SyncerState:
         st.tokens_by_incarnation = {k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()}
         st.finished = bool(meta.get("finished", False))
         st.merged_keys = {(str(a), str(b), int(c), int(d)) for a, b, c, d in meta.get("merged_keys", [])}
-        ema = meta.get("norm_ema")
-        if isinstance(ema, list) and len(ema) == len(fragments):
-            st.norm_ema = [None if v is None else float(v) for v in ema]
+        norms = meta.get("recent_norms")
+        if isinstance(norms, list) and len(norms) == len(fragments):
+            st.recent_norms = [[float(x) for x in r] for r in norms]
         return st
 
     def copy_params(self) -> Tensors:
