@@ -79,13 +79,15 @@ def rda(vectors: Sequence[Tensors], weights: Sequence[float]) -> Tensors:
     w = _normalised(weights)
     norms = [fragment_norm(v) for v in vectors]
     radius = float(sum(wi * ni for wi, ni in zip(w, norms)))
-    units = [{n: t / ni for n, t in v.items()} if ni > 0 else {n: np.zeros_like(t) for n, t in v.items()}
-             for v, ni in zip(vectors, norms)]
+    # Unit vectors in float64: a norm beyond float32's range must not turn into inf (and the unit into 0).
+    units = [{n: np.asarray(t, np.float64) / ni for n, t in v.items()} if ni > 0
+             else {n: np.zeros(np.shape(t)) for n, t in v.items()} for v, ni in zip(vectors, norms)]
     direction = weighted_mean(units, w.tolist())
     dnorm = fragment_norm(direction)
     if dnorm == 0:
         return {n: np.zeros_like(t) for n, t in vectors[0].items()}
-    return {n: (t * (radius / dnorm)).astype(vectors[0][n].dtype) for n, t in direction.items()}
+    with np.errstate(over="ignore"):  # a radius beyond the dtype's range is inf: the syncer refuses that merge
+        return {n: (t * (radius / dnorm)).astype(vectors[0][n].dtype) for n, t in direction.items()}
 
 
 def outer_gradient(global_value: Tensors, local_value: Tensors) -> Tensors:
