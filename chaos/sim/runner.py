@@ -145,14 +145,14 @@ class _Call:
         self.deadline = sim.loop.now + sim.cfg.learner.rpc_timeout_s
         self.done = False
         self.timer = sim.loop.at(self.deadline, self._end, on_fail, ())
-        sim.inflight[node.lid].add(self)
+        sim.inflight[node.lid][self] = None
 
     def _end(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         if self.done:
             return
         self.done = True
         self.timer.cancel()
-        self.sim.inflight[self.node.lid].discard(self)
+        self.sim.inflight[self.node.lid].pop(self, None)
         self.node.deliver(self.inc, fn, *args)
 
     def fail_fast(self) -> None:
@@ -207,7 +207,9 @@ class Simulation:
         self.syncer = SyncerNode(self)
         self.learners = {lid: LearnerNode(self, lid, i) for i, lid in enumerate(learners)}
         self.links = {lid: Link() for lid in learners}
-        self.inflight: dict[str, set[_Call]] = {lid: set() for lid in learners}
+        # Calls in flight per link, in the order they started (a dict, not a set: iteration order must not
+        # depend on object addresses, or a reset would fail them in a different order from run to run).
+        self.inflight: dict[str, dict[_Call, None]] = {lid: {} for lid in learners}
         self.steady_at: float | None = None
         self.active: dict[str, tuple[Planned, float]] = {}
         self.pending = list(planned)
@@ -299,6 +301,7 @@ class Simulation:
         """Apply (or undo) one fault; returns the evidence a real injector would report."""
         k, spec, fid = p.kind, p.spec, p.fault_id
         touched: list[str] = []
+        notes: list[str] = []
         for t in p.targets:
             if t == SYNCER or k == "syncer_crash":
                 s = self.syncer
@@ -312,7 +315,8 @@ class Simulation:
                 elif k == "pause":
                     s.pause() if inject else s.resume()
                 else:
-                    return {"simulated": f"{k} of the syncer is not modelled; no effect"}
+                    notes.append(f"{k} of the syncer is not modelled: no effect on it")
+                    continue
                 touched.append(SYNCER)
                 continue
             node = self.learners[t]
@@ -353,7 +357,7 @@ class Simulation:
                 else:
                     self.links[t].heal(fid)
             touched.append(t)
-        return {"simulated": k, "targets": touched}
+        return {"simulated": k, "targets": touched, **({"notes": notes} if notes else {})}
 
     def _finish(self) -> None:
         if self.done:

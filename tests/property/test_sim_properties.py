@@ -59,3 +59,20 @@ def test_a_quorum_of_all_learners_is_not_live_under_a_kill() -> None:
                       schedule=[{"fault": "kill", "targets": ["learner-1"], "at": 1, "duration": 14}],
                       checks={"liveness": {"max_gap_s": 10}})
     assert simulate(s, OPTS).failed("liveness")
+
+
+def test_replay_is_bit_for_bit_across_processes_and_hash_seeds() -> None:
+    """Nothing may depend on object addresses or string hashing: two interpreters, two PYTHONHASHSEEDs."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib; from chaos.scenario import scenario_with; from chaos.sim import simulate; "
+            "s = scenario_with('random-mix', cluster={'token_budget': 600000}); "
+            "print(hashlib.sha256(simulate(s).history_json().encode()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2")}
+    here = hashlib.sha256(simulate(scenario_with("random-mix", cluster={"token_budget": 600000}))
+                          .history_json().encode()).hexdigest()
+    assert digests == {here}
