@@ -17,6 +17,9 @@ options
     timelines, histories) under DIR instead of pytest's tmp dirs.
 fixtures
     ``chaos_toxiproxy`` (a real Toxiproxy server for the session),
+    ``chaos_cluster`` (start a syncer and learners, each learner behind its
+    own Toxiproxy proxy, as local processes: the ``Cluster`` every fault in
+    :mod:`faults` acts on; always torn down, proxies deleted),
     ``run_chaos`` (run a scenario on local processes, baseline cached for the
     session), ``simulate_chaos`` (run one in deterministic mode),
     ``chaos_seed``.
@@ -158,6 +161,36 @@ def chaos_run_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     d = OPTIONS.reports / _safe(request.node.nodeid)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@pytest.fixture
+def chaos_cluster(chaos_toxiproxy: Any, chaos_run_dir: Path) -> Iterator[Callable[..., Any]]:
+    """``chaos_cluster(config=None)``: a running LocalBackend (syncer + learners behind proxies).
+
+    Inject faults by hand (``Partition("p", ("learner-0",)).inject(cluster)``),
+    watch with ``cluster.client().status()``. Everything is stopped and every
+    proxy deleted after the test, whatever happened.
+    """
+    import uuid
+
+    from chaos.backends.local import LocalBackend
+    from trainer.config import RunConfig
+
+    made: list[Any] = []
+
+    def make(config: Any = None) -> Any:
+        cfg = config if isinstance(config, RunConfig) else RunConfig.model_validate(config or {})
+        backend = LocalBackend(cfg, chaos_run_dir / f"cluster-{len(made)}", chaos_toxiproxy.client(),
+                               tag=f"pytest-{uuid.uuid4().hex[:8]}")
+        made.append(backend)
+        backend.bring_up()
+        return backend
+
+    try:
+        yield make
+    finally:
+        for backend in made:
+            backend.teardown()
 
 
 @pytest.fixture

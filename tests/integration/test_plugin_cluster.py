@@ -1,0 +1,31 @@
+"""The plugin's ``chaos_cluster`` fixture: real processes behind real proxies, faults by hand, teardown always."""
+
+from __future__ import annotations
+
+import pytest
+
+from faults.network import Partition
+from tests.support import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_partition_by_hand_on_a_fixture_cluster(chaos_cluster, chaos_toxiproxy) -> None:
+    cluster = chaos_cluster({"token_budget": 10_000_000, "algorithm": {"num_learners": 2}})
+    with cluster.client(timeout_s=5.0) as c:
+        wait_until(lambda: c.status().merges >= 3, 180, "three merges")
+        cut = Partition("p", ("learner-0",))
+        cut.inject(cluster)
+        try:
+            assert chaos_toxiproxy.client().toxics(cluster.proxy("learner-0"))
+            base = c.status().merges
+            wait_until(lambda: c.status().merges >= base + 5, 60, "merges to go on with learner-1 alone")
+        finally:
+            cut.heal(cluster)
+        assert chaos_toxiproxy.client().toxics(cluster.proxy("learner-0")) == []
+    assert all(cluster.alive(u) for u in ("syncer", "learner-0", "learner-1"))
+
+
+def test_the_fixture_left_no_proxy_and_no_process(chaos_toxiproxy) -> None:
+    """Runs after the test above (same module, file order): its cluster was torn down."""
+    assert [n for n in chaos_toxiproxy.client().proxies() if n.startswith("pytest-")] == []
