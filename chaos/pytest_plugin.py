@@ -129,7 +129,7 @@ def chaos_settings(examples: int | None = None, **kwargs: Any) -> Callable[[Any]
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:150]
 
 
 @pytest.fixture
@@ -158,7 +158,9 @@ def chaos_run_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     """Where this test's chaos runs go: under ``--chaos-reports`` when given, else the test's tmp dir."""
     if OPTIONS.reports is None:
         return tmp_path
-    d = OPTIONS.reports / _safe(request.node.nodeid)
+    module = getattr(request.node, "module", None)
+    prefix = module.__name__.rsplit(".", 1)[-1] + "." if module is not None else ""
+    d = OPTIONS.reports / _safe(prefix + request.node.name)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
