@@ -350,8 +350,7 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None) 
     history = History.read(out_dir)
     history.write_merged(out_dir / "history.jsonl")
     cfg = scenario.cluster
-    facts = RunFacts(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
-                     cfg.algorithm.num_fragments)
+    facts = RunFacts.of(scenario)
     base_loss = baseline["final_eval_loss"] if baseline else None
     verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss))
     status, code = overall(verdicts)

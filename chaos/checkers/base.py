@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chaos.history import FaultWindow, History, Phase
-from chaos.scenario import Checks
+from chaos.scenario import Checks, Scenario
 from faults.base import SYNCER
 from trainer import events as ev
 
@@ -44,6 +44,13 @@ class RunFacts:
     min_quorum: int
     checkpoint_every_merges: int
     num_fragments: int = 1
+
+    @classmethod
+    def of(cls, scenario: Scenario) -> "RunFacts":
+        """The facts of a scenario's cluster (real and simulated runs take them the same way)."""
+        cfg = scenario.cluster
+        return cls(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
+                   cfg.algorithm.num_fragments)
 
 
 @dataclass(frozen=True)

@@ -427,11 +427,8 @@ def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[P
     sim = Simulation(scenario, opts, planned)
     timed_out = sim.run()
     history = History(sorted(sim.records, key=lambda r: r.ts), sorted(sim.events, key=lambda e: e.ts))
-    cfg = scenario.cluster
-    facts = RunFacts(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
-                     cfg.algorithm.num_fragments)
     base = baseline_loss(scenario, opts) if opts.baseline and scenario.checks.parity.enabled else None
-    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base))
+    verdicts = run_checks(CheckInput(history, RunFacts.of(scenario), scenario.checks, base))
     status, code = overall(verdicts)
     if timed_out:
         status, code = "timeout", 2
