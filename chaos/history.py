@@ -137,12 +137,16 @@ class History:
         events = sorted(ev.iter_run_events(run_dir), key=lambda e: e.ts) if (run_dir / "events").exists() else []
         return cls(records, events)
 
+    def json_lines(self) -> list[str]:
+        """Every record and event as one JSON line each, by time."""
+        items: list[Any] = sorted([*self.records, *self.events], key=lambda x: x.ts)
+        return [x.model_dump_json() for x in items]
+
     def write_merged(self, path: Path) -> None:
         """One JSON-lines file of everything, by time (the artifact a reader opens)."""
-        items: list[Any] = sorted([*self.records, *self.events], key=lambda x: x.ts)
         with open(path, "w", encoding="utf-8") as f:
-            for x in items:
-                f.write(x.model_dump_json() + "\n")
+            for line in self.json_lines():
+                f.write(line + "\n")
 
     # ---- queries -----------------------------------------------------------
     def of(self, *types: type) -> list[Any]:

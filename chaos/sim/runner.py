@@ -102,8 +102,7 @@ class SimResult:
         return [v for v in self.verdicts if v.status == "fail" and (not names or v.name in names)]
 
     def history_json(self) -> str:
-        items = sorted([*self.history.records, *self.history.events], key=lambda x: x.ts)
-        return "\n".join(x.model_dump_json() for x in items)
+        return "\n".join(self.history.json_lines())
 
     def write(self, out_dir: str | Path) -> Any:
         """Write the run directory a real run would leave, and its reports; returns the controller's RunResult."""
