@@ -66,6 +66,9 @@ class RunOptions:
     progress: Callable[[str], None] | None = print
     steady_timeout_s: float = 240.0
     poll_s: float = 0.1
+    # Benchmarks end a run early (e.g. on reaching a target eval loss): called with each polled syncer
+    # Status; True ends the run as if the budget were reached, except that nothing waits for learners to leave.
+    stop_when: Callable[[Any], bool] | None = None
 
 
 @dataclass
@@ -235,6 +238,7 @@ class _Execution:
         assert self.steady_at is not None
         pending = list(self.planned)
         deadline = time.monotonic() + self.scenario.timeout_s
+        stopped_early = False
         last_status = last_say = 0.0
         with self.backend.client() as client:
             while True:
@@ -245,6 +249,10 @@ class _Execution:
                     if st is not None:
                         self.status_line = (f"merges {st.merges} tokens {st.tokens}/{st.token_budget} "
                                             f"eval {st.eval_loss:.3f}")
+                        if self.opts.stop_when is not None and self.opts.stop_when(st):
+                            stopped_early = True
+                            self.say(f"stop condition met: {self.status_line}")
+                            break
                 for p in list(pending):
                     if (p.at is not None and rel >= p.at) or (p.at_merge is not None and self.merges >= p.at_merge):
                         pending.remove(p)
@@ -265,12 +273,13 @@ class _Execution:
                     act = ", ".join(f"{a.planned.fault_id}:{a.planned.kind}" for a in self.active.values())
                     self.say(f"+{rel:.0f}s {self.status_line}" + (f" | active {act}" if act else ""))
                 time.sleep(self.opts.poll_s)
-        self.recorder.add(Phase(name="finished", detail={"merges": self.merges}))
+        self.recorder.add(Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early}))
         if pending:
             self.recorder.add(Phase(name="not_run", detail={"faults": [p.fault_id for p in pending]}))
         for a in list(self.active.values()):
             self.heal(a, why="run finished")
-        self._wait_learners_exit(30.0)
+        if not stopped_early:
+            self._wait_learners_exit(30.0)
 
     def _wait_learners_exit(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

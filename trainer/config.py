@@ -90,6 +90,11 @@ class AlgorithmSection(_Strict):
     mix_alpha: float | None = Field(None, ge=0, lt=1, description="None: overwrite on receipt; else keep alpha of local")
     blocking: bool | None = None
     max_staleness: int | None = Field(None, ge=0, description="versions a contribution's base may lag; decoupled default M")
+    outer_gradient: Literal["base", "current"] | None = Field(
+        None, description="base (default): merge uploads as computed, against the global value the learner last "
+                          "received; current: rebase a late upload onto the fragment's current value, so one round's "
+                          "learners merged in several groups (K < M) do not add the same progress twice, but a "
+                          "straggler's late upload pulls the fragment back towards its older parameters")
 
     @model_validator(mode="after")
     def _apply_mode(self) -> "AlgorithmSection":
@@ -113,6 +118,7 @@ class AlgorithmSection(_Strict):
             object.__setattr__(self, name, value)
         preset.setdefault("sync_every", 8)
         preset.setdefault("merge_rule", "rda")
+        preset.setdefault("outer_gradient", "base")
         for name, value in preset.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -139,6 +145,27 @@ class LearnerSection(_Strict):
     rpc_timeout_s: float = Field(10.0, gt=0)
     long_poll_s: float = Field(2.0, gt=0)
     step_delay_s: float = Field(0.0, ge=0, description="sleep after each step: emulates slower hardware")
+    start_together_s: float = Field(
+        0.0, ge=0, description="first start only: compile, then wait up to this long until all M learners joined, so "
+                               "their fragment schedules start in step (0: start at once)")
+    step_delay_overrides: dict[str, float] = Field(
+        default_factory=dict, description="learner id -> its own step_delay_s (heterogeneous hardware)")
+
+    @model_validator(mode="after")
+    def _check_overrides(self) -> "LearnerSection":
+        for lid, d in self.step_delay_overrides.items():
+            if d < 0:
+                raise ValueError(f"step_delay_overrides.{lid}: must be >= 0 seconds, got {d}")
+        return self
+
+    def step_delay_for(self, learner_id: str) -> float:
+        """The step delay of one learner: its override, else ``step_delay_s``.
+
+        Example:
+            >>> LearnerSection(step_delay_s=0.1, step_delay_overrides={"learner-0": 0.2}).step_delay_for("learner-0")
+            0.2
+        """
+        return self.step_delay_overrides.get(learner_id, self.step_delay_s)
 
 
 class RunConfig(_Strict):

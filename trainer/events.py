@@ -174,6 +174,14 @@ class LearnerJoin(_Event):
     syncer_incarnation: str
 
 
+class StartTogether(_Event):
+    """A first start waited for the other learners (``learner.start_together_s``)."""
+
+    kind: Literal["start_together"] = "start_together"
+    joined: int  # learners active when it started (M unless it gave up waiting)
+    waited_s: float
+
+
 class StateFetch(_Event):
     kind: Literal["state_fetch"] = "state_fetch"
     versions: list[int]
@@ -237,7 +245,7 @@ class LearnerStop(_Event):
 Event = Annotated[
     Union[
         SyncerStart, SyncerStop, Join, Leave, Upload, Reject, Merge, Checkpoint, Restore, Eval, Finished,
-        LearnerStart, LearnerJoin, StateFetch, Step, SyncStartEvent, SyncResult, Apply, Unreachable,
+        LearnerStart, LearnerJoin, StartTogether, StateFetch, Step, SyncStartEvent, SyncResult, Apply, Unreachable,
         Reconnected, LearnerStop,
     ],
     Field(discriminator="kind"),

@@ -27,7 +27,9 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -275,6 +277,30 @@ class Learner:
         for p, version, tensors in self.book.ready(self.step):
             self._apply(p, version, tensors)
 
+    def _start_together(self, train_step: Any, opt_state: Any, stop_flag: threading.Event) -> None:
+        """Compile, then wait until every learner has joined (or ``start_together_s`` passed).
+
+        With the minimum quorum at 1 the grace window (about a step) is what lets the learners' syncs of one
+        fragment land in one merge; learners that start seconds apart would otherwise merge in separate groups
+        for the whole run, each applying its own outer step to the fragment. The compile runs first (on a
+        throwaway batch, result discarded) so that compile times do not spread the start again.
+        """
+        warm = next(self.setup.batches(self.learner_id, self.incarnation_index))
+        jax.block_until_ready(train_step(self.params, opt_state, jnp.asarray(warm), lr_scale(self.cfg.inner, 0.0)))
+        want = self.cfg.algorithm.num_learners
+        deadline = time.monotonic() + self.cfg.learner.start_together_s
+        joined = 0
+        while time.monotonic() < deadline and not stop_flag.is_set():
+            try:
+                joined = sum(1 for s in self.client.status().learners if s.active)
+            except (SyncerUnavailable, TrainerError):
+                joined = 0
+            if joined >= want:
+                break
+            time.sleep(0.02)
+        self.log.emit(ev.StartTogether(joined=joined, waited_s=self.cfg.learner.start_together_s
+                                       - max(deadline - time.monotonic(), 0.0)))
+
     def run(self, stop_flag: threading.Event) -> str:
         """Train until the syncer says the budget is reached (or ``stop_flag``); returns why it stopped."""
         while True:
@@ -290,9 +316,11 @@ class Learner:
         opt_state = self.setup.optimizer.init(self.params)
         train_step = self.setup.train_step
         batches = self.setup.batches(self.learner_id, self.incarnation_index)
+        if self.incarnation_index == 0 and self.cfg.learner.start_together_s > 0:
+            self._start_together(train_step, opt_state, stop_flag)
         per_step = self.setup.tokens_per_step
         every = self.cfg.learner.step_event_every
-        delay = self.cfg.learner.step_delay_s
+        delay = self.cfg.learner.step_delay_for(self.learner_id)
         blocked = 0.0
         why = "finished"
         try:

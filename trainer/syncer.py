@@ -62,6 +62,7 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
         max_staleness=a.max_staleness, checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
         max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
+        outer_gradient=str(a.outer_gradient),
     )
 
 

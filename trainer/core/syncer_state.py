@@ -8,7 +8,14 @@ and calls :meth:`SyncerState.due_merges` / :meth:`SyncerState.merge` when
 Version rules, per fragment p with current version v_p:
 
 - a contribution is the learner's outer gradient ``Θ_p(base) − θ_p`` relative
-  to the global value it last received; it is accepted while
+  to the global value it last received. With ``outer_gradient="current"``
+  the merge rebases it onto the fragment's current value,
+  ``Θ_p(now) − θ_p = Θ_p(now) − Θ_p(base) + upload``, so a late group of
+  learners pulls the fragment towards their parameters instead of adding
+  progress that an earlier merge of the same round already applied (the
+  syncer keeps the values of the last ``max_staleness`` versions for that;
+  a base it no longer holds, as after a restore, is ``stale_version``). It is
+  accepted while
   ``v_p − max_staleness <= base <= v_p``. A late contribution simply misses
   the merge it was meant for and joins the next one (no staleness discount);
   an older one is refused (``stale_version``: the learner fetches the current
@@ -85,6 +92,7 @@ class SyncerPolicy:
     max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
     checkpoint_every_merges: int = 20  # the shell checkpoints when checkpoint_due(); restores skip this many versions
     max_norm_ratio: float = 100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
+    outer_gradient: str = "base"  # "base": as uploaded; "current": rebased onto the fragment's current value
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
     @property
@@ -206,6 +214,9 @@ class SyncerState:
     finished: bool = False
     restored_from_merges: int = -1
     saved_at_merges: int | None = None  # merges_total at the last checkpoint taken (None: none since start/restore)
+    # outer_gradient="current": (fragment, version) -> that version's value, for the last max_staleness versions.
+    # Not checkpointed: after a restore only the current versions are held (older bases are refused as stale).
+    past_values: dict[tuple[int, int], Tensors] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -218,7 +229,7 @@ class SyncerState:
         p = {n: np.array(v, copy=True) for n, v in params.items()}
         opt = outer_optimizer(policy.outer_lr, policy.outer_momentum, policy.nesterov)
         a = policy.ema_alpha
-        return cls(
+        st = cls(
             policy=policy,
             fragments=fragments,
             params=p,
@@ -228,6 +239,25 @@ class SyncerState:
             recent_norms=[[] for _ in fragments],
             timing=Timing(Ema(a), Ema(a), Ema(a)),
         )
+        for fragment in range(len(fragments)):
+            st._remember(fragment)
+        return st
+
+    def _remember(self, fragment: int) -> None:
+        """Keep the fragment's current value for rebasing late contributions (``outer_gradient="current"``)."""
+        if self.policy.outer_gradient != "current":
+            return
+        v = self.versions[fragment]
+        self.past_values[(fragment, v)] = {n: self.params[n].copy() for n in self.fragments[fragment].names}
+        for key in [k for k in self.past_values if k[0] == fragment and k[1] < v - self.policy.max_staleness]:
+            del self.past_values[key]
+
+    def _rebased(self, c: "Contribution", glob: Tensors) -> Tensors:
+        """The contribution as an outer gradient against the fragment's current value."""
+        if self.policy.outer_gradient != "current" or c.base_version == self.versions[c.fragment]:
+            return c.tensors
+        base = self.past_values[(c.fragment, c.base_version)]
+        return {n: t + (glob[n] - base[n]) for n, t in c.tensors.items()}
 
     @staticmethod
     def _frag(params: Tensors, fragment: Fragment) -> Tensors:
@@ -316,6 +346,11 @@ class SyncerState:
             raise Rejected(RejectReason.STALE_VERSION,
                            f"fragment {fragment} is at version {current}; base {base_version} is more than "
                            f"{self.policy.max_staleness} versions old — fetch the current fragment")
+        if (self.policy.outer_gradient == "current" and base_version != current
+                and (fragment, base_version) not in self.past_values):
+            raise Rejected(RejectReason.STALE_VERSION,
+                           f"fragment {fragment} is at version {current}; the syncer no longer holds base "
+                           f"{base_version} to rebase onto (it restarted) — fetch the current fragment")
         if base_version > current:
             raise Rejected(RejectReason.FUTURE_VERSION,
                            f"fragment {fragment} is at version {current}; base {base_version} was never issued")
@@ -403,7 +438,7 @@ class SyncerState:
         frag = self.fragments[fragment]
         glob = self._frag(self.params, frag)
         contribs = list(rnd.contributions.values())
-        vectors = [c.tensors for c in contribs]
+        vectors = [self._rebased(c, glob) for c in contribs]
         weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
         rule: MergeRule = "mean" if set(frag.names) & set(self.policy.mean_tensors) else self.policy.merge_rule
         delta = merge_outer_gradients(vectors, weights, rule)
@@ -414,6 +449,7 @@ class SyncerState:
         self.opt_states[fragment] = new_state
         self.params.update(new_frag)
         self.versions[fragment] += 1
+        self._remember(fragment)
         self.last_merge_at[fragment] = now
         self.merges_total += 1
         total_w = sum(weights) or float(len(weights))
@@ -485,6 +521,9 @@ class SyncerState:
         if len(versions) != len(fragments):
             raise ValueError(f"checkpoint has {len(versions)} fragments, the config {len(fragments)}")
         st.versions = [v + version_skip for v in versions]
+        st.past_values = {}
+        for fragment in range(len(fragments)):
+            st._remember(fragment)
         st.merges_total = int(meta["merges_total"])
         st.restored_from_merges = st.merges_total
         st.incarnation_counts = {k: int(v) for k, v in meta.get("incarnation_counts", {}).items()}

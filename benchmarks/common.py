@@ -1,0 +1,102 @@
+"""What every benchmark shares: the machine line, the results file, the Markdown table, the plot.
+
+A benchmark prints a Markdown table, writes ``benchmarks/results/<name>.json``
+(seed, configuration, machine, raw measurements, table) and a plot next to it,
+so a README row can quote the file and the command that produced it.
+
+Example:
+    >>> print(markdown_table(["mode", "s"], [["decoupled", 1.5], ["sync", None]]))
+    | mode | s |
+    |---|---|
+    | decoupled | 1.5 |
+    | sync | — |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("benchmarks/results")
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers were measured (cores this process may use, not only the machine's)."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {"cpus_usable": len(os.sched_getaffinity(0)), "cpus": os.cpu_count(), "arch": platform.machine(),
+            "python": platform.python_version(), "platform": platform.platform(terse=True),
+            "load_avg_at_start": [round(x, 2) for x in load]}
+
+
+def command_line() -> str:
+    return " ".join([".venv/bin/python -m " + sys.modules["__main__"].__spec__.name] + sys.argv[1:]) \
+        if getattr(sys.modules.get("__main__"), "__spec__", None) else " ".join(sys.argv)
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A table cell: ``None`` is a dash, floats get ``digits`` significant digits.
+
+    Example:
+        >>> fmt(0.123456), fmt(None), fmt(12345.6), fmt("x")
+        ('0.123', '—', '1.23e+04', 'x')
+    """
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    """The median, or ``None`` for no values.
+
+    Example:
+        >>> median_or_none([3.0, 1.0, 2.0]), median_or_none([])
+        (2.0, None)
+    """
+    return statistics.median(values) if values else None
+
+
+def write_results(name: str, *, config: dict[str, Any], results: dict[str, Any], table: str,
+                  out_dir: Path = RESULTS) -> Path:
+    """``<out_dir>/<name>.json`` with the command, seed-bearing config, machine and results; returns the path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    doc = {"benchmark": name, "command": command_line(),
+           "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "machine": machine(), "config": config, "results": results, "table": table}
+    path.write_text(json.dumps(doc, indent=2, default=str))
+    return path
+
+
+def new_figure(width: float = 8.0, height: float = 4.5, ncols: int = 1) -> tuple[Any, Any]:
+    """A matplotlib (Agg) figure and its axes; imported here so a benchmark without plots never loads it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    axes = fig.subplots(1, ncols)
+    return fig, axes
+
+
+def save_figure(fig: Any, name: str, out_dir: Path = RESULTS) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,165 @@
+"""What the benchmarks measure, computed from a run's events (pure: no I/O, no clock).
+
+Every function takes the parsed events of one run (``History.events``: trainer
+events and controller records, ordered by time) and returns numbers; the
+benchmark scripts only run clusters and call these, so the definitions below
+are the ones the published tables use, and they are unit-tested on hand-made
+event lists.
+
+Definitions:
+
+- **start** ``t0``: the first inner step any learner finished (after its JIT
+  compile), so start-up time does not count against any mode.
+- **time to target**: from ``t0`` to the first eval whose loss is at or below
+  the target.
+- **merge round**: one merge of fragment 0; in the synchronous modes every
+  fragment merges once per round, so the round period is the wall time of H
+  inner steps plus their blocking communication.
+- **compute goodput**: the fraction of trained tokens whose training reached
+  a merge (the chaos checker's figure; a contribution's ``c_tokens`` counts
+  each trained token once per fragment, hence the division by P).
+- **time goodput** (the paper's): useful learner time over allocated learner
+  time, ``merged tokens / (M × wall × nominal tokens per learner-second)``;
+  the nominal rate is what one learner trains when it never waits.
+- **longest stall**: the longest stretch without any merge, from ``t0`` to
+  the end of training.
+
+Example:
+    >>> from trainer import events as ev
+    >>> evs = [ev.Eval(ts=5.0, source="syncer", merges_total=4, versions=[1], loss=3.0, loss_floor=2.0,
+    ...                tokens_total=100), ev.Eval(ts=9.0, source="syncer", merges_total=8, versions=[2],
+    ...                loss=2.5, loss_floor=2.0, tokens_total=200)]
+    >>> first_below(evs, 2.6, t0=1.0)
+    (8.0, 200)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chaos.checkers.goodput import trained_tokens
+from trainer import events as ev
+
+
+def _of(events: Sequence[Any], kind: type) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def training_start(events: Sequence[Any]) -> float | None:
+    """When the first inner step of any learner ended (needs ``learner.step_event_every = 1``)."""
+    firsts = [e.ts for e in _of(events, ev.Step) if e.step == 1]
+    return min(firsts) if firsts else None
+
+
+def training_end(events: Sequence[Any]) -> float | None:
+    """The last merge: training that never reached the model does not count as running time."""
+    merges = _of(events, ev.Merge)
+    return merges[-1].ts if merges else None
+
+
+def first_below(events: Sequence[Any], target: float, t0: float) -> tuple[float, int] | None:
+    """(seconds since ``t0``, tokens trained) at the first eval with loss ≤ ``target``; None if never."""
+    for e in _of(events, ev.Eval):
+        if e.loss <= target:
+            return e.ts - t0, e.tokens_total
+    return None
+
+
+def eval_curve(events: Sequence[Any], t0: float) -> list[tuple[float, int, float]]:
+    """(seconds since ``t0``, tokens trained, eval loss) of every eval, in order."""
+    return [(e.ts - t0, e.tokens_total, e.loss) for e in _of(events, ev.Eval)]
+
+
+def loss_at_tokens(events: Sequence[Any], tokens: int) -> float | None:
+    """The eval loss of the last eval at or before ``tokens`` trained; None if none was that early.
+
+    Example:
+        >>> from trainer import events as ev
+        >>> evs = [ev.Eval(ts=1.0, source="syncer", merges_total=1, versions=[1], loss=l, loss_floor=0.0,
+        ...                tokens_total=t) for t, l in [(100, 3.0), (200, 2.0)]]
+        >>> loss_at_tokens(evs, 150), loss_at_tokens(evs, 50)
+        (3.0, None)
+    """
+    best = None
+    for e in _of(events, ev.Eval):
+        if e.tokens_total <= tokens:
+            best = e.loss
+    return best
+
+
+def round_period(events: Sequence[Any], fragment: int = 0, skip: int = 1) -> float | None:
+    """Median seconds between consecutive merges of ``fragment`` (the first ``skip`` gaps are warm-up)."""
+    ts = [e.ts for e in _of(events, ev.Merge) if e.fragment == fragment]
+    gaps = [b - a for a, b in zip(ts, ts[1:])][skip:]
+    return statistics.median(gaps) if gaps else None
+
+
+def longest_stall(events: Sequence[Any], t0: float, t1: float) -> float:
+    """The longest time in ``[t0, t1]`` without a merge.
+
+    Example:
+        >>> from trainer import events as ev
+        >>> m = lambda t: ev.Merge(ts=t, source="syncer", fragment=0, version=1, base_version=0, participants=[],
+        ...                        rule="rda", wait_s=0, quorum_wait_s=0, outer_grad_norm=1, merges_total=1,
+        ...                        tokens_total=1)
+        >>> longest_stall([m(2.0), m(3.0), m(9.0)], t0=0.0, t1=10.0)
+        6.0
+    """
+    ts = [t0] + [e.ts for e in _of(events, ev.Merge) if t0 <= e.ts <= t1] + [t1]
+    return max(b - a for a, b in zip(ts, ts[1:]))
+
+
+def merged_tokens(events: Sequence[Any], num_fragments: int) -> dict[str, int]:
+    """Tokens per learner whose training reached a merge (``c_tokens`` / P summed over its merged uploads)."""
+    out: dict[str, int] = {}
+    for m in _of(events, ev.Merge):
+        for p in m.participants:
+            out[p.learner_id] = out.get(p.learner_id, 0) + p.c_tokens // num_fragments
+    return out
+
+
+def final_eval_loss(events: Sequence[Any]) -> float | None:
+    """The final eval's loss (the last eval when the run was stopped before its final one)."""
+    evals = _of(events, ev.Eval)
+    finals = [e for e in evals if e.final]
+    return (finals or evals)[-1].loss if evals else None
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Goodput figures of one run (see the module docstring for the definitions)."""
+
+    compute: float  # merged tokens / trained tokens
+    time: float  # merged tokens / (M × wall × nominal rate)
+    merged_tokens: int
+    trained_tokens: int
+    wall_s: float
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"compute": round(self.compute, 4), "time": round(self.time, 4), "merged_tokens": self.merged_tokens,
+                "trained_tokens": self.trained_tokens, "wall_s": round(self.wall_s, 2)}
+
+
+def goodput(events: Sequence[Any], *, num_learners: int, num_fragments: int, nominal_tokens_per_s: float,
+            t0: float, t1: float) -> Goodput:
+    """Compute and time goodput of a run whose training ran from ``t0`` to ``t1``.
+
+    Example:
+        >>> from trainer import events as ev
+        >>> p = ev.ParticipantInfo(learner_id="learner-0", incarnation="a", weight=1, c_steps=8, c_tokens=800)
+        >>> m = ev.Merge(ts=2.0, source="syncer", fragment=0, version=1, base_version=0, participants=[p],
+        ...              rule="rda", wait_s=0, quorum_wait_s=0, outer_grad_norm=1, merges_total=1, tokens_total=1)
+        >>> s = ev.Step(ts=2.0, source="learner-0", step=8, loss=1, tokens=800, step_time_s=0.1, blocked_s=0)
+        >>> g = goodput([s, m], num_learners=2, num_fragments=1, nominal_tokens_per_s=100.0, t0=0.0, t1=8.0)
+        >>> g.compute, g.time
+        (1.0, 0.5)
+    """
+    merged = sum(merged_tokens(events, num_fragments).values())
+    trained = sum(trained_tokens(list(events)).values())
+    wall = max(t1 - t0, 1e-9)
+    return Goodput(compute=merged / trained if trained else 0.0,
+                   time=merged / (num_learners * wall * nominal_tokens_per_s),
+                   merged_tokens=merged, trained_tokens=trained, wall_s=wall)
