@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,19 +35,31 @@ from chaos.scenario import Scenario
 BENCH_LEARNER = {"step_event_every": 1}
 QUIET_CHECKS = {"liveness": {"enabled": False}, "reintegration": {"enabled": False}}
 
+# Decoupled DiLoCo as this project's measurements say it trains best with K = 1 (next to the defaults, which
+# every benchmark also runs): late uploads rebased onto the current value, and no outer momentum, because a
+# rebased single-learner merge with Nesterov lr 0.7 and momentum 0.5 steps past the learner's parameters
+# (lr·(1+μ) > 1) and alternating learners then drive the fragment into oscillation (measured: fault-free
+# final loss 7.7 at H = 32 with momentum 0.5, 2.48 with 0; benchmarks/goodput.py).
+TUNED_DECOUPLED = {"outer_gradient": "current", "outer_momentum": 0.0}
+TUNED_LABEL = "rebased, no outer momentum"
+
 
 def run_cluster(label: str, cluster: dict[str, Any], out_root: Path, *, schedule: list[dict[str, Any]] | None = None,
                 stop_when: Callable[[Any], bool] | None = None, timeout_s: float = 1800.0,
-                seed: int = 0, progress: Callable[[str], None] | None = None) -> History:
+                seed: int = 0, progress: Callable[[str], None] | None = None, reuse: bool = False) -> History:
     """Run ``cluster`` (a RunConfig tree) with ``schedule`` (scenario fault specs) and return its history.
 
     The run directory is ``out_root/label``; a run that ends early by ``stop_when`` is complete for the
-    benchmark's purposes (its final eval is the last one the syncer made).
+    benchmark's purposes (its final eval is the last one the syncer made). ``reuse``: when that directory
+    holds a finished run already (``--reuse`` of a benchmark with ``--keep-runs``), read it instead of running,
+    so a table can be recomputed from a run's artifacts.
     """
     cluster = {**cluster, "learner": {**BENCH_LEARNER, **cluster.get("learner", {})}}
     scenario = Scenario.model_validate({"name": label, "seed": seed, "cluster": cluster, "schedule": schedule or [],
                                         "checks": QUIET_CHECKS, "timeout_s": timeout_s})
     out = out_root / label
+    if reuse and (out / "report.json").exists():
+        return History.read(out)
     t = time.monotonic()
     say = progress or (lambda msg: None)
     say(f"[{label}] starting")
@@ -54,3 +67,58 @@ def run_cluster(label: str, cluster: dict[str, Any], out_root: Path, *, schedule
                                       progress=(lambda msg: say(f"[{label}] {msg}")) if progress else None))
     say(f"[{label}] done in {time.monotonic() - t:.0f} s")
     return History.read(out)
+
+
+def add_run_arguments(ap: argparse.ArgumentParser, *, learners: int = 4, fragments: int = 4, sync_every: int = 32,
+                      step_s: float = 0.05) -> None:
+    """The arguments every cluster benchmark shares: cluster shape, emulated step, seed and where runs go."""
+    ap.add_argument("--learners", type=int, default=learners)
+    ap.add_argument("--fragments", type=int, default=fragments)
+    ap.add_argument("--sync-every", type=int, default=sync_every, help="H")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=2e-3, help="inner AdamW learning rate")
+    ap.add_argument("--step-s", type=float, default=step_s, help="emulated step time of a (fast) learner")
+    ap.add_argument("--seed", type=int, default=0, help="seeds every run (and any failure plan)")
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--keep-runs", type=Path, default=None, help="keep every run directory here")
+    ap.add_argument("--reuse", action="store_true", help="with --keep-runs: read runs already there instead of "
+                                                         "running them again (recompute the table from artifacts)")
+
+
+def config_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed arguments as JSON-able configuration for the results file."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+def quiet_progress(msg: str) -> None:
+    """Print a run's phases, not the controller's status line every few seconds."""
+    if "] [chaos] +" not in msg:
+        print(msg, flush=True)
+
+
+def plot_loss_and_goodput(rows: list[dict[str, Any]], name: str, out_dir: Path, *, x: str = "time") -> Path:
+    """``<name>.png``: eval loss per run (``curve``) over time or tokens, and goodput bars (``goodput``)."""
+    from benchmarks.common import new_figure, save_figure
+
+    fig, (ax, bx) = new_figure(12, 4.5, ncols=2)
+    for r in rows:
+        if r["curve"]:
+            ts, toks, ls = zip(*r["curve"])
+            ax.plot(ts if x == "time" else toks, ls, ":" if "fault-free" in r["label"] else "-", label=r["label"])
+    ax.set_xlabel("seconds since the first inner step" if x == "time" else "tokens trained (all learners)")
+    ax.set_ylabel("eval loss")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    _goodput_bars(bx, rows)
+    return save_figure(fig, name, out_dir)
+
+
+def _goodput_bars(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Horizontal bars of time goodput with compute goodput outlined, one per row (``label``, ``goodput``)."""
+    labels = [r["label"] for r in rows]
+    ax.barh(labels, [r["goodput"]["time"] for r in rows], color="tab:blue", label="time goodput")
+    ax.barh(labels, [r["goodput"]["compute"] for r in rows], color="none", edgecolor="black",
+            label="compute goodput")
+    ax.set_xlim(0, 1)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)

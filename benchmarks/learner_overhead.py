@@ -14,9 +14,7 @@ throughput is read from the learner's own ``step`` events after a warm-up.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import markdown_table, new_figure, save_figure, write_results
 from trainer import events as ev
 from trainer.config import build_config
 from trainer.launch import THREAD_ENV, LocalCluster
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pin", action="store_true",
                     help="do not pin: learner, bare loop and syncer then share every core")
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--out", default="benchmarks/results/learner_overhead.json")
+    ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args(argv)
     if args.bare:
         print(bare_loop(args.size, args.steps, args.seed))
@@ -132,15 +131,24 @@ def main(argv: list[str] | None = None) -> int:
             merges.append(m)
             print(f"repeat {r}: bare {bare[-1]:.1f} steps/s, synced {synced[-1]:.1f} steps/s ({m} merges)", flush=True)
     mb, ms = statistics.median(bare), statistics.median(synced)
-    result = {"size": args.size, "steps": args.steps, "repeats": args.repeats, "seed": args.seed,
-              "bare_steps_per_s": bare, "synced_steps_per_s": synced, "merges": merges,
-              "median_bare": mb, "median_synced": ms, "overhead": 1 - ms / mb,
-              "learner_cpus": sorted(learner_cpus or cpus), "syncer_cpus": sorted(syncer_cpus or cpus),
-              "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}"}
-    print(f"\n| model | bare steps/s (median) | synced steps/s (median) | overhead |\n|---|---|---|---|\n"
-          f"| {args.size} | {mb:.1f} | {ms:.1f} | {100 * (1 - ms / mb):.1f}% |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    table = markdown_table(["model", "bare steps/s (median)", "synced steps/s (median)", "overhead"],
+                           [[args.size, round(mb, 1), round(ms, 1), f"{100 * (1 - ms / mb):.1f}%"]])
+    print(f"\n{table}")
+    config = {"size": args.size, "steps": args.steps, "repeats": args.repeats, "seed": args.seed, "pin": pin,
+              "learner_cpus": sorted(learner_cpus or cpus), "syncer_cpus": sorted(syncer_cpus or cpus)}
+    results = {"bare_steps_per_s": bare, "synced_steps_per_s": synced, "merges": merges,
+               "median_bare": mb, "median_synced": ms, "overhead": 1 - ms / mb}
+    out_dir = Path(args.out_dir)
+    write_results("learner_overhead", config=config, results=results, table=table, out_dir=out_dir)
+    fig, ax = new_figure(6, 3.5)
+    ax.plot(range(1, len(bare) + 1), bare, "o-", label="bare JAX loop")
+    ax.plot(range(1, len(synced) + 1), synced, "s-", label="learner, syncing in the background")
+    ax.set_xlabel("repeat (interleaved)")
+    ax.set_ylabel("inner steps / s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"learner overhead: {100 * (1 - ms / mb):.1f}% (medians)")
+    ax.legend(fontsize=8)
+    save_figure(fig, "learner_overhead", out_dir)
     return 0
 
 

@@ -60,12 +60,15 @@ def training_end(events: Sequence[Any]) -> float | None:
     return merges[-1].ts if merges else None
 
 
+def first_eval_below(events: Sequence[Any], target: float) -> ev.Eval | None:
+    """The first eval with loss ≤ ``target``; None if never."""
+    return next((e for e in _of(events, ev.Eval) if e.loss <= target), None)
+
+
 def first_below(events: Sequence[Any], target: float, t0: float) -> tuple[float, int] | None:
     """(seconds since ``t0``, tokens trained) at the first eval with loss ≤ ``target``; None if never."""
-    for e in _of(events, ev.Eval):
-        if e.loss <= target:
-            return e.ts - t0, e.tokens_total
-    return None
+    e = first_eval_below(events, target)
+    return (e.ts - t0, e.tokens_total) if e else None
 
 
 def eval_curve(events: Sequence[Any], t0: float) -> list[tuple[float, int, float]]:
@@ -121,6 +124,32 @@ def merged_tokens(events: Sequence[Any], num_fragments: int) -> dict[str, int]:
     return out
 
 
+def participation(events: Sequence[Any]) -> dict[str, float]:
+    """Mean participants per merge, and per learner the fraction of its finished uploads that were merged.
+
+    Example:
+        >>> from trainer import events as ev
+        >>> p = ev.ParticipantInfo(learner_id="learner-0", incarnation="a", weight=1, c_steps=8, c_tokens=800)
+        >>> m = ev.Merge(ts=2.0, source="syncer", fragment=0, version=1, base_version=0, participants=[p],
+        ...              rule="rda", wait_s=0, quorum_wait_s=0, outer_grad_norm=1, merges_total=1, tokens_total=1)
+        >>> r = ev.SyncResult(ts=1.0, source="learner-0", fragment=0, base_version=0, accepted=True, reason="",
+        ...                   seconds=0.1, bytes=10)
+        >>> participation([r, r, m])
+        {'per_merge': 1.0, 'learner-0': 0.5}
+    """
+    merges = _of(events, ev.Merge)
+    merged: dict[str, int] = {}
+    for mg in merges:
+        for p in mg.participants:
+            merged[p.learner_id] = merged.get(p.learner_id, 0) + 1
+    sent: dict[str, int] = {}
+    for r in _of(events, ev.SyncResult):
+        sent[r.source] = sent.get(r.source, 0) + 1
+    out = {"per_merge": sum(len(mg.participants) for mg in merges) / len(merges) if merges else 0.0}
+    out.update({lid: merged.get(lid, 0) / n for lid, n in sorted(sent.items()) if n})
+    return out
+
+
 def final_eval_loss(events: Sequence[Any]) -> float | None:
     """The final eval's loss (the last eval when the run was stopped before its final one)."""
     evals = _of(events, ev.Eval)
@@ -133,7 +162,7 @@ class Goodput:
     """Goodput figures of one run (see the module docstring for the definitions)."""
 
     compute: float  # merged tokens / trained tokens
-    time: float  # merged tokens / (M × wall × nominal rate)
+    time: float  # merged tokens / (wall × nominal rate of all learners)
     merged_tokens: int
     trained_tokens: int
     wall_s: float
@@ -143,8 +172,8 @@ class Goodput:
                 "trained_tokens": self.trained_tokens, "wall_s": round(self.wall_s, 2)}
 
 
-def goodput(events: Sequence[Any], *, num_learners: int, num_fragments: int, nominal_tokens_per_s: float,
-            t0: float, t1: float) -> Goodput:
+def goodput(events: Sequence[Any], *, num_fragments: int, nominal_tokens_per_s: float, t0: float,
+            t1: float) -> Goodput:
     """Compute and time goodput of a run whose training ran from ``t0`` to ``t1``.
 
     Example:
@@ -153,7 +182,7 @@ def goodput(events: Sequence[Any], *, num_learners: int, num_fragments: int, nom
         >>> m = ev.Merge(ts=2.0, source="syncer", fragment=0, version=1, base_version=0, participants=[p],
         ...              rule="rda", wait_s=0, quorum_wait_s=0, outer_grad_norm=1, merges_total=1, tokens_total=1)
         >>> s = ev.Step(ts=2.0, source="learner-0", step=8, loss=1, tokens=800, step_time_s=0.1, blocked_s=0)
-        >>> g = goodput([s, m], num_learners=2, num_fragments=1, nominal_tokens_per_s=100.0, t0=0.0, t1=8.0)
+        >>> g = goodput([s, m], num_fragments=1, nominal_tokens_per_s=200.0, t0=0.0, t1=8.0)
         >>> g.compute, g.time
         (1.0, 0.5)
     """
@@ -161,5 +190,5 @@ def goodput(events: Sequence[Any], *, num_learners: int, num_fragments: int, nom
     trained = sum(trained_tokens(list(events)).values())
     wall = max(t1 - t0, 1e-9)
     return Goodput(compute=merged / trained if trained else 0.0,
-                   time=merged / (num_learners * wall * nominal_tokens_per_s),
+                   time=merged / (wall * nominal_tokens_per_s),
                    merged_tokens=merged, trained_tokens=trained, wall_s=wall)

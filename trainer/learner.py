@@ -288,7 +288,8 @@ class Learner:
         warm = next(self.setup.batches(self.learner_id, self.incarnation_index))
         jax.block_until_ready(train_step(self.params, opt_state, jnp.asarray(warm), lr_scale(self.cfg.inner, 0.0)))
         want = self.cfg.algorithm.num_learners
-        deadline = time.monotonic() + self.cfg.learner.start_together_s
+        t0 = time.monotonic()
+        deadline = t0 + self.cfg.learner.start_together_s
         joined = 0
         while time.monotonic() < deadline and not stop_flag.is_set():
             try:
@@ -298,8 +299,7 @@ class Learner:
             if joined >= want:
                 break
             time.sleep(0.02)
-        self.log.emit(ev.StartTogether(joined=joined, waited_s=self.cfg.learner.start_together_s
-                                       - max(deadline - time.monotonic(), 0.0)))
+        self.log.emit(ev.StartTogether(joined=joined, waited_s=time.monotonic() - t0))
 
     def run(self, stop_flag: threading.Event) -> str:
         """Train until the syncer says the budget is reached (or ``stop_flag``); returns why it stopped."""

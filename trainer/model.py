@@ -99,7 +99,7 @@ MODEL_SIZES: dict[str, ModelConfig] = {
 }
 
 
-def _param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape for every parameter of ``cfg`` (single source of truth)."""
     d, ff, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
     shapes: dict[str, tuple[int, ...]] = {
@@ -145,7 +145,7 @@ def init_params(cfg: ModelConfig, seed: int) -> Params:
     root = jax.random.PRNGKey(seed)
     resid_scale = 1.0 / math.sqrt(2.0 * max(cfg.n_layers, 1))
     params: Params = {}
-    for i, (name, shape) in enumerate(_param_shapes(cfg).items()):
+    for i, (name, shape) in enumerate(param_shapes(cfg).items()):
         leaf = name.rsplit(".", 1)[-1]
         if leaf == "scale":
             params[name] = jnp.ones(shape, jnp.float32)

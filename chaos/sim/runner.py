@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
@@ -129,9 +128,7 @@ class SimResult:
 @functools.lru_cache(maxsize=8)
 def model_shapes(size: str) -> dict[str, tuple[int, ...]]:
     """Tensor names and shapes of a model size, without computing any parameter."""
-    cfg = model_mod.MODEL_SIZES[size]
-    shapes = jax.eval_shape(lambda: model_mod.init_params(cfg, 0))
-    return {n: tuple(s.shape) for n, s in shapes.items()}
+    return model_mod.param_shapes(model_mod.MODEL_SIZES[size])
 
 
 class _Call:

@@ -184,7 +184,8 @@ def test_partition_sequence_end_to_end() -> None:
 
 def test_last_ok_and_rejoin() -> None:
     st = [StatusSample(0.0, 0.01, True, "s1", {"learner-0": "a"}), StatusSample(1.0, 1.01, False),
-          StatusSample(2.0, 2.01, True, "s1", {"learner-0": "a"}), StatusSample(3.0, 3.01, True, "s1", {"learner-0": "b"})]
+          StatusSample(2.0, 2.01, True, "s1", {"learner-0": "a"}),
+          StatusSample(3.0, 3.01, True, "s1", {"learner-0": "b"})]
     assert last_ok(st, 1.5) is st[0] and last_ok(st, 0.0) is None
     assert fl._rejoin(st, "learner-0", st[0], 1.0, 9.0) == 3.0
     assert fl._rejoin(st, "learner-0", None, 1.0, 9.0) == 2.0  # no record before: any incarnation listed

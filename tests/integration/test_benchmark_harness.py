@@ -1,0 +1,46 @@
+"""The benchmarks' run path on real processes: stop_when, start_together_s, per-learner step delays, reuse."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from benchmarks import measures as m
+from benchmarks.harness import run_cluster
+from chaos.history import Phase
+from trainer import events as ev
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed(tmp_path: Path) -> None:
+    cluster = {"token_budget": 10**12, "model": {"size": "tiny"},
+               "algorithm": {"mode": "decoupled", "num_learners": 2, "sync_every": 8},
+               "learner": {"step_delay_s": 0.03, "start_together_s": 60.0,
+                           "step_delay_overrides": {"learner-0": 0.09}}}
+    h = run_cluster("harness", cluster, tmp_path, stop_when=lambda st: st.merges >= 30, timeout_s=300)
+
+    finished = h.phase("finished")
+    assert finished is not None and finished.detail["stopped_early"] is True
+    teardown = h.phase("teardown")
+    assert isinstance(teardown, Phase)
+    assert teardown.detail["proxies_left"] == [] and teardown.detail["processes_left"] == []
+
+    # Both learners compiled, then waited for each other: both saw the whole cluster joined.
+    together = h.of(ev.StartTogether)
+    assert sorted(e.source for e in together) == ["learner-0", "learner-1"]
+    assert all(e.joined == 2 for e in together)
+    firsts = {e.source: e.ts for e in h.of(ev.Step) if e.step == 1}
+    assert abs(firsts["learner-0"] - firsts["learner-1"]) < 1.0  # compile time no longer spreads the start
+
+    # Each learner runs at its own emulated speed (the step delay is a floor on the step time).
+    times = {lid: statistics.median(e.step_time_s for e in h.of(ev.Step) if e.source == lid and e.step > 5)
+             for lid in ("learner-0", "learner-1")}
+    assert times["learner-0"] >= 0.09 > times["learner-1"] >= 0.03, times
+    assert m.training_start(h.events) == min(firsts.values())
+
+    # A finished run is read back, not run again.
+    again = run_cluster("harness", cluster, tmp_path, reuse=True)
+    assert len(again.events) == len(h.events)
