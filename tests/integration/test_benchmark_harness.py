@@ -38,7 +38,7 @@ def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed
     # Each learner runs at its own emulated speed (the step delay is a floor on the step time).
     times = {lid: statistics.median(e.step_time_s for e in h.of(ev.Step) if e.source == lid and e.step > 5)
              for lid in ("learner-0", "learner-1")}
-    assert times["learner-0"] >= 0.09 > times["learner-1"] >= 0.03, times
+    assert times["learner-0"] >= 0.09 and 0.03 <= times["learner-1"] < 0.8 * times["learner-0"], times
     assert m.training_start(h.events) == min(firsts.values())
 
     # A finished run is read back, not run again.
