@@ -31,7 +31,8 @@ from chaos.controller import RunOptions, run_scenario
 from chaos.history import History
 from chaos.scenario import Scenario
 
-# Every benchmark run: a Step event per step (training start and rates are read from them), no checks to speak of.
+# Every benchmark run: a Step event per step (training start and rates are read from them). Liveness and
+# reintegration are off (a benchmark judges by its own measures); safety and durability still run.
 BENCH_LEARNER = {"step_event_every": 1}
 QUIET_CHECKS = {"liveness": {"enabled": False}, "reintegration": {"enabled": False}}
 
@@ -72,6 +73,7 @@ def run_cluster(label: str, cluster: dict[str, Any], out_root: Path, *, schedule
 def add_run_arguments(ap: argparse.ArgumentParser, *, learners: int = 4, fragments: int = 4, sync_every: int = 32,
                       step_s: float = 0.05) -> None:
     """The arguments every cluster benchmark shares: cluster shape, emulated step, seed and where runs go."""
+    ap.add_argument("--size", default="tiny", choices=["tiny", "small"], help="model size (small: hours on 2 cores)")
     ap.add_argument("--learners", type=int, default=learners)
     ap.add_argument("--fragments", type=int, default=fragments)
     ap.add_argument("--sync-every", type=int, default=sync_every, help="H")

@@ -50,7 +50,7 @@ from trainer.training import TrainingSetup
 
 
 def cluster(args: argparse.Namespace, slow: list[str], **algo: Any) -> dict[str, Any]:
-    return {"seed": args.seed, "token_budget": args.budget, "model": {"size": "tiny"},
+    return {"seed": args.seed, "token_budget": args.budget, "model": {"size": args.size},
             "inner": {"batch_size": args.batch, "lr": args.lr},
             "algorithm": {"mode": "decoupled", "num_learners": args.learners, "num_fragments": args.fragments,
                           "sync_every": args.sync_every, **algo},

@@ -142,7 +142,6 @@ def projected(label: str, mode: str, fast: History, slow: History, target: float
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_run_arguments(ap, sync_every=64)
-    ap.add_argument("--size", default="tiny", choices=["tiny", "small"])
     ap.add_argument("--rate-kbps", type=int, default=200, help="bandwidth of every link, KB/s each direction")
     ap.add_argument("--latency-ms", type=int, default=25, help="added latency each direction")
     ap.add_argument("--dp-budget", type=int, default=600_000, help="tokens of the data-parallel reference run")
