@@ -40,8 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.checkers.goodput import trained_tokens
+from chaos.checkers.goodput import merged_tokens, trained_tokens
 from trainer import events as ev
+from trainer.metrics import final_eval
 
 
 def _of(events: Sequence[Any], kind: type) -> list[Any]:
@@ -115,15 +116,6 @@ def longest_stall(events: Sequence[Any], t0: float, t1: float) -> float:
     return max(b - a for a, b in zip(ts, ts[1:]))
 
 
-def merged_tokens(events: Sequence[Any], num_fragments: int) -> dict[str, int]:
-    """Tokens per learner whose training reached a merge (``c_tokens`` / P summed over its merged uploads)."""
-    out: dict[str, int] = {}
-    for m in _of(events, ev.Merge):
-        for p in m.participants:
-            out[p.learner_id] = out.get(p.learner_id, 0) + p.c_tokens // num_fragments
-    return out
-
-
 def participation(events: Sequence[Any]) -> dict[str, float]:
     """Mean participants per merge, and per learner the fraction of its finished uploads that were merged.
 
@@ -152,9 +144,8 @@ def participation(events: Sequence[Any]) -> dict[str, float]:
 
 def final_eval_loss(events: Sequence[Any]) -> float | None:
     """The final eval's loss (the last eval when the run was stopped before its final one)."""
-    evals = _of(events, ev.Eval)
-    finals = [e for e in evals if e.final]
-    return (finals or evals)[-1].loss if evals else None
+    e = final_eval(events)
+    return e.loss if e else None
 
 
 @dataclass(frozen=True)

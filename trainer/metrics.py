@@ -9,28 +9,35 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from trainer import events as ev
 
 
+def final_eval(events: Iterable[Any]) -> ev.Eval | None:
+    """The run's final eval, or its last one when it never made a final one (stopped early, crashed)."""
+    evals = [e for e in events if isinstance(e, ev.Eval)]
+    finals = [e for e in evals if e.final]
+    return (finals or evals)[-1] if evals else None
+
+
 def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     """Final eval loss, loss floor, merges, tokens, goodput and rejections of a run."""
     events = list(ev.iter_run_events(run_dir))
     evals = [e for e in events if isinstance(e, ev.Eval)]
-    finals = [e for e in evals if e.final]
     merges = [e for e in events if isinstance(e, ev.Merge)]
     syncs = [e for e in events if isinstance(e, ev.SyncStartEvent)]
     merged_tokens = sum(p.c_tokens for m in merges for p in m.participants)
     started_tokens = sum(s.c_tokens for s in syncs)
     steps = [e for e in events if isinstance(e, ev.LearnerStop)]
-    last = finals[-1] if finals else (evals[-1] if evals else None)
+    last = final_eval(evals)
     t0 = min((e.ts for e in events), default=0.0)
     t1 = max((e.ts for e in events), default=0.0)
     return {
         "final_eval_loss": last.loss if last else math.nan,
-        "final_eval_is_final": bool(finals),
+        "final_eval_is_final": bool(last and last.final),
         "loss_floor": last.loss_floor if last else math.nan,
         "gap_to_floor": (last.loss - last.loss_floor) if last else math.nan,
         "merges": len(merges),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from chaos.checkers.base import CheckInput, Verdict
 from trainer import events as ev
 
@@ -20,16 +22,24 @@ def trained_tokens(events: list[ev.Event]) -> dict[str, int]:
     return per
 
 
+def merged_tokens(events: Iterable[ev.Event], num_fragments: int) -> dict[str, int]:
+    """Tokens per learner whose training reached a merge.
+
+    A contribution's c_tokens counts the tokens since that fragment's last sync, so every trained token is
+    contributed once per fragment: divided by P it compares with tokens trained.
+    """
+    merged: dict[str, int] = {}
+    for m in events:
+        if isinstance(m, ev.Merge):
+            for p in m.participants:
+                merged[p.learner_id] = merged.get(p.learner_id, 0) + p.c_tokens // num_fragments
+    return merged
+
+
 def check_goodput(inp: CheckInput) -> Verdict:
     need = inp.checks.goodput.min
     trained = trained_tokens(inp.history.events)
-    merged: dict[str, int] = {}
-    # A contribution's c_tokens counts the tokens since that fragment's last sync, so every trained
-    # token is contributed once per fragment: divide by P to compare with tokens trained.
-    p_count = inp.facts.num_fragments
-    for m in inp.history.of(ev.Merge):
-        for p in m.participants:
-            merged[p.learner_id] = merged.get(p.learner_id, 0) + p.c_tokens // p_count
+    merged = merged_tokens(inp.history.events, inp.facts.num_fragments)
     total = sum(trained.values())
     if total == 0:
         return Verdict("goodput", "indeterminate", "no learner trained any tokens")
