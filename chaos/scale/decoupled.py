@@ -1,0 +1,280 @@
+"""Decoupled DiLoCo at scale: learners never wait; the syncer merges whatever has arrived.
+
+Learners. Each learner steps on its own clock (elastic: paused by its
+outages; non-elastic: each restart begins a new incarnation after
+``rejoin_s``). Its fragment syncs start at the steps the trainer's
+:class:`~trainer.core.schedule.FragmentSchedule` names; uploads queue on the
+learner's link (a link slower than the fragment rate falls behind). As in the
+trainer's :class:`~trainer.core.learner_book.LearnerBook`, a sync is skipped
+while the previous one of that fragment is unanswered, the merged fragment is
+applied no earlier than τ steps after its sync started, and applying it resets
+the fragment's counters — the steps between an upload and that apply are
+overwritten, which is why compute goodput stays below 1 even without faults.
+
+Syncer. Per fragment, a round opens with its first upload and merges when the
+trainer's :func:`~trainer.core.grace.merge_time` says (quorum K, adaptive grace
+window from the same moving averages, at once when every active learner is
+in). Uploads whose base lags more than ``max_staleness`` versions are refused;
+the learner's counters then carry on into its next sync.
+
+Example:
+    >>> from chaos.scale.config import build_scale_config
+    >>> from chaos.scale.outages import unit_outages
+    >>> cfg = build_scale_config({"duration": 200, "failures": {"mtbi_per_chip": 0},
+    ...     "algorithm": {"mode": "decoupled", "num_learners": 2, "num_fragments": 2, "sync_every": 10},
+    ...     "workload": {"step_s": 1, "tokens_per_step": 10}})
+    >>> t = run(cfg, unit_outages(cfg, 200.0))
+    >>> sorted(t.update_times.tolist())[:4]      # fragment 0 after steps 5, 15, ...; fragment 1 after 10, 20, ...
+    [5.0, 10.0, 15.0, 20.0]
+    >>> round(float(t.update_tokens.sum()) / t.trained_at(200.0), 2)  # τ = 2 of every H = 10 steps overwritten
+    0.78
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from chaos.scale.config import ScaleConfig
+from chaos.scale.links import comm_times
+from chaos.scale.outages import Outages
+from chaos.scale.result import DOWN, PAUSED, TRAIN, Timeline, Trace
+from trainer.core.ema import Ema
+from trainer.core.grace import QuorumPolicy, Timing, merge_time
+from trainer.core.reasons import RejectReason
+from trainer.core.replies import upload_outcome
+from trainer.core.schedule import FragmentSchedule
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """Every fragment sync of every learner, one row each (numpy columns)."""
+
+    learner: np.ndarray
+    fragment: np.ndarray
+    step: np.ndarray  # the learner's step (within its incarnation) the sync started after
+    start: np.ndarray  # wall time the sync started
+    arrival: np.ndarray  # wall time the upload reached the syncer
+    incarnation: np.ndarray
+    inc_start: np.ndarray  # wall time the incarnation began stepping
+    lost_at: np.ndarray  # when a failure threw work away ...
+    lost_steps: np.ndarray  # ... and how many steps: the one in flight, and for a restart the steps since each
+    #                         fragment's last delivered sync (mean over fragments)
+
+
+def _sync_steps(schedule: FragmentSchedule, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(step, fragment) of every sync start within steps 1..n, in step order."""
+    offsets = np.array([schedule.offset(p) for p in range(schedule.num_fragments)])
+    cycles = np.arange(0, n // schedule.sync_every + 1) * schedule.sync_every
+    steps = (cycles[:, None] + offsets[None, :]).ravel()
+    frags = np.broadcast_to(np.arange(len(offsets)), (len(cycles), len(offsets))).ravel()
+    keep = steps <= n
+    steps, frags = steps[keep], frags[keep]
+    order = np.argsort(steps, kind="stable")
+    return steps[order], frags[order]
+
+
+def _queued(start: np.ndarray, up: float) -> np.ndarray:
+    """Arrival times of uploads sent one after another over one link: a_k = max(s_k, a_{k-1}) + up."""
+    if up <= 0 or len(start) == 0:
+        return start + up
+    k = np.arange(len(start))
+    return (k + 1) * up + np.maximum.accumulate(start - k * up)
+
+
+def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: FragmentSchedule, up: float) -> Uploads:
+    """Generate the uploads of every learner over the run (vectorised per incarnation)."""
+    step = cfg.workload.step_s
+    horizon = float(cfg.duration)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__ if not k.startswith("lost")}
+    lost_at: list[float] = []
+    lost_steps: list[float] = []
+    inc_id = 0
+    for i, o in enumerate(outages):
+        if o.elastic:
+            spans = [(0.0, horizon)]
+        else:
+            spans = list(zip([0.0, *o.ends.tolist()], [*o.starts.tolist(), horizon]))
+        for a, b in spans:
+            if b <= a or a >= horizon:
+                continue
+            if o.elastic:
+                # Each pause throws away the step in flight (a failed step is redone).
+                work_at_pause = o.starts - o._cum[:-1]  # type: ignore[attr-defined]
+                lost_at.extend(o.starts.tolist())
+                lost_steps.extend((np.mod(work_at_pause, step) / step).tolist())
+                n = int(o.work_before(horizon) // step)
+                steps, frags = _sync_steps(schedule, n)
+                start = o.wall_of_work(steps * step)
+            else:
+                n = int((min(b, horizon) - a) // step)
+                steps, frags = _sync_steps(schedule, n)
+                start = a + steps * step
+            arrival = _queued(start, up)
+            ok = arrival < min(b, horizon)  # a learner that dies mid-upload never delivers it
+            for name, col in (("learner", np.full(len(steps), i)), ("fragment", frags), ("step", steps),
+                              ("start", start), ("arrival", arrival), ("incarnation", np.full(len(steps), inc_id)),
+                              ("inc_start", np.full(len(steps), a))):
+                cols[name].append(col[ok])
+            inc_id += 1
+            if not o.elastic and b < horizon:
+                last = np.zeros(schedule.num_fragments)
+                np.maximum.at(last, frags[ok], steps[ok])
+                lost_at.append(b)
+                lost_steps.append(float(np.mean(n - last)) + ((b - a) % step) / step)
+    return Uploads(**{k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()},
+                   lost_at=np.asarray(lost_at), lost_steps=np.asarray(lost_steps))
+
+
+class _Active:
+    """How many learners are not out at a time (the syncer's liveness view)."""
+
+    def __init__(self, outages: list[Outages]) -> None:
+        ev = sorted([(s, -1) for o in outages for s in o.starts.tolist()] +
+                    [(e, +1) for o in outages for e in o.ends.tolist()])
+        self.times = [t for t, _ in ev]
+        counts, c = [], len(outages)
+        for _, d in ev:
+            c += d
+            counts.append(c)
+        self.counts = counts
+        self.m = len(outages)
+
+    def at(self, t: float) -> int:
+        k = bisect.bisect_right(self.times, t)
+        return self.m if k == 0 else self.counts[k - 1]
+
+
+@dataclass
+class _Book:
+    """One learner's sync state for one fragment, as its LearnerBook holds it."""
+
+    incarnation: int
+    inc_start: float
+    ref_step: int  # counters count from here: the step the last received version was applied after
+    base_version: int  # the version it holds
+    answered_at_step: float = 0.0  # its last sync is answered after this step (inf: still waiting)
+    waiting_for: int | None = None  # the version its last accepted upload asked for, not merged yet
+    sync_step: int = 0  # the step its last sync started after
+
+
+def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = None,
+        progress: Callable[[float], None] | None = None) -> Trace:
+    a, w = cfg.algorithm, cfg.workload
+    m, nfrag = a.num_learners, a.num_fragments
+    schedule = FragmentSchedule(nfrag, a.sync_every, a.overlap_steps, bool(a.staggered))
+    policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_s, a.overlap_steps)
+    comm = comm_times(cfg)
+    up, down = comm.fragment_up_s, comm.fragment_down_s
+    step = w.step_s
+    tokens_per_learner_step = w.tokens_per_step / m
+    horizon = float(cfg.duration)
+    ups = learner_uploads(cfg, outages, schedule, up)
+    active = _Active(outages)
+    timing = Timing(t_step=Ema(value=step)).observe_sync(up)
+
+    def receive(b: _Book, learner: int, at: float, version: int) -> None:
+        """The learner got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
+        after its sync started (LearnerBook.ready), and its counters reset."""
+        o = outages[learner]
+        work = o.work_before(at) if o.elastic else at - b.inc_start
+        b.answered_at_step = max(math.ceil(work / step - 1e-9), b.sync_step + a.overlap_steps)
+        b.ref_step = int(b.answered_at_step)
+        b.base_version = version
+        b.waiting_for = None
+
+    merge_times: list[float] = []
+    merge_tokens: list[float] = []
+    participants = skipped = refused = 0
+    for p in range(nfrag):
+        sel = np.flatnonzero(ups.fragment == p)
+        sel = sel[np.argsort(ups.arrival[sel], kind="stable")]
+        rows = zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.arrival[sel].tolist(),
+                   ups.incarnation[sel].tolist(), ups.inc_start[sel].tolist())
+        books: dict[int, _Book] = {}
+        version = 0
+        members: list[tuple[int, int]] = []  # (learner, c_steps) of the open round
+        opened = quorum_at = last_arrival = 0.0
+
+        def close(at: float) -> None:
+            nonlocal version, participants, timing
+            version += 1
+            merge_times.append(at)
+            merge_tokens.append(sum(c for _, c in members) * tokens_per_learner_step / nfrag)
+            participants += len(members)
+            q = quorum_at - opened
+            if timing.t_quorum.value != q:  # an EMA of an unchanged sample is unchanged: skip the work
+                timing = timing.observe_quorum(q)
+            for i, _ in members:
+                b = books[i]
+                if b.waiting_for == version:
+                    receive(b, i, at + down, version)
+            members.clear()
+
+        for i, s, arr, inc, inc_start in rows:
+            while members:
+                mt = merge_time(policy, timing, quorum_at, len(members), active.at(last_arrival))
+                if mt is None or max(mt, last_arrival) > arr:
+                    break
+                close(max(mt, last_arrival))
+            b = books.get(i)
+            if b is None or b.incarnation != inc:
+                b = books[i] = _Book(inc, inc_start, 0, version)  # a (re)joined learner fetches the current version
+            elif b.answered_at_step > s:
+                skipped += 1  # the previous sync of this fragment is unanswered: the counters carry on
+                continue
+            b.sync_step = s
+            accepted = version - b.base_version <= a.max_staleness
+            out = upload_outcome(accepted, "" if accepted else RejectReason.STALE_VERSION.value, b.base_version,
+                                 version)
+            if not accepted:
+                refused += 1
+            else:
+                if not members:
+                    opened, quorum_at = arr, math.inf
+                members.append((i, s - b.ref_step))
+                last_arrival = arr
+                if len(members) == a.min_quorum:
+                    quorum_at = arr
+            assert out.want is not None
+            if out.want <= version:
+                receive(b, i, arr + down, version)  # what it asked for exists: the reply brings it back
+            else:
+                b.answered_at_step, b.waiting_for = math.inf, out.want
+        while members:
+            mt = merge_time(policy, timing, quorum_at, len(members), active.at(last_arrival))
+            if mt is None or max(mt, last_arrival) > horizon:
+                break
+            close(max(mt, last_arrival))
+        if progress is not None:
+            progress((p + 1) / nfrag)
+    if timeline is not None:
+        for i, o in enumerate(outages):
+            t = 0.0
+            for s, e in zip(o.starts.tolist(), o.ends.tolist()):
+                timeline.add(i, t, min(s, horizon), TRAIN)
+                timeline.add(i, s, min(e, horizon), PAUSED if o.elastic else DOWN)
+                t = e
+            timeline.add(i, t, horizon, TRAIN)
+    rate = tokens_per_learner_step / step
+    n_merges = len(merge_times)
+    order = np.argsort(ups.lost_at)
+    lost_t, lost_cum = ups.lost_at[order], np.concatenate([[0.0], np.cumsum(ups.lost_steps[order])])
+
+    def trained_at(t: float) -> float:
+        return rate * sum(o.work_before(t) for o in outages)
+
+    def useful_at(t: float) -> float:
+        return trained_at(t) - tokens_per_learner_step * float(lost_cum[np.searchsorted(lost_t, t, side="right")])
+
+    return Trace(np.asarray(merge_times), np.asarray(merge_tokens), trained_at=trained_at, useful_at=useful_at,
+                 failures=sum(int((o.failure_times < horizon).sum()) for o in outages), timeline=timeline,
+                 details={"uploads": float(len(ups.step)), "skipped_syncs": float(skipped),
+                          "refused_stale": float(refused), "merges": float(n_merges),
+                          "participants_per_merge": participants / n_merges if n_merges else 0.0,
+                          "fragment_round_trip_s": comm.fragment_round_trip_s,
+                          "fragment_period_s": a.sync_every * step / nfrag})

@@ -1,0 +1,45 @@
+"""``simulate_scale``: a plan in, a :class:`~chaos.scale.result.ScaleResult` out.
+
+Example:
+    >>> from chaos.scale.config import build_scale_config
+    >>> r = simulate_scale(build_scale_config({"cluster": {"chips": "150k"}, "elastic": False,
+    ...                                        "algorithm": {"mode": "data-parallel"}}))
+    >>> r.label, round(r.goodput, 2), r.failures > 0
+    ('data-parallel, no elasticity', 0.72, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chaos.scale import data_parallel, decoupled, sync_diloco
+from chaos.scale.config import ScaleConfig
+from chaos.scale.outages import unit_outages
+from chaos.scale.result import ScaleResult, Timeline, summarize
+
+Progress = Callable[[str, float], None]
+
+
+def simulate_scale(cfg: ScaleConfig, *, timeline: bool = False, progress: Progress | None = None) -> ScaleResult:
+    """Simulate ``cfg.duration`` of the plan (stopping at its token budget); deterministic given ``cfg.seed``.
+
+    ``timeline`` keeps per-unit segments for :func:`chaos.scale.plots.plot_timeline` (short runs);
+    ``progress(stage, fraction)`` is called as the simulation goes.
+    """
+    def report(stage: str) -> Callable[[float], None] | None:
+        return None if progress is None else (lambda f: progress(stage, f))
+
+    if progress is not None:
+        progress("failures", 0.0)
+    outages = unit_outages(cfg, float(cfg.duration))
+    tl = Timeline() if timeline else None
+    mode = cfg.algorithm.mode
+    if mode == "data-parallel":
+        trace = data_parallel.run(cfg, outages, tl)
+    elif mode == "sync-diloco":
+        trace = sync_diloco.run(cfg, outages, tl, report("rounds"))
+    else:
+        trace = decoupled.run(cfg, outages, tl, report("fragments"))
+    if progress is not None:
+        progress("done", 1.0)
+    return summarize(cfg, trace)
