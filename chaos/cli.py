@@ -5,6 +5,7 @@
     diloco-chaos run kill-and-rejoin [--out runs/chaos/k] [--seed 7] [--set cluster.token_budget=600000]
     diloco-chaos report runs/chaos/k
     diloco-chaos simulate kill-and-rejoin                  # deterministic mode, seconds
+    diloco-chaos simulate --scale --chips 2.4M --compare   # goodput at scale, a simulated week
     diloco-chaos search kill-and-rejoin --examples 200 --out repro.yaml
     diloco-chaos replay repro.yaml --backend local         # or a run directory; --backend docker|sim
 
@@ -154,6 +155,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.scale:
+        from chaos.scale.command import run_scale_command
+
+        return run_scale_command(args)
+    if not args.scenario:
+        raise ScenarioError("simulate needs a SCENARIO (a built-in name or a file), or --scale for the scale "
+                            "simulator")
     return _simulate(_load(args.scenario, args.seed, args.set), args)
 
 
@@ -241,10 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("target", metavar="RUN_DIR_OR_FILE")
     _add_run_options(rp)
     rp.set_defaults(fn=cmd_replay)
-    sm = sub.add_parser("simulate", help="run a scenario in deterministic mode (virtual clock, seconds)")
-    sm.add_argument("scenario", metavar="SCENARIO")
+    sm = sub.add_parser("simulate", help="run a scenario in deterministic mode (virtual clock, seconds), or with "
+                                         "--scale simulate goodput at data-centre scale")
+    sm.add_argument("scenario", metavar="SCENARIO", nargs="?",
+                    help="a scenario (built-in name or file); with --scale, an optional plan file")
     _add_overrides(sm)
     sm.add_argument("--out", help="run directory (default runs/sim/<name>-<time>)")
+    from chaos.scale.command import add_scale_arguments
+
+    add_scale_arguments(sm)
     sm.set_defaults(fn=cmd_simulate)
     se = sub.add_parser("search", help="generate fault schedules in deterministic mode, shrink the first failing "
                                        "one, write it as a scenario")

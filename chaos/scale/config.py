@@ -2,7 +2,8 @@
 
 The ``algorithm`` section *is* the trainer's :class:`~trainer.config.AlgorithmSection`
 (same modes, presets and checks), so a plan names H, P, τ, K and the grace
-window exactly as a run config does. Durations and counts take units
+window exactly as a run config does; only the defaults differ, to the paper's
+scale (decoupled, M = 8, P = H = 24). Durations and counts take units
 (``7d``, ``1y``, ``500ms``, ``2.4M``, ``12B``, ``5Gbps``).
 
 The recovery defaults are this project's calibration against the paper's
@@ -12,10 +13,9 @@ goodput table (README, "Scale simulator"): a failure costs a non-elastic job
 60–85 s and 20–30 s.
 
 Example:
-    >>> cfg = build_scale_config({"cluster": {"chips": "2.4M"}, "algorithm": {"mode": "decoupled",
-    ...                           "num_learners": 8}})
-    >>> cfg.cluster.chips, cfg.chips_per_learner, cfg.duration / 86400
-    (2400000.0, 300000.0, 7.0)
+    >>> cfg = build_scale_config({"cluster": {"chips": "2.4M"}, "algorithm": {"num_learners": 16}})
+    >>> cfg.cluster.chips, cfg.chips_per_learner, cfg.duration / 86400, cfg.algorithm.sync_every
+    (2400000.0, 150000.0, 7.0, 24)
     >>> build_scale_config({"cluster": {"chips": -1}}, "plan.yaml")
     Traceback (most recent call last):
     ...
@@ -35,6 +35,9 @@ from chaos.errors import ScenarioError
 from chaos.scale.quantities import DAY, YEAR, Count, Gbps, Seconds
 from trainer.config import AlgorithmSection, format_validation_error, merge_trees, parse_overrides
 from trainer.errors import ConfigError
+
+
+SCALE_ALGORITHM_DEFAULTS: dict[str, Any] = {"num_learners": 8, "num_fragments": 24, "sync_every": 24}
 
 
 class _Strict(BaseModel):
@@ -68,9 +71,9 @@ class FailureSection(_Strict):
 
 class RecoverySection(_Strict):
     detect_s: Seconds = Field(10.0, ge=0, description="failure to detection (heartbeat timeout)")
-    restart_s: Seconds = Field(64.0, ge=0, description="non-elastic: detection to training again (reschedule, "
+    restart_s: Seconds = Field(61.0, ge=0, description="non-elastic: detection to training again (reschedule, "
                                                         "restore)")
-    reconfigure_s: Seconds = Field(11.6, ge=0, description="elastic: detection to training again without the "
+    reconfigure_s: Seconds = Field(11.0, ge=0, description="elastic: detection to training again without the "
                                                            "failed replica")
     replace_s: Seconds = Field(0.0, ge=0, description="elastic: how long a failed replica stays out (0: hot spares "
                                                       "fill it at the reconfiguration)")
@@ -106,13 +109,19 @@ class ScaleConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _one_dp_job(cls, data: Any) -> Any:
-        # Data-parallel is one job over every chip; fill M = 1 rather than make users say it.
-        if isinstance(data, dict) and isinstance(data.get("algorithm"), dict):
-            alg = data["algorithm"]
-            if alg.get("mode") == "data-parallel" and "num_learners" not in alg:
-                data = {**data, "algorithm": {**alg, "num_learners": 1}}
-        return data
+    def _scale_defaults(cls, data: Any) -> Any:
+        # At scale the paper's shape is the sensible default (M = 8, P = H = 24), not the trainer's small-run
+        # one; data-parallel is one job over every chip, so M = 1 is filled in rather than demanded.
+        if not isinstance(data, dict):
+            return data
+        alg = data.get("algorithm", {})
+        if not isinstance(alg, dict):
+            return data
+        if alg.get("mode") == "data-parallel":
+            alg = {"num_learners": 1, **alg}
+        else:
+            alg = {**SCALE_ALGORITHM_DEFAULTS, **alg}
+        return {**data, "algorithm": alg}
 
     @model_validator(mode="after")
     def _check(self) -> "ScaleConfig":

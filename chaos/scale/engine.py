@@ -5,7 +5,7 @@ Example:
     >>> r = simulate_scale(build_scale_config({"cluster": {"chips": "150k"}, "elastic": False,
     ...                                        "algorithm": {"mode": "data-parallel"}}))
     >>> r.label, round(r.goodput, 2), r.failures > 0
-    ('data-parallel, no elasticity', 0.72, True)
+    ('data-parallel, no elasticity', 0.74, True)
 """
 
 from __future__ import annotations

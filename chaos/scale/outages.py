@@ -20,9 +20,9 @@ Example:
     ...     "recovery": {"rejoin_s": 1}, "algorithm": {"mode": "data-parallel"}})
     >>> o = unit_outages(cfg, horizon=100.0)[0]
     >>> o.starts.tolist(), o.ends.tolist(), o.failures
-    ([10.0, 50.0], [14.0, 129.0], 3)
+    ([10.0, 50.0], [14.0, 122.0], 3)
     >>> o.down_between(0.0, 100.0)
-    54.0
+    47.0
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ class Timeline:
     """Per-unit segments and merge times of a (short) run, for the timeline picture."""
 
     segments: list[Segment] = field(default_factory=list)
+    updates: list[float] = field(default_factory=list)  # when the global model advanced
     limit: int = 20_000
     truncated: bool = False
 
@@ -161,6 +162,8 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     gaps = np.diff(np.concatenate([[0.0], t_kept, [wall]]))
     i = int(np.argmax(gaps)) if len(gaps) else 0
     starts = np.concatenate([[0.0], t_kept])
+    if trace.timeline is not None:
+        trace.timeline.updates = t_kept[: trace.timeline.limit].tolist()
     trained = float(trace.trained_at(wall))
     useful = merged if trace.useful_at is None else float(trace.useful_at(wall))
     nominal = cfg.tokens_per_chip_s * cfg.cluster.chips * wall

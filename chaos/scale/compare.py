@@ -1,0 +1,58 @@
+"""One plan, every way to train it: data-parallel (non-elastic and elastic), synchronous and Decoupled DiLoCo.
+
+What a planner asks first: on my chips, failure rate and links, what goodput
+and wall-clock does each approach give? :func:`variants` derives the four
+plans from one (same hardware, failures, links and seed; M and the schedule
+from the plan's ``algorithm`` section), :func:`results_table` lays the results
+side by side.
+
+Example:
+    >>> from chaos.scale.config import build_scale_config
+    >>> cfg = build_scale_config({"algorithm": {"mode": "decoupled", "num_learners": 8}})
+    >>> [(v.algorithm.mode, v.elastic, v.algorithm.num_learners) for v in variants(cfg)]
+    [('data-parallel', False, 1), ('data-parallel', True, 1), ('sync-diloco', True, 8), ('decoupled', True, 8)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from chaos.scale.config import ScaleConfig, build_scale_config
+from chaos.scale.quantities import format_count, format_duration
+from chaos.scale.result import ScaleResult
+
+# Fields that only make sense for one mode; dropped when the plan is turned into another mode.
+_MODE_BOUND = ("min_quorum", "grace", "staggered", "overlap_steps", "blocking", "max_staleness", "outer_lr",
+               "outer_momentum", "merge_rule")
+
+
+def variants(cfg: ScaleConfig) -> list[ScaleConfig]:
+    """Data-parallel without and with elasticity, sync DiLoCo and Decoupled DiLoCo, from one plan."""
+    tree = cfg.model_dump(mode="json")
+    alg = {k: v for k, v in tree["algorithm"].items() if k not in _MODE_BOUND}
+    m = alg.pop("num_learners")
+    m = m if cfg.algorithm.mode != "data-parallel" else 8
+    dp_alg = {k: v for k, v in alg.items() if k != "sync_every"}
+    out = []
+    for mode, elastic, extra in (("data-parallel", False, {"num_learners": 1}),
+                                 ("data-parallel", True, {"num_learners": 1}),
+                                 ("sync-diloco", cfg.elastic, {"num_learners": m}),
+                                 ("decoupled", cfg.elastic, {"num_learners": m})):
+        a = {**(dp_alg if mode == "data-parallel" else alg), **extra, "mode": mode}
+        out.append(build_scale_config({**tree, "elastic": elastic, "algorithm": a}, f"{cfg.name} as {mode}"))
+    return out
+
+
+def results_table(results: Sequence[ScaleResult]) -> str:
+    """A Markdown table of results, one row each."""
+    header = ("approach", "goodput", "merged goodput", "longest global stall", "time to budget", "failures",
+              "tokens merged")
+    rows: list[Sequence[Any]] = []
+    for r in results:
+        rows.append((r.label, f"{r.goodput:.1%}", f"{r.merged_goodput:.1%}", format_duration(r.longest_stall_s),
+                     "—" if r.time_to_budget_s is None else format_duration(r.time_to_budget_s), r.failures,
+                     format_count(r.merged_tokens)))
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
