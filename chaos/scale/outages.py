@@ -22,7 +22,7 @@ Example:
     >>> o.starts.tolist(), o.ends.tolist(), o.failures
     ([10.0, 50.0], [14.0, 122.0], 3)
     >>> o.down_between(0.0, 100.0)
-    47.0
+    54.0
 """
 
 from __future__ import annotations
