@@ -61,7 +61,9 @@ class WorkloadSection(_Strict):
 class ScheduledFailure(_Strict):
     at: Seconds = Field(ge=0)
     learner: int = Field(ge=0, description="which learner (data-parallel: 0, the one job)")
-    down_s: Seconds | None = Field(None, ge=0, description="override recovery.restart_s for this failure")
+    down_s: Seconds | None = Field(None, ge=0, description="out this long instead of detect_s + restart_s "
+                                                            "(elastic: + reconfigure_s), like a kill restarted "
+                                                            "after down_s")
 
 
 class FailureSection(_Strict):

@@ -5,7 +5,7 @@ Every step takes ``step_s`` plus the all-reduce time the step cannot hide
 whole job: non-elastic, for a restart, losing the progress since the last
 checkpoint (``recovery.checkpoint_every_s``; 0: only the step in flight);
 elastic, for a reconfiguration, after which the job goes on without the
-failed replica (its chips idle for ``recovery.replace_s``).
+failed replica (its chips idle for ``recovery.replace_s``: :func:`chaos.scale.outages.sit_out`).
 
 Example:
     >>> from chaos.scale.config import build_scale_config
@@ -14,7 +14,7 @@ Example:
     ...     "workload": {"step_s": 1, "tokens_per_step": 10},
     ...     "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 10.5, "learner": 0, "down_s": 20}]}})
     >>> t = run(cfg, unit_outages(cfg, 100.0))
-    >>> len(t.update_times), float(t.update_tokens.sum()), t.failures  # steps end at 1..10, then 31.5..99.5
+    >>> len(t.update_times), float(t.update_tokens.sum()), len(t.failure_times)  # steps end at 1..10, then 31.5..99.5
     (79, 790.0, 1)
 """
 
@@ -61,15 +61,9 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     if timeline is not None:
         for s, e in zip(o.starts.tolist(), o.ends.tolist()):
             timeline.add(0, s, min(e, horizon), PAUSED if cfg.elastic else DOWN)
-    if cfg.elastic and cfg.recovery.replace_s > 0:
-        # The failed replica's share of the job sits out until it is replaced.
-        share = min(1.0, cfg.cluster.chips_per_replica / cfg.cluster.chips)
-        for f in o.failure_times[o.failure_times < horizon].tolist():
-            fix_t.append(f)
-            fix_tok.append(-share * per_step / step_wall * cfg.recovery.replace_s)
     rate = per_step / step_wall
     return Trace(np.concatenate(times) if times else np.empty(0), np.concatenate(tokens) if tokens else np.empty(0),
-                 trained_at=lambda t: rate * o.work_before(t), failures=int((o.failure_times < horizon).sum()),
+                 trained_at=lambda t: rate * o.work_before(t), failure_times=o.failure_times,
                  timeline=timeline,
                  details={"step_wall_s": step_wall, "exposed_comm_s": comm.dp_exposed_s,
                           "allreduce_s": comm.dp_allreduce_s, "rolled_back_tokens": lost_tokens},

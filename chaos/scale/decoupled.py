@@ -64,6 +64,7 @@ class Uploads:
     lost_at: np.ndarray  # when a failure threw work away ...
     lost_steps: np.ndarray  # ... and how many steps: the one in flight, and for a restart the steps since each
     #                         fragment's last delivered sync (mean over fragments)
+    link_skipped: int  # syncs not sent: the previous one of the fragment was still unanswered
 
 
 def _sync_steps(schedule: FragmentSchedule, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,21 +79,50 @@ def _sync_steps(schedule: FragmentSchedule, n: int) -> tuple[np.ndarray, np.ndar
     return steps[order], frags[order]
 
 
-def _queued(start: np.ndarray, up: float) -> np.ndarray:
-    """Arrival times of uploads sent one after another over one link: a_k = max(s_k, a_{k-1}) + up."""
-    if up <= 0 or len(start) == 0:
-        return start + up
-    k = np.arange(len(start))
-    return (k + 1) * up + np.maximum.accumulate(start - k * up)
+def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which syncs are sent, and when each upload arrives, over one learner's link.
+
+    Uploads go one after another (a_k = max(s_k, a_{k-1}) + up). As in
+    LearnerBook, a sync is skipped — nothing sent — while the previous one of
+    its fragment is unanswered; the answer is back no earlier than ``down``
+    after its upload arrived.
+
+    Example:
+        >>> sent, arr = _send(np.array([0.0, 1.0, 2.0, 3.0]), np.array([0, 1, 0, 1]), up=1.5, down=0.5)
+        >>> sent.tolist(), arr[sent].tolist()  # fragment 1's answer is back at 3.5: its sync at 3 is skipped
+        ([True, True, True, False], [1.5, 3.0, 4.5])
+    """
+    arrival = start + up
+    if len(start) == 0:
+        return np.ones(0, dtype=bool), arrival
+    gaps_ok = up <= 0 or bool(np.all(np.diff(start) >= up))
+    same = {p: start[frags == p] for p in np.unique(frags).tolist()}
+    answers_ok = all(len(s) < 2 or np.min(np.diff(s)) >= up + down for s in same.values())
+    if gaps_ok and answers_ok:
+        return np.ones(len(start), dtype=bool), arrival  # the link keeps up: nothing queues, nothing is skipped
+    sent = np.zeros(len(start), dtype=bool)
+    free = -math.inf
+    back: dict[int, float] = {}
+    for k, (s, p) in enumerate(zip(start.tolist(), frags.tolist())):
+        if back.get(p, -math.inf) > s:
+            continue
+        free = max(s, free) + up
+        arrival[k] = free
+        back[p] = free + down
+        sent[k] = True
+    return sent, arrival
 
 
-def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: FragmentSchedule, up: float) -> Uploads:
+def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: FragmentSchedule, up: float,
+                    down: float) -> Uploads:
     """Generate the uploads of every learner over the run (vectorised per incarnation)."""
     step = cfg.workload.step_s
     horizon = float(cfg.duration)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__ if not k.startswith("lost")}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__
+                                         if not k.startswith(("lost", "link"))}
     lost_at: list[float] = []
     lost_steps: list[float] = []
+    link_skipped = 0
     inc_id = 0
     for i, o in enumerate(outages):
         if o.elastic:
@@ -114,8 +144,9 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
                 n = int((min(b, horizon) - a) // step)
                 steps, frags = _sync_steps(schedule, n)
                 start = a + steps * step
-            arrival = _queued(start, up)
-            ok = arrival < min(b, horizon)  # a learner that dies mid-upload never delivers it
+            sent, arrival = _send(start, frags, up, down)
+            ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it
+            link_skipped += int((~sent).sum())
             for name, col in (("learner", np.full(len(steps), i)), ("fragment", frags), ("step", steps),
                               ("start", start), ("arrival", arrival), ("incarnation", np.full(len(steps), inc_id)),
                               ("inc_start", np.full(len(steps), a))):
@@ -127,7 +158,7 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
                 lost_at.append(b)
                 lost_steps.append(float(np.mean(n - last)) + ((b - a) % step) / step)
     return Uploads(**{k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()},
-                   lost_at=np.asarray(lost_at), lost_steps=np.asarray(lost_steps))
+                   lost_at=np.asarray(lost_at), lost_steps=np.asarray(lost_steps), link_skipped=link_skipped)
 
 
 class _Active:
@@ -173,7 +204,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     step = w.step_s
     tokens_per_learner_step = w.tokens_per_step / m
     horizon = float(cfg.duration)
-    ups = learner_uploads(cfg, outages, schedule, up)
+    ups = learner_uploads(cfg, outages, schedule, up, down)
     active = _Active(outages)
     timing = Timing(t_step=Ema(value=step)).observe_sync(up)
 
@@ -272,8 +303,8 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         return trained_at(t) - tokens_per_learner_step * float(lost_cum[np.searchsorted(lost_t, t, side="right")])
 
     return Trace(np.asarray(merge_times), np.asarray(merge_tokens), trained_at=trained_at, useful_at=useful_at,
-                 failures=sum(int((o.failure_times < horizon).sum()) for o in outages), timeline=timeline,
-                 details={"uploads": float(len(ups.step)), "skipped_syncs": float(skipped),
+                 failure_times=np.concatenate([o.failure_times for o in outages]), timeline=timeline,
+                 details={"uploads": float(len(ups.step)), "skipped_syncs": float(skipped + ups.link_skipped),
                           "refused_stale": float(refused), "merges": float(n_merges),
                           "participants_per_merge": participants / n_merges if n_merges else 0.0,
                           "fragment_round_trip_s": comm.fragment_round_trip_s,

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from chaos.scale import data_parallel, decoupled, sync_diloco
 from chaos.scale.config import ScaleConfig
-from chaos.scale.outages import unit_outages
-from chaos.scale.result import ScaleResult, Timeline, summarize
+from chaos.scale.outages import Outages, sit_out, unit_outages
+from chaos.scale.result import ScaleResult, Timeline, Trace, summarize
 
 Progress = Callable[[str, float], None]
 
@@ -40,6 +42,20 @@ def simulate_scale(cfg: ScaleConfig, *, timeline: bool = False, progress: Progre
         trace = sync_diloco.run(cfg, outages, tl, report("rounds"))
     else:
         trace = decoupled.run(cfg, outages, tl, report("fragments"))
+    _charge_sit_outs(cfg, outages, trace)
     if progress is not None:
         progress("done", 1.0)
     return summarize(cfg, trace)
+
+
+def _charge_sit_outs(cfg: ScaleConfig, outages: list[Outages], trace: Trace) -> None:
+    """Elastic units train on fewer replicas while failed ones wait for replacement: take those tokens back."""
+    if not cfg.elastic or cfg.recovery.replace_s <= 0:
+        return
+    replicas = max(1, int(cfg.chips_per_learner // cfg.cluster.chips_per_replica))
+    step_wall = trace.details.get("step_wall_s", cfg.workload.step_s)  # data-parallel: exposed comm included
+    per_replica_s = cfg.workload.tokens_per_step / cfg.algorithm.num_learners / replicas / step_wall
+    for o in outages:
+        t, lost = sit_out(o, replicas, cfg.recovery.replace_s, float(cfg.duration))
+        trace.correction_times = np.concatenate([trace.correction_times, t])
+        trace.correction_tokens = np.concatenate([trace.correction_tokens, -lost * per_replica_s])

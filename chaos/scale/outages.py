@@ -132,3 +132,42 @@ def _merge(starts: np.ndarray, ends: np.ndarray, elastic: bool) -> Outages:
         e_out.append(e)
     return Outages(np.asarray(s_out, dtype=float), np.asarray(e_out, dtype=float), np.asarray(starts, dtype=float),
                    elastic)
+
+
+def sit_out(o: Outages, replicas: int, replace_s: float, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+    """Elastic units: replica-seconds lost while failed replicas wait to be replaced.
+
+    A failed replica sits out from the end of the pause its failure caused until
+    ``replace_s`` after the failure; at most ``replicas`` sit out at once (then
+    the unit has none left to lose). Returns (when each stretch began, replica-
+    seconds lost in it), clipped to ``horizon``; outside pauses only, since a
+    pause already idles the whole unit.
+
+    Example:
+        >>> import numpy as np
+        >>> o = Outages(np.array([10.0]), np.array([15.0]), np.array([10.0, 12.0]), elastic=True)
+        >>> t, lost = sit_out(o, replicas=4, replace_s=20.0, horizon=100.0)
+        >>> t.tolist(), lost.tolist()          # two replicas out from 15 s; back at 30 s and 32 s
+        ([15.0, 30.0], [30.0, 2.0])
+    """
+    if replace_s <= 0 or not o.elastic or o.failures == 0:
+        return np.empty(0), np.empty(0)
+    ev: list[tuple[float, int]] = []
+    for f in o.failure_times.tolist():
+        k = bisect.bisect_right(o._starts_l, f) - 1  # type: ignore[attr-defined]
+        start = max(f, o._ends_l[k]) if k >= 0 and o._ends_l[k] > f else f  # type: ignore[attr-defined]
+        end = min(f + replace_s, horizon)
+        if end > start:
+            ev += [(start, +1), (end, -1)]
+    ev.sort()
+    times, lost = [], []
+    n, prev = 0, 0.0
+    for t, d in ev:
+        if n > 0 and t > prev:
+            out = min(n, replicas) * (t - prev - o.down_between(prev, t))
+            if out > 0:
+                times.append(prev)
+                lost.append(out)
+        n += d
+        prev = t
+    return np.asarray(times), np.asarray(lost)

@@ -22,10 +22,10 @@ Example:
     >>> cfg = build_scale_config({"cluster": {"chips": 10}, "duration": 100, "token_budget": 500,
     ...     "workload": {"step_s": 1, "tokens_per_step": 10}})
     >>> t = Trace(np.array([10.0, 20.0, 60.0]), np.array([100.0, 100.0, 300.0]),
-    ...           trained_at=lambda s: 10.0 * s, failures=1)
+    ...           trained_at=lambda s: 10.0 * s, failure_times=np.array([30.0, 80.0]))
     >>> r = summarize(cfg, t)
-    >>> r.wall_s, r.goodput, r.longest_stall_s, r.time_to_budget_s
-    (60.0, 0.8333333333333334, 40.0, 60.0)
+    >>> r.wall_s, r.goodput, r.longest_stall_s, r.time_to_budget_s, r.failures   # the failure at 80 s came later
+    (60.0, 0.8333333333333334, 40.0, 60.0, 1)
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Trace:
     update_times: np.ndarray
     update_tokens: np.ndarray
     trained_at: Callable[[float], float]  # tokens trained in [0, t), merged or not
-    failures: int
+    failure_times: np.ndarray  # every failure, all units
     # Tokens of useful training in [0, t) (the paper's goodput counts these): trained and not thrown
     # away by a failure. None: the merged tokens (modes where training only counts once merged).
     useful_at: Callable[[float], float] | None = None
@@ -111,7 +111,7 @@ class ScaleResult:
     time_to_budget_s: float | None
     failures: int
     updates: int
-    details: dict[str, float]
+    details: dict[str, float]  # mode-specific counters, over the whole simulated duration
     timeline: Timeline | None = None
 
     @property
@@ -146,7 +146,10 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     """Cut the trace at the token budget (if reached) or the duration, and compute the figures."""
     all_t = np.concatenate([trace.update_times, trace.correction_times])
     all_tok = np.concatenate([trace.update_tokens, trace.correction_tokens])
-    order = np.argsort(all_t, kind="stable")
+    # At equal times corrections go first: a rollback at the instant of a step must not let that step
+    # count the budget as reached.
+    is_update = np.concatenate([np.ones(len(trace.update_times)), np.zeros(len(trace.correction_times))])
+    order = np.lexsort((is_update, all_t))
     all_t, cum = all_t[order], np.cumsum(all_tok[order])
     wall = float(cfg.duration)
     reached: float | None = None
@@ -155,7 +158,7 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
         if k is not None:
             reached = float(all_t[k])
             wall = reached
-    merged = float(cum[all_t <= wall][-1]) if (all_t <= wall).any() else 0.0
+    merged = max(0.0, float(cum[all_t <= wall][-1])) if (all_t <= wall).any() else 0.0
     times = np.sort(trace.update_times)
     keep = times <= wall
     t_kept = times[keep]
@@ -173,5 +176,5 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
         merged_goodput=merged / nominal if nominal else 0.0,
         compute_goodput=merged / trained if trained else 0.0, merged_tokens=merged, trained_tokens=trained,
         longest_stall_s=float(gaps[i]) if len(gaps) else wall, longest_stall_at=float(starts[i]) if len(gaps) else 0.0,
-        time_to_budget_s=reached, failures=trace.failures, updates=int(keep.sum()), details=dict(trace.details),
+        time_to_budget_s=reached, failures=int((trace.failure_times <= wall).sum()), updates=int(keep.sum()), details=dict(trace.details),
         timeline=trace.timeline)

@@ -102,7 +102,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         return k * per_learner * m + rate * lost_s * (k / max(rounds, 1))
 
     return Trace(np.asarray(ends), np.full(len(ends), per_learner * m), trained_at=trained_at,
-                 failures=sum(int((o.failure_times < horizon).sum()) for o in outages), timeline=timeline,
+                 failure_times=np.concatenate([o.failure_times for o in outages]), timeline=timeline,
                  details={"round_work_s": work, "round_comm_s": up + down, "rounds": float(rounds),
                           "redone_work_s": lost_s})
 
