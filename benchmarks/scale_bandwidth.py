@@ -41,7 +41,9 @@ def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: floa
         alg.update(num_learners=args.sites, num_fragments=24, sync_every=24, overlap_steps=2)
     elif mode == "sync-diloco":
         alg.update(num_learners=args.sites, num_fragments=24, sync_every=24)
-    return {"name": f"{mode}@{gbps:g}Gbps", "seed": args.seed, "duration": "120d", "token_budget": args.budget,
+    # Long enough for the slowest mode to reach the budget; Decoupled gets less (it simulates every sync).
+    duration = 8 * args.budget / args.tokens_per_step * args.step if mode == "decoupled" else "60d"
+    return {"name": f"{mode}@{gbps:g}Gbps", "seed": args.seed, "duration": duration, "token_budget": args.budget,
             "cluster": {"chips": args.chips, "sites": args.sites},
             "workload": {"step_s": args.step, "tokens_per_step": args.tokens_per_step, "params": args.params,
                          "bytes_per_param": bytes_per_param},
