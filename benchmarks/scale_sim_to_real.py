@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,61 +82,85 @@ def plan(cfg: dict[str, Any], mode: str, step_s: float, tokens_per_step: float, 
                           "sync_every": cfg["sync_every"]}}
 
 
+def calibrate(doc: dict[str, Any], rejoin_s: float) -> dict[str, float]:
+    """Step time, tokens per step and the sync round's overhead, from the **fault-free** measured runs only."""
+    cfg = doc["config"]
+    m, h = cfg["learners"], cfg["sync_every"]
+    g = _row(doc, "sync DiLoCo, fault-free")["goodput"]
+    nominal_per_learner = g["merged_tokens"] / (g["wall_s"] * g["time"]) / m  # tokens per learner-second at 50 ms
+    tokens_per_learner_step = nominal_per_learner * cfg["step_s"]
+    d = _row(doc, "decoupled (defaults), fault-free")["goodput"]
+    step_s = d["wall_s"] / (d["trained_tokens"] / m / tokens_per_learner_step)
+    rounds = g["merged_tokens"] / (m * h * tokens_per_learner_step)
+    return {"nominal_tokens_per_learner_s": nominal_per_learner, "tokens_per_learner_step": tokens_per_learner_step,
+            "step_s": step_s, "sync_round_overhead_s": max(0.0, g["wall_s"] / rounds - h * step_s),
+            "rejoin_s": rejoin_s}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measured run and the simulator's prediction of it."""
+
+    run: str
+    measured: dict[str, float]
+    simulated: ScaleResult
+    time_goodput: float  # the simulated run's goodput by the benchmarks' definition
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "measured": self.measured,
+                "simulated": {**self.simulated.to_json(), "time_goodput": self.time_goodput}}
+
+
+def predict(doc: dict[str, Any], cal: dict[str, float]) -> list[Comparison]:
+    """Simulate every measured run (fault-free and with the same kills) of both modes."""
+    cfg = doc["config"]
+    m = cfg["learners"]
+    out = []
+    for label, mode in MODES.items():
+        kw = dict(overhead_s=cal["sync_round_overhead_s"] if mode == "sync-diloco" else 0.0,
+                  rejoin_s=cal["rejoin_s"])
+        per_step = m * cal["tokens_per_learner_step"]
+        free = simulate_scale(build_scale_config(plan(cfg, mode, cal["step_s"], per_step, **kw),
+                                                 f"{label}, fault-free"), timeline=True)
+        # The real controller starts the failure schedule at the first merge: so does the simulated one.
+        first_merge = min(free.timeline.updates) if free.timeline and free.timeline.updates else 0.0
+        failed = simulate_scale(build_scale_config(
+            plan(cfg, mode, cal["step_s"], per_step, kills=cfg["failure_plan"], shift_s=first_merge, **kw),
+            f"{label}, failures"), timeline=True)
+        for kind, sim in (("fault-free", free), ("failures", failed)):
+            real = _row(doc, f"{label}, {kind}")
+            measured = {"failures": real["failures"], "time_goodput": real["goodput"]["time"],
+                        "longest_stall_s": real["longest_stall_s"], "wall_s": real["wall_s"],
+                        "compute_goodput": real["goodput"]["compute"]}
+            # The benchmarks' time goodput: merged tokens / (M × wall × nominal rate at 50 ms steps).
+            tg = sim.merged_tokens / (m * sim.wall_s * cal["nominal_tokens_per_learner_s"])
+            out.append(Comparison(f"{label}, {kind}", measured, sim, tg))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--measured", type=Path, default=RESULTS / "goodput.json")
     ap.add_argument("--runs", type=Path, help="benchmarks.goodput --keep-runs directory: measure the rejoin time")
     args = ap.parse_args(argv)
     doc = json.loads(args.measured.read_text())
-    cfg = doc["config"]
-    m, h = cfg["learners"], cfg["sync_every"]
-    rejoin = rejoin_from_runs(args.runs) if args.runs else REJOIN_S
-
-    # Calibration, fault-free runs only.
-    sync_free, dec_free = _row(doc, "sync DiLoCo, fault-free"), _row(doc, "decoupled (defaults), fault-free")
-    g = sync_free["goodput"]
-    nominal_per_learner = g["merged_tokens"] / (g["wall_s"] * g["time"]) / m  # tokens per learner-second at 50 ms
-    tokens_per_learner_step = nominal_per_learner * cfg["step_s"]
-    d = dec_free["goodput"]
-    step_s = d["wall_s"] / (d["trained_tokens"] / m / tokens_per_learner_step)
-    rounds = g["merged_tokens"] / (m * h * tokens_per_learner_step)
-    overhead = max(0.0, g["wall_s"] / rounds - h * step_s)
-    calibration = {"tokens_per_learner_step": tokens_per_learner_step, "step_s": step_s,
-                   "sync_round_overhead_s": overhead, "rejoin_s": rejoin, "rejoin_source": str(args.runs or
-                   "REJOIN_S (measured 2026-11-30)")}
-
-    rows, results = [], []
-    timeline_result: ScaleResult | None = None
-    for label, mode in MODES.items():
-        kw = dict(overhead_s=overhead if mode == "sync-diloco" else 0.0, rejoin_s=rejoin)
-        free_plan = plan(cfg, mode, step_s, m * tokens_per_learner_step, **kw)
-        free = simulate_scale(build_scale_config(free_plan, f"{label}, fault-free"), timeline=True)
-        first_merge = min(free.timeline.updates) if free.timeline and free.timeline.updates else 0.0
-        fail_plan = plan(cfg, mode, step_s, m * tokens_per_learner_step, kills=cfg["failure_plan"],
-                         shift_s=first_merge, **kw)
-        failed = simulate_scale(build_scale_config(fail_plan, f"{label}, failures"), timeline=True)
-        if mode == "sync-diloco":
-            timeline_result = failed
-        for kind, sim in (("fault-free", free), ("failures", failed)):
-            real = _row(doc, f"{label}, {kind}")
-            # The benchmarks' time goodput: merged tokens / (M × wall × nominal rate at 50 ms steps).
-            sim_time_goodput = sim.merged_tokens / (m * sim.wall_s * nominal_per_learner)
-            meas = real["goodput"]["time"]
-            rows.append([f"{label}, {kind}", real["failures"], sim.failures, f"{meas:.3f}", f"{sim_time_goodput:.3f}",
-                         f"{sim_time_goodput - meas:+.3f}", f"{real['longest_stall_s']:.2f}",
-                         f"{sim.longest_stall_s:.2f}", f"{real['wall_s']:.1f}", f"{sim.wall_s:.1f}"])
-            results.append({"run": f"{label}, {kind}", "measured": {"failures": real["failures"],
-                            "time_goodput": meas, "longest_stall_s": real["longest_stall_s"],
-                            "wall_s": real["wall_s"], "compute_goodput": real["goodput"]["compute"]},
-                            "simulated": {**sim.to_json(), "time_goodput": sim_time_goodput}})
+    cal = calibrate(doc, rejoin_from_runs(args.runs) if args.runs else REJOIN_S)
+    comparisons = predict(doc, cal)
+    rows = []
+    for c in comparisons:
+        mm, sim = c.measured, c.simulated
+        rows.append([c.run, mm["failures"], sim.failures, f"{mm['time_goodput']:.3f}", f"{c.time_goodput:.3f}",
+                     f"{c.time_goodput - mm['time_goodput']:+.3f}", f"{mm['longest_stall_s']:.2f}",
+                     f"{sim.longest_stall_s:.2f}", f"{mm['wall_s']:.1f}", f"{sim.wall_s:.1f}"])
     table = markdown_table(["run", "failures (real)", "failures (sim)", "time goodput (real)", "(sim)", "Δ",
                             "longest stall s (real)", "(sim)", "wall s (real)", "(sim)"], rows)
-    print(f"calibration (fault-free runs): {json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in calibration.items()})}")
+    print(f"calibration (fault-free runs): {json.dumps({k: round(v, 4) for k, v in cal.items()})}")
     print(table)
-    write_results("scale_sim_to_real", config={"measured": str(args.measured), "calibration": calibration},
-                  results={"runs": results}, table=table)
-    if timeline_result is not None:
-        plot_timeline(timeline_result, RESULTS / "scale_sim_to_real_timeline.png")
+    write_results("scale_sim_to_real", config={"measured": str(args.measured), "calibration": cal,
+                                               "rejoin_source": str(args.runs or "REJOIN_S (measured 2026-11-30)")},
+                  results={"runs": [c.to_json() for c in comparisons]}, table=table)
+    sync_failed = next(c.simulated for c in comparisons if c.run == "sync DiLoCo, failures")
+    plot_timeline(sync_failed, RESULTS / "scale_sim_to_real_timeline.png")
     return 0
 
 

@@ -40,7 +40,10 @@ def variants(cfg: ScaleConfig) -> list[ScaleConfig]:
                                  ("sync-diloco", cfg.elastic, {"num_learners": m}),
                                  ("decoupled", cfg.elastic, {"num_learners": m})):
         a = {**(dp_alg if mode == "data-parallel" else alg), **extra, "mode": mode}
-        out.append(build_scale_config({**tree, "elastic": elastic, "algorithm": a}, f"{cfg.name} as {mode}"))
+        t = {**tree, "elastic": elastic, "algorithm": a}
+        if mode == "data-parallel":  # a scheduled failure of any learner hits the one job
+            t["failures"] = {**tree["failures"], "schedule": [{**f, "learner": 0} for f in tree["failures"]["schedule"]]}
+        out.append(build_scale_config(t, f"{cfg.name} as {mode}"))
     return out
 
 

@@ -67,8 +67,8 @@ def plot_timeline(result: ScaleResult, path: Path) -> Path:
                  + (" (timeline truncated)" if result.timeline.truncated else ""))
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=s) for s, c in COLOURS.items()], ncol=5, fontsize=8,
-              loc="upper center", bbox_to_anchor=(0.5, -0.35 if result.learners < 4 else -0.18))
+    ax.legend(handles=[Patch(color=c, label=s) for s, c in COLOURS.items()], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.005, 1.0))
     return _save(fig, path)
 
 

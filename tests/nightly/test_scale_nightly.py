@@ -1,0 +1,23 @@
+"""Nightly: the paper's whole goodput table over a simulated week per cell, the median of three seeds."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from chaos.scale import simulate_scale
+from chaos.scale.paper import CHIPS, PAPER_GOODPUT, paper_plan
+
+pytestmark = pytest.mark.nightly
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("row", list(PAPER_GOODPUT))
+def test_paper_row_within_5_points_over_a_week(row: str) -> None:
+    """Every cell of the row, a simulated week per seed, median of seeds 0-2, is within 5 points of the paper."""
+    diffs = []
+    for chips, paper in zip(CHIPS, PAPER_GOODPUT[row]):
+        g = statistics.median(100 * simulate_scale(paper_plan(row, chips, seed=s)).goodput for s in range(3))
+        diffs.append(g - paper)
+    assert max(abs(d) for d in diffs) <= 5.0, diffs

@@ -1,0 +1,70 @@
+"""The scale simulator against its two references: the paper's goodput table and this project's measured runs.
+
+Both are deterministic (seeded), so a failure here is a change in the simulator's behaviour, not noise.
+The full table over a simulated week, several seeds each, runs in the nightly tier
+(``tests/nightly/test_scale_nightly.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scale_sim_to_real import REJOIN_S, calibrate, predict
+from chaos.scale import simulate_scale
+from chaos.scale.paper import CHIPS, PAPER_GOODPUT, paper_plan
+
+MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "goodput.json"
+
+
+@pytest.mark.parametrize("row", ["data-parallel", "data-parallel-elastic"])
+def test_data_parallel_rows_match_the_paper_within_5_points(row: str) -> None:
+    """Each data-parallel cell, one simulated week at the calibrated recovery times, is within 5 points."""
+    diffs = [100 * simulate_scale(paper_plan(row, chips)).goodput - paper
+             for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
+    assert max(abs(d) for d in diffs) <= 5.0, diffs
+
+
+@pytest.mark.parametrize("m", [2, 4, 8, 16])
+def test_decoupled_rows_match_the_paper_within_5_points(m: int) -> None:
+    """Each Decoupled DiLoCo cell, one simulated day, is within 5 points of the paper."""
+    row = f"decoupled-{m}"
+    diffs = [100 * simulate_scale(paper_plan(row, chips, duration="1d")).goodput - paper
+             for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
+    assert max(abs(d) for d in diffs) <= 5.0, diffs
+
+
+def test_m_learners_behave_like_one_elastic_job_on_m_times_fewer_chips() -> None:
+    """The paper's rule of thumb holds in the simulator: Decoupled M = 8 on 1.2M chips ≈ elastic DP on 150k."""
+    decoupled = simulate_scale(paper_plan("decoupled-8", 1.2e6, duration="1d")).goodput
+    elastic = simulate_scale(paper_plan("data-parallel-elastic", 150e3, duration="7d")).goodput
+    assert abs(decoupled - elastic) < 0.01
+
+
+def test_more_learners_never_lose_goodput_at_fixed_chips() -> None:
+    """At 2.4M chips goodput rises with M, and every Decoupled configuration beats elastic data-parallel."""
+    elastic = simulate_scale(paper_plan("data-parallel-elastic", 2.4e6)).goodput
+    values = [simulate_scale(paper_plan(f"decoupled-{m}", 2.4e6, duration="1d")).goodput for m in (2, 4, 8, 16)]
+    assert elastic < values[0] < values[1] < values[2] < values[3]
+
+
+def test_simulator_predicts_the_measured_goodput_runs() -> None:
+    """Calibrated on the fault-free real runs, the simulator predicts the runs with failures.
+
+    The runs are ``benchmarks/goodput.py``'s (real syncer and learner processes, seeded kills); the
+    simulator gets the same kills. It must count the same failures, and its time goodput and longest
+    stall must be within 0.05 and 1 s of the measured ones (measured 2026-11-30: within 0.03 and 0.4 s).
+    """
+    doc = json.loads(MEASURED.read_text())
+    comparisons = predict(doc, calibrate(doc, REJOIN_S))
+    assert {c.run for c in comparisons} == {f"{mode}, {kind}" for mode in ("sync DiLoCo", "decoupled (defaults)")
+                                            for kind in ("fault-free", "failures")}
+    for c in comparisons:
+        assert c.simulated.failures == c.measured["failures"], c.run
+        assert abs(c.time_goodput - c.measured["time_goodput"]) <= 0.05, (c.run, c.time_goodput)
+        assert abs(c.simulated.longest_stall_s - c.measured["longest_stall_s"]) <= 1.0, c.run
+    sync = {c.run: c for c in comparisons if c.run.startswith("sync")}
+    # The paper's point, in both the real runs and the prediction: failures cost sync DiLoCo long stalls.
+    assert sync["sync DiLoCo, failures"].simulated.longest_stall_s > 3 * sync["sync DiLoCo, fault-free"].simulated.longest_stall_s
