@@ -19,9 +19,11 @@ Assumptions (the paper publishes none of these; each is a flag):
   (the paper: 4-bit outer gradients were nearly lossless).
 - 30 ms one-way latency; failures at one per chip-year (a handful at this size).
 
-Reports, per bandwidth: time to the token budget for each mode and the
-speed-up of Decoupled DiLoCo over data-parallel, plus the link bandwidth each
-mode needs to hide its communication. Writes
+Reports, per bandwidth: time to the token budget (merged tokens) for each mode
+and the speed-up over data-parallel, goodput (chip time spent computing) and
+merged goodput (computed work that reached the global model: a saturated link
+makes learners skip syncs, and the late replies overwrite more local steps),
+plus the link bandwidth each mode needs to hide its communication. Writes
 ``benchmarks/results/scale_bandwidth.json``.
 """
 
@@ -84,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             t = r.time_to_budget_s
             rows.append([f"{gbps:g}", label, "—" if t is None else format_duration(t),
                          "—" if t is None or dp is None else f"{dp / t:.1f}×", f"{r.goodput:.1%}",
+                         f"{r.merged_goodput:.1%}",
                          format_duration(r.longest_stall_s), int(r.details.get("skipped_syncs", 0))])
     table = markdown_table(["Gbit/s", "mode", f"time to {args.budget:.3g} tokens", "speed-up vs data-parallel",
-                            "goodput", "longest global stall", "skipped fragment syncs"], rows)
+                            "goodput", "merged goodput", "longest global stall", "skipped fragment syncs"], rows)
     need = needed_gbps(args)
     need_table = markdown_table(["mode", "Gbit/s per link to hide communication"],
                                 [[k, f"{v:.2f}"] for k, v in need.items()])
