@@ -70,7 +70,9 @@ def _row(doc: dict[str, Any], label: str) -> dict[str, Any]:
 def plan(cfg: dict[str, Any], mode: str, step_s: float, tokens_per_step: float, *, overhead_s: float = 0.0,
          rejoin_s: float = 0.0, kills: list[dict[str, Any]] | None = None, shift_s: float = 0.0) -> dict[str, Any]:
     m = cfg["learners"]
+    # The real syncer's budget counts trained tokens (the learners' reports), so the simulated one does too.
     return {"name": f"{mode} like benchmarks.goodput", "duration": 600, "token_budget": cfg["budget"],
+            "budget_counts": "trained",
             "elastic": False, "cluster": {"chips": m},
             "workload": {"step_s": step_s, "tokens_per_step": tokens_per_step},
             "failures": {"mtbi_per_chip": 0, "schedule": [

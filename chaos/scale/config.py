@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -101,6 +101,9 @@ class ScaleConfig(_Strict):
     seed: int = Field(0, ge=0, description="seed of the failure process")
     duration: Seconds = Field(7 * DAY, gt=0, description="simulated wall time (the run stops earlier at the budget)")
     token_budget: Count = Field(0, ge=0, description="stop when this many tokens were merged (0: run the duration)")
+    budget_counts: Literal["merged", "trained"] = Field(
+        "merged", description="what the budget counts: merged tokens (what reached the global model; the "
+                              "default) or trained ones (as the trainer's syncer counts them)")
     elastic: bool = Field(True, description="data-parallel: elastic job; DiLoCo: each learner elastic inside")
     cluster: ClusterSection = ClusterSection()
     workload: WorkloadSection = WorkloadSection()

@@ -13,8 +13,9 @@ Definitions (the same as the real benchmarks', ``benchmarks/measures.py``):
 - **compute goodput**: merged tokens over trained tokens.
 - **longest global stall**: the longest stretch in which the global model did
   not advance (no merge; for data-parallel, no step).
-- **time to budget**: when the merged tokens reached ``token_budget``; the
-  run's wall time ends there.
+- **time to budget**: when the merged tokens (or, with ``budget_counts:
+  trained``, the trained ones) reached ``token_budget``; the run's wall time
+  ends there.
 
 Example:
     >>> import numpy as np
@@ -142,6 +143,17 @@ class ScaleResult:
                 f"{format_count(self.merged_tokens)} tokens merged in {format_duration(self.wall_s)}")
 
 
+def _first_time_trained(trace: Trace, budget: float, horizon: float) -> float | None:
+    """When ``trained_at`` (non-decreasing) first reaches ``budget``; bisection to a microsecond."""
+    if trace.trained_at(horizon) < budget:
+        return None
+    lo, hi = 0.0, horizon
+    while hi - lo > 1e-6 * max(1.0, hi):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if trace.trained_at(mid) >= budget else (mid, hi)
+    return hi
+
+
 def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     """Cut the trace at the token budget (if reached) or the duration, and compute the figures."""
     all_t = np.concatenate([trace.update_times, trace.correction_times])
@@ -153,11 +165,14 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     all_t, cum = all_t[order], np.cumsum(all_tok[order])
     wall = float(cfg.duration)
     reached: float | None = None
-    if cfg.token_budget > 0:
+    if cfg.token_budget > 0 and cfg.budget_counts == "trained":
+        reached = _first_time_trained(trace, cfg.token_budget, wall)
+    elif cfg.token_budget > 0:
         k = int(np.argmax(cum >= cfg.token_budget)) if len(cum) and cum.max() >= cfg.token_budget else None
         if k is not None:
             reached = float(all_t[k])
-            wall = reached
+    if reached is not None:
+        wall = reached
     merged = max(0.0, float(cum[all_t <= wall][-1])) if (all_t <= wall).any() else 0.0
     times = np.sort(trace.update_times)
     keep = times <= wall

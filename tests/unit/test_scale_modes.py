@@ -395,3 +395,17 @@ def test_figures_are_consistent_in_every_mode(mode, learners, elastic, seed, mtb
     else:
         assert r.wall_s == r.time_to_budget_s <= 1800.0
     assert r.updates >= 0 and r.failures >= 0
+
+
+def test_a_budget_of_trained_tokens_ends_decoupled_runs_earlier_than_one_of_merged_tokens() -> None:
+    """budget_counts: trained stops when the learners have trained the budget (the real syncer's count);
+    merged waits until that much reached the global model, later since overlap steps are overwritten."""
+    tree = {"duration": 3600, "token_budget": 500_000, "failures": {"mtbi_per_chip": 0},
+            "workload": {"step_s": 1, "tokens_per_step": 1000},
+            "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8}}
+    merged = simulate_scale(build_scale_config(tree))
+    trained = simulate_scale(build_scale_config({**tree, "budget_counts": "trained"}))
+    assert trained.time_to_budget_s == pytest.approx(500.0, abs=1e-3)  # 1000 tokens a second, exactly
+    assert trained.trained_tokens == pytest.approx(500_000, rel=1e-6)
+    assert merged.time_to_budget_s is not None and merged.time_to_budget_s > trained.time_to_budget_s
+    assert merged.merged_tokens >= 500_000
