@@ -21,7 +21,7 @@ import time
 from benchmarks.common import RESULTS, markdown_table, write_results
 from chaos.scale import simulate_scale
 from chaos.scale.paper import CHIPS, PAPER_GOODPUT, ROW_LABELS, paper_plan
-from chaos.scale.plots import plot_goodput_vs_chips
+from chaos.scale.plots import plot_goodput_sweep
 from chaos.scale.quantities import format_count
 
 
@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     write_results("scale_paper_table", config={"seeds": args.seeds, "duration": args.duration,
                                                "plan_example": paper_plan("decoupled-8", 1.2e6).model_dump(mode="json")},
                   results={"cells": cells, "largest_diff": worst, "slowest_cell_s": slowest}, table=table)
-    plot_goodput_vs_chips(sim, CHIPS, RESULTS / "scale_paper_table.png",
-                          paper={k: list(v) for k, v in PAPER_GOODPUT.items()}, labels=ROW_LABELS)
+    plot_goodput_sweep(sim, [format_count(c) for c in CHIPS], RESULTS / "scale_paper_table.png",
+                       xlabel="chips (one interruption per chip-year)",
+                       paper={k: list(v) for k, v in PAPER_GOODPUT.items()}, labels=ROW_LABELS)
     return 0
 
 

@@ -3,6 +3,7 @@
     diloco-chaos simulate --scale --chips 2.4M --mode decoupled --learners 8
     diloco-chaos simulate --scale plan.yaml --compare --budget 1T
     diloco-chaos simulate --scale --chips 1k --duration 1h --timeline run.png
+    diloco-chaos simulate --scale --sweep network.bandwidth=1,2,5 --compare --plot bw.png
 
 A plan file (YAML, :class:`~chaos.scale.config.ScaleConfig`) and the flags
 combine: flags and ``--set a.b=value`` override the file. ``--compare`` runs
@@ -51,22 +52,36 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--latency", help="one-way link latency, e.g. 30ms")
     g.add_argument("--compare", action="store_true",
                    help="run data-parallel (both), sync DiLoCo and Decoupled DiLoCo side by side")
+    g.add_argument("--sweep", metavar="FIELD=V1,V2,...",
+                   help="run the plan once per value of one field, e.g. cluster.chips=150k,600k,2.4M")
+    g.add_argument("--plot", metavar="PNG", help="with --sweep: goodput against the swept values")
     g.add_argument("--json", metavar="PATH", help="write the results as JSON")
     g.add_argument("--timeline", metavar="PNG", help="draw the run's timeline (short runs; not with --compare)")
     g.add_argument("--quiet", action="store_true", help="no progress display")
 
 
-def _plan(args: argparse.Namespace) -> Any:
+def _plan(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
     from chaos.scale.config import build_scale_config, load_scale_config
 
     overrides = [f"{FLAG_FIELDS[k]}={str(v).lower() if isinstance(v, bool) else v}"
                  for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None]
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
-    overrides += args.set
+    overrides += args.set + (extra or [])
     if args.scenario:
         return load_scale_config(args.scenario, overrides)
     return build_scale_config({}, "command line", overrides)
+
+
+def _sweep(spec: str | None) -> tuple[str | None, list[str]]:
+    """``field=v1,v2`` -> (field, [v1, v2]); no sweep -> (None, [""])."""
+    if spec is None:
+        return None, [""]
+    field, _, values = spec.partition("=")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not field.strip() or not items:
+        raise ScenarioError(f"--sweep {spec!r}: expected FIELD=V1,V2,..., e.g. cluster.chips=150k,600k,2.4M")
+    return field.strip(), items
 
 
 class _Progress:
@@ -93,32 +108,49 @@ class _Progress:
 
 
 def run_scale_command(args: argparse.Namespace) -> int:
-    from chaos.scale.compare import results_table, variants
+    from chaos.scale.compare import results_table, sweep_table, variants
     from chaos.scale.engine import simulate_scale
-    from chaos.scale.plots import plot_timeline
+    from chaos.scale.plots import plot_goodput_sweep, plot_timeline
     from chaos.scale.quantities import format_count, format_duration
 
-    cfg = _plan(args)
+    field, values = _sweep(args.sweep)
     if args.compare and args.timeline:
         raise ScenarioError("--timeline draws one run: leave out --compare")
-    plans = variants(cfg) if args.compare else [cfg]
+    if field and args.timeline:
+        raise ScenarioError("--timeline draws one run: leave out --sweep")
+    if args.plot and not field:
+        raise ScenarioError("--plot draws goodput against a swept field: add --sweep FIELD=V1,V2,...")
+    cfg = _plan(args)
     f = cfg.failures
     mtbi = "no random failures" if f.mtbi_per_chip <= 0 else f"MTBI {format_duration(f.mtbi_per_chip)} per chip"
     print(f"plan {cfg.name}: {format_count(cfg.cluster.chips)} chips, {mtbi}, "
-          f"{len(f.schedule)} scheduled failure(s), {format_duration(cfg.duration)} simulated, seed {cfg.seed}")
-    results = []
-    for plan in plans:
-        label = f"{plan.algorithm.mode}{'' if plan.algorithm.mode == 'data-parallel' else f' M={plan.algorithm.num_learners}'}"
-        r = simulate_scale(plan, timeline=bool(args.timeline), progress=_Progress(label, args.quiet))
-        results.append(r)
-    if args.compare:
-        print(results_table(results))
+          f"{len(f.schedule)} scheduled failure(s), {format_duration(cfg.duration)} simulated, seed {cfg.seed}"
+          + (f"; sweeping {field} over {', '.join(values)}" if field else ""))
+    grid = []  # one list of results per swept value
+    for value in values:
+        base = _plan(args, [f"{field}={value}"]) if field else cfg
+        results = []
+        for plan in variants(base) if args.compare else [base]:
+            label = plan.algorithm.mode + ("" if plan.algorithm.mode == "data-parallel"
+                                           else f" M={plan.algorithm.num_learners}")
+            results.append(simulate_scale(plan, timeline=bool(args.timeline),
+                                          progress=_Progress(f"{label}{f' {field}={value}' if field else ''}",
+                                                             args.quiet)))
+        grid.append(results)
+    if field:
+        print(sweep_table(field, values, grid))
+    elif args.compare:
+        print(results_table(grid[0]))
     else:
-        print(results[0].summary())
+        print(grid[0][0].summary())
     if args.timeline:
-        print(f"timeline: {plot_timeline(results[0], Path(args.timeline))}")
+        print(f"timeline: {plot_timeline(grid[0][0], Path(args.timeline))}")
+    if args.plot:
+        series = {r.label: [100 * grid[i][j].goodput for i in range(len(values))] for j, r in enumerate(grid[0])}
+        print(f"plot: {plot_goodput_sweep(series, values, Path(args.plot), xlabel=field or '')}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"plan": cfg.model_dump(mode="json"),
-                                               "results": [r.to_json() for r in results]}, indent=2))
+        Path(args.json).write_text(json.dumps({
+            "plan": cfg.model_dump(mode="json"), "sweep": {"field": field, "values": values} if field else None,
+            "results": [r.to_json() for results in grid for r in results]}, indent=2))
         print(f"results: {args.json}")
     return 0

@@ -59,3 +59,18 @@ def results_table(results: Sequence[ScaleResult]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def sweep_table(field: str, values: Sequence[str], grid: Sequence[Sequence[ScaleResult]]) -> str:
+    """Goodput (merged goodput where it is lower; time to budget when one is set) per approach and swept value."""
+    header = ("approach", *[f"{field}={v}" for v in values])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for j, first in enumerate(grid[0]):
+        cells = []
+        for results in grid:
+            r = results[j]
+            budget = "" if r.time_to_budget_s is None else f", {format_duration(r.time_to_budget_s)}"
+            merged = f" (merged {r.merged_goodput:.1%})" if r.goodput - r.merged_goodput > 0.005 else ""
+            cells.append(f"{r.goodput:.1%}{merged}{budget}")
+        lines.append("| " + " | ".join([first.label, *cells]) + " |")
+    return "\n".join(lines)

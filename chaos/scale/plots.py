@@ -1,4 +1,4 @@
-"""Pictures of the scale simulator: goodput against chips (the paper's figure) and a run's timeline.
+"""Pictures of the scale simulator: goodput against a swept field (the paper's figure) and a run's timeline.
 
 Both write a PNG with matplotlib's Agg backend (no display needed).
 """
@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos.scale.quantities import format_count
 from chaos.scale.result import COMM, DOWN, PAUSED, TRAIN, WAIT, ScaleResult
 
 COLOURS = {TRAIN: "#4c9a2a", WAIT: "#f2c14e", COMM: "#5b8def", PAUSED: "#f08a24", DOWN: "#c0392b"}
@@ -25,25 +24,24 @@ def _figure(width: float, height: float) -> tuple[Any, Any]:
     return fig, fig.subplots(1, 1)
 
 
-def plot_goodput_vs_chips(simulated: Mapping[str, Sequence[float]], chips: Sequence[float], path: Path,
-                          paper: Mapping[str, Sequence[float]] | None = None,
-                          labels: Mapping[str, str] | None = None) -> Path:
-    """One line per configuration (simulated, %), the paper's values as open markers when given."""
+def plot_goodput_sweep(simulated: Mapping[str, Sequence[float]], xs: Sequence[str], path: Path, *, xlabel: str,
+                       paper: Mapping[str, Sequence[float]] | None = None,
+                       labels: Mapping[str, str] | None = None) -> Path:
+    """Goodput (%) against a swept plan field (the paper's figure sweeps chips): one line per configuration,
+    the paper's values as open squares when given. ``xs`` label the points, evenly spaced."""
     fig, ax = _figure(8.0, 4.8)
+    pos = list(range(len(xs)))
     for i, (row, values) in enumerate(simulated.items()):
         colour = f"C{i}"
-        ax.plot(chips, values, "-o", color=colour, label=(labels or {}).get(row, row))
+        ax.plot(pos, values, "-o", color=colour, label=(labels or {}).get(row, row))
         if paper and row in paper:
-            ax.plot(chips, paper[row], "s", mfc="none", color=colour, markersize=8)
-    ax.set_xscale("log")
-    ax.set_xticks(list(chips), [format_count(c) for c in chips])
-    ax.minorticks_off()
-    ax.set_xlabel("chips (one interruption per chip-year)")
+            ax.plot(pos, paper[row], "s", mfc="none", color=colour, markersize=8)
+    ax.set_xticks(pos, list(xs))
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("goodput (%)")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    title = "Goodput against scale: simulated (lines)"
-    ax.set_title(title + (", paper (open squares)" if paper else ""))
+    ax.set_title("Goodput: simulated (lines)" + (", paper (open squares)" if paper else ""))
     ax.legend(fontsize=8, loc="lower left")
     return _save(fig, path)
 

@@ -92,3 +92,30 @@ def test_simulate_without_scenario_or_scale_says_what_it_needs(capsys: pytest.Ca
     assert main(["simulate"]) == 2
     err = capsys.readouterr().err
     assert "SCENARIO" in err and "--scale" in err
+
+
+def test_sweep_runs_the_plan_per_value_and_plots_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--sweep FIELD=V1,V2 runs every approach per value; goodput falls with chips; --plot and --json keep it."""
+    png, out_json = tmp_path / "s.png", tmp_path / "s.json"
+    code = main(["simulate", "--scale", "--sweep", "cluster.chips=150k,2.4M", "--compare", "--duration", "6h",
+                 "--plot", str(png), "--json", str(out_json), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0 and png.stat().st_size > 5_000
+    assert "| approach | cluster.chips=150k | cluster.chips=2.4M |" in out
+    doc = json.loads(out_json.read_text())
+    assert doc["sweep"] == {"field": "cluster.chips", "values": ["150k", "2.4M"]}
+    by = {(r["chips"], r["mode"], r["elastic"]): r["goodput"] for r in doc["results"]}
+    assert len(doc["results"]) == 8
+    assert by[(2.4e6, "data-parallel", False)] < by[(150e3, "data-parallel", False)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sweep", "cluster.chips"], "expected FIELD=V1,V2"),
+    (["--plot", "p.png"], "--plot draws goodput against a swept field"),
+    (["--sweep", "cluster.chips=1k,2k", "--timeline", "t.png"], "leave out --sweep"),
+    (["--sweep", "cluster.chips=1k,lots"], "cluster.chips: 'lots' is not a number"),
+])
+def test_bad_sweeps_are_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A malformed sweep, a plot without one, or a bad swept value exits 2 naming the problem."""
+    assert main(["simulate", "--scale", "--duration", "1h", *argv, "--quiet"]) == 2
+    assert message in capsys.readouterr().err
