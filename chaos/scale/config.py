@@ -36,7 +36,6 @@ from chaos.scale.quantities import DAY, YEAR, Count, Gbps, Seconds
 from trainer.config import AlgorithmSection, format_validation_error, merge_trees, parse_overrides
 from trainer.errors import ConfigError
 
-
 SCALE_ALGORITHM_DEFAULTS: dict[str, Any] = {"num_learners": 8, "num_fragments": 24, "sync_every": 24}
 
 
@@ -53,6 +52,8 @@ class ClusterSection(_Strict):
 
 class WorkloadSection(_Strict):
     step_s: Seconds = Field(1.0, gt=0, description="compute time of one inner step")
+    step_s_overrides: dict[int, Seconds] = Field(
+        default_factory=dict, description="learner index -> its own step_s (heterogeneous hardware; same batch)")
     tokens_per_step: Count = Field(4e6, gt=0, description="tokens all chips together train in one step")
     params: Count = Field(1e9, gt=0, description="model parameters")
     bytes_per_param: float = Field(2.0, gt=0, description="bytes per parameter on the wire (2: bf16, 0.5: 4-bit)")
@@ -129,7 +130,7 @@ class ScaleConfig(_Strict):
         return {**data, "algorithm": alg}
 
     @model_validator(mode="after")
-    def _check(self) -> "ScaleConfig":
+    def _check(self) -> ScaleConfig:
         a = self.algorithm
         if a.mode == "data-parallel" and a.num_learners != 1:
             raise ValueError("data-parallel is one job over all chips: set algorithm.num_learners = 1 "
@@ -137,6 +138,13 @@ class ScaleConfig(_Strict):
         if self.cluster.chips < a.num_learners:
             raise ValueError(f"{a.num_learners} learners need at least as many chips, got cluster.chips = "
                              f"{self.cluster.chips:g}")
+        for i, s in self.workload.step_s_overrides.items():
+            if not 0 <= i < a.num_learners or s <= 0:
+                raise ValueError(f"workload.step_s_overrides.{i} = {s}: needs a learner index 0..{a.num_learners - 1} "
+                                 "and a step time > 0")
+        if a.mode == "data-parallel" and self.workload.step_s_overrides:
+            raise ValueError("workload.step_s_overrides: data-parallel is one job stepping together; "
+                             "set workload.step_s instead")
         for i, f in enumerate(self.failures.schedule):
             if f.learner >= a.num_learners:
                 raise ValueError(f"failures.schedule[{i}].learner = {f.learner}, but there are only "
@@ -151,10 +159,15 @@ class ScaleConfig(_Strict):
     def model_bytes(self) -> float:
         return self.workload.params * self.workload.bytes_per_param
 
+    def step_s(self, learner: int) -> float:
+        """One learner's step time (its override, else ``workload.step_s``)."""
+        return self.workload.step_s_overrides.get(learner, self.workload.step_s)
+
     @property
-    def tokens_per_chip_s(self) -> float:
-        """Nominal rate of one chip that never waits."""
-        return self.workload.tokens_per_step / (self.workload.step_s * self.cluster.chips)
+    def nominal_tokens_per_s(self) -> float:
+        """What all learners together train per second when none ever waits, each at its own step time."""
+        per_learner_step = self.workload.tokens_per_step / self.algorithm.num_learners
+        return sum(per_learner_step / self.step_s(i) for i in range(self.algorithm.num_learners))
 
 
 def build_scale_config(tree: dict[str, Any] | None = None, source: str = "<plan>",

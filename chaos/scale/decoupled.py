@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,7 +116,6 @@ def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple
 def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: FragmentSchedule, up: float,
                     down: float) -> Uploads:
     """Generate the uploads of every learner over the run (vectorised per incarnation)."""
-    step = cfg.workload.step_s
     horizon = float(cfg.duration)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__
                                          if not k.startswith(("lost", "link"))}
@@ -125,6 +124,7 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
     link_skipped = 0
     inc_id = 0
     for i, o in enumerate(outages):
+        step = cfg.step_s(i)
         if o.elastic:
             spans = [(0.0, horizon)]
         else:
@@ -193,96 +193,112 @@ class _Book:
     sync_step: int = 0  # the step its last sync started after
 
 
+class _Syncer:
+    """The syncer's rounds, one fragment after another; the trainer's ``merge_time`` and ``upload_outcome``
+    decide when a round merges and what each learner does with its reply."""
+
+    def __init__(self, cfg: ScaleConfig, outages: list[Outages], down: float, timing: Timing) -> None:
+        a = cfg.algorithm
+        self.a, self.outages, self.down, self.timing = a, outages, down, timing
+        self.policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_s, a.overlap_steps)
+        self.active = _Active(outages)
+        self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
+        self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments
+        self.merge_times: list[float] = []
+        self.merge_tokens: list[float] = []
+        self.participants = self.skipped = self.refused = 0
+
+    def fragment(self, rows: Iterable[tuple[int, int, float, int, float]], horizon: float) -> None:
+        """Every upload of one fragment, in arrival order: (learner, step, arrival, incarnation, its start)."""
+        self.books: dict[int, _Book] = {}
+        self.version = 0
+        self.members: list[tuple[int, int]] = []  # (learner, c_steps) of the open round
+        self.opened = self.quorum_at = self.last_arrival = 0.0
+        for row in rows:
+            self._merge_due(before=row[2])
+            self._offer(*row)
+        self._merge_due(before=horizon)
+
+    def _merge_due(self, before: float) -> None:
+        while self.members:
+            mt = merge_time(self.policy, self.timing, self.quorum_at, len(self.members),
+                            self.active.at(self.last_arrival))
+            if mt is None or max(mt, self.last_arrival) > before:
+                return
+            self._close(max(mt, self.last_arrival))
+
+    def _offer(self, i: int, s: int, arr: float, inc: int, inc_start: float) -> None:
+        b = self.books.get(i)
+        if b is None or b.incarnation != inc:
+            b = self.books[i] = _Book(inc, inc_start, 0, self.version)  # a (re)joined learner fetches the current
+        elif b.answered_at_step > s:
+            self.skipped += 1  # the previous sync of this fragment is unanswered: the counters carry on
+            return
+        b.sync_step = s
+        accepted = self.version - b.base_version <= self.a.max_staleness
+        out = upload_outcome(accepted, "" if accepted else RejectReason.STALE_VERSION.value, b.base_version,
+                             self.version)
+        if not accepted:
+            self.refused += 1
+        else:
+            if not self.members:
+                self.opened, self.quorum_at = arr, math.inf
+            self.members.append((i, s - b.ref_step))
+            self.last_arrival = arr
+            if len(self.members) == self.a.min_quorum:
+                self.quorum_at = arr
+        assert out.want is not None
+        if out.want <= self.version:
+            self._receive(b, i, arr + self.down, self.version)  # what it asked for exists: the reply brings it
+        else:
+            b.answered_at_step, b.waiting_for = math.inf, out.want
+
+    def _close(self, at: float) -> None:
+        self.version += 1
+        self.merge_times.append(at)
+        self.merge_tokens.append(sum(c for _, c in self.members) * self.tokens_per_merged_step)
+        self.participants += len(self.members)
+        q = self.quorum_at - self.opened
+        if self.timing.t_quorum.value != q:  # an EMA of an unchanged sample is unchanged: skip the work
+            self.timing = self.timing.observe_quorum(q)
+        for i, _ in self.members:
+            b = self.books[i]
+            if b.waiting_for == self.version:
+                self._receive(b, i, at + self.down, self.version)
+        self.members.clear()
+
+    def _receive(self, b: _Book, learner: int, at: float, version: int) -> None:
+        """The learner got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
+        after its sync started (LearnerBook.ready), and its counters reset."""
+        o = self.outages[learner]
+        work = o.work_before(at) if o.elastic else at - b.inc_start
+        b.answered_at_step = max(math.ceil(work / self.steps_s[learner] - 1e-9), b.sync_step + self.a.overlap_steps)
+        b.ref_step = int(b.answered_at_step)
+        b.base_version = version
+        b.waiting_for = None
+
+
 def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = None,
         progress: Callable[[float], None] | None = None) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m, nfrag = a.num_learners, a.num_fragments
     schedule = FragmentSchedule(nfrag, a.sync_every, a.overlap_steps, bool(a.staggered))
-    policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_s, a.overlap_steps)
     comm = comm_times(cfg)
     up, down = comm.fragment_up_s, comm.fragment_down_s
-    step = w.step_s
+    steps_s = [cfg.step_s(i) for i in range(m)]
     tokens_per_learner_step = w.tokens_per_step / m
     horizon = float(cfg.duration)
     ups = learner_uploads(cfg, outages, schedule, up, down)
-    active = _Active(outages)
-    timing = Timing(t_step=Ema(value=step)).observe_sync(up)
-
-    def receive(b: _Book, learner: int, at: float, version: int) -> None:
-        """The learner got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
-        after its sync started (LearnerBook.ready), and its counters reset."""
-        o = outages[learner]
-        work = o.work_before(at) if o.elastic else at - b.inc_start
-        b.answered_at_step = max(math.ceil(work / step - 1e-9), b.sync_step + a.overlap_steps)
-        b.ref_step = int(b.answered_at_step)
-        b.base_version = version
-        b.waiting_for = None
-
-    merge_times: list[float] = []
-    merge_tokens: list[float] = []
-    participants = skipped = refused = 0
+    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=sum(steps_s) / m)).observe_sync(up))
     for p in range(nfrag):
         sel = np.flatnonzero(ups.fragment == p)
         sel = sel[np.argsort(ups.arrival[sel], kind="stable")]
-        rows = zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.arrival[sel].tolist(),
-                   ups.incarnation[sel].tolist(), ups.inc_start[sel].tolist())
-        books: dict[int, _Book] = {}
-        version = 0
-        members: list[tuple[int, int]] = []  # (learner, c_steps) of the open round
-        opened = quorum_at = last_arrival = 0.0
-
-        def close(at: float) -> None:
-            nonlocal version, participants, timing
-            version += 1
-            merge_times.append(at)
-            merge_tokens.append(sum(c for _, c in members) * tokens_per_learner_step / nfrag)
-            participants += len(members)
-            q = quorum_at - opened
-            if timing.t_quorum.value != q:  # an EMA of an unchanged sample is unchanged: skip the work
-                timing = timing.observe_quorum(q)
-            for i, _ in members:
-                b = books[i]
-                if b.waiting_for == version:
-                    receive(b, i, at + down, version)
-            members.clear()
-
-        for i, s, arr, inc, inc_start in rows:
-            while members:
-                mt = merge_time(policy, timing, quorum_at, len(members), active.at(last_arrival))
-                if mt is None or max(mt, last_arrival) > arr:
-                    break
-                close(max(mt, last_arrival))
-            b = books.get(i)
-            if b is None or b.incarnation != inc:
-                b = books[i] = _Book(inc, inc_start, 0, version)  # a (re)joined learner fetches the current version
-            elif b.answered_at_step > s:
-                skipped += 1  # the previous sync of this fragment is unanswered: the counters carry on
-                continue
-            b.sync_step = s
-            accepted = version - b.base_version <= a.max_staleness
-            out = upload_outcome(accepted, "" if accepted else RejectReason.STALE_VERSION.value, b.base_version,
-                                 version)
-            if not accepted:
-                refused += 1
-            else:
-                if not members:
-                    opened, quorum_at = arr, math.inf
-                members.append((i, s - b.ref_step))
-                last_arrival = arr
-                if len(members) == a.min_quorum:
-                    quorum_at = arr
-            assert out.want is not None
-            if out.want <= version:
-                receive(b, i, arr + down, version)  # what it asked for exists: the reply brings it back
-            else:
-                b.answered_at_step, b.waiting_for = math.inf, out.want
-        while members:
-            mt = merge_time(policy, timing, quorum_at, len(members), active.at(last_arrival))
-            if mt is None or max(mt, last_arrival) > horizon:
-                break
-            close(max(mt, last_arrival))
+        syncer.fragment(zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.arrival[sel].tolist(),
+                            ups.incarnation[sel].tolist(), ups.inc_start[sel].tolist()), horizon)
         if progress is not None:
             progress((p + 1) / nfrag)
+    merge_times, merge_tokens = syncer.merge_times, syncer.merge_tokens
+    participants, skipped, refused = syncer.participants, syncer.skipped, syncer.refused
     if timeline is not None:
         for i, o in enumerate(outages):
             t = 0.0
@@ -291,13 +307,12 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
                 timeline.add(i, s, min(e, horizon), PAUSED if o.elastic else DOWN)
                 t = e
             timeline.add(i, t, horizon, TRAIN)
-    rate = tokens_per_learner_step / step
     n_merges = len(merge_times)
     order = np.argsort(ups.lost_at)
     lost_t, lost_cum = ups.lost_at[order], np.concatenate([[0.0], np.cumsum(ups.lost_steps[order])])
 
     def trained_at(t: float) -> float:
-        return rate * sum(o.work_before(t) for o in outages)
+        return tokens_per_learner_step * sum(o.work_before(t) / s for o, s in zip(outages, steps_s))
 
     def useful_at(t: float) -> float:
         return trained_at(t) - tokens_per_learner_step * float(lost_cum[np.searchsorted(lost_t, t, side="right")])
@@ -308,4 +323,4 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
                           "refused_stale": float(refused), "merges": float(n_merges),
                           "participants_per_merge": participants / n_merges if n_merges else 0.0,
                           "fragment_round_trip_s": comm.fragment_round_trip_s,
-                          "fragment_period_s": a.sync_every * step / nfrag})
+                          "fragment_period_s": a.sync_every * w.step_s / nfrag})

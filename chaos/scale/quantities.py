@@ -27,6 +27,7 @@ _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 def parse_duration(value: Any) -> float:
     """Seconds from a number or ``<number><unit>`` (ms, s, min, h, d, w, y = 365 d)."""
+    # ValueError, not TypeError, throughout: pydantic turns only ValueError into a field-named message.
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
     if isinstance(value, (int, float)):

@@ -3,7 +3,8 @@
 Definitions (the same as the real benchmarks', ``benchmarks/measures.py``):
 
 - **goodput** (the paper's): useful chip time over allocated chip time, as
-  ``useful tokens / (chips × wall × nominal tokens per chip-second)``. Useful:
+  ``useful tokens / (wall × nominal tokens per second)``, the nominal rate being
+  what every learner trains at its own step time when it never waits. Useful:
   trained and not thrown away by a failure (a restart's lost progress, a
   rollback, a round redone) and not idle (down, paused, waiting, blocked on
   communication).
@@ -184,7 +185,7 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
         trace.timeline.updates = t_kept[: trace.timeline.limit].tolist()
     trained = float(trace.trained_at(wall))
     useful = merged if trace.useful_at is None else float(trace.useful_at(wall))
-    nominal = cfg.tokens_per_chip_s * cfg.cluster.chips * wall
+    nominal = cfg.nominal_tokens_per_s * wall
     return ScaleResult(
         name=cfg.name, mode=cfg.algorithm.mode, elastic=cfg.elastic, chips=cfg.cluster.chips,
         learners=cfg.algorithm.num_learners, wall_s=wall, goodput=useful / nominal if nominal else 0.0,

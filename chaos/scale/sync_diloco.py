@@ -60,7 +60,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     m = a.num_learners
     schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered))
     sync_step = max(schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
-    work = sync_step * w.step_s
+    work = [sync_step * cfg.step_s(i) for i in range(m)]
     policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_s, a.overlap_steps)
     timing = Timing(t_step=Ema(value=w.step_s))
     up = transfer_s(cfg.model_bytes, cfg.network.bandwidth, cfg.network.latency)
@@ -74,7 +74,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     while True:
         finishes = []
         for i, o in enumerate(outages):
-            f, ks[i] = _finish(o, ks[i], t0, work, lost)
+            f, ks[i] = _finish(o, ks[i], t0, work[i], lost)
             finishes.append(f)
         arrivals = sorted(f + up for f in finishes)
         merged_at = merge_time(policy, timing, arrivals[a.min_quorum - 1], m, m)
@@ -94,7 +94,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         if progress is not None and rounds % 2048 == 0:
             progress(t0 / horizon)
     lost_s = sum(lost)
-    rate = w.tokens_per_step / m / w.step_s
+    rate = w.tokens_per_step / m / w.step_s  # of the redone work (at the plan's step time)
 
     def trained_at(t: float) -> float:
         # Work of the rounds merged by t, plus what restarts threw away (both were computed).
@@ -103,7 +103,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
 
     return Trace(np.asarray(ends), np.full(len(ends), per_learner * m), trained_at=trained_at,
                  failure_times=np.concatenate([o.failure_times for o in outages]), timeline=timeline,
-                 details={"round_work_s": work, "round_comm_s": up + down, "rounds": float(rounds),
+                 details={"round_work_s": max(work), "round_comm_s": up + down, "rounds": float(rounds),
                           "redone_work_s": lost_s})
 
 

@@ -129,14 +129,25 @@ def test_plan_quantities_take_units():
 
 
 def test_derived_properties():
-    """chips_per_learner, model_bytes and tokens_per_chip_s follow from the plan."""
+    """chips_per_learner, model_bytes, step times and the nominal token rate follow from the plan."""
     cfg = build_scale_config({"cluster": {"chips": 1000},
                               "workload": {"params": "1B", "bytes_per_param": 0.5, "tokens_per_step": 2000,
-                                           "step_s": 2},
+                                           "step_s": 2, "step_s_overrides": {"3": 4}},
                               "algorithm": {"mode": "decoupled", "num_learners": 4}})
     assert cfg.chips_per_learner == 250.0
     assert cfg.model_bytes == 0.5e9
-    assert cfg.tokens_per_chip_s == pytest.approx(2000 / (2 * 1000))
+    assert [cfg.step_s(i) for i in range(4)] == [2, 2, 2, 4]
+    assert cfg.nominal_tokens_per_s == pytest.approx(3 * 500 / 2 + 500 / 4)  # 500 tokens per learner step
+
+
+@pytest.mark.parametrize("tree, message", [
+    ({"workload": {"step_s_overrides": {4: 1}}, "algorithm": {"num_learners": 4}}, "step_s_overrides.4"),
+    ({"workload": {"step_s_overrides": {0: 2}}, "algorithm": {"mode": "data-parallel"}}, "one job stepping"),
+])
+def test_bad_step_overrides_are_refused(tree, message):
+    """A step override for a learner that does not exist, or for the one data-parallel job, is refused."""
+    with pytest.raises(ScenarioError, match=message):
+        build_scale_config(tree, "plan.yaml")
 
 
 def test_plan_is_frozen():
@@ -343,34 +354,22 @@ def test_load_reads_yaml_and_applies_overrides(tmp_path):
     assert cfg.algorithm.num_learners == 1
 
 
-def test_load_missing_file_names_the_path(tmp_path):
-    """A file that cannot be read raises ScenarioError naming it."""
-    p = tmp_path / "nope.yaml"
+@pytest.mark.parametrize("text, message", [
+    (None, "cannot read"),
+    ("cluster: [chips: 5\n", "not valid YAML"),
+    ("- 1\n- 2\n", "mapping"),
+    ("just a string\n", "mapping"),
+    ("42\n", "mapping"),
+])
+def test_unloadable_file_names_the_path(tmp_path, text, message):
+    """A missing file, broken YAML, or a top level that is not a mapping raises ScenarioError naming the file."""
+    p = tmp_path / "plan.yaml"
+    if text is not None:
+        p.write_text(text)
     with pytest.raises(ScenarioError) as exc:
         load_scale_config(p)
     assert str(p) in str(exc.value)
-    assert "cannot read" in str(exc.value)
-
-
-def test_load_invalid_yaml_names_the_path(tmp_path):
-    """Broken YAML raises ScenarioError naming the file."""
-    p = tmp_path / "broken.yaml"
-    p.write_text("cluster: [chips: 5\n")
-    with pytest.raises(ScenarioError) as exc:
-        load_scale_config(p)
-    assert str(p) in str(exc.value)
-    assert "not valid YAML" in str(exc.value)
-
-
-@pytest.mark.parametrize("text", ["- 1\n- 2\n", "just a string\n", "42\n"])
-def test_load_non_mapping_names_the_path(tmp_path, text):
-    """A YAML file whose top level is not a mapping raises ScenarioError naming the file."""
-    p = tmp_path / "list.yaml"
-    p.write_text(text)
-    with pytest.raises(ScenarioError) as exc:
-        load_scale_config(p)
-    assert str(p) in str(exc.value)
-    assert "mapping" in str(exc.value)
+    assert message in str(exc.value)
 
 
 def test_load_invalid_field_names_the_file_and_field(tmp_path):

@@ -409,3 +409,19 @@ def test_a_budget_of_trained_tokens_ends_decoupled_runs_earlier_than_one_of_merg
     assert trained.trained_tokens == pytest.approx(500_000, rel=1e-6)
     assert merged.time_to_budget_s is not None and merged.time_to_budget_s > trained.time_to_budget_s
     assert merged.merged_tokens >= 500_000
+
+
+def test_a_slow_learner_holds_back_sync_diloco_but_not_decoupled() -> None:
+    """Heterogeneous hardware: one learner at half speed makes sync DiLoCo wait every round (goodput ~5/8);
+    Decoupled learners each step at their own pace (goodput 1) and the grace window still merges the slow one."""
+    base = {"duration": 3600, "failures": {"mtbi_per_chip": 0},
+            "workload": {"step_s": 1, "tokens_per_step": 4000, "step_s_overrides": {3: 2}}}
+    sync = simulate_scale(build_scale_config({**base, "algorithm": {"mode": "sync-diloco", "num_learners": 4,
+                                                                     "sync_every": 8}}))
+    dec = simulate_scale(build_scale_config({**base, "algorithm": {"mode": "decoupled", "num_learners": 4,
+                                                                    "num_fragments": 4, "sync_every": 8}}))
+    # nominal: 3 learners at 1000 tokens/s + one at 500; sync rounds run at the slow one's pace: 4 × 500.
+    assert sync.goodput == pytest.approx(2000 / 3500, abs=0.01)
+    assert dec.goodput == pytest.approx(1.0, abs=0.01)
+    assert dec.merged_goodput == pytest.approx(1 - 2 / 8, abs=0.02)  # only the τ = 2 overwritten steps of H = 8
+    assert dec.merged_tokens > 1.25 * sync.merged_tokens
