@@ -57,10 +57,9 @@ class Uploads:
     learner: np.ndarray
     fragment: np.ndarray
     step: np.ndarray  # the learner's step (within its incarnation) the sync started after
-    start: np.ndarray  # wall time the sync started
     arrival: np.ndarray  # wall time the upload reached the syncer
     incarnation: np.ndarray
-    inc_start: np.ndarray  # wall time the incarnation began stepping
+    inc_starts: np.ndarray  # per incarnation: the wall time it began stepping
     lost_at: np.ndarray  # when a failure threw work away ...
     lost_steps: np.ndarray  # ... and how many steps: the one in flight, and for a restart the steps since each
     #                         fragment's last delivered sync (mean over fragments)
@@ -118,11 +117,12 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
     """Generate the uploads of every learner over the run (vectorised per incarnation)."""
     horizon = float(cfg.duration)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__
-                                         if not k.startswith(("lost", "link"))}
+                                         if not k.startswith(("lost", "link", "inc_starts"))}
     lost_at: list[float] = []
     lost_steps: list[float] = []
     link_skipped = 0
     inc_id = 0
+    inc_starts: list[float] = []
     for i, o in enumerate(outages):
         step = cfg.step_s(i)
         if o.elastic:
@@ -147,18 +147,21 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
             sent, arrival = _send(start, frags, up, down)
             ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it
             link_skipped += int((~sent).sum())
-            for name, col in (("learner", np.full(len(steps), i)), ("fragment", frags), ("step", steps),
-                              ("start", start), ("arrival", arrival), ("incarnation", np.full(len(steps), inc_id)),
-                              ("inc_start", np.full(len(steps), a))):
+            # int32 where it fits: a week at 2.4M chips and M = 16 is ~10M uploads.
+            for name, col in (("learner", np.full(len(steps), i, dtype=np.int32)),
+                              ("fragment", frags.astype(np.int32)), ("step", steps.astype(np.int32)),
+                              ("arrival", arrival), ("incarnation", np.full(len(steps), inc_id, dtype=np.int32))):
                 cols[name].append(col[ok])
             inc_id += 1
+            inc_starts.append(a)
             if not o.elastic and b < horizon:
                 last = np.zeros(schedule.num_fragments)
                 np.maximum.at(last, frags[ok], steps[ok])
                 lost_at.append(b)
                 lost_steps.append(float(np.mean(n - last)) + ((b - a) % step) / step)
     return Uploads(**{k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()},
-                   lost_at=np.asarray(lost_at), lost_steps=np.asarray(lost_steps), link_skipped=link_skipped)
+                   inc_starts=np.asarray(inc_starts), lost_at=np.asarray(lost_at), lost_steps=np.asarray(lost_steps),
+                   link_skipped=link_skipped)
 
 
 class _Active:
@@ -294,7 +297,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         sel = np.flatnonzero(ups.fragment == p)
         sel = sel[np.argsort(ups.arrival[sel], kind="stable")]
         syncer.fragment(zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.arrival[sel].tolist(),
-                            ups.incarnation[sel].tolist(), ups.inc_start[sel].tolist()), horizon)
+                            ups.incarnation[sel].tolist(), ups.inc_starts[ups.incarnation[sel]].tolist()), horizon)
         if progress is not None:
             progress((p + 1) / nfrag)
     merge_times, merge_tokens = syncer.merge_times, syncer.merge_tokens
