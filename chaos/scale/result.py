@@ -184,7 +184,8 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     if trace.timeline is not None:
         trace.timeline.updates = t_kept[: trace.timeline.limit].tolist()
     trained = float(trace.trained_at(wall))
-    useful = merged if trace.useful_at is None else float(trace.useful_at(wall))
+    taken_back = float(trace.correction_tokens[trace.correction_times <= wall].sum())  # e.g. replicas sitting out
+    useful = merged if trace.useful_at is None else max(0.0, float(trace.useful_at(wall)) + taken_back)
     nominal = cfg.nominal_tokens_per_s * wall
     return ScaleResult(
         name=cfg.name, mode=cfg.algorithm.mode, elastic=cfg.elastic, chips=cfg.cluster.chips,
@@ -192,5 +193,5 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
         merged_goodput=merged / nominal if nominal else 0.0,
         compute_goodput=merged / trained if trained else 0.0, merged_tokens=merged, trained_tokens=trained,
         longest_stall_s=float(gaps[i]) if len(gaps) else wall, longest_stall_at=float(starts[i]) if len(gaps) else 0.0,
-        time_to_budget_s=reached, failures=int((trace.failure_times <= wall).sum()), updates=int(keep.sum()), details=dict(trace.details),
-        timeline=trace.timeline)
+        time_to_budget_s=reached, failures=int((trace.failure_times <= wall).sum()), updates=int(keep.sum()),
+        details=dict(trace.details), timeline=trace.timeline)

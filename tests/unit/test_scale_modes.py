@@ -425,3 +425,18 @@ def test_a_slow_learner_holds_back_sync_diloco_but_not_decoupled() -> None:
     assert dec.goodput == pytest.approx(1.0, abs=0.01)
     assert dec.merged_goodput == pytest.approx(1 - 2 / 8, abs=0.02)  # only the τ = 2 overwritten steps of H = 8
     assert dec.merged_tokens > 1.25 * sync.merged_tokens
+
+
+def test_replica_sit_outs_cost_decoupled_goodput_too() -> None:
+    """Elastic learners with replace_s train on fewer replicas after a failure: goodput (not only merged) drops."""
+    tree = {"duration": 3600, "elastic": True, "cluster": {"chips": 400, "chips_per_replica": 10},
+            "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 100, "learner": 1, "down_s": 20}]},
+            "workload": {"step_s": 1, "tokens_per_step": 4000},
+            "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8}}
+    base = simulate_scale(build_scale_config(tree))
+    slow = simulate_scale(build_scale_config({**tree, "recovery": {"replace_s": 1000}}))
+    # learner 1 has 10 replicas; one sits out from the pause's end (120 s) to 1100 s: 980 s of a tenth of
+    # its 1000 tokens a second.
+    lost = 980 * 100
+    assert base.goodput * 3600 * 4000 - slow.goodput * 3600 * 4000 == pytest.approx(lost, rel=1e-6)
+    assert base.merged_tokens - slow.merged_tokens == pytest.approx(lost, rel=1e-6)
