@@ -155,10 +155,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    if args.scale:
-        from chaos.scale.command import run_scale_command
+    from chaos.scale.command import run_scale_command, scale_only_flags
 
+    if args.scale:
         return run_scale_command(args)
+    if flags := scale_only_flags(args):
+        raise ScenarioError(f"{', '.join(flags)} belong to the scale simulator: add --scale")
     if not args.scenario:
         raise ScenarioError("simulate needs a SCENARIO (a built-in name or a file), or --scale for the scale "
                             "simulator")

@@ -60,6 +60,14 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no progress display")
 
 
+SCALE_ONLY = (*FLAG_FIELDS, "compare", "sweep", "plot", "json", "timeline", "quiet")
+
+
+def scale_only_flags(args: argparse.Namespace) -> list[str]:
+    """The scale-simulator flags given (as ``--flag``), for refusing them without ``--scale``."""
+    return [f"--{k.replace('_', '-')}" for k in SCALE_ONLY if getattr(args, k, None) not in (None, False)]
+
+
 def _plan(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
     from chaos.scale.config import build_scale_config, load_scale_config
 

@@ -119,3 +119,9 @@ def test_bad_sweeps_are_refused(argv: list[str], message: str, capsys: pytest.Ca
     """A malformed sweep, a plot without one, or a bad swept value exits 2 naming the problem."""
     assert main(["simulate", "--scale", "--duration", "1h", *argv, "--quiet"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_scale_flags_without_scale_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Scale-simulator flags on a deterministic-mode simulate are refused rather than silently ignored."""
+    assert main(["simulate", "kill-and-rejoin", "--chips", "2.4M", "--compare"]) == 2
+    assert "--chips, --compare belong to the scale simulator: add --scale" in capsys.readouterr().err
