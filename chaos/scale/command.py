@@ -2,6 +2,7 @@
 
     diloco-chaos simulate --scale --chips 2.4M --mode decoupled --learners 8
     diloco-chaos simulate --scale plan.yaml --compare --budget 1T
+    diloco-chaos simulate --scale results.json              # replay what --json recorded
     diloco-chaos simulate --scale --chips 1k --duration 1h --timeline run.png
     diloco-chaos simulate --scale --sweep network.bandwidth=1,2,5 --compare --plot bw.png
 

@@ -185,7 +185,7 @@ def build_scale_config(tree: dict[str, Any] | None = None, source: str = "<plan>
 
 
 def load_scale_config(path: str | Path, overrides: list[str] | None = None) -> ScaleConfig:
-    """Read a YAML plan file."""
+    """Read a YAML plan file, or the JSON results file ``simulate --scale --json`` wrote (its plan, to replay)."""
     p = Path(path)
     try:
         tree = yaml.safe_load(p.read_text())
@@ -193,4 +193,6 @@ def load_scale_config(path: str | Path, overrides: list[str] | None = None) -> S
         raise ScenarioError(f"{p}: cannot read the plan: {err.strerror}") from None
     except yaml.YAMLError as err:
         raise ScenarioError(f"{p}: not valid YAML: {err}") from None
+    if isinstance(tree, dict) and set(tree) >= {"plan", "results"}:
+        tree = tree["plan"]  # a results file: replay the plan it recorded, seed included
     return build_scale_config(tree, str(p), overrides)

@@ -125,3 +125,14 @@ def test_scale_flags_without_scale_are_refused(capsys: pytest.CaptureFixture[str
     """Scale-simulator flags on a deterministic-mode simulate are refused rather than silently ignored."""
     assert main(["simulate", "kill-and-rejoin", "--chips", "2.4M", "--compare"]) == 2
     assert "--chips, --compare belong to the scale simulator: add --scale" in capsys.readouterr().err
+
+
+def test_a_results_file_replays_its_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The --json results file records the whole plan and seed: simulating it again gives the same figures."""
+    first, again = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["simulate", "--scale", "--chips", "20k", "--seed", "7", "--duration", "3h", "--mtbi", "10d",
+                 "--json", str(first), "--quiet"]) == 0
+    assert main(["simulate", "--scale", str(first), "--json", str(again), "--quiet"]) == 0
+    a, b = json.loads(first.read_text()), json.loads(again.read_text())
+    assert a["plan"] == b["plan"] and a["plan"]["seed"] == 7
+    assert a["results"] == b["results"] and a["results"][0]["failures"] > 0
