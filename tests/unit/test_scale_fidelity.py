@@ -87,4 +87,4 @@ def test_bandwidth_claim_twelve_billion_over_four_sites() -> None:
     assert saturated.details["skipped_syncs"] > 0 and saturated.merged_goodput < 0.5
     assert run(2, "decoupled", 0.5).details["skipped_syncs"] == 0
     need = needed_gbps(args)
-    assert need["data-parallel (bf16)"] > 100 > 1 > need["decoupled (4-bit)"]
+    assert need["data-parallel (bf16)"] > 100 and need["decoupled (4-bit)"] < 1
