@@ -234,8 +234,10 @@ class _Syncer:
         b = self.books.get(i)
         if b is None or b.incarnation != inc:
             b = self.books[i] = _Book(inc, inc_start, 0, self.version)  # a (re)joined learner fetches the current
-        elif b.answered_at_step > s:
-            self.skipped += 1  # the previous sync of this fragment is unanswered: the counters carry on
+        elif b.answered_at_step >= s:
+            # The previous sync of this fragment is unanswered (LearnerBook.on_step runs before ready() at a
+            # step boundary, so one answered at this very step still counts as in flight): skip, counters carry on.
+            self.skipped += 1
             return
         b.sync_step = s
         accepted = self.version - b.base_version <= self.a.max_staleness
@@ -246,13 +248,14 @@ class _Syncer:
         else:
             if not self.members:
                 self.opened, self.quorum_at = arr, math.inf
-            self.members.append((i, s - b.ref_step))
+            self.members.append((i, max(0, s - b.ref_step)))
             self.last_arrival = arr
             if len(self.members) == self.a.min_quorum:
                 self.quorum_at = arr
         assert out.want is not None
         if out.want <= self.version:
-            self._receive(b, i, arr + self.down, self.version)  # what it asked for exists: the reply brings it
+            # What it asked for exists: the reply brings it. A refused sync is failed, so no overlap wait.
+            self._receive(b, i, arr + self.down, self.version, overlap=not out.failed)
         else:
             b.answered_at_step, b.waiting_for = math.inf, out.want
 
@@ -270,12 +273,13 @@ class _Syncer:
                 self._receive(b, i, at + self.down, self.version)
         self.members.clear()
 
-    def _receive(self, b: _Book, learner: int, at: float, version: int) -> None:
+    def _receive(self, b: _Book, learner: int, at: float, version: int, overlap: bool = True) -> None:
         """The learner got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
-        after its sync started (LearnerBook.ready), and its counters reset."""
+        after its sync started unless that sync failed (LearnerBook.ready), and its counters reset."""
         o = self.outages[learner]
         work = o.work_before(at) if o.elastic else at - b.inc_start
-        b.answered_at_step = max(math.ceil(work / self.steps_s[learner] - 1e-9), b.sync_step + self.a.overlap_steps)
+        earliest = b.sync_step + self.a.overlap_steps if overlap else 0
+        b.answered_at_step = max(math.ceil(work / self.steps_s[learner] - 1e-9), earliest)
         b.ref_step = int(b.answered_at_step)
         b.base_version = version
         b.waiting_for = None

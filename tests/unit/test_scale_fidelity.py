@@ -88,3 +88,27 @@ def test_bandwidth_claim_twelve_billion_over_four_sites() -> None:
     assert run(2, "decoupled", 0.5).details["skipped_syncs"] == 0
     need = needed_gbps(args)
     assert need["data-parallel (bf16)"] > 100 and need["decoupled (4-bit)"] < 1
+
+
+@pytest.mark.parametrize("p, h, tau", [(2, 2, 2), (2, 4, 2), (4, 8, 2), (3, 7, 1), (4, 4, 0), (1, 5, 3), (6, 4, 2)])
+def test_decoupled_counts_what_the_trainers_learner_book_counts(p: int, h: int, tau: int) -> None:
+    """One learner, instant links: the simulator merges exactly the steps the trainer's own LearnerBook
+    reports in its syncs (which syncs it skips, where counters reset, the τ overlap), driven step by step."""
+    from trainer.core.learner_book import LearnerBook
+    from trainer.core.schedule import FragmentSchedule
+
+    steps = 240
+    book = LearnerBook(FragmentSchedule(p, h, tau, staggered=True), versions=[0] * p, blocking=False)
+    versions = [0] * p
+    counted = 0
+    for step in range(1, steps + 1):
+        for s in book.on_step(step, tokens=1):
+            counted += s.c_steps  # alone and instant: merged at once, and the reply is back this step
+            versions[s.fragment] += 1
+            book.offer(s.fragment, versions[s.fragment], payload=None)
+        book.ready(step)
+    r = simulate_scale(build_scale_config({
+        "duration": steps + 0.5, "failures": {"mtbi_per_chip": 0}, "workload": {"step_s": 1, "tokens_per_step": p},
+        "algorithm": {"mode": "decoupled", "num_learners": 1, "num_fragments": p, "sync_every": h,
+                      "overlap_steps": tau}}))
+    assert r.merged_tokens == counted  # tokens_per_step = P: one merged step counts one token per fragment
