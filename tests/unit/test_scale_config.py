@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,7 +154,7 @@ def test_bad_step_overrides_are_refused(tree, message):
 def test_plan_is_frozen():
     """A validated plan cannot be changed in place."""
     cfg = build_scale_config({})
-    with pytest.raises(Exception):  # pydantic's ValidationError for frozen models
+    with pytest.raises(ValidationError, match="frozen"):
         cfg.seed = 3  # type: ignore[misc]
     assert cfg.seed == 0
 
