@@ -3,8 +3,9 @@
 What a planner asks first: on my chips, failure rate and links, what goodput
 and wall-clock does each approach give? :func:`variants` derives the four
 plans from one (same hardware, failures, links and seed; M and the schedule
-from the plan's ``algorithm`` section), :func:`results_table` lays the results
-side by side.
+from the plan's ``algorithm`` section, M = 8 when the plan is data-parallel;
+data-parallel over heterogeneous learners steps at the slowest one's pace),
+:func:`results_table` lays the results side by side.
 
 Example:
     >>> from chaos.scale.config import build_scale_config
@@ -41,8 +42,11 @@ def variants(cfg: ScaleConfig) -> list[ScaleConfig]:
                                  ("decoupled", cfg.elastic, {"num_learners": m})):
         a = {**(dp_alg if mode == "data-parallel" else alg), **extra, "mode": mode}
         t = {**tree, "elastic": elastic, "algorithm": a}
-        if mode == "data-parallel":  # a scheduled failure of any learner hits the one job
+        if mode == "data-parallel":
+            # One job: a scheduled failure of any learner hits it, and it steps as fast as its slowest chips.
             t["failures"] = {**tree["failures"], "schedule": [{**f, "learner": 0} for f in tree["failures"]["schedule"]]}
+            slowest = max([cfg.workload.step_s, *cfg.workload.step_s_overrides.values()])
+            t["workload"] = {**tree["workload"], "step_s": slowest, "step_s_overrides": {}}
         out.append(build_scale_config(t, f"{cfg.name} as {mode}"))
     return out
 

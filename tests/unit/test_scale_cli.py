@@ -136,3 +136,14 @@ def test_a_results_file_replays_its_run(tmp_path: Path, capsys: pytest.CaptureFi
     a, b = json.loads(first.read_text()), json.loads(again.read_text())
     assert a["plan"] == b["plan"] and a["plan"]["seed"] == 7
     assert a["results"] == b["results"] and a["results"][0]["failures"] > 0
+
+
+def test_compare_with_heterogeneous_learners_runs_data_parallel_at_the_slowest_pace(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--compare accepts per-learner step times: the data-parallel variants step at the slowest learner's time."""
+    out_json = tmp_path / "h.json"
+    code = main(["simulate", "--scale", "--learners", "4", "--duration", "1h", "--compare", "--set",
+                 "workload.step_s_overrides.2=1.5", "--json", str(out_json), "--quiet"])
+    assert code == 0
+    details = {(r["mode"], r["elastic"]): r["details"] for r in json.loads(out_json.read_text())["results"]}
+    assert details[("data-parallel", True)]["step_wall_s"] == 1.5
