@@ -25,30 +25,32 @@ _COUNT_UNITS = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or ``<number><unit>`` (ms, s, min, h, d, w, y = 365 d)."""
+_GBPS_UNITS = {"Gbps": 1.0, "Mbps": 1e-3, "Kbps": 1e-6}
+
+
+def _scaled(value: Any, units: dict[str, float], default: str, what: str, hint: str) -> float:
+    """A number, or a number followed by one of ``units`` (``default`` when none is written)."""
     # ValueError, not TypeError, throughout: pydantic turns only ValueError into a field-named message.
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
+        raise ValueError(f"{value!r} is not {what}")
     if isinstance(value, (int, float)):
         return float(value)
-    m = re.fullmatch(_NUMBER + r"\s*(ms|s|min|h|d|w|y)?", str(value).strip())
+    names = "|".join(sorted((u for u in units if u), key=len, reverse=True))
+    m = re.fullmatch(_NUMBER + rf"\s*({names})?", str(value).strip())
     if not m:
-        raise ValueError(f"{value!r} is not a duration: write seconds (30) or a number with a unit "
-                         "(ms, s, min, h, d, w, y)")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
+        raise ValueError(f"{value!r} is not {what}: {hint}")
+    return float(m.group(1)) * units[m.group(2) or default]
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or ``<number><unit>`` (ms, s, min, h, d, w, y = 365 d)."""
+    return _scaled(value, _TIME_UNITS, "s", "a duration",
+                   "write seconds (30) or a number with a unit (ms, s, min, h, d, w, y)")
 
 
 def parse_count(value: Any) -> float:
     """A number, optionally with a k / M / B (= G) / T suffix."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a number")
-    if isinstance(value, (int, float)):
-        return float(value)
-    m = re.fullmatch(_NUMBER + r"\s*([kKMGBT]?)", str(value).strip())
-    if not m:
-        raise ValueError(f"{value!r} is not a number: write 2400000, 2.4M, 150k or 12B")
-    return float(m.group(1)) * _COUNT_UNITS[m.group(2)]
+    return _scaled(value, _COUNT_UNITS, "", "a number", "write 2400000, 2.4M, 150k or 12B")
 
 
 def parse_gbps(value: Any) -> float:
@@ -58,12 +60,7 @@ def parse_gbps(value: Any) -> float:
         >>> parse_gbps("200Mbps"), parse_gbps("5Gbps"), parse_gbps(2)
         (0.2, 5.0, 2.0)
     """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    m = re.fullmatch(_NUMBER + r"\s*(Gbps|Mbps|Kbps)?", str(value).strip())
-    if not m:
-        raise ValueError(f"{value!r} is not a bandwidth: write Gbit/s (5) or 5Gbps / 200Mbps")
-    return float(m.group(1)) * {"Gbps": 1.0, "Mbps": 1e-3, "Kbps": 1e-6, None: 1.0}[m.group(2)]
+    return _scaled(value, _GBPS_UNITS, "Gbps", "a bandwidth", "write Gbit/s (5) or 5Gbps / 200Mbps")
 
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
