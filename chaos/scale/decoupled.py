@@ -134,9 +134,8 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
                 continue
             if o.elastic:
                 # Each pause throws away the step in flight (a failed step is redone).
-                work_at_pause = o.starts - o._cum[:-1]  # type: ignore[attr-defined]
                 lost_at.extend(o.starts.tolist())
-                lost_steps.extend((np.mod(work_at_pause, step) / step).tolist())
+                lost_steps.extend((np.mod(o.work_at_starts, step) / step).tolist())
                 n = int(o.work_before(horizon) // step)
                 steps, frags = _sync_steps(schedule, n)
                 start = o.wall_of_work(steps * step)

@@ -78,13 +78,17 @@ class Outages:
         """Seconds the unit was up in ``[0, t)``."""
         return t - self.down_before(t)
 
+    @property
+    def work_at_starts(self) -> np.ndarray:
+        """Seconds the unit had been up when each outage began."""
+        return self.starts - self._cum[:-1]  # type: ignore[attr-defined]
+
     def wall_of_work(self, work: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`work_before` (vectorised): when the unit has been up for ``work`` seconds.
 
         A step that completes exactly at an outage's start completes before it.
         """
-        work_at_start = self.starts - self._cum[:-1]  # type: ignore[attr-defined]
-        k = np.searchsorted(work_at_start, work, side="left")
+        k = np.searchsorted(self.work_at_starts, work, side="left")
         return work + self._cum[k]  # type: ignore[attr-defined]
 
 
