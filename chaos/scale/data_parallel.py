@@ -25,7 +25,7 @@ import numpy as np
 from chaos.scale.config import ScaleConfig
 from chaos.scale.links import comm_times
 from chaos.scale.outages import Outages
-from chaos.scale.result import COMM, DOWN, PAUSED, TRAIN, Timeline, Trace
+from chaos.scale.result import COMM, TRAIN, Timeline, Trace
 
 
 def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = None) -> Trace:
@@ -56,11 +56,8 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
                 fix_t.append(b)
                 fix_tok.append(-(n - kept) * per_step)
                 lost_tokens += (n - kept) * per_step
-        if timeline is not None:
-            timeline.add(0, a, min(b, horizon), TRAIN if comm.dp_exposed_s == 0 else COMM)
     if timeline is not None:
-        for s, e in zip(o.starts.tolist(), o.ends.tolist()):
-            timeline.add(0, s, min(e, horizon), PAUSED if cfg.elastic else DOWN)
+        timeline.add_unit(0, o, 0.0, horizon, TRAIN if comm.dp_exposed_s == 0 else COMM)
     rate = per_step / step_wall
     return Trace(np.concatenate(times) if times else np.empty(0), np.concatenate(tokens) if tokens else np.empty(0),
                  trained_at=lambda t: rate * o.work_before(t), failure_times=o.failure_times,

@@ -42,7 +42,7 @@ import numpy as np
 from chaos.scale.config import ScaleConfig
 from chaos.scale.links import comm_times
 from chaos.scale.outages import Outages
-from chaos.scale.result import DOWN, PAUSED, TRAIN, Timeline, Trace
+from chaos.scale.result import Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.reasons import RejectReason
@@ -307,12 +307,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     participants, skipped, refused = syncer.participants, syncer.skipped, syncer.refused
     if timeline is not None:
         for i, o in enumerate(outages):
-            t = 0.0
-            for s, e in zip(o.starts.tolist(), o.ends.tolist()):
-                timeline.add(i, t, min(s, horizon), TRAIN)
-                timeline.add(i, s, min(e, horizon), PAUSED if o.elastic else DOWN)
-                t = e
-            timeline.add(i, t, horizon, TRAIN)
+            timeline.add_unit(i, o, 0.0, horizon)
     n_merges = len(merge_times)
     order = np.argsort(ups.lost_at)
     lost_t, lost_cum = ups.lost_at[order], np.concatenate([[0.0], np.cumsum(ups.lost_steps[order])])

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from chaos.scale.config import ScaleConfig
+from chaos.scale.outages import Outages
 from chaos.scale.quantities import format_count, format_duration
 
 # Timeline states, in drawing order.
@@ -64,6 +65,19 @@ class Timeline:
     updates: list[float] = field(default_factory=list)  # when the global model advanced
     limit: int = 20_000
     truncated: bool = False
+
+    def add_unit(self, unit: int, o: Outages, t0: float, t1: float, running: str = TRAIN) -> None:
+        """The unit's own time in ``[t0, t1)``: ``running`` between its outages, paused or down during them."""
+        out = PAUSED if o.elastic else DOWN
+        t = t0
+        k = int(np.searchsorted(o.ends, t0, side="right"))
+        while k < len(o) and o.starts[k] < t1:
+            s, e = max(float(o.starts[k]), t0), min(float(o.ends[k]), t1)
+            self.add(unit, t, s, running)
+            self.add(unit, s, e, out)
+            t = e
+            k += 1
+        self.add(unit, t, t1, running)
 
     def add(self, unit: int, start: float, end: float, state: str) -> None:
         if end <= start:

@@ -29,7 +29,7 @@ import numpy as np
 from chaos.scale.config import ScaleConfig
 from chaos.scale.links import comm_times, transfer_s
 from chaos.scale.outages import Outages
-from chaos.scale.result import COMM, DOWN, PAUSED, TRAIN, WAIT, Timeline, Trace
+from chaos.scale.result import COMM, WAIT, Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.schedule import FragmentSchedule
@@ -85,7 +85,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         if timeline is not None:
             last = max(finishes)
             for i, f in enumerate(finishes):
-                _draw_learner(timeline, i, outages[i], t0, f)
+                timeline.add_unit(i, outages[i], t0, f)
                 timeline.add(i, f, last, WAIT)
                 timeline.add(i, last, end, COMM)
         ends.append(end)
@@ -106,16 +106,3 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
                  details={"round_work_s": max(work), "round_comm_s": up + down, "rounds": float(rounds),
                           "redone_work_s": lost_s})
 
-
-def _draw_learner(timeline: Timeline, i: int, o: Outages, t0: float, t1: float) -> None:
-    """The learner's own time in ``[t0, t1)``: training, or out."""
-    state = PAUSED if o.elastic else DOWN
-    t = t0
-    k = int(np.searchsorted(o.ends, t0, side="right"))
-    while k < len(o) and o.starts[k] < t1:
-        s, e = max(float(o.starts[k]), t0), min(float(o.ends[k]), t1)
-        timeline.add(i, t, s, TRAIN)
-        timeline.add(i, s, e, state)
-        t = e
-        k += 1
-    timeline.add(i, t, t1, TRAIN)
