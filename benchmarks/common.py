@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from chaos import report
+
 RESULTS = Path("benchmarks/results")
 
 
@@ -55,9 +57,8 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """The chaos reports' Markdown table, with benchmark cells (:func:`fmt`)."""
+    return report.markdown_table(header, rows, fmt)
 
 
 def median_or_none(values: Sequence[float]) -> float | None:
@@ -82,21 +83,9 @@ def write_results(name: str, *, config: dict[str, Any], results: dict[str, Any],
     return path
 
 
-def new_figure(width: float = 8.0, height: float = 4.5, ncols: int = 1) -> tuple[Any, Any]:
-    """A matplotlib (Agg) figure and its axes; imported here so a benchmark without plots never loads it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height))
-    axes = fig.subplots(1, ncols)
-    return fig, axes
+new_figure = report.new_figure
 
 
 def save_figure(fig: Any, name: str, out_dir: Path = RESULTS) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    """``<out_dir>/<name>.png``."""
+    return report.save_figure(fig, out_dir / f"{name}.png")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,6 @@ from typing import Any
 from chaos.history import FaultWindow, History, Phase
 from faults.base import PROCESS_KINDS, SYNCER
 from trainer import events as ev
-
 
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "indeterminate": "INDETERMINATE", "error": "ERROR"}
 STATUS_COLOURS = {"pass": "tab:green", "fail": "tab:red", "indeterminate": "tab:orange", "error": "tab:purple"}
@@ -107,6 +107,39 @@ def _natural_key(s: str) -> list[Any]:
 
 
 # ---- Markdown ---------------------------------------------------------------
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], cell: Callable[[Any], str] = str) -> str:
+    """A Markdown table; ``cell`` turns each value into its text.
+
+    Example:
+        >>> print(markdown_table(["mode", "s"], [["decoupled", 1.5]]))
+        | mode | s |
+        |---|---|
+        | decoupled | 1.5 |
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def new_figure(width: float = 8.0, height: float = 4.5, ncols: int = 1) -> tuple[Any, Any]:
+    """A matplotlib (Agg) figure and its axes; matplotlib is imported only when a figure is made."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots(1, ncols)
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Lay out and write ``fig`` as a PNG, creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The run's report as Markdown: outcome, checks, faults, key numbers, teardown, how to reproduce.
 

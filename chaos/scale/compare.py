@@ -17,8 +17,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from chaos.report import markdown_table
 from chaos.scale.config import ScaleConfig, build_scale_config
 from chaos.scale.quantities import format_count, format_duration
 from chaos.scale.result import ScaleResult
@@ -55,20 +55,15 @@ def results_table(results: Sequence[ScaleResult]) -> str:
     """A Markdown table of results, one row each."""
     header = ("approach", "goodput", "merged goodput", "longest global stall", "time to budget", "failures",
               "tokens merged")
-    rows: list[Sequence[Any]] = []
-    for r in results:
-        rows.append((r.label, f"{r.goodput:.1%}", f"{r.merged_goodput:.1%}", format_duration(r.longest_stall_s),
-                     "—" if r.time_to_budget_s is None else format_duration(r.time_to_budget_s), r.failures,
-                     format_count(r.merged_tokens)))
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown_table(header, [
+        (r.label, f"{r.goodput:.1%}", f"{r.merged_goodput:.1%}", format_duration(r.longest_stall_s),
+         "—" if r.time_to_budget_s is None else format_duration(r.time_to_budget_s), r.failures,
+         format_count(r.merged_tokens)) for r in results])
 
 
 def sweep_table(field: str, values: Sequence[str], grid: Sequence[Sequence[ScaleResult]]) -> str:
     """Goodput (merged goodput where it is lower; time to budget when one is set) per approach and swept value."""
-    header = ("approach", *[f"{field}={v}" for v in values])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for j, first in enumerate(grid[0]):
         cells = []
         for results in grid:
@@ -76,5 +71,5 @@ def sweep_table(field: str, values: Sequence[str], grid: Sequence[Sequence[Scale
             budget = "" if r.time_to_budget_s is None else f", {format_duration(r.time_to_budget_s)}"
             merged = f" (merged {r.merged_goodput:.1%})" if r.goodput - r.merged_goodput > 0.005 else ""
             cells.append(f"{r.goodput:.1%}{merged}{budget}")
-        lines.append("| " + " | ".join([first.label, *cells]) + " |")
-    return "\n".join(lines)
+        rows.append([first.label, *cells])
+    return markdown_table(["approach", *[f"{field}={v}" for v in values]], rows)

@@ -7,21 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from chaos.report import new_figure, save_figure
 from chaos.scale.result import COMM, DOWN, PAUSED, TRAIN, WAIT, ScaleResult
 
 COLOURS = {TRAIN: "#4c9a2a", WAIT: "#f2c14e", COMM: "#5b8def", PAUSED: "#f08a24", DOWN: "#c0392b"}
-
-
-def _figure(width: float, height: float) -> tuple[Any, Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height))
-    return fig, fig.subplots(1, 1)
 
 
 def plot_goodput_sweep(simulated: Mapping[str, Sequence[float]], xs: Sequence[str], path: Path, *, xlabel: str,
@@ -29,7 +19,7 @@ def plot_goodput_sweep(simulated: Mapping[str, Sequence[float]], xs: Sequence[st
                        labels: Mapping[str, str] | None = None) -> Path:
     """Goodput (%) against a swept plan field (the paper's figure sweeps chips): one line per configuration,
     the paper's values as open squares when given. ``xs`` label the points, evenly spaced."""
-    fig, ax = _figure(8.0, 4.8)
+    fig, ax = new_figure(8.0, 4.8)
     pos = list(range(len(xs)))
     for i, (row, values) in enumerate(simulated.items()):
         colour = f"C{i}"
@@ -43,7 +33,7 @@ def plot_goodput_sweep(simulated: Mapping[str, Sequence[float]], xs: Sequence[st
     ax.grid(alpha=0.3)
     ax.set_title("Goodput: simulated (lines)" + (", paper (open squares)" if paper else ""))
     ax.legend(fontsize=8, loc="lower left")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_timeline(result: ScaleResult, path: Path) -> Path:
@@ -51,7 +41,7 @@ def plot_timeline(result: ScaleResult, path: Path) -> Path:
     if result.timeline is None:
         raise ValueError("this result has no timeline: simulate it with timeline=True")
     merges = result.timeline.updates
-    fig, ax = _figure(10.0, 1.2 + 0.45 * result.learners)
+    fig, ax = new_figure(10.0, 1.2 + 0.45 * result.learners)
     for seg in result.timeline.segments:
         ax.barh(seg.unit, seg.end - seg.start, left=seg.start, height=0.7, color=COLOURS[seg.state], linewidth=0)
     if merges:
@@ -67,11 +57,5 @@ def plot_timeline(result: ScaleResult, path: Path) -> Path:
 
     ax.legend(handles=[Patch(color=c, label=s) for s, c in COLOURS.items()], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.005, 1.0))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
-
-def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
