@@ -177,7 +177,7 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     # count the budget as reached.
     is_update = np.concatenate([np.ones(len(trace.update_times)), np.zeros(len(trace.correction_times))])
     order = np.lexsort((is_update, all_t))
-    all_t, cum = all_t[order], np.cumsum(all_tok[order])
+    all_t, cum, is_update = all_t[order], np.cumsum(all_tok[order]), is_update[order]
     wall = float(cfg.duration)
     reached: float | None = None
     if cfg.token_budget > 0 and cfg.budget_counts == "trained":
@@ -189,7 +189,7 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     if reached is not None:
         wall = reached
     merged = max(0.0, float(cum[all_t <= wall][-1])) if (all_t <= wall).any() else 0.0
-    times = np.sort(trace.update_times)
+    times = all_t[is_update == 1]  # already in order: no second sort
     keep = times <= wall
     t_kept = times[keep]
     gaps = np.diff(np.concatenate([[0.0], t_kept, [wall]]))
