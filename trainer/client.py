@@ -173,13 +173,13 @@ class SyncClient:
 
     def upload(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
                tensors: Mapping[str, np.ndarray], c_steps: int, c_tokens: int, learner_step: int = 0,
-               chunk_bytes: int = CHUNK_BYTES) -> pb.UploadReply:
+               chunk_bytes: int = CHUNK_BYTES, round: int = 0) -> pb.UploadReply:
         """Upload one fragment (idempotent: safe to retry)."""
         specs, payload = encode_tensors(tensors)
         header = pb.UploadHeader(learner_id=learner_id, incarnation=incarnation, fragment=fragment,
                                  base_version=base_version, c_steps=c_steps, c_tokens=c_tokens,
                                  tensors=specs_to_pb(specs), total_bytes=len(payload), crc32=crc32(payload),
-                                 learner_step=learner_step)
+                                 learner_step=learner_step, round=round)
         timeout = self.timeout_s + len(payload) / 1e6  # allow ~1 MB/s at worst before giving up
         return self.call(lambda: self.stub.Upload(upload_messages(header, payload, chunk_bytes), timeout=timeout,
                                                   metadata=self._metadata), "Upload")

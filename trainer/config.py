@@ -4,18 +4,23 @@ A run is described by :class:`RunConfig` (YAML or JSON file, plus ``--set
 a.b=value`` overrides). The ``algorithm.mode`` preset fills the fields left
 unset and refuses contradictions:
 
-=============  ===========  ============  ==========  =========  =========  ========
-mode           min_quorum   grace         staggered   overlap τ  blocking   H
-=============  ===========  ============  ==========  =========  =========  ========
-decoupled      1 (any)      on            yes         2          no         any
-sync-diloco    M            off           no          0          yes        any
-data-parallel  M            off           no          0          yes        1
-=============  ===========  ============  ==========  =========  =========  ========
+=============  ===========  ============  ==========  =========  =========  ========  =======
+mode           min_quorum   grace         staggered   overlap τ  blocking   H         rounds
+=============  ===========  ============  ==========  =========  =========  ========  =======
+decoupled      1 (any)      on            yes         2          no         any       clock
+sync-diloco    M            off           no          0          yes        any       arrival
+data-parallel  M            off           no          0          yes        1         arrival
+=============  ===========  ============  ==========  =========  =========  ========  =======
 
-Decoupled mode accepts contributions up to ``max_staleness`` versions old
-(default M); the synchronous modes only the current version.
-data-parallel also uses outer SGD with lr 1.0 and no momentum, so a merge is a
-plain parameter average after every inner step.
+Every DiLoCo mode uses DiLoCo's outer optimizer: Nesterov, lr 0.7, momentum 0.9.
+Decoupled mode runs its rounds on the syncer's step clock (one merge per
+scheduled round, contributions anchored at the round's start; see
+:mod:`trainer.core.syncer_state`) and accepts contributions whose base is up
+to ``max_staleness`` versions old (default M); the synchronous modes only the
+current version. ``rounds: arrival`` with ``outer_gradient: base`` and outer
+momentum 0.5 is the decoupled trainer before rounds existed, kept as a
+negative control. data-parallel uses outer SGD with lr 1.0 and no momentum,
+so a merge is a plain parameter average after every inner step.
 
 Example:
     >>> cfg = RunConfig.model_validate({"algorithm": {"mode": "sync-diloco", "num_learners": 3}})
@@ -90,11 +95,17 @@ class AlgorithmSection(_Strict):
     mix_alpha: float | None = Field(None, ge=0, lt=1, description="None: overwrite on receipt; else keep alpha of local")
     blocking: bool | None = None
     max_staleness: int | None = Field(None, ge=0, description="versions a contribution's base may lag; decoupled default M")
+    rounds: Literal["clock", "arrival"] | None = Field(
+        None, description="clock (decoupled default): round r of fragment p opens at offset(p) + r*H steps of the "
+                          "syncer's step clock and merges exactly once; arrival: the first upload after a merge opens "
+                          "a round (the synchronous modes, and the negative control for decoupled)")
+    late_uploads: Literal["refuse", "carry"] = Field(
+        "refuse", description="rounds=clock: an upload for a round that has merged is refused (the paper: it misses "
+                              "that merge) or carried into the fragment's next round, anchored at its start value")
     outer_gradient: Literal["base", "current"] | None = Field(
-        None, description="base (default): merge uploads as computed, against the global value the learner last "
-                          "received; current: rebase a late upload onto the fragment's current value, so one round's "
-                          "learners merged in several groups (K < M) do not add the same progress twice, but a "
-                          "straggler's late upload pulls the fragment back towards its older parameters")
+        None, description="rounds=arrival only (rounds=clock always anchors at the round's start value): base "
+                          "(default) merges uploads as computed, against the global value the learner last received; "
+                          "current rebases a late upload onto the fragment's current value")
 
     @model_validator(mode="after")
     def _apply_mode(self) -> "AlgorithmSection":
@@ -102,15 +113,22 @@ class AlgorithmSection(_Strict):
         preset: dict[str, Any]
         if self.mode == "decoupled":
             preset = dict(min_quorum=1, grace=True, staggered=True, overlap_steps=2, blocking=False,
-                          outer_lr=0.7, outer_momentum=0.5, max_staleness=m)
+                          outer_lr=0.7, outer_momentum=0.9, max_staleness=m, rounds="clock")
             required: dict[str, Any] = {}
+            if self.rounds == "clock" or self.rounds is None:
+                if self.outer_gradient == "base":
+                    raise ValueError("rounds 'clock' anchors every contribution at its round's start value "
+                                     "(outer_gradient current); outer_gradient 'base' needs rounds 'arrival'")
+                required["outer_gradient"] = "current"
         elif self.mode == "sync-diloco":
             preset = dict(outer_lr=0.7, outer_momentum=0.9)
-            required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True, max_staleness=0)
+            required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True, max_staleness=0,
+                            rounds="arrival")
         else:
             preset = {}
             required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True,
-                            sync_every=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=0, merge_rule="mean")
+                            sync_every=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=0, merge_rule="mean",
+                            rounds="arrival")
         for name, value in required.items():
             given = getattr(self, name)
             if given is not None and given != value:

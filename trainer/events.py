@@ -82,6 +82,8 @@ class Upload(_Event):
     c_steps: int
     c_tokens: int
     duplicate: bool
+    round: int = 0  # the round it was made for (rounds: clock)
+    late: bool = False  # its round had merged; carried into the next (late_uploads: carry)
 
 
 class Reject(_Event):
@@ -104,6 +106,7 @@ class ParticipantInfo(BaseModel):
     c_steps: int
     c_tokens: int
     base_version: int = -1  # the global version its outer gradient was computed from (-1: older logs)
+    round: int = 0
 
 
 class Merge(_Event):
@@ -113,11 +116,13 @@ class Merge(_Event):
     base_version: int
     participants: list[ParticipantInfo]
     rule: str
-    wait_s: float  # round opened -> merged
+    wait_s: float  # round opened -> merged (rounds: clock: from its scheduled opening)
     quorum_wait_s: float  # quorum reached -> merged (grace actually used)
     outer_grad_norm: float
     merges_total: int
     tokens_total: int
+    round: int = 0  # the fragment's round this merge closed (rounds: clock; one merge per round)
+    late: int = 0  # contributions carried in from rounds that had merged
 
 
 class Checkpoint(_Event):
@@ -206,6 +211,7 @@ class SyncStartEvent(_Event):
     c_steps: int
     c_tokens: int
     step: int
+    round: int = 0
 
 
 class SyncResult(_Event):

@@ -38,6 +38,7 @@ from trainer.client import FragmentValue, SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
+from trainer.core.rounds import StepClock
 from trainer.core.schedule import FragmentSchedule
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
@@ -137,7 +138,7 @@ class Comm:
             nbytes = sum(a.nbytes for a in arrays.values())
             try:
                 reply = self.client.upload(self.l.learner_id, self.l.incarnation, s.fragment, s.base_version, arrays,
-                                           s.c_steps, s.c_tokens, s.step)
+                                           s.c_steps, s.c_tokens, s.step, round=s.round)
                 self._up()
             except (SyncerUnavailable, TrainerError) as err:
                 self._down(err)
@@ -145,6 +146,7 @@ class Comm:
                 self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=False,
                                               reason=UNREACHABLE, seconds=time.monotonic() - t0, bytes=nbytes))
                 continue
+            self.l.heard_clock(reply.cluster_step, reply.step_pace_s)
             self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=reply.accepted,
                                           reason=reply.reason, seconds=time.monotonic() - t0, bytes=nbytes))
             out = upload_outcome(reply.accepted, reply.reason, s.base_version, reply.current_version)
@@ -196,6 +198,8 @@ class Comm:
                 self._down(err)
                 continue
             self.l.progress = max(self.l.progress, reply.progress)
+            if reply.ok:
+                self.l.heard_clock(reply.cluster_step, reply.step_pace_s)
             stop, rejoin = report_outcome(reply.ok, reply.stop, reply.reason)
             if stop:
                 self.stop.set()
@@ -220,6 +224,7 @@ class Learner:
         self.step_time_ema = 0.0
         self.last_loss = float("nan")
         self.progress = 0.0  # the run's global token progress, as last reported by the syncer
+        self.clock = StepClock()  # the syncer's step clock, on this process's monotonic clock (rounds: clock)
         self.incarnation_index = 0
         self.book: LearnerBook | None = None
         self.params: dict | None = None
@@ -228,6 +233,13 @@ class Learner:
         self._held: list[int] = []
         self.log.emit(ev.LearnerStart(learner_id=learner_id, learner_incarnation=self.incarnation, pid=os.getpid(),
                                       syncer=syncer, config_hash=cfg.config_hash(), corrupt=corrupt or ""))
+
+    def heard_clock(self, cluster_step: float, pace_s: float) -> None:
+        """A reply carried the syncer's step clock: extrapolate from it until the next one (one reference swap)."""
+        self.clock = StepClock.received(time.monotonic(), cluster_step, pace_s)
+
+    def cluster_step(self) -> float:
+        return self.clock.step_at(time.monotonic())
 
     def held_version(self, p: int) -> int:
         return self._held[p] if p < len(self._held) else -1
@@ -238,6 +250,7 @@ class Learner:
             raise TrainerError(f"syncer refused Join: {reply.reason}: {reply.detail}")
         self.incarnation_index = reply.incarnation_index
         self.progress = max(self.progress, reply.progress)
+        self.heard_clock(reply.cluster_step, reply.step_pace_s)
         self.fragments = [list(f.tensors) for f in sorted(reply.fragments, key=lambda f: f.fragment)]
         self.log.emit(ev.LearnerJoin(learner_incarnation=self.incarnation, incarnation_index=reply.incarnation_index,
                                      versions=list(reply.versions), syncer_incarnation=reply.syncer_incarnation))
@@ -249,7 +262,8 @@ class Learner:
             versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]
             a = self.cfg.algorithm
             self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered)),
-                                    versions, blocking=bool(a.blocking))
+                                    versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
+                                    start_step=self.cluster_step())
             self._held = self.book.held
             self.log.emit(ev.StateFetch(versions=versions, seconds=time.monotonic() - t0))
 
@@ -345,9 +359,9 @@ class Learner:
                     self.step_time_ema = dt
                 elif self.step > 2:
                     self.step_time_ema = 0.9 * self.step_time_ema + 0.1 * dt
-                for s in self.book.on_step(self.step, per_step):
+                for s in self.book.on_step(self.step, per_step, self.cluster_step()):
                     self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
-                                                    c_tokens=s.c_tokens, step=s.step))
+                                                    c_tokens=s.c_tokens, step=s.step, round=s.round))
                     names = self.fragments[s.fragment]
                     comm.uploads.put(_UploadJob(s, {n: self.params[n] for n in names}, {n: self.base[n] for n in names}))
                 self._drain(comm)

@@ -62,7 +62,8 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
         max_staleness=a.max_staleness, checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
         max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
-        outer_gradient=str(a.outer_gradient),
+        outer_gradient=str(a.outer_gradient), rounds=str(a.rounds), late_uploads=a.late_uploads,
+        sync_every=int(a.sync_every), staggered=bool(a.staggered),
     )
 
 
@@ -71,9 +72,10 @@ def merge_fields(rec: MergeRecord, tokens_total: int) -> dict[str, Any]:
     return dict(
         fragment=rec.fragment, version=rec.version, base_version=rec.base_version,
         participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation, weight=x.weight,
-                                         c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version)
+                                         c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version,
+                                         round=x.round)
                       for x in rec.participants],
-        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at,
+        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at, round=rec.round, late=rec.late,
         quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
         outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)
 
@@ -187,6 +189,7 @@ class SyncerService(pbg.SyncerServicer):
                               incarnation_index=res.incarnation_index, rejoined=res.rejoined))
         return pb.JoinReply(ok=True, incarnation_index=res.incarnation_index, syncer_incarnation=self.incarnation,
                             versions=list(res.versions), progress=self._progress(),
+                            cluster_step=res.clock[0], step_pace_s=res.clock[1],
                             fragments=[pb.FragmentLayout(fragment=f.index, tensors=list(f.names)) for f in self.fragments])
 
     def Leave(self, request: pb.LeaveRequest, context) -> pb.LeaveReply:  # noqa: N802, ANN001
@@ -208,13 +211,14 @@ class SyncerService(pbg.SyncerServicer):
                                          request.step_time_s, time.time())
                 versions = list(self.state.versions)
                 progress = self._progress_locked()
+                step, pace = self.state.clock_reading(time.time())
                 if stop and not was_finished:
                     self.cond.notify_all()
         except Rejected as r:
             self.record_reject("Report", r.reason, r.detail, request.learner_id)
             return pb.ReportReply(ok=False, reason=r.reason.value, detail=r.detail, syncer_incarnation=self.incarnation)
         return pb.ReportReply(ok=True, stop=stop, syncer_incarnation=self.incarnation, versions=versions,
-                              progress=progress)
+                              progress=progress, cluster_step=step, step_pace_s=pace)
 
     def _progress_locked(self) -> float:
         """Fraction of the token budget trained so far: learners decay their inner LR by it."""
@@ -238,7 +242,7 @@ class SyncerService(pbg.SyncerServicer):
             spec_map = {s.name: (s.shape, s.dtype) for s in specs}
             with self.cond:
                 self.state.check_header(h.learner_id, h.incarnation, h.fragment, h.base_version, spec_map,
-                                        h.c_steps, h.c_tokens, time.time())
+                                        h.c_steps, h.c_tokens, time.time(), h.round)
             for msg in request_iterator:
                 if not msg.HasField("data"):
                     raise Rejected(RejectReason.MALFORMED, "a second header arrived inside one upload")
@@ -246,22 +250,26 @@ class SyncerService(pbg.SyncerServicer):
             tensors = decode_tensors(specs, asm.finish())
             seconds = time.monotonic() - t0
             contribution = Contribution(h.learner_id, h.incarnation, h.fragment, h.base_version, tensors,
-                                        h.c_steps, h.c_tokens, upload_seconds=seconds)
+                                        h.c_steps, h.c_tokens, upload_seconds=seconds, round=h.round)
             with self.cond:
                 res = self.state.submit(contribution, time.time())
                 # Logged inside the lock: the history then shows every upload before the merge that used it.
                 self.log.emit(ev.Upload(learner_id=h.learner_id, learner_incarnation=h.incarnation,
                                         fragment=h.fragment, base_version=h.base_version, bytes=h.total_bytes,
                                         seconds=seconds, c_steps=h.c_steps, c_tokens=h.c_tokens,
-                                        duplicate=res.duplicate))
+                                        duplicate=res.duplicate, round=h.round, late=res.late))
+                step, pace = self.state.clock_reading(time.time())
                 self.cond.notify_all()
         except Rejected as r:
             lid, frag, base = (h.learner_id, h.fragment, h.base_version) if h is not None else ("", -1, -1)
             self.record_reject("Upload", r.reason, r.detail, lid, frag, base)
             with self.cond:
                 current = self.state.versions[frag] if 0 <= frag < len(self.state.versions) else -1
-            return pb.UploadReply(accepted=False, reason=r.reason.value, detail=r.detail, current_version=current)
-        return pb.UploadReply(accepted=True, current_version=res.current_version, duplicate=res.duplicate)
+                step, pace = self.state.clock_reading(time.time())
+            return pb.UploadReply(accepted=False, reason=r.reason.value, detail=r.detail, current_version=current,
+                                  cluster_step=step, step_pace_s=pace)
+        return pb.UploadReply(accepted=True, current_version=res.current_version, duplicate=res.duplicate,
+                              cluster_step=step, step_pace_s=pace, late=res.late)
 
     def _fragment_messages(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> Iterator[pb.FragmentChunk]:
         specs, payload = encode_tensors(tensors)
@@ -285,7 +293,11 @@ class SyncerService(pbg.SyncerServicer):
                     break
                 self.cond.wait(min(left, 0.5))
             version, tensors = self.state.fragment_value(p)
+        t0 = time.monotonic()
         yield from self._fragment_messages(p, version, tensors)
+        if 0 < request.min_version <= version:  # a merge's result going out: part of t_sync
+            with self.cond:
+                self.state.observe_broadcast_seconds(time.monotonic() - t0)
 
     def GetState(self, request: pb.StateRequest, context) -> Iterator[pb.FragmentChunk]:  # noqa: N802, ANN001
         with self.cond:
@@ -310,6 +322,7 @@ class SyncerService(pbg.SyncerServicer):
                 last_merge_unix=[t if t is not None else 0.0 for t in st.last_merge_at],
                 eval_loss=self.eval_loss, eval_merges=self.eval_merges, loss_floor=self.loss_floor,
                 rejections=dict(st.rejections), restored_from_merges=st.restored_from_merges,
+                cluster_step=st.cluster_step(now), step_pace_s=st.clock.pace_s, late_carried=st.late_carried,
             )
 
     # ---- background work ---------------------------------------------------

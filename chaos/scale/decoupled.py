@@ -295,7 +295,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     tokens_per_learner_step = w.tokens_per_step / m
     horizon = float(cfg.duration)
     ups = learner_uploads(cfg, outages, schedule, up, down)
-    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=sum(steps_s) / m)).observe_sync(up))
+    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=sum(steps_s) / m)).observe_upload(up))
     for p in range(nfrag):
         sel = np.flatnonzero(ups.fragment == p)
         sel = sel[np.argsort(ups.arrival[sel], kind="stable")]

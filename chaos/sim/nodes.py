@@ -28,6 +28,7 @@ from trainer import events as ev
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
+from trainer.core.rounds import StepClock
 from trainer.core.schedule import FragmentSchedule
 from trainer.core.syncer_state import Contribution, SyncerState
 from trainer.learner import corrupted
@@ -166,9 +167,9 @@ class SyncerNode:
             stop = self.state.report(learner_id, incarnation, step, tokens, step_time_s, self.sim.loop.now)
         except Rejected as r:
             self._reject("Report", r, learner_id)
-            respond((False, False, r.reason.value, 0.0), SMALL_MESSAGE)
+            respond((False, False, r.reason.value, 0.0, (0.0, 0.0)), SMALL_MESSAGE)
             return
-        respond((True, stop, "", self.progress()), SMALL_MESSAGE)
+        respond((True, stop, "", self.progress(), self.state.clock_reading(self.sim.loop.now)), SMALL_MESSAGE)
         self.arm()
 
     def handle_upload(self, c: Contribution, nbytes: int, respond: Respond, abort: Callable[[], None]) -> None:
@@ -179,12 +180,12 @@ class SyncerNode:
         except Rejected as r:
             self._reject("Upload", r, c.learner_id, c.fragment, c.base_version)
             current = st.versions[c.fragment] if 0 <= c.fragment < len(st.versions) else -1
-            respond((False, r.reason.value, current), SMALL_MESSAGE)
+            respond((False, r.reason.value, current, st.clock_reading(self.sim.loop.now)), SMALL_MESSAGE)
             return
         self.sim.emit("syncer", ev.Upload, learner_id=c.learner_id, learner_incarnation=c.incarnation,
                       fragment=c.fragment, base_version=c.base_version, bytes=nbytes, seconds=c.upload_seconds,
-                      c_steps=c.c_steps, c_tokens=c.c_tokens, duplicate=res.duplicate)
-        respond((True, "", res.current_version), SMALL_MESSAGE)
+                      c_steps=c.c_steps, c_tokens=c.c_tokens, duplicate=res.duplicate, round=c.round, late=res.late)
+        respond((True, "", res.current_version, st.clock_reading(self.sim.loop.now)), SMALL_MESSAGE)
         self.arm()
 
     def handle_fragment(self, fragment: int, want: int, respond: Respond, abort: Callable[[], None]) -> None:
@@ -330,6 +331,7 @@ class LearnerNode:
         self.step = 0
         self.tokens = 0
         self.progress = 0.0
+        self.clock = StepClock()  # the syncer's step clock as last heard, on virtual time
         self.incarnation_index = 0
         self.want = [0] * n
         self.got = [-1] * n
@@ -348,6 +350,9 @@ class LearnerNode:
     # ---- plumbing -----------------------------------------------------------------
     def emit(self, kind: type, **fields: Any) -> None:
         self.sim.emit(self.lid, kind, **fields)
+
+    def _heard_clock(self, reading: tuple[float, float]) -> None:
+        self.clock = StepClock.received(self.sim.loop.now, *reading)
 
     def deliver(self, incarnation: str, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn`` if this incarnation still lives; a paused process handles it on resume."""
@@ -440,6 +445,7 @@ class LearnerNode:
         self.need_rejoin = False
         self.incarnation_index = res.incarnation_index
         self.progress = max(self.progress, progress)
+        self._heard_clock(res.clock)
         self.emit(ev.LearnerJoin, learner_incarnation=self.incarnation, incarnation_index=res.incarnation_index,
                   versions=list(res.versions), syncer_incarnation=self.sim.syncer.incarnation)
         if fetch_state:
@@ -454,7 +460,8 @@ class LearnerNode:
         self.params = {n: t.copy() for n, t in self.base.items()}
         versions = [v for v, _ in values]
         self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered)),
-                                versions, blocking=bool(a.blocking))
+                                versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
+                                start_step=self.clock.step_at(self.sim.loop.now))
         self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])
         self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
         self.emit(ev.StateFetch, versions=versions, seconds=self.sim.loop.now - t0)
@@ -486,9 +493,9 @@ class LearnerNode:
         self.step += 1
         per = self.sim.tokens_per_step
         self.tokens += per
-        for s in book.on_step(self.step, per):
+        for s in book.on_step(self.step, per, self.clock.step_at(self.sim.loop.now)):
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
-                      c_tokens=s.c_tokens, step=s.step)
+                      c_tokens=s.c_tokens, step=s.step, round=s.round)
             names = self.sim.fragment_names[s.fragment]
             arrays = {n: self.base[n] - self.params[n] for n in names}
             if self.corrupt:
@@ -538,17 +545,20 @@ class LearnerNode:
         nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[s.fragment])
         t0 = self.sim.loop.now
         c = Contribution(self.lid, self.incarnation, s.fragment, s.base_version, job.arrays, s.c_steps, s.c_tokens,
-                         upload_seconds=self.sim.upload_seconds(self.lid, nbytes))
+                         upload_seconds=self.sim.upload_seconds(self.lid, nbytes), round=s.round)
         self.rpc(nbytes, lambda r, a: syncer.handle_upload(c, nbytes, r, a),
                  lambda reply: self._uploaded(s, nbytes, t0, *reply),
-                 lambda: self._uploaded(s, nbytes, t0, False, UNREACHABLE, -1))
+                 lambda: self._uploaded(s, nbytes, t0, False, UNREACHABLE, -1, None))
 
-    def _uploaded(self, s: SyncStart, nbytes: int, t0: float, accepted: bool, reason: str, current: int) -> None:
+    def _uploaded(self, s: SyncStart, nbytes: int, t0: float, accepted: bool, reason: str, current: int,
+                  clock: tuple[float, float] | None) -> None:
         self.uploading = False
         if reason == UNREACHABLE:
             self._down()
         else:
             self._up()
+        if clock is not None:
+            self._heard_clock(clock)
         self.emit(ev.SyncResult, fragment=s.fragment, base_version=s.base_version, accepted=accepted, reason=reason,
                   seconds=self.sim.loop.now - t0, bytes=nbytes)
         out = upload_outcome(accepted, reason, s.base_version, current)
@@ -603,9 +613,11 @@ class LearnerNode:
         self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_report(lid, inc, step, tokens, st, r, a),
                  lambda reply: self._reported(*reply), self._down)
 
-    def _reported(self, ok: bool, stop: bool, reason: str, progress: float) -> None:
+    def _reported(self, ok: bool, stop: bool, reason: str, progress: float, clock: tuple[float, float]) -> None:
         self._up()
         self.progress = max(self.progress, progress)
+        if ok:
+            self._heard_clock(clock)
         stop_now, rejoin = report_outcome(ok, stop, reason)
         if stop_now:
             self.stop_requested = True

@@ -109,3 +109,9 @@ def test_more_fragments_than_tensors_is_refused_with_advice():
 
 def test_fragmentation_error_is_a_value_error():
     assert issubclass(FragmentationError, ValueError)
+
+
+def test_zero_size_tensors_still_give_every_fragment_a_tensor():
+    # Found by the property above: two empty tensors both went to fragment 0 (its load stayed 0).
+    frags = partition_tensors({"0": 0, "00": 0}, 2)
+    assert [f.names for f in frags] == [("0",), ("00",)]

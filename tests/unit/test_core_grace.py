@@ -16,7 +16,7 @@ SETTINGS = settings(max_examples=100, deadline=None)
 
 
 def _timing(t_step: float, t_quorum: float, t_sync: float) -> Timing:
-    return Timing(t_step=Ema(value=t_step), t_quorum=Ema(value=t_quorum), t_sync=Ema(value=t_sync))
+    return Timing(t_step=Ema(value=t_step), t_quorum=Ema(value=t_quorum), t_upload=Ema(value=t_sync))
 
 
 def _policy(**kw) -> QuorumPolicy:
@@ -100,11 +100,14 @@ def test_docstring_example():
 
 
 def test_timing_observations_update_the_right_average():
-    t = Timing(Ema(0.5), Ema(0.5), Ema(0.5))
-    t = t.observe_step(1.0).observe_step(3.0).observe_quorum(0.4).observe_sync(0.2)
+    t = Timing.with_alpha(0.5)
+    t = t.observe_step(1.0).observe_step(3.0).observe_quorum(0.4).observe_upload(0.2).observe_upload(0.4)
+    t = t.observe_merge(0.05).observe_broadcast(0.1)
     assert t.t_step.value == pytest.approx(2.0)
     assert t.t_quorum.value == pytest.approx(0.4)
-    assert t.t_sync.value == pytest.approx(0.2)
+    assert (t.t_upload.value, t.t_merge.value, t.t_broadcast.value) == pytest.approx((0.3, 0.05, 0.1))
+    # t_sync is the paper's: upload + merge + broadcast, each averaged over its own samples.
+    assert t.t_sync == pytest.approx(0.45)
 
 
 def test_ema():

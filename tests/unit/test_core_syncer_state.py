@@ -1,7 +1,11 @@
 """Unit tests for trainer.core.syncer_state (the syncer state machine).
 
 Time is a fake clock: plain floats passed as ``now``. Contributions carry the
-learner's OUTER GRADIENT (global - local), not its parameters.
+learner's OUTER GRADIENT (global - local), not its parameters. These tests
+drive the rules every round mode shares (versions, quorum, grace, checkpoints,
+validation) with ``rounds="arrival"``, where no step clock is needed; the
+scheduled rounds of ``rounds="clock"`` have their own tests
+(``test_core_rounds.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ SIZES = {"w": 4}
 
 def make_state(num_learners=3, min_quorum=1, sizes=None, num_fragments=1, params=None, **policy_kw) -> SyncerState:
     sizes = dict(SIZES if sizes is None else sizes)
+    policy_kw.setdefault("rounds", "arrival")
     policy = SyncerPolicy(num_learners=num_learners, min_quorum=min_quorum, **policy_kw)
     frags = partition_tensors(sizes, num_fragments)
     if params is None:

@@ -1,4 +1,4 @@
-"""``outer_gradient``: how a late contribution enters the merge (pure syncer core, no I/O)."""
+"""``outer_gradient`` (``rounds="arrival"``): how a late contribution enters the merge (pure syncer core, no I/O)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from trainer.config import build_config
+from trainer.errors import ConfigError
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
@@ -13,7 +14,7 @@ from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
 
 def _state(outer_gradient: str) -> SyncerState:
     policy = SyncerPolicy(num_learners=2, min_quorum=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=2,
-                          outer_gradient=outer_gradient)
+                          outer_gradient=outer_gradient, rounds="arrival")
     st = SyncerState.create(policy, partition_tensors({"w": 2}, 1), {"w": np.zeros(2, np.float32)})
     st.join("a", "ia", now=0.0)
     st.join("b", "ib", now=0.0)
@@ -66,5 +67,10 @@ def test_only_the_last_max_staleness_versions_are_kept() -> None:
 
 
 def test_config_default_and_choice() -> None:
-    assert build_config({}).algorithm.outer_gradient == "base"
-    assert build_config({"algorithm": {"outer_gradient": "current"}}).algorithm.outer_gradient == "current"
+    # On the clock every contribution is anchored at its round's start value (rebased); base is arrival-only.
+    assert build_config({}).algorithm.outer_gradient == "current"
+    assert build_config({"algorithm": {"rounds": "arrival"}}).algorithm.outer_gradient == "base"
+    arrival_current = {"algorithm": {"rounds": "arrival", "outer_gradient": "current"}}
+    assert build_config(arrival_current).algorithm.outer_gradient == "current"
+    with pytest.raises(ConfigError, match="needs rounds 'arrival'"):
+        build_config({"algorithm": {"outer_gradient": "base"}})

@@ -41,14 +41,16 @@ def partition_tensors(sizes: Mapping[str, int], num_fragments: int) -> tuple[Fra
             f"num_fragments={num_fragments} exceeds the number of tensors ({len(sizes)}): "
             "every fragment needs at least one whole tensor; lower num_fragments"
         )
-    heap: list[tuple[int, int]] = [(0, i) for i in range(num_fragments)]
+    # Keyed (holds a tensor, load, index): an empty fragment is filled first even when zero-size tensors
+    # leave a filled one at load 0 (with positive sizes this is plain lightest-first).
+    heap: list[tuple[int, int, int]] = [(0, 0, i) for i in range(num_fragments)]
     members: list[list[str]] = [[] for _ in range(num_fragments)]
     loads = [0] * num_fragments
     for name, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
-        load, idx = heapq.heappop(heap)
+        _, load, idx = heapq.heappop(heap)
         members[idx].append(name)
         loads[idx] = load + size
-        heapq.heappush(heap, (loads[idx], idx))
+        heapq.heappush(heap, (1, loads[idx], idx))
     return tuple(
         Fragment(index=i, names=tuple(sorted(members[i])), size=loads[i]) for i in range(num_fragments)
     )

@@ -1,21 +1,24 @@
 """Minimum quorum and the adaptive grace window, as pure functions of time.
 
-A fragment's merge round opens when its first contribution arrives. Once K
-contributions are in (the minimum quorum) the syncer may wait a little longer
-for more, but only within the slack the overlap leaves free, so waiting never
-blocks a learner:
+A fragment's merge round opens on the syncer's schedule (:mod:`trainer.core.rounds`).
+Once K contributions are in (the minimum quorum) the syncer may wait a little
+longer for more, but only within the slack the overlap leaves free, so waiting
+never blocks a learner:
 
-    slack = τ·t_step − (t_quorum + t_sync)
+    slack = τ·t_step − (t_quorum + t_sync),   t_sync = t_upload + t_merge + t_broadcast
     grace = clamp(γ·slack, 0, cap)
 
-t_step, t_quorum and t_sync are moving averages (:class:`Timing`). γ is not
-published by the paper; this project defaults to 0.5. A round whose every
-active learner has contributed merges at once: there is no one left to wait for.
+t_step, t_quorum (from the round's opening to its K-th contribution) and the
+three parts of t_sync are moving averages (:class:`Timing`), each fed with its
+own kind of sample. γ is not published by the paper; this project defaults to
+0.5. A round whose every active learner has contributed merges at once: there
+is no one left to wait for.
 
 Example:
     >>> from trainer.core.ema import Ema
     >>> p = QuorumPolicy(min_quorum=1, grace_enabled=True, gamma=0.5, cap_s=1.0, overlap_steps=2)
-    >>> t = Timing(t_step=Ema(value=0.1), t_quorum=Ema(value=0.0), t_sync=Ema(value=0.05))
+    >>> t = Timing(t_step=Ema(value=0.1), t_quorum=Ema(value=0.0), t_upload=Ema(value=0.03),
+    ...            t_merge=Ema(value=0.01), t_broadcast=Ema(value=0.01))
     >>> round(grace_seconds(p, t), 3)
     0.075
     >>> merge_time(p, t, quorum_at=10.0, contributions=1, active_learners=3)
@@ -56,7 +59,18 @@ class Timing:
 
     t_step: Ema = field(default_factory=Ema)
     t_quorum: Ema = field(default_factory=Ema)
-    t_sync: Ema = field(default_factory=Ema)
+    t_upload: Ema = field(default_factory=Ema)
+    t_merge: Ema = field(default_factory=Ema)
+    t_broadcast: Ema = field(default_factory=Ema)
+
+    @classmethod
+    def with_alpha(cls, alpha: float) -> "Timing":
+        return cls(*(Ema(alpha) for _ in range(5)))
+
+    @property
+    def t_sync(self) -> float:
+        """Upload + merge + broadcast: how long a round's result takes to reach the learners after quorum."""
+        return self.t_upload.get() + self.t_merge.get() + self.t_broadcast.get()
 
     def observe_step(self, seconds: float) -> "Timing":
         return replace(self, t_step=self.t_step.update(seconds))
@@ -64,15 +78,21 @@ class Timing:
     def observe_quorum(self, seconds: float) -> "Timing":
         return replace(self, t_quorum=self.t_quorum.update(seconds))
 
-    def observe_sync(self, seconds: float) -> "Timing":
-        return replace(self, t_sync=self.t_sync.update(seconds))
+    def observe_upload(self, seconds: float) -> "Timing":
+        return replace(self, t_upload=self.t_upload.update(seconds))
+
+    def observe_merge(self, seconds: float) -> "Timing":
+        return replace(self, t_merge=self.t_merge.update(seconds))
+
+    def observe_broadcast(self, seconds: float) -> "Timing":
+        return replace(self, t_broadcast=self.t_broadcast.update(seconds))
 
 
 def grace_seconds(policy: QuorumPolicy, timing: Timing) -> float:
     """The grace window after quorum; 0 when disabled or when there is no slack."""
     if not policy.grace_enabled:
         return 0.0
-    slack = policy.overlap_steps * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync.get())
+    slack = policy.overlap_steps * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync)
     return min(max(policy.gamma * slack, 0.0), policy.cap_s)
 
 
@@ -82,13 +102,20 @@ def merge_time(
     quorum_at: float | None,
     contributions: int,
     active_learners: int,
+    opened_at: float | None = None,
 ) -> float | None:
     """When a round should merge, or None while it lacks quorum.
 
-    ``quorum_at`` is when the K-th contribution arrived (None before).
+    ``quorum_at`` is when the K-th contribution arrived (None before); a round
+    never merges before it opens (``opened_at``), however early its uploads came.
+
+    >>> p = QuorumPolicy(min_quorum=1, grace_enabled=False)
+    >>> merge_time(p, Timing(), quorum_at=4.0, contributions=1, active_learners=2, opened_at=5.0)
+    5.0
     """
     if quorum_at is None or contributions < policy.min_quorum:
         return None
+    start = quorum_at if opened_at is None else max(quorum_at, opened_at)
     if contributions >= active_learners:
-        return quorum_at
-    return quorum_at + grace_seconds(policy, timing)
+        return start
+    return start + grace_seconds(policy, timing)

@@ -3,9 +3,13 @@
 Pure: the learner process feeds it steps and received fragments and acts on
 what it returns. The book decides
 
-- which fragments start syncing after a step (from the schedule), with their
-  base version and counters ``c_steps`` / ``c_tokens`` since the fragment was
-  last received;
+- which fragments start syncing after a step, with their round, base version
+  and counters ``c_steps`` / ``c_tokens`` since the fragment was last
+  received. On the syncer's clock (``clocked``, decoupled mode) a fragment
+  syncs at the first step boundary after one of its rounds opens on the
+  cluster step clock (:mod:`trainer.core.rounds`), so learners of different
+  speeds stay on one schedule and a slow one simply covers fewer steps;
+  otherwise at the learner's own steps offset(p) + r·H;
 - when a received global fragment may be applied: not before τ steps after
   its sync started (the overlap), and only if newer than the one held;
 - in blocking modes (synchronous DiLoCo, data-parallel), which fragments the
@@ -15,7 +19,7 @@ Example:
     >>> from trainer.core.schedule import FragmentSchedule
     >>> b = LearnerBook(FragmentSchedule(2, 2, 1, staggered=True), versions=[0, 0], blocking=False)
     >>> b.on_step(step=1, tokens=64)
-    [SyncStart(fragment=0, base_version=0, c_steps=1, c_tokens=64, step=1)]
+    [SyncStart(fragment=0, base_version=0, c_steps=1, c_tokens=64, step=1, round=0)]
     >>> b.offer(0, version=1, payload="theta")
     >>> b.ready(step=1)  # τ = 1: not before step 2
     []
@@ -23,6 +27,13 @@ Example:
     [(0, 1, 'theta')]
     >>> b.counters(0)   # reset on receipt
     (0, 0)
+
+On the clock, the cluster step decides (here 3 own steps cover 4 cluster steps):
+    >>> c = LearnerBook(FragmentSchedule(2, 2, 1, staggered=True), versions=[0, 0], blocking=False, clocked=True)
+    >>> c.on_step(step=1, tokens=64, cluster_step=0.5)
+    []
+    >>> [(s.fragment, s.round, s.c_steps) for s in c.on_step(step=2, tokens=64, cluster_step=2.1)]
+    [(0, 0, 2), (1, 0, 2)]
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainer.core.rounds import round_at
 from trainer.core.schedule import FragmentSchedule
 
 
@@ -40,6 +52,7 @@ class SyncStart:
     c_steps: int
     c_tokens: int
     step: int
+    round: int = 0
 
 
 @dataclass
@@ -52,11 +65,16 @@ class _InFlight:
 class LearnerBook:
     """Per-fragment counters and sync state of one learner incarnation."""
 
-    def __init__(self, schedule: FragmentSchedule, versions: list[int], blocking: bool) -> None:
+    def __init__(self, schedule: FragmentSchedule, versions: list[int], blocking: bool, clocked: bool = False,
+                 start_step: float = 0.0) -> None:
+        """``clocked``: sync on the cluster step clock; ``start_step``: its reading at join (rounds open
+        before it are not this incarnation's: it syncs from the next opening on)."""
         if len(versions) != schedule.num_fragments:
             raise ValueError(f"{len(versions)} versions for {schedule.num_fragments} fragments")
         self.schedule = schedule
         self.blocking = blocking
+        self.clocked = clocked
+        self._round = [round_at(schedule, p, start_step) if clocked else -1 for p in range(schedule.num_fragments)]
         self.held = list(versions)
         self._steps = [0] * schedule.num_fragments
         self._tokens = [0] * schedule.num_fragments
@@ -67,20 +85,34 @@ class LearnerBook:
     def counters(self, fragment: int) -> tuple[int, int]:
         return self._steps[fragment], self._tokens[fragment]
 
-    def on_step(self, step: int, tokens: int) -> list[SyncStart]:
+    def _due(self, step: int, cluster_step: float | None) -> list[tuple[int, int]]:
+        """(fragment, round) pairs whose sync starts after this step."""
+        if not self.clocked:
+            return [(p, round_at(self.schedule, p, step)) for p in self.schedule.due(step)]
+        if cluster_step is None:
+            raise ValueError("a clocked LearnerBook needs the cluster step at every step")
+        due = []
+        for p in range(self.schedule.num_fragments):
+            r = round_at(self.schedule, p, cluster_step)
+            if r > self._round[p]:  # one sync for the newest open round, however many opened since the last step
+                self._round[p] = r
+                due.append((p, r))
+        return due
+
+    def on_step(self, step: int, tokens: int, cluster_step: float | None = None) -> list[SyncStart]:
         """Count one inner step of ``tokens`` tokens; return the syncs that start now."""
         for p in range(self.schedule.num_fragments):
             self._steps[p] += 1
             self._tokens[p] += tokens
         starts = []
-        for p in self.schedule.due(step):
+        for p, r in self._due(step, cluster_step):
             f = self._in_flight.get(p)
             if f is not None and not f.failed:
                 # The previous sync of p is unanswered. A second upload would reuse its
                 # idempotency key (same base version), so skip: the counters carry on.
                 self.skipped += 1
                 continue
-            starts.append(SyncStart(p, self.held[p], self._steps[p], self._tokens[p], step))
+            starts.append(SyncStart(p, self.held[p], self._steps[p], self._tokens[p], step, r))
             self._in_flight[p] = _InFlight(self.held[p], self.schedule.apply_step(step))
         return starts
 

@@ -4,13 +4,17 @@ A learner's outer gradient for fragment p is ``v = Θ_p − θ_p``: the global
 value it started from minus its local value now. Contributions are weighted by
 ``w = c_tokens · (c_tokens / c_steps)`` ("quantity × quality") and merged by
 
-- ``mean``: Σ w·v / Σ w (used for the embedding fragment), or
+- ``mean``: Σ w·v / Σ w, or
 - ``rda`` (Radial-Directional Averaging): (Σ w‖v‖ / Σ w) · unit(Σ w·unit(v) / Σ w),
   with unit(0) = 0 — the merged norm does not shrink like 1/√M for nearly
   orthogonal updates, as a plain mean does.
 
-Norms are over the whole fragment (all its tensors together). If every weight
-is zero (no counted steps) the contributions are weighted equally.
+The rule is a property of the tensor, not of the fragment that holds it
+(:func:`merge_fragment`): embedding tables are always mean-merged (most of
+their rows get no gradient from a given learner, so RDA's norm rescaling would
+inflate the rows one learner touched), every other tensor of the fragment by
+the run's rule, with RDA's norms taken over those tensors together. If every
+weight is zero (no counted steps) the contributions are weighted equally.
 
 Example:
     >>> import numpy as np
@@ -93,6 +97,40 @@ def rda(vectors: Sequence[Tensors], weights: Sequence[float]) -> Tensors:
 def outer_gradient(global_value: Tensors, local_value: Tensors) -> Tensors:
     """v = Θ − θ for one learner's fragment."""
     return {n: global_value[n] - local_value[n] for n in global_value}
+
+
+def merge_fragment(vectors: Sequence[Tensors], weights: Sequence[float], rule: MergeRule,
+                   mean_tensors: Sequence[str] = ()) -> Tensors:
+    """Merge one fragment: tensors named in ``mean_tensors`` by weighted mean, the others by ``rule``.
+
+    >>> v1 = {"embed": np.array([2.0, 0.0]), "w": np.array([1.0, 0.0])}
+    >>> v2 = {"embed": np.array([0.0, 0.0]), "w": np.array([0.0, 1.0])}
+    >>> out = merge_fragment([v1, v2], [1.0, 1.0], "rda", mean_tensors=("embed",))
+    >>> out["embed"].tolist(), round(float(np.linalg.norm(out["w"])), 6)
+    ([1.0, 0.0], 1.0)
+    """
+    names = list(vectors[0]) if vectors else []
+    mean_part = [n for n in names if n in mean_tensors]
+    rest = [n for n in names if n not in mean_tensors]
+    out: Tensors = {}
+    for part, part_rule in ((mean_part, "mean"), (rest, rule)):
+        if part:
+            out.update(merge_outer_gradients([{n: v[n] for n in part} for v in vectors], weights, part_rule))
+    return {n: out[n] for n in names}
+
+
+def merge_rule_label(names: Sequence[str], rule: MergeRule, mean_tensors: Sequence[str] = ()) -> str:
+    """How a fragment of these tensors is merged, for events: ``rda``, ``mean`` or ``rda+mean(embed)``.
+
+    >>> merge_rule_label(["embed", "w"], "rda", ("embed",)), merge_rule_label(["w"], "rda", ("embed",))
+    ('rda+mean(embed)', 'rda')
+    """
+    means = [n for n in names if n in mean_tensors]
+    if rule == "mean" or not means:
+        return "mean" if rule == "mean" or len(means) == len(names) else rule
+    if len(means) == len(names):
+        return "mean"
+    return f"{rule}+mean({','.join(means)})"
 
 
 def merge_outer_gradients(vectors: Sequence[Tensors], weights: Sequence[float], rule: MergeRule) -> Tensors:

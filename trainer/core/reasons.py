@@ -20,6 +20,8 @@ class RejectReason(str, Enum):
     UNKNOWN_FRAGMENT = "unknown_fragment"
     STALE_VERSION = "stale_version"
     FUTURE_VERSION = "future_version"
+    LATE_ROUND = "late_round"  # the upload's round has merged: it missed that merge
+    FUTURE_ROUND = "future_round"  # the upload names a round the syncer's clock has not opened
     BAD_SHAPE = "bad_shape"
     BAD_DTYPE = "bad_dtype"
     NON_FINITE = "non_finite"

@@ -5,23 +5,46 @@ service (:mod:`trainer.syncer`) holds one :class:`SyncerState` behind a lock
 and calls :meth:`SyncerState.due_merges` / :meth:`SyncerState.merge` when
 :meth:`SyncerState.next_deadline` passes.
 
+Rounds (``rounds="clock"``, the decoupled default; see :mod:`trainer.core.rounds`):
+
+- round r of fragment p opens when the syncer's step clock reaches
+  offset(p) + r·H; an upload names its round. The fragment's pending round
+  merges **exactly once**: quorum K, then the grace window counted from the
+  round's opening (never before it opens), one weighted merge of everything
+  that arrived, one outer step, one new version. A round nobody uploaded to
+  takes no step and leaves the momentum alone;
+- every contribution is anchored at the value its round started from: a
+  contribution ``Θ_p(base) − θ_p`` against an older base is rebased,
+  ``Θ_p(start) − θ_p = Θ_p(start) − Θ_p(base) + upload`` (the syncer keeps
+  the values of the last ``max_staleness`` versions for that). Since the
+  pending round is the only way a fragment changes, its start value is the
+  fragment's current value;
+- an upload for a round that has already merged is *late*: refused
+  (``late_round``, ``late_uploads="refuse"``: "a late fragment simply misses
+  that merge") or carried into the fragment's next round, anchored there
+  (``late_uploads="carry"``). A late upload never opens a round: the round it
+  is carried into still merges no earlier than its scheduled opening.
+  Contributions of a round that never reached quorum stay in the pending
+  round as the next rounds open; a learner's newer contribution replaces its
+  older one;
+- an upload more than one round ahead of the syncer's clock is refused
+  (``future_round``).
+
+``rounds="arrival"`` is the earlier behaviour, kept as a negative control:
+learners sync on their own step counts, the first upload after a merge opens
+a round, and ``outer_gradient`` says whether late groups are rebased. The
+synchronous modes use it too: with K = M every round gathers everyone, so
+each round is one merge.
+
 Version rules, per fragment p with current version v_p:
 
-- a contribution is the learner's outer gradient ``Θ_p(base) − θ_p`` relative
-  to the global value it last received. With ``outer_gradient="current"``
-  the merge rebases it onto the fragment's current value,
-  ``Θ_p(now) − θ_p = Θ_p(now) − Θ_p(base) + upload``, so a late group of
-  learners pulls the fragment towards their parameters instead of adding
-  progress that an earlier merge of the same round already applied (the
-  syncer keeps the values of the last ``max_staleness`` versions for that;
-  a base it no longer holds, as after a restore, is ``stale_version``). It is
-  accepted while
-  ``v_p − max_staleness <= base <= v_p``. A late contribution simply misses
-  the merge it was meant for and joins the next one (no staleness discount);
-  an older one is refused (``stale_version``: the learner fetches the current
-  fragment), a newer one was never handed out (``future_version``);
-- the same (learner, incarnation, fragment, base) twice is a duplicate: the
-  second is acknowledged and changes nothing;
+- a contribution's base is the version the learner last received; it is
+  accepted while ``v_p − max_staleness <= base <= v_p`` (and, where it is
+  rebased, while the syncer still holds that version's value — not after a
+  restore); older is ``stale_version`` (the learner fetches the current
+  fragment), newer was never handed out (``future_version``);
+- the same (learner, incarnation, fragment, base, round) twice is a
+  duplicate: the second is acknowledged and changes nothing;
 - a merge increments v_p by one; a syncer restored from a checkpoint skips
   every version ahead by the checkpoint interval, so versions never go
   backwards even though up to one interval of merges was lost. For that
@@ -30,23 +53,28 @@ Version rules, per fragment p with current version v_p:
   the same versions again), and after every interval of merges;
 - the keys of merged contributions are checkpointed too, so a learner that
   retries an upload whose ack a crash swallowed gets "duplicate", not a
-  second merge of an update the restored model already holds.
+  second merge of an update the restored model already holds. So are the
+  step clock and each fragment's last merged round: a restored syncer's
+  clock runs on from where it was, and a merged round stays merged.
 
 Example (one learner, one fragment, K = 1):
     >>> import numpy as np
     >>> from trainer.core.fragments import partition_tensors
     >>> params = {"w": np.zeros(2, np.float32)}
     >>> st = SyncerState.create(
-    ...     SyncerPolicy(num_learners=1, min_quorum=1, outer_lr=1.0, outer_momentum=0.0),
+    ...     SyncerPolicy(num_learners=1, min_quorum=1, outer_lr=1.0, outer_momentum=0.0, sync_every=4),
     ...     partition_tensors({"w": 2}, 1), params)
     >>> _ = st.join("a", "inc-1", now=0.0)
-    >>> st.submit(Contribution("a", "inc-1", 0, 0, {"w": -np.ones(2, np.float32)}, 1, 64), now=1.0).accepted
+    >>> _ = st.report("a", "inc-1", step=2, tokens=128, step_time_s=0.25, now=0.0)  # starts the clock
+    >>> round(st.cluster_step(now=1.0), 6)                                 # round 0 of fragment 0 opens at step 4
+    4.0
+    >>> st.submit(Contribution("a", "inc-1", 0, 0, {"w": -np.ones(2, np.float32)}, 4, 256, round=0), now=1.0).accepted
     True
     >>> st.due_merges(now=1.0)
     [0]
     >>> rec = st.merge(0, now=1.0)
-    >>> st.versions, [round(x, 6) for x in st.params["w"].tolist()]
-    ([1], [1.0, 1.0])
+    >>> st.versions, [round(x, 6) for x in st.params["w"].tolist()], rec.round
+    ([1], [1.0, 1.0], 0)
 """
 
 from __future__ import annotations
@@ -62,10 +90,11 @@ import numpy as np
 
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
-from trainer.core.ema import Ema
-from trainer.core.merge import MergeRule, fragment_norm, merge_outer_gradients, token_weight
+from trainer.core.merge import MergeRule, fragment_norm, merge_fragment, merge_rule_label, token_weight
 from trainer.core.outer import outer_optimizer, outer_step
 from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.rounds import StepClock, cluster_pace, round_at, round_opens
+from trainer.core.schedule import FragmentSchedule
 
 Tensors = dict[str, np.ndarray]
 
@@ -92,12 +121,28 @@ class SyncerPolicy:
     max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
     checkpoint_every_merges: int = 20  # the shell checkpoints when checkpoint_due(); restores skip this many versions
     max_norm_ratio: float = 100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
-    outer_gradient: str = "base"  # "base": as uploaded; "current": rebased onto the fragment's current value
+    outer_gradient: str = "base"  # rounds="arrival" only: "base" as uploaded; "current" rebased onto the current value
+    rounds: str = "clock"  # "clock": one merge per scheduled round; "arrival": a round per arrival group (see above)
+    late_uploads: str = "refuse"  # rounds="clock": an upload for a merged round is "refuse"d or "carry"ed to the next
+    sync_every: int = 8  # H, cluster steps between two rounds of a fragment
+    staggered: bool = True  # fragments' rounds spread over the H steps
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
     @property
     def quorum(self) -> QuorumPolicy:
         return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_s, self.overlap_steps)
+
+    @property
+    def clocked(self) -> bool:
+        return self.rounds == "clock"
+
+    @property
+    def rebases(self) -> bool:
+        """Contributions are anchored at the value the merge applies to (always, on the clock)."""
+        return self.clocked or self.outer_gradient == "current"
+
+    def schedule(self, num_fragments: int) -> FragmentSchedule:
+        return FragmentSchedule(num_fragments, self.sync_every, self.overlap_steps, self.staggered)
 
 
 # Deliberate defects a test can switch on to prove the chaos search finds and shrinks real bugs.
@@ -135,21 +180,27 @@ class Contribution:
     c_steps: int
     c_tokens: int
     upload_seconds: float = 0.0
+    round: int = 0  # the round it was made for (rounds="clock"); a learner's own sync count otherwise
 
     @property
-    def key(self) -> tuple[str, str, int, int]:
-        return (self.learner_id, self.incarnation, self.fragment, self.base_version)
+    def key(self) -> Key:
+        return (self.learner_id, self.incarnation, self.fragment, self.base_version, self.round)
+
+
+Key = tuple[str, str, int, int, int]  # learner, incarnation, fragment, base version, round
 
 
 @dataclass
 class Round:
-    """Contributions collected for one fragment at one base version."""
+    """The pending round of one fragment: what arrived for it since the fragment's last merge."""
 
     fragment: int
-    base_version: int
+    base_version: int  # the fragment's version when the round started (its merge makes base_version + 1)
     opened_at: float
+    round: int = 0
     quorum_at: float | None = None
     contributions: dict[str, Contribution] = field(default_factory=dict)
+    late: int = 0  # contributions carried in from rounds that had already merged
 
 
 @dataclass(frozen=True)
@@ -157,6 +208,7 @@ class SubmitResult:
     accepted: bool
     current_version: int
     duplicate: bool = False
+    late: bool = False  # carried into the next round (late_uploads="carry")
 
 
 @dataclass(frozen=True)
@@ -167,6 +219,7 @@ class Participant:
     c_steps: int
     c_tokens: int
     base_version: int
+    round: int = 0
 
 
 @dataclass(frozen=True)
@@ -183,6 +236,8 @@ class MergeRecord:
     merged_at: float
     outer_grad_norm: float
     merges_total: int
+    round: int = 0
+    late: int = 0  # contributions carried in late (late_uploads="carry")
 
 
 @dataclass(frozen=True)
@@ -190,6 +245,7 @@ class JoinResult:
     incarnation_index: int
     versions: tuple[int, ...]
     rejoined: bool  # same learner id seen before
+    clock: tuple[float, float] = (0.0, 0.0)  # (cluster step, pace in seconds per step; 0 while idle)
 
 
 @dataclass
@@ -204,8 +260,8 @@ class SyncerState:
     learners: dict[str, LearnerRecord] = field(default_factory=dict)
     incarnation_counts: dict[str, int] = field(default_factory=dict)
     tokens_by_incarnation: dict[str, int] = field(default_factory=dict)  # "learner/incarnation" -> tokens
-    rounds: dict[int, Round] = field(default_factory=dict)
-    merged_keys: set[tuple[str, str, int, int]] = field(default_factory=set)
+    rounds: dict[int, Round] = field(default_factory=dict)  # fragment -> its pending round
+    merged_keys: set[Key] = field(default_factory=set)
     last_merge_at: list[float | None] = field(default_factory=list)
     recent_norms: list[list[float]] = field(default_factory=list)  # per fragment: last accepted norms per step
     merges_total: int = 0
@@ -214,9 +270,13 @@ class SyncerState:
     finished: bool = False
     restored_from_merges: int = -1
     saved_at_merges: int | None = None  # merges_total at the last checkpoint taken (None: none since start/restore)
-    # outer_gradient="current": (fragment, version) -> that version's value, for the last max_staleness versions.
+    # Rebasing: (fragment, version) -> that version's value, for the last max_staleness versions.
     # Not checkpointed: after a restore only the current versions are held (older bases are refused as stale).
     past_values: dict[tuple[int, int], Tensors] = field(default_factory=dict)
+    clock: StepClock = field(default_factory=StepClock)
+    step_times: dict[str, float] = field(default_factory=dict)  # learner id -> its last reported step time
+    last_round: list[int] = field(default_factory=list)  # per fragment: the last round merged (-1: none)
+    late_carried: int = 0
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -237,15 +297,17 @@ class SyncerState:
             opt_states=[opt.init(cls._frag(p, f)) for f in fragments],
             last_merge_at=[None] * len(fragments),
             recent_norms=[[] for _ in fragments],
-            timing=Timing(Ema(a), Ema(a), Ema(a)),
+            timing=Timing.with_alpha(a),
+            last_round=[-1] * len(fragments),
         )
+        policy.schedule(len(fragments))  # refuses an impossible schedule now, not at the first upload
         for fragment in range(len(fragments)):
             st._remember(fragment)
         return st
 
     def _remember(self, fragment: int) -> None:
-        """Keep the fragment's current value for rebasing late contributions (``outer_gradient="current"``)."""
-        if self.policy.outer_gradient != "current":
+        """Keep the fragment's current value for rebasing contributions against older bases."""
+        if not self.policy.rebases:
             return
         v = self.versions[fragment]
         self.past_values[(fragment, v)] = {n: self.params[n].copy() for n in self.fragments[fragment].names}
@@ -254,7 +316,7 @@ class SyncerState:
 
     def _rebased(self, c: "Contribution", glob: Tensors) -> Tensors:
         """The contribution as an outer gradient against the fragment's current value."""
-        if self.policy.outer_gradient != "current" or c.base_version == self.versions[c.fragment]:
+        if not self.policy.rebases or c.base_version == self.versions[c.fragment]:
             return c.tensors
         base = self.past_values[(c.fragment, c.base_version)]
         return {n: t + (glob[n] - base[n]) for n, t in c.tensors.items()}
@@ -274,14 +336,14 @@ class SyncerState:
         rec = self.learners.get(learner_id)
         if rec is not None and rec.incarnation == incarnation and not rec.left:
             rec.last_seen = now  # idempotent re-join of the same process
-            return JoinResult(rec.incarnation_index, tuple(self.versions), True)
+            return JoinResult(rec.incarnation_index, tuple(self.versions), True, self.clock_reading(now))
         if rec is not None and self.policy.planted_bug == "forget_rejoined":
             rec.last_seen = now  # PLANTED BUG (off unless a test enables it): the new incarnation is not recorded
-            return JoinResult(rec.incarnation_index, tuple(self.versions), True)
+            return JoinResult(rec.incarnation_index, tuple(self.versions), True, self.clock_reading(now))
         index = self.incarnation_counts.get(learner_id, 0)
         self.incarnation_counts[learner_id] = index + 1
         self.learners[learner_id] = LearnerRecord(learner_id, incarnation, index, now, now)
-        return JoinResult(index, tuple(self.versions), rec is not None or index > 0)
+        return JoinResult(index, tuple(self.versions), rec is not None or index > 0, self.clock_reading(now))
 
     def leave(self, learner_id: str, incarnation: str, now: float) -> None:
         rec = self._member(learner_id, incarnation, now)
@@ -304,6 +366,28 @@ class SyncerState:
     def active_learners(self, now: float) -> list[LearnerRecord]:
         return [r for r in self.learners.values() if r.active(now, self.policy.liveness_timeout_s)]
 
+    # ---- the step clock (rounds="clock") ---------------------------------
+    def cluster_step(self, now: float) -> float:
+        return self.clock.step_at(now)
+
+    def clock_reading(self, now: float) -> tuple[float, float]:
+        """(cluster step, pace): what every reply tells the learners, so that they sync on the syncer's schedule."""
+        return self.clock.step_at(now), self.clock.pace_s
+
+    def current_round(self, fragment: int, now: float) -> int:
+        return round_at(self.policy.schedule(len(self.fragments)), fragment, self.clock.step_at(now))
+
+    def _opens_at(self, fragment: int, r: int, now: float) -> float:
+        t = self.clock.time_of(round_opens(self.policy.schedule(len(self.fragments)), fragment, r))
+        return now if t is None else t
+
+    def _repace(self, now: float) -> None:
+        """Follow the active learners' pace (lower median of their step times); the clock starts with the first."""
+        active = {r.learner_id for r in self.active_learners(now)}
+        pace = cluster_pace(t for lid, t in self.step_times.items() if lid in active)
+        if pace is not None and pace != self.clock.pace_s:
+            self.clock = self.clock.repaced(now, pace)
+
     # ---- reports and budget -------------------------------------------
     @property
     def tokens_total(self) -> int:
@@ -317,7 +401,11 @@ class SyncerState:
         rec.step, rec.tokens = step, tokens
         key = f"{learner_id}/{incarnation}"
         self.tokens_by_incarnation[key] = max(tokens, self.tokens_by_incarnation.get(key, 0))
-        if step_time_s > 0:
+        if step_time_s > 0 and self.policy.clocked:
+            self.step_times[learner_id] = float(step_time_s)
+            self._repace(now)
+            self.timing = self.timing.observe_step(self.clock.pace_s)
+        elif step_time_s > 0:
             self.timing = self.timing.observe_step(step_time_s)
         if self.policy.token_budget and self.tokens_total >= self.policy.token_budget:
             self.finished = True
@@ -325,7 +413,8 @@ class SyncerState:
 
     # ---- uploads -------------------------------------------------------
     def check_header(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
-                     specs: Mapping[str, tuple[tuple[int, ...], str]], c_steps: int, c_tokens: int, now: float) -> int:
+                     specs: Mapping[str, tuple[tuple[int, ...], str]], c_steps: int, c_tokens: int, now: float,
+                     round: int = 0) -> int:
         """Validate an upload before its data arrives; returns the current version.
 
         Raises :class:`Rejected` naming what is wrong. Duplicate (already
@@ -339,14 +428,16 @@ class SyncerState:
         if c_steps < 0 or c_tokens < 0:
             raise Rejected(RejectReason.BAD_COUNTERS, f"c_steps={c_steps} and c_tokens={c_tokens} must be >= 0")
         current = self.versions[fragment]
-        key = (learner_id, incarnation, fragment, base_version)
+        key = (learner_id, incarnation, fragment, base_version, round)
         if key in self.merged_keys or self._pending(key):
             return current
+        if self.policy.clocked:
+            self._check_round(fragment, round, now)
         if base_version < current - self.policy.max_staleness:
             raise Rejected(RejectReason.STALE_VERSION,
                            f"fragment {fragment} is at version {current}; base {base_version} is more than "
                            f"{self.policy.max_staleness} versions old — fetch the current fragment")
-        if (self.policy.outer_gradient == "current" and base_version != current
+        if (self.policy.rebases and base_version != current
                 and (fragment, base_version) not in self.past_values):
             raise Rejected(RejectReason.STALE_VERSION,
                            f"fragment {fragment} is at version {current}; the syncer no longer holds base "
@@ -365,7 +456,20 @@ class SyncerState:
                 raise Rejected(RejectReason.BAD_DTYPE, f"tensor {n!r} has dtype {dtype}, expected {expected[n][1]}")
         return current
 
-    def _pending(self, key: tuple[str, str, int, int]) -> bool:
+    def _check_round(self, fragment: int, r: int, now: float) -> None:
+        if r < 0:
+            raise Rejected(RejectReason.MALFORMED, f"round {r} of fragment {fragment} must be >= 0")
+        now_round = self.current_round(fragment, now)
+        if r > now_round + 1:
+            raise Rejected(RejectReason.FUTURE_ROUND,
+                           f"fragment {fragment} is in round {now_round} on the syncer's clock; round {r} has not "
+                           "opened — sync on the step clock the syncer's replies carry")
+        if r <= self.last_round[fragment] and self.policy.late_uploads == "refuse":
+            raise Rejected(RejectReason.LATE_ROUND,
+                           f"round {r} of fragment {fragment} has merged (last merged round "
+                           f"{self.last_round[fragment]}); a late upload misses its merge — fetch the current fragment")
+
+    def _pending(self, key: Key) -> bool:
         rnd = self.rounds.get(key[2])
         c = rnd.contributions.get(key[0]) if rnd is not None else None
         return c is not None and c.key == key
@@ -373,7 +477,8 @@ class SyncerState:
     def submit(self, c: Contribution, now: float) -> SubmitResult:
         """Add a contribution to its fragment's round (or acknowledge a duplicate)."""
         specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
-        current = self.check_header(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens, now)
+        current = self.check_header(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps,
+                                    c.c_tokens, now, c.round)
         if c.key in self.merged_keys or self._pending(c.key):
             return SubmitResult(True, current, duplicate=True)
         if self.policy.validate_uploads:
@@ -382,15 +487,26 @@ class SyncerState:
                     raise Rejected(RejectReason.NON_FINITE, f"tensor {n!r} of fragment {c.fragment} contains NaN or Inf")
             self._check_norm(c)
         rnd = self.rounds.get(c.fragment)
-        if rnd is None:
-            rnd = self.rounds[c.fragment] = Round(c.fragment, current, opened_at=now)
-        rnd.contributions[c.learner_id] = c  # a newer incarnation's contribution replaces an older one
+        late = False
+        if self.policy.clocked:
+            late = c.round <= self.last_round[c.fragment]  # carried: refused ones never get here
+            target = max(c.round, self.last_round[c.fragment] + 1)
+            if rnd is None:
+                rnd = self.rounds[c.fragment] = Round(c.fragment, current, self._opens_at(c.fragment, target, now), target)
+            elif target > rnd.round:  # the pending round never merged: its contributions carry on into this one
+                rnd.round, rnd.opened_at = target, self._opens_at(c.fragment, target, now)
+            if late:
+                rnd.late += 1
+                self.late_carried += 1
+        elif rnd is None:
+            rnd = self.rounds[c.fragment] = Round(c.fragment, current, opened_at=now, round=c.round)
+        rnd.contributions[c.learner_id] = c  # a learner's newer contribution (or incarnation's) replaces its older one
         if rnd.quorum_at is None and len(rnd.contributions) >= self.policy.min_quorum:
             rnd.quorum_at = now
-            self.timing = self.timing.observe_quorum(now - rnd.opened_at)
+            self.timing = self.timing.observe_quorum(max(now - rnd.opened_at, 0.0))
         if c.upload_seconds > 0:
-            self.timing = self.timing.observe_sync(c.upload_seconds)
-        return SubmitResult(True, current)
+            self.timing = self.timing.observe_upload(c.upload_seconds)
+        return SubmitResult(True, current, late=late)
 
     def _check_norm(self, c: Contribution) -> None:
         """Refuse finite garbage: an update far larger than this fragment's recent accepted ones.
@@ -421,9 +537,9 @@ class SyncerState:
         if rnd is None or not rnd.contributions:
             return None
         if self.finished:
-            return rnd.opened_at  # flush whatever arrived before the budget was reached
+            return min(rnd.opened_at, now)  # flush whatever arrived before the budget was reached
         return merge_time(self.policy.quorum, self.timing, rnd.quorum_at, len(rnd.contributions),
-                          len(self.active_learners(now)))
+                          len(self.active_learners(now)), rnd.opened_at if self.policy.clocked else None)
 
     def due_merges(self, now: float) -> list[int]:
         return sorted(p for p in self.rounds if (t := self.merge_at(p, now)) is not None and t <= now)
@@ -433,15 +549,15 @@ class SyncerState:
         return min(times) if times else None
 
     def merge(self, fragment: int, now: float) -> MergeRecord:
-        """Merge the round of ``fragment``: weights, outer gradient, outer step, version + 1."""
+        """Merge the pending round of ``fragment``: weights, outer gradient, one outer step, version + 1."""
         rnd = self.rounds.pop(fragment)
         frag = self.fragments[fragment]
         glob = self._frag(self.params, frag)
         contribs = list(rnd.contributions.values())
         vectors = [self._rebased(c, glob) for c in contribs]
         weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
-        rule: MergeRule = "mean" if set(frag.names) & set(self.policy.mean_tensors) else self.policy.merge_rule
-        delta = merge_outer_gradients(vectors, weights, rule)
+        rule = merge_rule_label(frag.names, self.policy.merge_rule, self.policy.mean_tensors)
+        delta = merge_fragment(vectors, weights, self.policy.merge_rule, self.policy.mean_tensors)
         new_frag, new_state = outer_step(self.optimizer, self.opt_states[fragment], glob, delta)
         if self.policy.validate_uploads and not all(np.all(np.isfinite(t)) for t in new_frag.values()):
             # The round is dropped; parameters, versions and momentum stay as they were.
@@ -449,6 +565,8 @@ class SyncerState:
         self.opt_states[fragment] = new_state
         self.params.update(new_frag)
         self.versions[fragment] += 1
+        if self.policy.clocked:
+            self.last_round[fragment] = rnd.round
         self._remember(fragment)
         self.last_merge_at[fragment] = now
         self.merges_total += 1
@@ -460,15 +578,20 @@ class SyncerState:
             if rec is not None and rec.incarnation == c.incarnation:
                 rec.merged_contributions += 1
             participants.append(Participant(c.learner_id, c.incarnation, w / total_w if sum(weights) else 1 / len(weights),
-                                            c.c_steps, c.c_tokens, c.base_version))
+                                            c.c_steps, c.c_tokens, c.base_version, c.round))
         # Keys below the previous version can never be re-sent usefully: keep the set small.
         self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1}
         return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
-                           rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total)
+                           rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total, rnd.round,
+                           rnd.late)
 
     def observe_merge_seconds(self, seconds: float) -> None:
         """The shell measured how long a merge took (part of t_sync)."""
-        self.timing = self.timing.observe_sync(seconds)
+        self.timing = self.timing.observe_merge(seconds)
+
+    def observe_broadcast_seconds(self, seconds: float) -> None:
+        """The shell measured how long sending a merged fragment to a learner took (part of t_sync)."""
+        self.timing = self.timing.observe_broadcast(seconds)
 
     # ---- fragments out -------------------------------------------------
     def fragment_value(self, fragment: int) -> tuple[int, Tensors]:
@@ -504,6 +627,9 @@ class SyncerState:
             "finished": self.finished,
             "recent_norms": [list(r) for r in self.recent_norms],
             "merged_keys": sorted([list(k) for k in self.merged_keys]),
+            "clock": [self.clock.anchor_time, self.clock.anchor_step, self.clock.pace_s],
+            "last_round": list(self.last_round),
+            "late_carried": self.late_carried,
         }
         return arrays, meta
 
@@ -529,7 +655,15 @@ class SyncerState:
         st.incarnation_counts = {k: int(v) for k, v in meta.get("incarnation_counts", {}).items()}
         st.tokens_by_incarnation = {k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()}
         st.finished = bool(meta.get("finished", False))
-        st.merged_keys = {(str(a), str(b), int(c), int(d)) for a, b, c, d in meta.get("merged_keys", [])}
+        st.merged_keys = {(str(a), str(b), int(c), int(d), int(e)) for a, b, c, d, e in meta.get("merged_keys", [])}
+        anchor_time, anchor_step, pace = meta.get("clock", [None, 0.0, 0.0])
+        # The clock runs on from the checkpoint: rounds keep their times, and the syncer's downtime passes as steps.
+        st.clock = StepClock(None if anchor_time is None else float(anchor_time), float(anchor_step), float(pace))
+        last_round = [int(r) for r in meta.get("last_round", [-1] * len(fragments))]
+        if len(last_round) != len(fragments):
+            raise ValueError(f"checkpoint has {len(last_round)} fragments' rounds, the config {len(fragments)}")
+        st.last_round = last_round
+        st.late_carried = int(meta.get("late_carried", 0))
         norms = meta.get("recent_norms")
         if isinstance(norms, list) and len(norms) == len(fragments):
             st.recent_norms = [[float(x) for x in r] for r in norms]

@@ -35,7 +35,7 @@ class JoinRequest(_message.Message):
     def __init__(self, learner_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., config_hash: _Optional[str] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("ok", "reason", "detail", "incarnation_index", "syncer_incarnation", "versions", "fragments", "progress")
+    __slots__ = ("ok", "reason", "detail", "incarnation_index", "syncer_incarnation", "versions", "fragments", "progress", "cluster_step", "step_pace_s")
     OK_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,8 @@ class JoinReply(_message.Message):
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_PACE_S_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     reason: str
     detail: str
@@ -52,7 +54,9 @@ class JoinReply(_message.Message):
     versions: _containers.RepeatedScalarFieldContainer[int]
     fragments: _containers.RepeatedCompositeFieldContainer[FragmentLayout]
     progress: float
-    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., incarnation_index: _Optional[int] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., fragments: _Optional[_Iterable[_Union[FragmentLayout, _Mapping]]] = ..., progress: _Optional[float] = ...) -> None: ...
+    cluster_step: float
+    step_pace_s: float
+    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., incarnation_index: _Optional[int] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., fragments: _Optional[_Iterable[_Union[FragmentLayout, _Mapping]]] = ..., progress: _Optional[float] = ..., cluster_step: _Optional[float] = ..., step_pace_s: _Optional[float] = ...) -> None: ...
 
 class LeaveRequest(_message.Message):
     __slots__ = ("learner_id", "incarnation", "why")
@@ -103,7 +107,7 @@ class ReportRequest(_message.Message):
     def __init__(self, learner_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., step: _Optional[int] = ..., tokens: _Optional[int] = ..., step_time_s: _Optional[float] = ..., loss: _Optional[float] = ..., counters: _Optional[_Iterable[_Union[FragmentCounters, _Mapping]]] = ...) -> None: ...
 
 class ReportReply(_message.Message):
-    __slots__ = ("ok", "reason", "detail", "stop", "syncer_incarnation", "versions", "progress")
+    __slots__ = ("ok", "reason", "detail", "stop", "syncer_incarnation", "versions", "progress", "cluster_step", "step_pace_s")
     OK_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +115,8 @@ class ReportReply(_message.Message):
     SYNCER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_PACE_S_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     reason: str
     detail: str
@@ -118,7 +124,9 @@ class ReportReply(_message.Message):
     syncer_incarnation: str
     versions: _containers.RepeatedScalarFieldContainer[int]
     progress: float
-    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., stop: _Optional[bool] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., progress: _Optional[float] = ...) -> None: ...
+    cluster_step: float
+    step_pace_s: float
+    def __init__(self, ok: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., stop: _Optional[bool] = ..., syncer_incarnation: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., progress: _Optional[float] = ..., cluster_step: _Optional[float] = ..., step_pace_s: _Optional[float] = ...) -> None: ...
 
 class DataChunk(_message.Message):
     __slots__ = ("offset", "data")
@@ -129,7 +137,7 @@ class DataChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class UploadHeader(_message.Message):
-    __slots__ = ("learner_id", "incarnation", "fragment", "base_version", "c_steps", "c_tokens", "tensors", "total_bytes", "crc32", "learner_step")
+    __slots__ = ("learner_id", "incarnation", "fragment", "base_version", "c_steps", "c_tokens", "tensors", "total_bytes", "crc32", "learner_step", "round")
     LEARNER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     FRAGMENT_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +148,7 @@ class UploadHeader(_message.Message):
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     CRC32_FIELD_NUMBER: _ClassVar[int]
     LEARNER_STEP_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
     learner_id: str
     incarnation: str
     fragment: int
@@ -150,7 +159,8 @@ class UploadHeader(_message.Message):
     total_bytes: int
     crc32: int
     learner_step: int
-    def __init__(self, learner_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., fragment: _Optional[int] = ..., base_version: _Optional[int] = ..., c_steps: _Optional[int] = ..., c_tokens: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., crc32: _Optional[int] = ..., learner_step: _Optional[int] = ...) -> None: ...
+    round: int
+    def __init__(self, learner_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., fragment: _Optional[int] = ..., base_version: _Optional[int] = ..., c_steps: _Optional[int] = ..., c_tokens: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., crc32: _Optional[int] = ..., learner_step: _Optional[int] = ..., round: _Optional[int] = ...) -> None: ...
 
 class UploadChunk(_message.Message):
     __slots__ = ("header", "data")
@@ -161,18 +171,24 @@ class UploadChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[UploadHeader, _Mapping]] = ..., data: _Optional[_Union[DataChunk, _Mapping]] = ...) -> None: ...
 
 class UploadReply(_message.Message):
-    __slots__ = ("accepted", "reason", "detail", "current_version", "duplicate")
+    __slots__ = ("accepted", "reason", "detail", "current_version", "duplicate", "cluster_step", "step_pace_s", "late")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     CURRENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_PACE_S_FIELD_NUMBER: _ClassVar[int]
+    LATE_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     reason: str
     detail: str
     current_version: int
     duplicate: bool
-    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., current_version: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    cluster_step: float
+    step_pace_s: float
+    late: bool
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., current_version: _Optional[int] = ..., duplicate: _Optional[bool] = ..., cluster_step: _Optional[float] = ..., step_pace_s: _Optional[float] = ..., late: _Optional[bool] = ...) -> None: ...
 
 class FragmentRequest(_message.Message):
     __slots__ = ("learner_id", "fragment", "min_version", "wait_s")
@@ -239,7 +255,7 @@ class LearnerStatus(_message.Message):
     def __init__(self, learner_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., incarnation_index: _Optional[int] = ..., active: _Optional[bool] = ..., step: _Optional[int] = ..., tokens: _Optional[int] = ..., last_seen_age_s: _Optional[float] = ..., merged_contributions: _Optional[int] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("syncer_incarnation", "mode", "versions", "merges", "tokens", "token_budget", "finished", "learners", "last_merge_unix", "eval_loss", "eval_merges", "loss_floor", "rejections", "restored_from_merges")
+    __slots__ = ("syncer_incarnation", "mode", "versions", "merges", "tokens", "token_budget", "finished", "learners", "last_merge_unix", "eval_loss", "eval_merges", "loss_floor", "rejections", "restored_from_merges", "cluster_step", "step_pace_s", "late_carried")
     class RejectionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +277,9 @@ class StatusReply(_message.Message):
     LOSS_FLOOR_FIELD_NUMBER: _ClassVar[int]
     REJECTIONS_FIELD_NUMBER: _ClassVar[int]
     RESTORED_FROM_MERGES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_PACE_S_FIELD_NUMBER: _ClassVar[int]
+    LATE_CARRIED_FIELD_NUMBER: _ClassVar[int]
     syncer_incarnation: str
     mode: str
     versions: _containers.RepeatedScalarFieldContainer[int]
@@ -275,4 +294,7 @@ class StatusReply(_message.Message):
     loss_floor: float
     rejections: _containers.ScalarMap[str, int]
     restored_from_merges: int
-    def __init__(self, syncer_incarnation: _Optional[str] = ..., mode: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., merges: _Optional[int] = ..., tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., finished: _Optional[bool] = ..., learners: _Optional[_Iterable[_Union[LearnerStatus, _Mapping]]] = ..., last_merge_unix: _Optional[_Iterable[float]] = ..., eval_loss: _Optional[float] = ..., eval_merges: _Optional[int] = ..., loss_floor: _Optional[float] = ..., rejections: _Optional[_Mapping[str, int]] = ..., restored_from_merges: _Optional[int] = ...) -> None: ...
+    cluster_step: float
+    step_pace_s: float
+    late_carried: int
+    def __init__(self, syncer_incarnation: _Optional[str] = ..., mode: _Optional[str] = ..., versions: _Optional[_Iterable[int]] = ..., merges: _Optional[int] = ..., tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., finished: _Optional[bool] = ..., learners: _Optional[_Iterable[_Union[LearnerStatus, _Mapping]]] = ..., last_merge_unix: _Optional[_Iterable[float]] = ..., eval_loss: _Optional[float] = ..., eval_merges: _Optional[int] = ..., loss_floor: _Optional[float] = ..., rejections: _Optional[_Mapping[str, int]] = ..., restored_from_merges: _Optional[int] = ..., cluster_step: _Optional[float] = ..., step_pace_s: _Optional[float] = ..., late_carried: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,105 @@
+"""Fragment sync rounds on the syncer's step clock.
+
+The paper takes one outer step per *scheduled* sync of a fragment: round r of
+fragment p is a point on a schedule the whole cluster shares, not "whatever
+arrives after the last merge". The schedule runs on a clock of cluster steps
+that the syncer owns:
+
+    S(t) = anchor_step + (t − anchor_time) / pace
+
+where ``pace`` is the lower median of the active learners' reported step times
+(a minority of slow or lying learners cannot set it). Re-pacing re-anchors at
+the current S, so S is continuous and never goes back. Round r of fragment p
+opens when S reaches ``offset(p) + r·H`` (:class:`FragmentSchedule`'s
+staggered offsets). The syncer sends (S, pace) in its replies; a learner
+extrapolates S on its own monotonic clock between replies and syncs fragment p
+at its first step boundary after a round of p opens — a slow learner arrives
+later and with fewer steps, and its token weight says so.
+
+Example:
+    >>> from trainer.core.schedule import FragmentSchedule
+    >>> s = FragmentSchedule(num_fragments=2, sync_every=4, overlap_steps=1, staggered=True)
+    >>> c = StepClock().repaced(now=10.0, pace_s=0.5)     # the first step time starts the clock at S = 0
+    >>> c.step_at(12.0)
+    4.0
+    >>> [round_at(s, p, c.step_at(12.0)) for p in (0, 1)]  # fragment 0 opens at S = 2, 6, ...; 1 at 4, 8, ...
+    [0, 0]
+    >>> c.time_of(round_opens(s, 1, 1))                   # round 1 of fragment 1 opens at S = 8
+    14.0
+    >>> c2 = c.repaced(now=12.0, pace_s=0.25)             # twice the pace from S = 4 on
+    >>> c2.step_at(13.0)
+    8.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from trainer.core.schedule import FragmentSchedule
+
+ROUND_MODES: tuple[str, ...] = ("clock", "arrival")
+LATE_POLICIES: tuple[str, ...] = ("refuse", "carry")
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """Cluster steps as a function of time; idle (S stays at ``anchor_step``) until a pace is known."""
+
+    anchor_time: float | None = None
+    anchor_step: float = 0.0
+    pace_s: float = 0.0  # seconds per cluster step
+
+    @property
+    def started(self) -> bool:
+        return self.anchor_time is not None and self.pace_s > 0
+
+    def step_at(self, now: float) -> float:
+        if not self.started:
+            return self.anchor_step
+        assert self.anchor_time is not None
+        return self.anchor_step + max(now - self.anchor_time, 0.0) / self.pace_s
+
+    def time_of(self, step: float) -> float | None:
+        """When S reaches ``step`` at the current pace (None while idle)."""
+        if not self.started:
+            return None
+        assert self.anchor_time is not None
+        return self.anchor_time + (step - self.anchor_step) * self.pace_s
+
+    def repaced(self, now: float, pace_s: float) -> "StepClock":
+        """The same clock from ``now`` on at a new pace (starts an idle clock)."""
+        if not (math.isfinite(pace_s) and pace_s > 0):
+            raise ValueError(f"pace must be a finite number of seconds > 0, got {pace_s}")
+        return replace(self, anchor_time=now, anchor_step=self.step_at(now), pace_s=float(pace_s))
+
+    @classmethod
+    def received(cls, local_now: float, step: float, pace_s: float) -> "StepClock":
+        """A learner's copy of the syncer's clock from a reply, anchored on the learner's own clock."""
+        if pace_s > 0 and math.isfinite(pace_s) and math.isfinite(step):
+            return cls(local_now, float(step), float(pace_s))
+        return cls(None, float(step) if math.isfinite(step) else 0.0, 0.0)
+
+
+def cluster_pace(step_times: Iterable[float]) -> float | None:
+    """The lower median of positive finite step times (None when there are none).
+
+    >>> cluster_pace([0.05, 0.05, 0.1, 0.1]), cluster_pace([0.05, 1e-9, 0.05]), cluster_pace([])
+    (0.05, 0.05, None)
+    """
+    ts = sorted(t for t in step_times if math.isfinite(t) and t > 0)
+    return ts[(len(ts) - 1) // 2] if ts else None
+
+
+def round_opens(schedule: FragmentSchedule, fragment: int, r: int) -> int:
+    """The cluster step at which round ``r`` of ``fragment`` opens."""
+    return schedule.offset(fragment) + r * schedule.sync_every
+
+
+def round_at(schedule: FragmentSchedule, fragment: int, step: float) -> int:
+    """The newest round of ``fragment`` open at cluster step ``step`` (−1 before its first)."""
+    off = schedule.offset(fragment)
+    if step < off:
+        return -1
+    return int((step - off) // schedule.sync_every)
