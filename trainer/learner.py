@@ -38,7 +38,7 @@ from trainer.client import FragmentValue, SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
-from trainer.core.rounds import StepClock
+from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
@@ -239,7 +239,8 @@ class Learner:
         self.clock = StepClock.received(time.monotonic(), cluster_step, pace_s)
 
     def cluster_step(self) -> float:
-        return self.clock.step_at(time.monotonic())
+        """Where this learner stands on the round schedule at a step boundary (see :func:`sync_step`)."""
+        return sync_step(self.clock, time.monotonic(), self.step_time_ema)
 
     def held_version(self, p: int) -> int:
         return self._held[p] if p < len(self._held) else -1
@@ -349,11 +350,14 @@ class Learner:
                 scale = lr_scale(self.cfg.inner, self.progress)
                 self.params, opt_state, loss = train_step(self.params, opt_state, batch, scale)
                 if delay:
-                    time.sleep(delay)
+                    time.sleep(delay)  # an emulated accelerator: JAX computes inside the sleep
+                # Wait for the step itself: the step boundary is when the syncer's clock is compared with the round
+                # schedule, and the step time sets the cluster's pace; async dispatch would run ahead of both.
+                jax.block_until_ready(loss)
                 self.step += 1
                 self.tokens += per_step
                 if self.step % every == 0 or self.step == 1:
-                    self.last_loss = float(loss)  # syncs with the device only every few steps
+                    self.last_loss = float(loss)
                 dt = time.perf_counter() - t0
                 if self.step == 2:  # step 1 includes JIT compilation: not a step time
                     self.step_time_ema = dt

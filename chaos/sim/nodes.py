@@ -28,7 +28,7 @@ from trainer import events as ev
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
-from trainer.core.rounds import StepClock
+from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
 from trainer.core.syncer_state import Contribution, SyncerState
 from trainer.learner import corrupted
@@ -493,7 +493,8 @@ class LearnerNode:
         self.step += 1
         per = self.sim.tokens_per_step
         self.tokens += per
-        for s in book.on_step(self.step, per, self.clock.step_at(self.sim.loop.now)):
+        own = self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
+        for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, own)):
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                       c_tokens=s.c_tokens, step=s.step, round=s.round)
             names = self.sim.fragment_names[s.fragment]

@@ -13,8 +13,8 @@ the current S, so S is continuous and never goes back. Round r of fragment p
 opens when S reaches ``offset(p) + r·H`` (:class:`FragmentSchedule`'s
 staggered offsets). The syncer sends (S, pace) in its replies; a learner
 extrapolates S on its own monotonic clock between replies and syncs fragment p
-at its first step boundary after a round of p opens — a slow learner arrives
-later and with fewer steps, and its token weight says so.
+at its step boundary nearest to a round's opening (:func:`sync_step`) — a slow
+learner covers fewer steps per round, and its token weight says so.
 
 Example:
     >>> from trainer.core.schedule import FragmentSchedule
@@ -80,6 +80,26 @@ class StepClock:
         if pace_s > 0 and math.isfinite(pace_s) and math.isfinite(step):
             return cls(local_now, float(step), float(pace_s))
         return cls(None, float(step) if math.isfinite(step) else 0.0, 0.0)
+
+
+def sync_step(clock: StepClock, now: float, own_step_s: float) -> float:
+    """The cluster step a learner compares with the round schedule at a step boundary.
+
+    Half of the learner's own step ahead of the clock: a learner then syncs at
+    its step boundary *nearest* to a round's opening rather than the first one
+    after it, so the learners' uploads of one round arrive within half a step
+    of the opening instead of within a whole one (the syncer never merges a
+    round before it opens, so an early upload waits there).
+
+    >>> sync_step(StepClock(0.0, 0.0, 0.1), now=1.0, own_step_s=0.1)   # S = 10, half a step ahead
+    10.5
+    >>> sync_step(StepClock(), now=1.0, own_step_s=0.1)                 # an idle clock stays put
+    0.0
+    """
+    s = clock.step_at(now)
+    if not clock.started or not (math.isfinite(own_step_s) and own_step_s > 0):
+        return s
+    return s + 0.5 * own_step_s / clock.pace_s
 
 
 def cluster_pace(step_times: Iterable[float]) -> float | None:
