@@ -142,6 +142,72 @@ def participation(events: Sequence[Any]) -> dict[str, float]:
     return out
 
 
+def outer_steps_per_round(events: Sequence[Any], *, num_fragments: int, sync_every: int) -> float | None:
+    """Merges per fragment per H inner steps: the paper takes exactly one outer step per scheduled round.
+
+    Rounds are counted from the learners' steps (the mean of each learner's last reported step, H steps per
+    round per fragment), so the figure means the same whatever decides the rounds.
+
+    Example:
+        >>> from trainer import events as ev
+        >>> st = [ev.Step(ts=1.0, source=f"learner-{i}", step=64, loss=1, tokens=1, step_time_s=0.05, blocked_s=0)
+        ...       for i in range(2)]
+        >>> mg = [ev.Merge(ts=2.0, source="syncer", fragment=p, version=1, base_version=0, participants=[],
+        ...                rule="rda", wait_s=0, quorum_wait_s=0, outer_grad_norm=1, merges_total=1, tokens_total=1)
+        ...       for p in (0, 1, 0, 1, 0, 1)]
+        >>> outer_steps_per_round([*st, *mg], num_fragments=2, sync_every=32)
+        1.5
+    """
+    last: dict[str, int] = {}
+    for e in _of(events, ev.Step):
+        last[e.source] = max(last.get(e.source, 0), e.step)
+    if not last:
+        return None
+    rounds = num_fragments * (sum(last.values()) / len(last)) / sync_every
+    return len(_of(events, ev.Merge)) / rounds if rounds else None
+
+
+def worst_eval_after_first(events: Sequence[Any]) -> tuple[float, float] | None:
+    """(first eval loss, highest eval loss after it): training that climbs above its start is not training.
+
+    Example:
+        >>> from trainer import events as ev
+        >>> es = [ev.Eval(ts=float(i), source="syncer", merges_total=i, versions=[], loss=x, loss_floor=1.0,
+        ...               tokens_total=i, final=False) for i, x in enumerate([4.2, 3.0, 3.5])]
+        >>> worst_eval_after_first(es)
+        (4.2, 3.5)
+    """
+    evals = _of(events, ev.Eval)
+    if len(evals) < 2:
+        return None
+    return evals[0].loss, max(e.loss for e in evals[1:])
+
+
+# Two-sided 95% Student t quantiles by degrees of freedom (the benchmarks run a handful of seeds).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t interval (0 for a single value).
+
+    Example:
+        >>> m, h = mean_ci95([2.0, 2.2, 2.4, 2.6, 2.8])
+        >>> round(m, 3), round(h, 3)
+        (2.4, 0.393)
+    """
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    df = n - 1
+    t = _T95.get(df) or next((q for d, q in sorted(_T95.items()) if d >= df), 1.96)
+    return mean, t * sd / n ** 0.5
+
+
 def final_eval_loss(events: Sequence[Any]) -> float | None:
     """The final eval's loss (the last eval when the run was stopped before its final one)."""
     e = final_eval(events)

@@ -88,7 +88,9 @@ class AlgorithmSection(_Strict):
     grace_gamma: float = Field(0.5, ge=0, lt=1)
     grace_cap_s: float = Field(1.0, ge=0)
     staggered: bool | None = None
-    merge_rule: Literal["rda", "mean"] | None = Field(None, description="rda (default) | mean; data-parallel: mean")
+    merge_rule: Literal["rda", "mean"] | None = Field(
+        None, description="rda | mean for every tensor but embedding tables (always mean); decoupled default rda, "
+                          "sync-diloco default mean (DiLoCo's), data-parallel mean")
     outer_lr: float | None = Field(None, gt=0)
     outer_momentum: float | None = Field(None, ge=0, lt=1)
     nesterov: bool = True
@@ -121,7 +123,7 @@ class AlgorithmSection(_Strict):
                                      "(outer_gradient current); outer_gradient 'base' needs rounds 'arrival'")
                 required["outer_gradient"] = "current"
         elif self.mode == "sync-diloco":
-            preset = dict(outer_lr=0.7, outer_momentum=0.9)
+            preset = dict(outer_lr=0.7, outer_momentum=0.9, merge_rule="mean")  # DiLoCo's plain mean; rda: a variant
             required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True, max_staleness=0,
                             rounds="arrival")
         else:

@@ -70,7 +70,7 @@ GRACE_CAP_S = 1.0
 MERGE_SECONDS = 0.01  # what the shell would measure per merge and feed to observe_merge_seconds
 HUGE = 3.0e38  # finite in float32, but an outer step on it overflows: provokes FloatingPointError
 
-Key = tuple[str, str, int, int]
+Key = tuple[str, str, int, int, int]
 SUBMIT_ARGS: dict[str, st.SearchStrategy[Any]] = dict(
     learner=st.sampled_from(LEARNERS * 3 + (STRANGER,)), old_incarnation=st.sampled_from([False] * 5 + [True]),
     fragment=st.integers(0, len(FRAGMENTS) - 1),
@@ -164,7 +164,7 @@ class SyncerMachine(RuleBasedStateMachine):
             grace_cap_s=GRACE_CAP_S, overlap_steps=2, merge_rule=merge_rule, mean_tensors=("b",) if mean_b else (),
             outer_lr=0.7, outer_momentum=momentum, token_budget=token_budget, liveness_timeout_s=LIVENESS_S,
             validate_uploads=validate, max_staleness=max_staleness, checkpoint_every_merges=checkpoint_every,
-            max_norm_ratio=100.0 if norm_guard else 0.0)
+            max_norm_ratio=100.0 if norm_guard else 0.0, rounds="arrival")
         self.every = checkpoint_every
         rng = np.random.default_rng(seed)
         params = {n: (rng.standard_normal(s) if random_params else np.zeros(s)).astype(np.float32)
@@ -200,7 +200,7 @@ class SyncerMachine(RuleBasedStateMachine):
         self.finished = finished
         self.rounds: dict[int, ModelRound] = {}
         a = self.policy.ema_alpha
-        self.timing = Timing(Ema(a), Ema(a), Ema(a))
+        self.timing = Timing.with_alpha(a)
         self.merged_keys: set[Key] = set(merged_keys)  # what the syncer must still answer "duplicate" for
         self.saved_at: int | None = None  # merges_total at the last checkpoint since start/restore
         self.effective_keys: set[Key] = set(effective)  # merges that the current parameters contain
@@ -436,7 +436,7 @@ class SyncerMachine(RuleBasedStateMachine):
         # "dup": the key of any earlier upload; "retry": of one the syncer took (its ack may have been lost).
         earlier = self.subs if base == "dup" else [x for x in self.subs if x.status not in ("rejected", "duplicate")]
         if base in ("dup", "retry") and earlier:
-            learner, inc, fragment, base_version = earlier[pick % len(earlier)].contribution.key
+            learner, inc, fragment, base_version, _ = earlier[pick % len(earlier)].contribution.key
         else:
             inc = self._incarnation_for(learner, old_incarnation)
             v = self.versions[fragment] if fragment < len(FRAGMENTS) else 0
@@ -504,7 +504,7 @@ class SyncerMachine(RuleBasedStateMachine):
             rnd.quorum_at = self.now
             self.timing = self.timing.observe_quorum(self.now - rnd.opened_at)
         if upload_seconds > 0:
-            self.timing = self.timing.observe_sync(upload_seconds)
+            self.timing = self.timing.observe_upload(upload_seconds)
         if merge_after:
             self._merge_due()  # the upload wakes the merge loop, which merges whatever is due
 
@@ -570,7 +570,7 @@ class SyncerMachine(RuleBasedStateMachine):
             if n not in FRAGMENTS[p].names:
                 assert np.array_equal(self.state.params[n], params0[n], equal_nan=True), "other fragment changed"
         self.state.observe_merge_seconds(MERGE_SECONDS)
-        self.timing = self.timing.observe_sync(MERGE_SECONDS)
+        self.timing = self.timing.observe_merge(MERGE_SECONDS)
         self._checkpoint_if_due()
 
     @precondition(lambda self: self.finished and not self.finalized)

@@ -1,0 +1,102 @@
+"""Decoupled DiLoCo against its algorithm's reference: synchronous DiLoCo at equal tokens, over seeds.
+
+The paper's claim is the same model quality as synchronous training. Self-parity (a configuration against its
+own fault-free run) cannot see a trainer that is not the paper's algorithm; this benchmark compares Decoupled
+DiLoCo's defaults with synchronous DiLoCo on the same seeds and the same token budget, fault-free, and keeps the
+decoupled trainer as it was before rounds existed (a round per arrival group, uploads merged as computed, outer
+momentum 0.5) as the negative control that must fail.
+
+    .venv/bin/python -m benchmarks.reference_parity [--seeds 0 1 2 3 4] [--budget 1500000]
+
+Setup (defaults, the issue's): M = 4 learners of the tiny model, P = 4, H = 32, τ = 2, emulated 50 ms steps,
+1.5M tokens per run. Per configuration: final eval loss, mean and 95% t interval over seeds; the paired
+difference from synchronous DiLoCo on the same seed (relative, %); outer steps per fragment per round (the
+paper: 1); participants per merge; and whether any eval after the first rose above the first (the untrained
+model). Prints a table, writes ``benchmarks/results/reference_parity.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks import measures as m
+from benchmarks.common import markdown_table, write_results
+from benchmarks.harness import add_run_arguments, config_of, quiet_progress, run_cluster
+from chaos.history import History
+
+# The decoupled trainer before rounds on the syncer's clock (the negative control).
+PRE_ROUNDS = {"rounds": "arrival", "outer_gradient": "base", "outer_momentum": 0.5}
+VARIANTS: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("sync", "sync DiLoCo (reference)", "sync-diloco", {}),
+    ("decoupled", "decoupled (defaults)", "decoupled", {}),
+    ("pre-rounds", "decoupled before rounds (negative control)", "decoupled", PRE_ROUNDS),
+]
+
+
+def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict[str, Any]:
+    return {"seed": seed, "token_budget": args.budget, "model": {"size": args.size},
+            "inner": {"batch_size": args.batch, "lr": args.lr},
+            "algorithm": {"mode": mode, "num_learners": args.learners, "num_fragments": args.fragments,
+                          "sync_every": args.sync_every, **algo},
+            "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 4},
+            "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0}}
+
+
+def summarise(h: History, args: argparse.Namespace) -> dict[str, Any]:
+    worst = m.worst_eval_after_first(h.events)
+    return {"final_loss": m.final_eval_loss(h.events),
+            "outer_steps_per_round": m.outer_steps_per_round(h.events, num_fragments=args.fragments,
+                                                             sync_every=args.sync_every),
+            "per_merge": m.participation(h.events)["per_merge"],
+            "first_eval": worst[0] if worst else None, "worst_later_eval": worst[1] if worst else None}
+
+
+def ci(values: list[float], digits: int = 4) -> str:
+    mean, half = m.mean_ci95(values)
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_run_arguments(ap)
+    ap.add_argument("--budget", type=int, default=1_500_000, help="tokens per run")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--only", nargs="+", choices=[v[0] for v in VARIANTS], help="run only these configurations")
+    args = ap.parse_args(argv)
+    variants = [v for v in VARIANTS if not args.only or v[0] in args.only]
+    runs: dict[str, dict[int, dict[str, Any]]] = {slug: {} for slug, *_ in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep_runs or Path(tmp)
+        for seed in args.seeds:
+            for slug, _, mode, algo in variants:
+                h = run_cluster(f"{slug}-seed{seed}", cluster(args, seed, mode, **algo), root, seed=seed,
+                                progress=quiet_progress, reuse=args.reuse)
+                runs[slug][seed] = summarise(h, args)
+                print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
+    ref = runs.get("sync", {})
+    header = ["configuration", "final eval loss", "vs sync DiLoCo, same seed (%)", "outer steps / round",
+              "participants / merge", "runs with a later eval above the first"]
+    rows = []
+    for slug, label, _, _ in variants:
+        rs = runs[slug]
+        losses = [r["final_loss"] for r in rs.values()]
+        rel = [100 * (rs[s]["final_loss"] - ref[s]["final_loss"]) / ref[s]["final_loss"]
+               for s in rs if s in ref and slug != "sync"]
+        rows.append([label, ci(losses), ci(rel, 2) if rel else "—",
+                     ci([r["outer_steps_per_round"] for r in rs.values()], 2),
+                     ci([r["per_merge"] for r in rs.values()], 2),
+                     f"{sum(1 for r in rs.values() if r['worst_later_eval'] > r['first_eval'])} / {len(rs)}"])
+    table = markdown_table(header, rows)
+    print(f"\nmean ± 95% t interval over seeds {args.seeds}\n\n{table}")
+    path = write_results("reference_parity", config=config_of(args), results={"runs": runs}, table=table,
+                         out_dir=args.out_dir)
+    print(f"\nresults: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
