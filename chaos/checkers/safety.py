@@ -3,8 +3,11 @@
 Every merge participant must be backed by an accepted upload (an ``upload``
 event) of that learner incarnation and fragment since the fragment's previous
 merge; rejected uploads never produce one. An update is identified by
-(learner, incarnation, fragment, base version): it may enter one merge only
-(a retried upload is acknowledged as a duplicate, never merged again). A
+(learner, incarnation, fragment, base version, round): it may enter one merge
+only (a retried upload is acknowledged as a duplicate, never merged again).
+On the syncer's clock a learner that missed a round's result uploads again
+from the same base for a later round; anchored at that round's start value,
+that is a new update. A
 syncer restored from a checkpoint forgets the merges after it — they are gone
 from the model — so those updates may be merged again; the ones the
 checkpoint holds may not.
@@ -32,7 +35,7 @@ def check_safety(inp: CheckInput) -> Verdict:
         if not math.isfinite(m.outer_grad_norm):
             problems.append(f"merge {m.fragment}@v{m.version} applied a non-finite outer gradient")
     pending: dict[int, set[tuple[str, str]]] = {}
-    merged: dict[tuple[str, str, int, int], int] = {}  # update -> merges_total of its merge
+    merged: dict[tuple[str, str, int, int, int], int] = {}  # update -> merges_total of its merge
     unbacked = twice = 0
     for e in h.events:
         if isinstance(e, ev.SyncerStart):
@@ -44,11 +47,11 @@ def check_safety(inp: CheckInput) -> Verdict:
         elif isinstance(e, ev.Merge):
             have = pending.get(e.fragment, set())
             for p in e.participants:
-                key = (p.learner_id, p.incarnation, e.fragment, p.base_version)
+                key = (p.learner_id, p.incarnation, e.fragment, p.base_version, p.round)
                 if p.base_version >= 0 and key in merged:
                     twice += 1
                     problems.append(f"merge {e.fragment}@v{e.version} applied the update of {p.learner_id}/"
-                                    f"{p.incarnation} from base v{p.base_version} a second time")
+                                    f"{p.incarnation} from base v{p.base_version} (round {p.round}) a second time")
                 merged[key] = e.merges_total
                 if (p.learner_id, p.incarnation) not in have:
                     unbacked += 1

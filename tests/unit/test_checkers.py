@@ -463,9 +463,9 @@ def test_verdict_to_json() -> None:
 
 
 # ---- safety: an update merged twice --------------------------------------------------------------------------
-def _merge_of(t: float, n: int, base: int, lid: str = "learner-0") -> ev.Merge:
+def _merge_of(t: float, n: int, base: int, lid: str = "learner-0", rnd: int = 0) -> ev.Merge:
     part = ev.ParticipantInfo(learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=640,
-                              base_version=base)
+                              base_version=base, round=rnd)
     return ev.Merge(ts=T0 + t, source="syncer", fragment=0, version=n, base_version=n - 1, participants=[part],
                     rule="rda", wait_s=0.1, quorum_wait_s=0.0, outer_grad_norm=0.5, merges_total=n,
                     tokens_total=640 * n)
@@ -480,6 +480,13 @@ def test_safety_fails_when_the_same_update_is_merged_twice() -> None:
     v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), upload(2.0, "learner-0"),
                  _merge_of(2.1, 2, base=0)])
     assert v.status == "fail" and v.evidence["merged_twice"] == 1 and "second time" in v.summary
+
+
+def test_safety_allows_a_new_rounds_upload_from_the_same_base() -> None:
+    """On the clock a learner that never received round 0's result uploads for round 1 from the same base."""
+    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0, rnd=0), upload(2.0, "learner-0"),
+                 _merge_of(2.1, 2, base=0, rnd=1)])
+    assert v.status == "pass", v.summary
 
 
 def test_safety_allows_remerging_an_update_a_restore_lost() -> None:

@@ -44,7 +44,11 @@ Version rules, per fragment p with current version v_p:
   restore); older is ``stale_version`` (the learner fetches the current
   fragment), newer was never handed out (``future_version``);
 - the same (learner, incarnation, fragment, base, round) twice is a
-  duplicate: the second is acknowledged and changes nothing;
+  duplicate: the second is acknowledged and changes nothing (on the clock a
+  learner that never received a round's result uploads again from the same
+  base for the next round: anchored at that round's start, it is a new
+  update; in arrival mode the round is always 0, so a cumulative re-upload
+  from one base is merged once);
 - a merge increments v_p by one; a syncer restored from a checkpoint skips
   every version ahead by the checkpoint interval, so versions never go
   backwards even though up to one interval of merges was lost. For that
@@ -80,6 +84,7 @@ Example (one learner, one fragment, K = 1):
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -428,6 +433,7 @@ class SyncerState:
         if c_steps < 0 or c_tokens < 0:
             raise Rejected(RejectReason.BAD_COUNTERS, f"c_steps={c_steps} and c_tokens={c_tokens} must be >= 0")
         current = self.versions[fragment]
+        round = round if self.policy.clocked else 0  # arrival rounds are not the learner's to name
         key = (learner_id, incarnation, fragment, base_version, round)
         if key in self.merged_keys or self._pending(key):
             return current
@@ -476,6 +482,8 @@ class SyncerState:
 
     def submit(self, c: Contribution, now: float) -> SubmitResult:
         """Add a contribution to its fragment's round (or acknowledge a duplicate)."""
+        if not self.policy.clocked and c.round:
+            c = dataclasses.replace(c, round=0)  # arrival mode: an update is (learner, incarnation, fragment, base)
         specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
         current = self.check_header(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps,
                                     c.c_tokens, now, c.round)
