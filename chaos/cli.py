@@ -206,7 +206,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     scenario = parse_scenario(json.loads(spath.read_text()), str(spath))
     bpath = run_dir / "baseline.json"
     baseline = json.loads(bpath.read_text()) if bpath.exists() else None
-    result = analyse(scenario, run_dir, baseline)
+    rpath = run_dir / "reference.json"
+    reference = json.loads(rpath.read_text()) if rpath.exists() else None
+    result = analyse(scenario, run_dir, baseline, reference)
     _print_verdicts(result.report)
     return result.exit_code
 

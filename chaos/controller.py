@@ -354,14 +354,16 @@ def overall(verdicts: list[Verdict]) -> tuple[str, int]:
     return "pass", 0
 
 
-def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None) -> RunResult:
+def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
+            reference: dict[str, Any] | None = None) -> RunResult:
     """Checks and reports over a finished run directory (also what ``diloco-chaos report`` re-runs)."""
     history = History.read(out_dir)
     history.write_merged(out_dir / "history.jsonl")
     cfg = scenario.cluster
     facts = RunFacts.of(scenario)
     base_loss = baseline["final_eval_loss"] if baseline else None
-    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss))
+    ref_loss = reference["final_eval_loss"] if reference else None
+    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss))
     status, code = overall(verdicts)
     steady_phase = history.phase("steady")
     steady = steady_phase.ts if steady_phase else history.start
@@ -376,7 +378,7 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None) 
         "plan": (history.plan().faults if history.plan() else []),
         "faults": _relative_faults(history, steady),
         "not_run": not_run.detail.get("faults", []) if not_run else [],
-        "baseline": baseline, "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
+        "baseline": baseline, "reference": reference, "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
         "teardown": teardown.detail if teardown else {},
     }
     _write_reports(out_dir, history, report)
@@ -402,11 +404,16 @@ def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
     try:
         with _signals_interrupt(), toxiproxy_for(opts, out / "logs" / "toxiproxy.log") as toxi:
             baseline: dict[str, Any] | None = None
+            reference: dict[str, Any] | None = None
             if opts.baseline:
                 _, baseline = _baseline(scenario, toxi, opts)
                 (out / "baseline.json").write_text(json.dumps(baseline, indent=2))
+                if scenario.checks.reference.enabled:
+                    ref_scenario = scenario.model_copy(update={"cluster": scenario.cluster.sync_diloco_reference()})
+                    _, reference = _baseline(ref_scenario, toxi, opts)
+                    (out / "reference.json").write_text(json.dumps(reference, indent=2))
             _Execution(scenario, out, toxi, planned, opts, "chaos").execute()
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; every fault was healed and every process stopped. Partial run: {out}") \
             from None
-    return analyse(scenario, out, baseline)
+    return analyse(scenario, out, baseline, reference)

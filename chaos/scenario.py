@@ -213,6 +213,19 @@ class Parity(_Strict):
     tolerance: float = Field(0.15, gt=0)
 
 
+class Reference(_Strict):
+    """Final eval loss within ``tolerance`` nats of synchronous DiLoCo on the same cluster, seed and tokens.
+
+    Self-parity compares a configuration only with its own fault-free run, so it cannot see a trainer that is
+    not the paper's algorithm; this check compares with the algorithm's reference (the paper: "the same ML
+    performance"). It costs one more fault-free run per cluster config (cached like the baseline), so it is off
+    unless a scenario asks for it.
+    """
+
+    enabled: bool = False
+    tolerance: float = Field(0.05, gt=0)
+
+
 class Durability(_Strict):
     """Versions never regress; a restarted syncer loses at most one checkpoint interval."""
 
@@ -236,6 +249,7 @@ class Checks(_Strict):
     liveness: Liveness = Liveness()
     reintegration: Reintegration = Reintegration()
     parity: Parity = Parity()
+    reference: Reference = Reference()
     durability: Durability = Durability()
     safety: Safety = Safety()
     goodput: Goodput = Goodput()

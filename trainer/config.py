@@ -208,6 +208,22 @@ class RunConfig(_Strict):
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
+    def sync_diloco_reference(self) -> "RunConfig":
+        """The same run as synchronous DiLoCo: the algorithm's reference at equal tokens, seed, model and data.
+
+        M, P, H and the outer learning rate carry over; everything else of the algorithm is the
+        sync-diloco preset (K = M, no grace, aligned fragments, blocking, plain mean, momentum 0.9).
+
+        Example:
+            >>> ref = RunConfig().sync_diloco_reference()
+            >>> (ref.algorithm.mode, ref.algorithm.min_quorum, ref.algorithm.merge_rule, ref.token_budget)
+            ('sync-diloco', 3, 'mean', 200000)
+        """
+        a = self.algorithm
+        algorithm = {"mode": "sync-diloco", "num_learners": a.num_learners, "num_fragments": a.num_fragments,
+                     "sync_every": a.sync_every, "outer_lr": a.outer_lr, "nesterov": a.nesterov}
+        return RunConfig.model_validate({**self.model_dump(mode="json"), "algorithm": algorithm})
+
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     parts = dotted.split(".")

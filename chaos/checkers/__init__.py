@@ -13,6 +13,7 @@ from chaos.checkers.durability import check_durability
 from chaos.checkers.goodput import check_goodput
 from chaos.checkers.liveness import check_liveness
 from chaos.checkers.parity import check_parity
+from chaos.checkers.reference import check_reference
 from chaos.checkers.reintegration import check_reintegration
 from chaos.checkers.safety import check_safety
 
@@ -20,6 +21,7 @@ CHECKERS: dict[str, Callable[[CheckInput], Verdict]] = {
     "liveness": check_liveness,
     "reintegration": check_reintegration,
     "parity": check_parity,
+    "reference": check_reference,
     "durability": check_durability,
     "safety": check_safety,
     "goodput": check_goodput,

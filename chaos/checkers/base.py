@@ -59,6 +59,7 @@ class CheckInput:
     facts: RunFacts
     checks: Checks
     baseline_final_loss: float | None  # None: no baseline (parity is then indeterminate)
+    reference_final_loss: float | None = None  # synchronous DiLoCo on the same cluster (None: not run)
 
     @property
     def steady(self) -> float | None:

@@ -13,6 +13,7 @@ from chaos.checkers.durability import check_durability
 from chaos.checkers.goodput import check_goodput
 from chaos.checkers.liveness import check_liveness
 from chaos.checkers.parity import check_parity
+from chaos.checkers.reference import check_reference
 from chaos.checkers.reintegration import check_reintegration
 from chaos.checkers.safety import check_safety
 from chaos.history import FaultOp, History, Phase
@@ -111,9 +112,41 @@ def without(*out: str) -> Who:
 
 def test_the_default_history_passes_every_check() -> None:
     verdicts = run_checks(CheckInput(history(), FACTS, Checks(), baseline_final_loss=2.5))
-    assert [v.name for v in verdicts] == list(CHECKERS)
+    on_by_default = [name for name in CHECKERS if name != "reference"]  # reference costs a run: asked for
+    assert [v.name for v in verdicts] == on_by_default
     # no learner step events: goodput has nothing to measure
-    assert {v.name: v.status for v in verdicts} == {**{name: "pass" for name in CHECKERS}, "goodput": "indeterminate"}
+    assert {v.name: v.status for v in verdicts} == {**{name: "pass" for name in on_by_default},
+                                                    "goodput": "indeterminate"}
+
+
+# ---- reference (synchronous DiLoCo at equal tokens) ---------------------------------------------------------------
+def _reference(h: History, ref: float | None, tolerance: float = 0.05):
+    checks = Checks.model_validate({"reference": {"enabled": True, "tolerance": tolerance}})
+    return check_reference(CheckInput(h, FACTS, checks, baseline_final_loss=None, reference_final_loss=ref))
+
+
+def test_reference_passes_within_tolerance_and_when_better() -> None:
+    assert _reference(history(final_loss=2.53), 2.5).status == "pass"
+    v = _reference(history(final_loss=2.2), 2.5)
+    assert v.status == "pass" and v.evidence["delta"] == pytest.approx(-0.3)
+
+
+def test_reference_negative_control_fails_a_trainer_worse_than_synchronous_diloco() -> None:
+    # The decoupled trainer before rounds: 2.58–2.75 where synchronous DiLoCo reached 2.40–2.47 (reference_parity).
+    v = _reference(history(final_loss=2.58), 2.42)
+    assert v.status == "fail" and "synchronous DiLoCo" in v.summary and v.evidence["delta"] == pytest.approx(0.16)
+
+
+def test_reference_cannot_decide_without_a_reference_or_a_final_eval() -> None:
+    assert _reference(history(), None).status == "indeterminate"
+    assert _reference(history(final_loss=None, finished=False), 2.5).status == "indeterminate"
+    assert _reference(history(final_loss=float("nan")), 2.5).status == "fail"
+
+
+def test_every_check_runs_when_enabled() -> None:
+    checks = Checks.model_validate({"reference": {"enabled": True}})
+    verdicts = run_checks(CheckInput(history(), FACTS, checks, baseline_final_loss=2.5, reference_final_loss=2.5))
+    assert [v.name for v in verdicts] == list(CHECKERS)
 
 
 # ---- liveness --------------------------------------------------------------------------------------------------
