@@ -12,8 +12,7 @@ seeded exponential failure process with a mean of 30 s between failures per
 learner and restarted 3 s later (``benchmarks/failures.py``), so a run of
 about a minute sees several failures; the plan is drawn once and both modes
 get the same kills at the same times after their first merge. Runs: each mode
-fault-free and with failures; Decoupled DiLoCo with its defaults and as tuned
-(``benchmarks.harness.TUNED_DECOUPLED``).
+fault-free and with failures, with its defaults.
 
 Columns (definitions in ``benchmarks/measures.py``):
 
@@ -42,8 +41,6 @@ from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
 from benchmarks.failures import FailurePlan, exponential_kills
 from benchmarks.harness import (
-    TUNED_DECOUPLED,
-    TUNED_LABEL,
     add_run_arguments,
     config_of,
     plot_loss_and_goodput,
@@ -100,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"failure plan (seed {args.seed}): {len(plan.failures)} kills over {args.horizon_s:.0f} s, "
           f"{plan.dropped} dropped; first: " + ", ".join(f"{f.learner}@{f.at:.1f}s" for f in plan.failures[:6]),
           flush=True)
-    variants = [("sync DiLoCo", "sync-diloco", {}, "sync"), ("decoupled (defaults)", "decoupled", {}, "decoupled"),
-                (f"decoupled ({TUNED_LABEL})", "decoupled", TUNED_DECOUPLED, "decoupled-tuned")]
+    variants = [("sync DiLoCo", "sync-diloco", {}, "sync"), ("decoupled (defaults)", "decoupled", {}, "decoupled")]
     rows_json: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)

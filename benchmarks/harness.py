@@ -36,13 +36,11 @@ from chaos.scenario import Scenario
 BENCH_LEARNER = {"step_event_every": 1}
 QUIET_CHECKS = {"liveness": {"enabled": False}, "reintegration": {"enabled": False}}
 
-# Decoupled DiLoCo as this project's measurements say it trains best with K = 1 (next to the defaults, which
-# every benchmark also runs): late uploads rebased onto the current value, and no outer momentum, because a
-# rebased single-learner merge with Nesterov lr 0.7 and momentum 0.5 steps past the learner's parameters
-# (lr·(1+μ) > 1) and alternating learners then drive the fragment into oscillation (measured: fault-free
-# final loss 7.7 at H = 32 with momentum 0.5, 2.48 with 0; benchmarks/goodput.py).
-TUNED_DECOUPLED = {"outer_gradient": "current", "outer_momentum": 0.0}
-TUNED_LABEL = "rebased, no outer momentum"
+# The decoupled trainer before rounds ran on the syncer's clock: a round per arrival group (about three outer
+# steps per fragment per H inner steps), uploads merged as computed, and outer momentum 0.5 to compensate. Kept
+# reachable by config as the negative control of the reference check (benchmarks/reference_parity.py).
+PRE_ROUNDS = {"rounds": "arrival", "outer_gradient": "base", "outer_momentum": 0.5}
+PRE_ROUNDS_LABEL = "before rounds, negative control"
 
 
 def run_cluster(label: str, cluster: dict[str, Any], out_root: Path, *, schedule: list[dict[str, Any]] | None = None,

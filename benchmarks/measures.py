@@ -208,6 +208,25 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     return mean, t * sd / n ** 0.5
 
 
+def weight_share(events: Sequence[Any], learners: Sequence[str]) -> float | None:
+    """The share of all merge weight that went to ``learners`` (each merge's weights sum to 1).
+
+    Example:
+        >>> from trainer import events as ev
+        >>> ps = [ev.ParticipantInfo(learner_id=f"learner-{i}", incarnation="a", weight=w, c_steps=8, c_tokens=800)
+        ...       for i, w in enumerate([0.25, 0.75])]
+        >>> mg = ev.Merge(ts=2.0, source="syncer", fragment=0, version=1, base_version=0, participants=ps,
+        ...               rule="rda", wait_s=0, quorum_wait_s=0, outer_grad_norm=1, merges_total=1, tokens_total=1)
+        >>> weight_share([mg, mg], ["learner-0"])
+        0.25
+    """
+    merges = _of(events, ev.Merge)
+    if not merges:
+        return None
+    chosen = set(learners)
+    return sum(p.weight for mg in merges for p in mg.participants if p.learner_id in chosen) / len(merges)
+
+
 def final_eval_loss(events: Sequence[Any]) -> float | None:
     """The final eval's loss (the last eval when the run was stopped before its final one)."""
     e = final_eval(events)

@@ -25,15 +25,13 @@ from typing import Any
 
 from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
-from benchmarks.harness import add_run_arguments, config_of, quiet_progress, run_cluster
+from benchmarks.harness import PRE_ROUNDS, PRE_ROUNDS_LABEL, add_run_arguments, config_of, quiet_progress, run_cluster
 from chaos.history import History
 
-# The decoupled trainer before rounds on the syncer's clock (the negative control).
-PRE_ROUNDS = {"rounds": "arrival", "outer_gradient": "base", "outer_momentum": 0.5}
 VARIANTS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("sync", "sync DiLoCo (reference)", "sync-diloco", {}),
     ("decoupled", "decoupled (defaults)", "decoupled", {}),
-    ("pre-rounds", "decoupled before rounds (negative control)", "decoupled", PRE_ROUNDS),
+    ("pre-rounds", f"decoupled ({PRE_ROUNDS_LABEL})", "decoupled", PRE_ROUNDS),
 ]
 
 

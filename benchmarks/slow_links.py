@@ -33,9 +33,8 @@ Runs, all in this process, one after another:
    (slow run)*; sync-diloco is also run to the target over slow links
    directly, which checks that projection. Data-parallel would take tens of
    minutes (``--dp-direct`` runs it anyway).
-4. ``decoupled, slow links`` (defaults, and as tuned:
-   ``benchmarks.harness.TUNED_DECOUPLED``) and ``decoupled, fast links``
-   (tuned): run to the target; asynchronous, so measured directly.
+4. ``decoupled, slow links`` and ``decoupled, fast links`` (defaults): run
+   to the target; asynchronous, so measured directly.
 
 Time is counted from the first inner step any learner finished (after
 compilation). Prints a table, writes ``benchmarks/results/slow_links.json`` and
@@ -55,7 +54,7 @@ from typing import Any
 
 from benchmarks import measures as m
 from benchmarks.common import markdown_table, new_figure, save_figure, write_results
-from benchmarks.harness import TUNED_DECOUPLED, TUNED_LABEL, add_run_arguments, config_of, quiet_progress, run_cluster
+from benchmarks.harness import add_run_arguments, config_of, quiet_progress, run_cluster
 from chaos.history import History
 from trainer import events as ev
 from trainer.config import merge_trees
@@ -175,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append(direct("data-parallel", "data-parallel", "fast", dp_fast, target))
         sync_fast = run("sync-fast", mode_cluster(args, "sync-diloco", cap), target=target)
         outcomes.append(direct("sync DiLoCo", "sync-diloco", "fast", sync_fast, target))
-        dec_fast = run("decoupled-fast", mode_cluster(args, "decoupled", cap, **TUNED_DECOUPLED), target=target)
-        outcomes.append(direct(f"decoupled ({TUNED_LABEL})", "decoupled", "fast", dec_fast, target))
+        dec_fast = run("decoupled-fast", mode_cluster(args, "decoupled", cap), target=target)
+        outcomes.append(direct("decoupled (defaults)", "decoupled", "fast", dec_fast, target))
 
         dp_slow = run("dp-slow", mode_cluster(args, "data-parallel", cap), slow,
                       target=target if args.dp_direct else None, wall_cap_s=None if args.dp_direct else args.period_s)
@@ -185,10 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         sync_slow = run("sync-slow", mode_cluster(args, "sync-diloco", cap), slow, target=target)
         outcomes.append(projected("sync DiLoCo", "sync-diloco", sync_fast, sync_slow, target, args.fragments))
         outcomes.append(direct("sync DiLoCo", "sync-diloco", "slow", sync_slow, target))
-        for slug, label, algo in (("tuned", f"decoupled ({TUNED_LABEL})", TUNED_DECOUPLED),
-                                  ("defaults", "decoupled (defaults)", {})):
-            h = run(f"decoupled-slow-{slug}", mode_cluster(args, "decoupled", cap, **algo), slow, target=target)
-            outcomes.append(direct(label, "decoupled", "slow", h, target))
+        h = run("decoupled-slow-defaults", mode_cluster(args, "decoupled", cap), slow, target=target)
+        outcomes.append(direct("decoupled (defaults)", "decoupled", "slow", h, target))
 
     best = min((o.seconds for o in outcomes if o.links == "slow" and o.mode == "decoupled" and o.seconds),
                default=None)
