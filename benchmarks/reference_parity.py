@@ -2,9 +2,10 @@
 
 The paper's claim is the same model quality as synchronous training. Self-parity (a configuration against its
 own fault-free run) cannot see a trainer that is not the paper's algorithm; this benchmark compares Decoupled
-DiLoCo's defaults with synchronous DiLoCo on the same seeds and the same token budget, fault-free, and keeps the
-decoupled trainer as it was before rounds existed (a round per arrival group, uploads merged as computed, outer
-momentum 0.5) as the negative control that must fail.
+DiLoCo's defaults (late uploads refused; carried into the next round as a variant) with synchronous DiLoCo on
+the same seeds and the same token budget, fault-free, and keeps the decoupled trainer as it was before rounds
+existed (a round per arrival group, uploads merged as computed, outer momentum 0.5) as the negative control
+that must fail.
 
     .venv/bin/python -m benchmarks.reference_parity [--seeds 0 1 2 3 4] [--budget 1500000]
 
@@ -27,10 +28,13 @@ from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
 from benchmarks.harness import PRE_ROUNDS, PRE_ROUNDS_LABEL, add_run_arguments, config_of, quiet_progress, run_cluster
 from chaos.history import History
+from trainer import events as ev
+from trainer.core.reasons import RejectReason
 
 VARIANTS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("sync", "sync DiLoCo (reference)", "sync-diloco", {}),
     ("decoupled", "decoupled (defaults)", "decoupled", {}),
+    ("carry", "decoupled, late uploads carried", "decoupled", {"late_uploads": "carry"}),
     ("pre-rounds", f"decoupled ({PRE_ROUNDS_LABEL})", "decoupled", PRE_ROUNDS),
 ]
 
@@ -46,7 +50,9 @@ def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict
 
 def summarise(h: History, args: argparse.Namespace) -> dict[str, Any]:
     worst = m.worst_eval_after_first(h.events)
-    return {"final_loss": m.final_eval_loss(h.events),
+    late = sum(1 for e in h.events if isinstance(e, ev.Reject) and e.reason == RejectReason.LATE_ROUND.value)
+    return {"final_loss": m.final_eval_loss(h.events), "late_refused": late,
+            "late_carried": sum(e.late for e in h.events if isinstance(e, ev.Merge)),
             "outer_steps_per_round": m.outer_steps_per_round(h.events, num_fragments=args.fragments,
                                                              sync_every=args.sync_every),
             "per_merge": m.participation(h.events)["per_merge"],
@@ -56,6 +62,11 @@ def summarise(h: History, args: argparse.Namespace) -> dict[str, Any]:
 def ci(values: list[float], digits: int = 4) -> str:
     mean, half = m.mean_ci95(values)
     return f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+def _mean(values: list[Any]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{sum(known) / len(known):.0f}" if known else "—"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     ref = runs.get("sync", {})
     header = ["configuration", "final eval loss", "vs sync DiLoCo, same seed (%)", "outer steps / round",
-              "participants / merge", "runs with a later eval above the first"]
+              "participants / merge", "late uploads refused / carried per run",
+              "runs with a later eval above the first"]
     rows = []
     for slug, label, _, _ in variants:
         rs = runs[slug]
@@ -87,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([label, ci(losses), ci(rel, 2) if rel else "—",
                      ci([r["outer_steps_per_round"] for r in rs.values()], 2),
                      ci([r["per_merge"] for r in rs.values()], 2),
+                     f"{_mean([r.get('late_refused') for r in rs.values()])} / "
+                     f"{_mean([r.get('late_carried') for r in rs.values()])}",
                      f"{sum(1 for r in rs.values() if r['worst_later_eval'] > r['first_eval'])} / {len(rs)}"])
     table = markdown_table(header, rows)
     print(f"\nmean ± 95% t interval over seeds {args.seeds}\n\n{table}")

@@ -45,6 +45,10 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
         "learner_steps": sum(e.step for e in steps),
         "goodput_tokens": merged_tokens / started_tokens if started_tokens else math.nan,
         "rejections": dict(Counter(e.reason for e in events if isinstance(e, ev.Reject))),
+        # Rounds: one merge per (fragment, round) on the clock; late uploads refused (late_round) or carried.
+        "rounds_merged": len({(m.fragment, m.round) for m in merges}),
+        "participants_per_merge": (sum(len(m.participants) for m in merges) / len(merges)) if merges else math.nan,
+        "late_carried": sum(m.late for m in merges),
         "eval_curve": [(e.merges_total, e.loss) for e in evals],
         "wall_s": t1 - t0,
     }
