@@ -59,7 +59,9 @@ class ModelSection(_Strict):
 class DataSection(_Strict):
     order: int = Field(1, ge=1, le=2, description="Markov order of the synthetic language")
     concentration: float = Field(0.1, gt=0, description="Dirichlet concentration of transition rows")
-    eval_batches: int = Field(4, ge=1)
+    eval_tokens: int = Field(
+        65_536, ge=64, description="held-out eval tokens (batches of 64 sequences): at 64k tokens the eval loss's "
+                                   "standard error is about 0.005 nats (at 2k tokens eval sets differed by SD 0.03)")
 
 
 class InnerSection(_Strict):

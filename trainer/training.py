@@ -29,6 +29,8 @@ from trainer.config import InnerSection, RunConfig
 
 Params = dict[str, jax.Array]
 
+EVAL_BATCH = 64  # sequences per eval batch, whatever the training batch (one size for every config)
+
 
 def inner_optimizer(inner: InnerSection) -> optax.GradientTransformation:
     """AdamW with linear warmup (per incarnation), after global-norm clipping.
@@ -93,8 +95,10 @@ class TrainingSetup:
                                         incarnation_index, self.config.inner.batch_size, self.model.seq_len)
 
     def eval_set(self) -> np.ndarray:
-        return data_mod.eval_set(self.source, self.config.seed, self.config.data.eval_batches,
-                                 self.config.inner.batch_size, self.model.seq_len)
+        """``data.eval_tokens`` held-out tokens (rounded up to whole batches of ``EVAL_BATCH`` sequences)."""
+        per_batch = EVAL_BATCH * self.model.seq_len
+        n_batches = -(-self.config.data.eval_tokens // per_batch)
+        return data_mod.eval_set(self.source, self.config.seed, n_batches, EVAL_BATCH, self.model.seq_len)
 
     def loss_floor(self) -> float:
         return float(self.source.loss_floor(self.model.seq_len))
