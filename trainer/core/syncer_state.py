@@ -443,14 +443,14 @@ class SyncerState:
             raise Rejected(RejectReason.STALE_VERSION,
                            f"fragment {fragment} is at version {current}; base {base_version} is more than "
                            f"{self.policy.max_staleness} versions old — fetch the current fragment")
+        if base_version > current:
+            raise Rejected(RejectReason.FUTURE_VERSION,
+                           f"fragment {fragment} is at version {current}; base {base_version} was never issued")
         if (self.policy.rebases and base_version != current
                 and (fragment, base_version) not in self.past_values):
             raise Rejected(RejectReason.STALE_VERSION,
                            f"fragment {fragment} is at version {current}; the syncer no longer holds base "
                            f"{base_version} to rebase onto (it restarted) — fetch the current fragment")
-        if base_version > current:
-            raise Rejected(RejectReason.FUTURE_VERSION,
-                           f"fragment {fragment} is at version {current}; base {base_version} was never issued")
         expected = {n: (tuple(self.params[n].shape), str(self.params[n].dtype)) for n in self.fragments[fragment].names}
         if set(specs) != set(expected):
             raise Rejected(RejectReason.BAD_SHAPE,
