@@ -44,3 +44,25 @@ def test_corrupt_learner_without_validation_fails_safety(run_chaos):
     v = _verdict(result, "safety")
     assert v.status == "fail", v
     assert "non-finite" in v.summary or "nan" in v.summary.lower()
+
+
+def _reference_run(run_chaos, algorithm: dict):
+    # Fault-free, 600k tokens: the check compares the trainer with synchronous DiLoCo, not a fault's effect.
+    s = scenario_with("kill-one-learner", schedule=[],
+                      cluster={"token_budget": 600_000, "algorithm": algorithm},
+                      checks={"liveness": {"enabled": False}, "reference": {"enabled": True, "tolerance": 0.05}})
+    return run_chaos(s)
+
+
+def test_reference_passes_the_defaults_and_fails_the_trainer_before_rounds(run_chaos):
+    good = _reference_run(run_chaos, {})
+    v = _verdict(good, "reference")
+    assert v.status == "pass", v
+    assert good.report["reference"]["config_hash"] != good.report["baseline"]["config_hash"]
+    # The decoupled trainer before rounds (a round per arrival group, uploads as computed, momentum 0.5), which
+    # self-parity only ever compared with itself. The synchronous DiLoCo reference comes from the cache.
+    bad = _reference_run(run_chaos, {"rounds": "arrival", "outer_gradient": "base", "outer_momentum": 0.5})
+    v = _verdict(bad, "reference")
+    assert v.status == "fail", v
+    assert bad.report["reference"]["cached"] and v.evidence["delta"] > 0.05
+    assert bad.exit_code == 1
