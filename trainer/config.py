@@ -213,8 +213,9 @@ class RunConfig(_Strict):
     def sync_diloco_reference(self) -> "RunConfig":
         """The same run as synchronous DiLoCo: the algorithm's reference at equal tokens, seed, model and data.
 
-        M, P, H and the outer learning rate carry over; everything else of the algorithm is the
-        sync-diloco preset (K = M, no grace, aligned fragments, blocking, plain mean, momentum 0.9).
+        M, P and H carry over; everything else of the algorithm is the sync-diloco preset, DiLoCo's own
+        (K = M, no grace, aligned fragments, blocking, plain mean, Nesterov lr 0.7 momentum 0.9): the
+        reference does not inherit the settings under test.
 
         Example:
             >>> ref = RunConfig().sync_diloco_reference()
@@ -223,7 +224,7 @@ class RunConfig(_Strict):
         """
         a = self.algorithm
         algorithm = {"mode": "sync-diloco", "num_learners": a.num_learners, "num_fragments": a.num_fragments,
-                     "sync_every": a.sync_every, "outer_lr": a.outer_lr, "nesterov": a.nesterov}
+                     "sync_every": a.sync_every}
         return RunConfig.model_validate({**self.model_dump(mode="json"), "algorithm": algorithm})
 
 
