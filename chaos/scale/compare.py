@@ -25,7 +25,7 @@ from chaos.scale.result import ScaleResult
 
 # Fields that only make sense for one mode; dropped when the plan is turned into another mode.
 _MODE_BOUND = ("min_quorum", "grace", "staggered", "overlap_steps", "blocking", "max_staleness", "outer_lr",
-               "outer_momentum", "merge_rule")
+               "outer_momentum", "merge_rule", "rounds", "outer_gradient", "late_uploads")
 
 
 def variants(cfg: ScaleConfig) -> list[ScaleConfig]:
