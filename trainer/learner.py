@@ -264,7 +264,7 @@ class Learner:
             a = self.cfg.algorithm
             self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered)),
                                     versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
-                                    start_step=self.cluster_step())
+                                    start_step=self.clock.step_at(time.monotonic()))
             self._held = self.book.held
             self.log.emit(ev.StateFetch(versions=versions, seconds=time.monotonic() - t0))
 
