@@ -6,9 +6,11 @@ what it returns. The book decides
 - which fragments start syncing after a step, with their round, base version
   and counters ``c_steps`` / ``c_tokens`` since the fragment was last
   received. On the syncer's clock (``clocked``, decoupled mode) a fragment
-  syncs at the first step boundary after one of its rounds opens on the
-  cluster step clock (:mod:`trainer.core.rounds`), so learners of different
-  speeds stay on one schedule and a slow one simply covers fewer steps;
+  syncs at the first step boundary whose cluster step (the caller passes
+  :func:`~trainer.core.rounds.sync_step`: half a step ahead, so the boundary
+  nearest the opening) has reached one of its rounds' openings, so learners
+  of different speeds stay on one schedule and a slow one simply covers
+  fewer steps;
   otherwise at the learner's own steps offset(p) + r·H;
 - when a received global fragment may be applied: not before τ steps after
   its sync started (the overlap), and only if newer than the one held;

@@ -126,11 +126,9 @@ def merge_rule_label(names: Sequence[str], rule: MergeRule, mean_tensors: Sequen
     ('rda+mean(embed)', 'rda')
     """
     means = [n for n in names if n in mean_tensors]
-    if rule == "mean" or not means:
-        return "mean" if rule == "mean" or len(means) == len(names) else rule
-    if len(means) == len(names):
+    if rule == "mean" or len(means) == len(names):
         return "mean"
-    return f"{rule}+mean({','.join(means)})"
+    return f"{rule}+mean({','.join(means)})" if means else rule
 
 
 def merge_outer_gradients(vectors: Sequence[Tensors], weights: Sequence[float], rule: MergeRule) -> Tensors:

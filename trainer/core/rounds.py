@@ -39,9 +39,6 @@ from dataclasses import dataclass, replace
 
 from trainer.core.schedule import FragmentSchedule
 
-ROUND_MODES: tuple[str, ...] = ("clock", "arrival")
-LATE_POLICIES: tuple[str, ...] = ("refuse", "carry")
-
 
 @dataclass(frozen=True)
 class StepClock:
