@@ -69,7 +69,7 @@ class ClockRounds(RuleBasedStateMachine):
         merged_now: set[int] = set()
         for p in self.st.due_merges(self.now):
             rnd = self.st.rounds[p]
-            opens = self.st.clock.time_of(round_opens(self.st.policy.schedule(len(self.st.fragments)), p, rnd.round))
+            opens = self.st.clock.time_of(round_opens(self.st.schedule, p, rnd.round))
             rec = self.st.merge(p, self.now)
             assert (p, rec.round) not in self.merged, f"round {rec.round} of fragment {p} merged twice"
             assert opens is None or self.now >= opens - 1e-9, f"round {rec.round} merged before it opened"
@@ -120,7 +120,7 @@ class ClockRounds(RuleBasedStateMachine):
         assert not late or self.st.policy.late_uploads == "carry", "a late upload was accepted under refuse"
         rnd = self.st.rounds[p]
         assert rnd.round > last, "a pending round is never one that has merged"
-        opens = self.st.clock.time_of(round_opens(self.st.policy.schedule(len(self.st.fragments)), p, rnd.round))
+        opens = self.st.clock.time_of(round_opens(self.st.schedule, p, rnd.round))
         assert opens is not None and (not late or opens > last), "a carried upload opened no round of its own"
         want = upload_outcome(True, "", base, res.current_version).want
         assert want is not None and want > self.st.versions[p], \

@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -379,11 +380,16 @@ class SyncerState:
         """(cluster step, pace): what every reply tells the learners, so that they sync on the syncer's schedule."""
         return self.clock.step_at(now), self.clock.pace_s
 
+    @functools.cached_property
+    def schedule(self) -> FragmentSchedule:
+        """The round schedule, built once: the policy and the fragments never change."""
+        return self.policy.schedule(len(self.fragments))
+
     def current_round(self, fragment: int, now: float) -> int:
-        return round_at(self.policy.schedule(len(self.fragments)), fragment, self.clock.step_at(now))
+        return round_at(self.schedule, fragment, self.clock.step_at(now))
 
     def _opens_at(self, fragment: int, r: int, now: float) -> float:
-        t = self.clock.time_of(round_opens(self.policy.schedule(len(self.fragments)), fragment, r))
+        t = self.clock.time_of(round_opens(self.schedule, fragment, r))
         return now if t is None else t
 
     def _repace(self, now: float) -> None:
