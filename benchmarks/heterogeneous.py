@@ -63,11 +63,6 @@ def summarise(h: History, args: argparse.Namespace, seed: int, slow: list[str]) 
             "slow_speed_share": sum(speeds[lid] for lid in slow) / sum(speeds.values()), "wall_s": t1 - t0}
 
 
-def ci(values: list[float], digits: int = 3) -> str:
-    mean, half = m.mean_ci95(values)
-    return f"{mean:.{digits}f} ± {half:.{digits}f}"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_run_arguments(ap)
@@ -99,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     for slug, label, _ in variants:
         rs = runs[slug]
         share = rs[next(iter(rs))]["slow_speed_share"]
-        rows.append([label, ci([r["final_loss"] for r in rs.values()], 4), ci([r["time_goodput"] for r in rs.values()]),
-                     ci([r["time_goodput"] / k1[s]["time_goodput"] for s, r in rs.items() if s in k1]),
-                     ci([r["per_merge"] for r in rs.values()], 2),
-                     f"{ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})"])
+        rows.append([label, m.format_ci([r["final_loss"] for r in rs.values()], 4),
+                     m.format_ci([r["time_goodput"] for r in rs.values()]),
+                     m.format_ci([r["time_goodput"] / k1[s]["time_goodput"] for s, r in rs.items() if s in k1]),
+                     m.format_ci([r["per_merge"] for r in rs.values()], 2),
+                     f"{m.format_ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})"])
     table = markdown_table(header, rows)
     print(f"\nslow learners {', '.join(slow)} at 1/{args.slow_factor:g} speed; mean ± 95% t interval over seeds "
           f"{args.seeds}\n\n{table}")

@@ -227,6 +227,17 @@ def weight_share(events: Sequence[Any], learners: Sequence[str]) -> float | None
     return sum(p.weight for mg in merges for p in mg.participants if p.learner_id in chosen) / len(merges)
 
 
+def format_ci(values: Sequence[float], digits: int = 3) -> str:
+    """``mean ± half-width`` of the 95% t interval, as the quality benchmarks print it.
+
+    Example:
+        >>> format_ci([2.0, 2.2, 2.4, 2.6, 2.8], 2)
+        '2.40 ± 0.39'
+    """
+    mean, half = mean_ci95(values)
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
 def final_eval_loss(events: Sequence[Any]) -> float | None:
     """The final eval's loss (the last eval when the run was stopped before its final one)."""
     e = final_eval(events)

@@ -59,11 +59,6 @@ def summarise(h: History, args: argparse.Namespace) -> dict[str, Any]:
             "first_eval": worst[0] if worst else None, "worst_later_eval": worst[1] if worst else None}
 
 
-def ci(values: list[float], digits: int = 4) -> str:
-    mean, half = m.mean_ci95(values)
-    return f"{mean:.{digits}f} ± {half:.{digits}f}"
-
-
 def _mean(values: list[Any]) -> str:
     known = [v for v in values if v is not None]
     return f"{sum(known) / len(known):.0f}" if known else "—"
@@ -96,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         losses = [r["final_loss"] for r in rs.values()]
         rel = [100 * (rs[s]["final_loss"] - ref[s]["final_loss"]) / ref[s]["final_loss"]
                for s in rs if s in ref and slug != "sync"]
-        rows.append([label, ci(losses), ci(rel, 2) if rel else "—",
-                     ci([r["outer_steps_per_round"] for r in rs.values()], 2),
-                     ci([r["per_merge"] for r in rs.values()], 2),
+        rows.append([label, m.format_ci(losses, 4), m.format_ci(rel, 2) if rel else "—",
+                     m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
+                     m.format_ci([r["per_merge"] for r in rs.values()], 2),
                      f"{_mean([r.get('late_refused') for r in rs.values()])} / "
                      f"{_mean([r.get('late_carried') for r in rs.values()])}",
                      f"{sum(1 for r in rs.values() if r['worst_later_eval'] > r['first_eval'])} / {len(rs)}"])

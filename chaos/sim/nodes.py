@@ -469,8 +469,12 @@ class LearnerNode:
         self._schedule_step()
 
     # ---- the step loop --------------------------------------------------------------
+    def nominal_step_time(self) -> float:
+        """This learner's step time without faults (what its reports say)."""
+        return self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
+
     def step_time(self) -> float:
-        base = self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
+        base = self.nominal_step_time()
         factor = float(np.prod(list(self.slow.values()))) if self.slow else 1.0
         jitter = self.sim.opts.step_jitter
         return base * factor * (1.0 + (float(self.sim.rng.uniform(-jitter, jitter)) if jitter else 0.0))
@@ -493,8 +497,7 @@ class LearnerNode:
         self.step += 1
         per = self.sim.tokens_per_step
         self.tokens += per
-        own = self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
-        for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, own)):
+        for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, self.nominal_step_time())):
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                       c_tokens=s.c_tokens, step=s.step, round=s.round)
             names = self.sim.fragment_names[s.fragment]
@@ -610,7 +613,7 @@ class LearnerNode:
             self._join(fetch_state=False)
             return
         syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
-        step, tokens, st = self.step, self.tokens, self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
+        step, tokens, st = self.step, self.tokens, self.nominal_step_time()
         self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_report(lid, inc, step, tokens, st, r, a),
                  lambda reply: self._reported(*reply), self._down)
 
