@@ -5,7 +5,8 @@ own fault-free run) cannot see a trainer that is not the paper's algorithm; this
 DiLoCo's defaults (late uploads refused; carried into the next round as a variant) with synchronous DiLoCo on
 the same seeds and the same token budget, fault-free, and keeps the decoupled trainer as it was before rounds
 existed (a round per arrival group, uploads merged as computed, outer momentum 0.5) as the negative control
-that must fail.
+that must fail. Data-parallel (gradients averaged every step, one AdamW update at the syncer) is reported
+beside them at the same tokens.
 
     .venv/bin/python -m benchmarks.reference_parity [--seeds 0 1 2 3 4] [--budget 1500000]
 
@@ -36,25 +37,30 @@ VARIANTS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("decoupled", "decoupled (defaults)", "decoupled", {}),
     ("carry", "decoupled, late uploads carried", "decoupled", {"late_uploads": "carry"}),
     ("pre-rounds", f"decoupled ({PRE_ROUNDS_LABEL})", "decoupled", PRE_ROUNDS),
+    ("dp", "data-parallel (gradients averaged every step, one AdamW)", "data-parallel", {}),
 ]
 
 
 def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict[str, Any]:
+    if mode == "data-parallel":  # one fragment, a merge every step: evals every 32 steps
+        shape: dict[str, Any] = {"num_fragments": 1}
+        evals = 32
+    else:
+        shape, evals = {"num_fragments": args.fragments, "sync_every": args.sync_every}, args.fragments * 4
     return {"seed": seed, "token_budget": args.budget, "model": {"size": args.size},
             "inner": {"batch_size": args.batch, "lr": args.lr},
-            "algorithm": {"mode": mode, "num_learners": args.learners, "num_fragments": args.fragments,
-                          "sync_every": args.sync_every, **algo},
-            "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 4},
+            "algorithm": {"mode": mode, "num_learners": args.learners, **shape, **algo},
+            "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": evals},
             "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0}}
 
 
-def summarise(h: History, args: argparse.Namespace) -> dict[str, Any]:
+def summarise(h: History, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     worst = m.worst_eval_after_first(h.events)
     late = sum(1 for e in h.events if isinstance(e, ev.Reject) and e.reason == RejectReason.LATE_ROUND.value)
     return {"final_loss": m.final_eval_loss(h.events), "late_refused": late,
             "late_carried": sum(e.late for e in h.events if isinstance(e, ev.Merge)),
-            "outer_steps_per_round": m.outer_steps_per_round(h.events, num_fragments=args.fragments,
-                                                             sync_every=args.sync_every),
+            "outer_steps_per_round": None if mode == "data-parallel" else
+            m.outer_steps_per_round(h.events, num_fragments=args.fragments, sync_every=args.sync_every),
             "per_merge": m.participation(h.events)["per_merge"],
             "first_eval": worst[0] if worst else None, "worst_later_eval": worst[1] if worst else None}
 
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             for slug, _, mode, algo in variants:
                 h = run_cluster(f"{slug}-seed{seed}", cluster(args, seed, mode, **algo), root, seed=seed,
                                 progress=quiet_progress, reuse=args.reuse)
-                runs[slug][seed] = summarise(h, args)
+                runs[slug][seed] = summarise(h, args, mode)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     ref = runs.get("sync", {})
     header = ["configuration", "final eval loss", "vs sync DiLoCo, same seed (%)", "outer steps / round",
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         rel = [100 * (rs[s]["final_loss"] - ref[s]["final_loss"]) / ref[s]["final_loss"]
                for s in rs if s in ref and slug != "sync"]
         rows.append([label, m.format_ci(losses, 4), m.format_ci(rel, 2) if rel else "—",
-                     m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
+                     "—" if slug == "dp" else m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
                      m.format_ci([r["per_merge"] for r in rs.values()], 2),
                      f"{_mean([r.get('late_refused') for r in rs.values()])} / "
                      f"{_mean([r.get('late_carried') for r in rs.values()])}",

@@ -99,7 +99,8 @@ def mode_cluster(args: argparse.Namespace, mode: str, budget: int, **algo: Any) 
     if mode == "sync-diloco":
         syncer["eval_every_merges"] = args.fragments  # every round
     if mode == "data-parallel":
-        syncer["eval_every_merges"] = args.fragments * 4  # every 4 steps
+        a["num_fragments"] = 1  # one AdamW on the whole mean gradient (global-norm clipping), as data-parallel does
+        syncer["eval_every_merges"] = 4  # every 4 steps
     return merge_trees(base_cluster(args), {"token_budget": budget, "algorithm": a, "syncer": syncer})
 
 
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         dp_slow = run("dp-slow", mode_cluster(args, "data-parallel", cap), slow,
                       target=target if args.dp_direct else None, wall_cap_s=None if args.dp_direct else args.period_s)
         outcomes.append(direct("data-parallel", "data-parallel", "slow", dp_slow, target) if args.dp_direct else
-                        projected("data-parallel", "data-parallel", dp_fast, dp_slow, target, args.fragments))
+                        projected("data-parallel", "data-parallel", dp_fast, dp_slow, target, 1))
         sync_slow = run("sync-slow", mode_cluster(args, "sync-diloco", cap), slow, target=target)
         outcomes.append(projected("sync DiLoCo", "sync-diloco", sync_fast, sync_slow, target, args.fragments))
         outcomes.append(direct("sync DiLoCo", "sync-diloco", "slow", sync_slow, target))

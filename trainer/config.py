@@ -19,8 +19,11 @@ scheduled round, contributions anchored at the round's start; see
 to ``max_staleness`` versions old (default M); the synchronous modes only the
 current version. ``rounds: arrival`` with ``outer_gradient: base`` and outer
 momentum 0.5 is the decoupled trainer before rounds existed, kept as a
-negative control. data-parallel uses outer SGD with lr 1.0 and no momentum,
-so a merge is a plain parameter average after every inner step.
+negative control. data-parallel is gradient averaging: every step each learner
+uploads its gradient, the syncer applies one AdamW update (the ``inner``
+settings) to their mean and every learner receives the same parameters; it
+has one fragment unless ``num_fragments`` says otherwise (then each fragment
+is clipped by its own norm).
 
 Example:
     >>> cfg = RunConfig.model_validate({"algorithm": {"mode": "sync-diloco", "num_learners": 3}})
@@ -82,7 +85,7 @@ class InnerSection(_Strict):
 class AlgorithmSection(_Strict):
     mode: Mode = "decoupled"
     num_learners: int = Field(3, ge=1, description="M, learners the run is sized for")
-    num_fragments: int = Field(4, ge=1, description="P")
+    num_fragments: int | None = Field(None, ge=1, description="P (default 4; data-parallel 1)")
     sync_every: int | None = Field(None, ge=1, description="H, inner steps between two syncs of a fragment (default 8)")
     overlap_steps: int | None = Field(None, ge=0, description="tau, steps a merged fragment may take to come back")
     min_quorum: int | None = Field(None, ge=1, description="K")
@@ -129,15 +132,19 @@ class AlgorithmSection(_Strict):
             required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True, max_staleness=0,
                             rounds="arrival")
         else:
-            preset = {}
+            # Gradients averaged every step, one AdamW update at the syncer: the outer optimizer is the inner one.
+            if self.outer_lr is not None or self.outer_momentum is not None:
+                raise ValueError("mode 'data-parallel' applies the inner AdamW (inner.*) to the mean gradient at the "
+                                 "syncer: outer_lr and outer_momentum do not apply, leave them unset")
+            preset = dict(num_fragments=1)  # one fragment: clipping by the gradient's global norm, as one AdamW does
             required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True,
-                            sync_every=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=0, merge_rule="mean",
-                            rounds="arrival")
+                            sync_every=1, max_staleness=0, merge_rule="mean", rounds="arrival", mix_alpha=None)
         for name, value in required.items():
             given = getattr(self, name)
             if given is not None and given != value:
                 raise ValueError(f"mode {self.mode!r} requires {name} = {value}, got {given}")
             object.__setattr__(self, name, value)
+        preset.setdefault("num_fragments", 4)
         preset.setdefault("sync_every", 8)
         preset.setdefault("merge_rule", "rda")
         preset.setdefault("outer_gradient", "base")

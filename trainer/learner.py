@@ -1,5 +1,8 @@
 """The learner process: AdamW inner steps on its shard, syncing fragments in the background.
 
+In data-parallel mode a step computes the gradient only; it is uploaded as the fragment's
+contribution and the syncer applies one AdamW update to the learners' mean gradient.
+
 The step loop never waits on the network in decoupled mode: uploads,
 long-polling downloads and progress reports run on background threads and
 talk to the loop through queues. The loop applies a received global fragment
@@ -69,8 +72,14 @@ def corrupted(arrays: dict[str, np.ndarray], mode: str, rng: np.random.Generator
 @dataclass
 class _UploadJob:
     start: SyncStart
-    local: dict  # name -> jax array (immutable, so no copy is needed)
-    base: dict  # name -> the global value last received (numpy, replaced not mutated)
+    local: dict  # name -> jax array (immutable, so no copy is needed); data-parallel: the step's gradient
+    base: dict | None  # name -> the global value last received (numpy, replaced not mutated); None: upload local
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What is uploaded: the outer gradient Θ(base) − θ (computed here, off the step loop), or the gradient."""
+        if self.base is None:
+            return {n: np.asarray(v) for n, v in self.local.items()}
+        return {n: self.base[n] - np.asarray(v) for n, v in self.local.items()}
 
 
 class Comm:
@@ -131,8 +140,7 @@ class Comm:
                 return
             s = job.start
             t0 = time.monotonic()
-            # The outer gradient Θ(base) − θ is computed here, off the step loop.
-            arrays = {n: job.base[n] - np.asarray(v) for n, v in job.local.items()}
+            arrays = job.arrays()
             if self.l.corrupt:
                 arrays = corrupted(arrays, self.l.corrupt, self._corrupt_rng)
             nbytes = sum(a.nbytes for a in arrays.values())
@@ -300,8 +308,11 @@ class Learner:
         for the whole run, each applying its own outer step to the fragment. The compile runs first (on a
         throwaway batch, result discarded) so that compile times do not spread the start again.
         """
-        warm = next(self.setup.batches(self.learner_id, self.incarnation_index))
-        jax.block_until_ready(train_step(self.params, opt_state, jnp.asarray(warm), lr_scale(self.cfg.inner, 0.0)))
+        warm = jnp.asarray(next(self.setup.batches(self.learner_id, self.incarnation_index)))
+        if opt_state is None:
+            jax.block_until_ready(self.setup.grad_step(self.params, warm))
+        else:
+            jax.block_until_ready(train_step(self.params, opt_state, warm, lr_scale(self.cfg.inner, 0.0)))
         want = self.cfg.algorithm.num_learners
         t0 = time.monotonic()
         deadline = t0 + self.cfg.learner.start_together_s
@@ -328,8 +339,12 @@ class Learner:
                     return "signal"
         assert self.params is not None and self.book is not None
         comm = Comm(self, self.fragments)
-        opt_state = self.setup.optimizer.init(self.params)
+        # Data-parallel: the learner computes the gradient and the syncer applies the one AdamW update
+        # (trainer.core.outer), so the learner holds no optimizer state and its parameters only change on receipt.
+        data_parallel = self.cfg.algorithm.mode == "data-parallel"
+        opt_state = None if data_parallel else self.setup.optimizer.init(self.params)
         train_step = self.setup.train_step
+        grad_step = self.setup.grad_step
         batches = self.setup.batches(self.learner_id, self.incarnation_index)
         if self.incarnation_index == 0 and self.cfg.learner.start_together_s > 0:
             self._start_together(train_step, opt_state, stop_flag)
@@ -347,8 +362,11 @@ class Learner:
                     break
                 t0 = time.perf_counter()
                 batch = jnp.asarray(next(batches))
-                scale = lr_scale(self.cfg.inner, self.progress)
-                self.params, opt_state, loss = train_step(self.params, opt_state, batch, scale)
+                if data_parallel:
+                    loss, grads = grad_step(self.params, batch)
+                else:
+                    scale = lr_scale(self.cfg.inner, self.progress)
+                    self.params, opt_state, loss = train_step(self.params, opt_state, batch, scale)
                 if delay:
                     time.sleep(delay)  # an emulated accelerator: JAX computes inside the sleep
                 # Wait for the step itself: the step boundary is when the syncer's clock is compared with the round
@@ -367,7 +385,11 @@ class Learner:
                     self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                                                     c_tokens=s.c_tokens, step=s.step, round=s.round))
                     names = self.fragments[s.fragment]
-                    comm.uploads.put(_UploadJob(s, {n: self.params[n] for n in names}, {n: self.base[n] for n in names}))
+                    if data_parallel:
+                        comm.uploads.put(_UploadJob(s, {n: grads[n] for n in names}, None))
+                    else:
+                        comm.uploads.put(_UploadJob(s, {n: self.params[n] for n in names},
+                                                    {n: self.base[n] for n in names}))
                 self._drain(comm)
                 tb = time.perf_counter()
                 while self.book.waiting_for(self.step) and not comm.stop.is_set() and not stop_flag.is_set():

@@ -45,7 +45,7 @@ from trainer.errors import ConfigError, TrainerError
 from trainer.model import EMBEDDING_TENSORS
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.training import TrainingSetup
+from trainer.training import TrainingSetup, adamw_spec
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
 
 SERVICE_NAME = "diloco.v1.Syncer"
@@ -54,11 +54,15 @@ MAX_LONG_POLL_S = 30.0
 
 def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
     a = cfg.algorithm
+    if a.mode == "data-parallel":  # the learners upload gradients; one AdamW update per step, here
+        outer: dict[str, Any] = dict(outer_adamw=adamw_spec(cfg.inner))
+    else:
+        outer = dict(outer_lr=a.outer_lr, outer_momentum=a.outer_momentum)
     return SyncerPolicy(
         num_learners=a.num_learners, min_quorum=a.min_quorum, grace_enabled=bool(a.grace),
         grace_gamma=a.grace_gamma, grace_cap_s=a.grace_cap_s, overlap_steps=a.overlap_steps,
-        merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, outer_lr=a.outer_lr,
-        outer_momentum=a.outer_momentum, nesterov=a.nesterov, token_budget=cfg.token_budget,
+        merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, **outer, nesterov=a.nesterov,
+        token_budget=cfg.token_budget,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
         max_staleness=a.max_staleness, checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
         max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,

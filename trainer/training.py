@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -26,24 +25,26 @@ import optax
 from trainer import data as data_mod
 from trainer import model as model_mod
 from trainer.config import InnerSection, RunConfig
+from trainer.core.outer import AdamWSpec, adamw, progress_scale
 
 Params = dict[str, jax.Array]
 
 EVAL_BATCH = 64  # sequences per eval batch, whatever the training batch (one size for every config)
 
 
-def inner_optimizer(inner: InnerSection) -> optax.GradientTransformation:
-    """AdamW with linear warmup (per incarnation), after global-norm clipping.
+def adamw_spec(inner: InnerSection) -> AdamWSpec:
+    """The inner optimizer's settings as the core's :class:`~trainer.core.outer.AdamWSpec`."""
+    return AdamWSpec(lr=inner.lr, b1=inner.b1, b2=inner.b2, weight_decay=inner.weight_decay,
+                     warmup_steps=inner.warmup_steps, grad_clip=inner.grad_clip, decay=inner.decay,
+                     final_lr_fraction=inner.final_lr_fraction)
 
-    The decay is not in here: under faults no learner knows how many steps it
-    will take, so the step function scales the update by :func:`lr_scale` of
-    the run's *global* token progress, which the syncer reports.
+
+def inner_optimizer(inner: InnerSection) -> optax.GradientTransformation:
+    """AdamW with linear warmup (per incarnation), after global-norm clipping (:func:`trainer.core.outer.adamw`).
+
+    The decay is :func:`lr_scale` of the run's *global* token progress, which the syncer reports.
     """
-    schedule = optax.linear_schedule(0.0, inner.lr, max(inner.warmup_steps, 1)) if inner.warmup_steps else inner.lr
-    return optax.chain(
-        optax.clip_by_global_norm(inner.grad_clip),
-        optax.adamw(schedule, b1=inner.b1, b2=inner.b2, weight_decay=inner.weight_decay),
-    )
+    return adamw(adamw_spec(inner))
 
 
 def lr_scale(inner: InnerSection, progress: float) -> float:
@@ -52,14 +53,8 @@ def lr_scale(inner: InnerSection, progress: float) -> float:
     >>> from trainer.config import InnerSection
     >>> [round(lr_scale(InnerSection(final_lr_fraction=0.1), p), 3) for p in (0.0, 0.5, 1.0, 2.0)]
     [1.0, 0.55, 0.1, 0.1]
-    >>> lr_scale(InnerSection(decay="constant"), 0.9)
-    1.0
     """
-    if inner.decay == "constant":
-        return 1.0
-    p = min(max(progress, 0.0), 1.0)
-    f = inner.final_lr_fraction
-    return f + (1 - f) * 0.5 * (1 + math.cos(math.pi * p))
+    return progress_scale(adamw_spec(inner), progress)
 
 
 def learner_seed_index(learner_id: str) -> int:
@@ -108,6 +103,11 @@ class TrainingSetup:
         return _train_step(self.model, self.optimizer)
 
     @property
+    def grad_step(self):
+        """``(params, batch) -> (loss, gradients)``: a data-parallel learner's step (the syncer applies AdamW)."""
+        return _grad_step(self.model)
+
+    @property
     def eval_loss(self):
         return _eval_loss(self.model)
 
@@ -134,6 +134,13 @@ def _train_step(mcfg: model_mod.ModelConfig, tx: optax.GradientTransformation):
             return optax.apply_updates(params, updates), opt_state, loss
         _STEP_CACHE[key] = (tx, step)  # keep tx alive so id() stays unique
     return _STEP_CACHE[key][1]
+
+
+def _grad_step(mcfg: model_mod.ModelConfig):
+    key = ("grad", mcfg)
+    if key not in _STEP_CACHE:
+        _STEP_CACHE[key] = jax.jit(lambda params, batch: jax.value_and_grad(model_mod.loss_fn)(params, mcfg, batch))
+    return _STEP_CACHE[key]
 
 
 def _eval_loss(mcfg: model_mod.ModelConfig):

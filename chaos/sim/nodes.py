@@ -492,8 +492,12 @@ class LearnerNode:
         book = self.book
         assert book is not None
         cfg = self.sim.cfg
-        lr = self.sim.opts.inner_lr * lr_scale(cfg.inner, self.progress)
-        self.params = self.sim.problem.sgd_step(self.params, self.index, lr, self.rng)
+        grads = None
+        if cfg.algorithm.mode == "data-parallel":  # as the trainer: upload the gradient, the syncer runs AdamW
+            grads = self.sim.problem.gradient(self.params, self.index, self.rng)
+        else:
+            lr = self.sim.opts.inner_lr * lr_scale(cfg.inner, self.progress)
+            self.params = self.sim.problem.sgd_step(self.params, self.index, lr, self.rng)
         self.step += 1
         per = self.sim.tokens_per_step
         self.tokens += per
@@ -501,7 +505,7 @@ class LearnerNode:
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                       c_tokens=s.c_tokens, step=s.step, round=s.round)
             names = self.sim.fragment_names[s.fragment]
-            arrays = {n: self.base[n] - self.params[n] for n in names}
+            arrays = {n: grads[n] if grads is not None else self.base[n] - self.params[n] for n in names}
             if self.corrupt:
                 arrays = corrupted(arrays, self.corrupt, self.corrupt_rng)
             self.uploads.append(_Job(s, arrays))

@@ -66,16 +66,19 @@ class QuadraticProblem:
     def real_sizes(self) -> dict[str, int]:
         return {n: int(np.prod(s)) for n, s in self.shapes.items()}
 
-    def sgd_step(self, params: Tensors, learner: int, lr: float, rng: np.random.Generator) -> Tensors:
-        """One noisy gradient step on learner ``learner``'s objective."""
+    def gradient(self, params: Tensors, learner: int, rng: np.random.Generator) -> Tensors:
+        """A noisy gradient of learner ``learner``'s objective (data-parallel learners upload it)."""
         off = self.offsets[learner % len(self.offsets)]
         noise = rng.normal(0.0, self.noise, (len(params), self.dims)).astype(np.float32)
-        out = {}
         with np.errstate(over="ignore", invalid="ignore"):  # a learner fed garbage diverges; that is the point
-            for i, (n, v) in enumerate(params.items()):
-                g = self.curvature[n] * (v - self.center[n] - off[n]) + noise[i]
-                out[n] = (v - lr * g).astype(np.float32)
-        return out
+            return {n: (self.curvature[n] * (v - self.center[n] - off[n]) + noise[i]).astype(np.float32)
+                    for i, (n, v) in enumerate(params.items())}
+
+    def sgd_step(self, params: Tensors, learner: int, lr: float, rng: np.random.Generator) -> Tensors:
+        """One noisy gradient step on learner ``learner``'s objective."""
+        g = self.gradient(params, learner, rng)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return {n: (v - lr * g[n]).astype(np.float32) for n, v in params.items()}
 
     def loss(self, params: Mapping[str, np.ndarray]) -> float:
         """Eval loss of global parameters (no noise, no learner shift); inf once they have blown up."""

@@ -77,14 +77,20 @@ def test_data_parallel_preset_fills_h_1(m):
     # The table: data-parallel has H = 1; the preset fills fields left unset.
     a = algo(mode="data-parallel", num_learners=m)
     assert (a.min_quorum, a.grace, a.staggered, a.overlap_steps, a.blocking) == (m, False, False, 0, True)
-    assert a.sync_every == 1
-    assert (a.outer_lr, a.outer_momentum, a.max_staleness) == (1.0, 0.0, 0)
+    assert (a.sync_every, a.num_fragments, a.max_staleness) == (1, 1, 0)
+    # No outer SGD: the syncer applies the inner AdamW to the mean gradient.
+    assert (a.outer_lr, a.outer_momentum) == (None, None)
+
+
+def test_num_fragments_defaults_to_4_outside_data_parallel_and_stays_as_given():
+    assert algo(mode="decoupled").num_fragments == 4
+    assert algo(mode="data-parallel", num_learners=2, num_fragments=3).num_fragments == 3
 
 
 def test_data_parallel_with_explicit_h_1():
     a = algo(mode="data-parallel", num_learners=3, sync_every=1)
     assert (a.min_quorum, a.grace, a.staggered, a.overlap_steps, a.blocking) == (3, False, False, 0, True)
-    assert (a.sync_every, a.outer_lr, a.outer_momentum, a.max_staleness) == (1, 1.0, 0.0, 0)
+    assert (a.sync_every, a.max_staleness) == (1, 0)
 
 
 def test_docstring_example():
@@ -103,6 +109,8 @@ def test_docstring_example():
         (dict(mode="sync-diloco", num_learners=3, max_staleness=1), "max_staleness"),
         (dict(mode="data-parallel", num_learners=3, sync_every=8), "sync_every"),
         (dict(mode="data-parallel", num_learners=3, sync_every=1, outer_momentum=0.9), "outer_momentum"),
+        (dict(mode="data-parallel", num_learners=3, outer_lr=1.0), "outer_lr"),
+        (dict(mode="data-parallel", num_learners=3, mix_alpha=0.5), "mix_alpha"),
         (dict(mode="data-parallel", num_learners=3, sync_every=1, staggered=True), "staggered"),
         (dict(mode="decoupled", num_learners=3, min_quorum=4), "min_quorum"),
     ],

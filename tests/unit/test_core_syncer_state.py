@@ -627,3 +627,28 @@ def test_one_huge_first_update_does_not_disable_the_outlier_guard():
     for _ in range(5):
         assert send(1.0) is None
     assert send(1e12) is RejectReason.OUTLIER_NORM
+
+
+def test_data_parallel_applies_one_adamw_update_to_the_mean_gradient_with_the_progress_decay():
+    import optax
+
+    from trainer.core.outer import AdamWSpec, progress_scale
+
+    spec = AdamWSpec(lr=0.01, warmup_steps=0, weight_decay=0.1, grad_clip=1.0, decay="cosine")
+    params = {"w": np.array([0.5, -1.0, 2.0, 0.0], np.float32)}
+    s = make_state(num_learners=2, min_quorum=2, params=params, outer_adamw=spec, merge_rule="mean",
+                   token_budget=1000, max_norm_ratio=0.0)
+    ids = join_all(s, 2)
+    s.report(ids[0], "inc-1", step=1, tokens=300, step_time_s=0.1, now=0.0)
+    s.report(ids[1], "inc-1", step=1, tokens=200, step_time_s=0.1, now=0.0)  # progress 0.5
+    g0, g1 = np.array([3.0, -1.0, 0.0, 2.0], np.float32), np.array([1.0, 1.0, 4.0, 0.0], np.float32)
+    for lid, g in zip(ids, (g0, g1)):
+        assert s.submit(contrib(lid, "inc-1", 0, 0, {"w": g}), now=1.0).accepted
+    s.merge(0, now=1.0)
+
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(0.01, b1=0.9, b2=0.95, weight_decay=0.1))
+    updates, _ = tx.update({"w": (g0 + g1) / 2}, tx.init(params), params)
+    want = params["w"] + progress_scale(spec, 0.5) * np.asarray(updates["w"])
+    assert 0.5 < progress_scale(spec, 0.5) < 1 and np.abs(want - params["w"]).min() > 1e-4
+    np.testing.assert_allclose(s.params["w"], want, rtol=1e-6, atol=1e-7)
+    assert s.versions == [1]

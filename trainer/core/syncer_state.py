@@ -97,7 +97,7 @@ import numpy as np
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.merge import MergeRule, fragment_norm, merge_fragment, merge_rule_label, token_weight
-from trainer.core.outer import outer_optimizer, outer_step
+from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, outer_step, progress_scale
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.rounds import StepClock, cluster_pace, round_at, round_opens
 from trainer.core.schedule import FragmentSchedule
@@ -120,6 +120,9 @@ class SyncerPolicy:
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
     nesterov: bool = True
+    # Data-parallel: the merged mean gradient goes through this AdamW (lr scaled by token progress) instead
+    # of the Nesterov outer step above; the learners only compute gradients.
+    outer_adamw: AdamWSpec | None = None
     token_budget: int = 0  # 0: no budget
     liveness_timeout_s: float = 5.0
     ema_alpha: float = 0.2
@@ -137,6 +140,19 @@ class SyncerPolicy:
     @property
     def quorum(self) -> QuorumPolicy:
         return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_s, self.overlap_steps)
+
+    @property
+    def optimizer(self):
+        """The syncer's optimizer: Nesterov SGD on outer gradients, or (data-parallel) AdamW on gradients."""
+        if self.outer_adamw is not None:
+            return adamw(self.outer_adamw)
+        return outer_optimizer(self.outer_lr, self.outer_momentum, self.nesterov)
+
+    def step_scale(self, tokens_total: int) -> float:
+        """The update's multiplier: AdamW's lr decay at the run's token progress; 1 for the Nesterov step."""
+        if self.outer_adamw is None:
+            return 1.0
+        return progress_scale(self.outer_adamw, tokens_total / self.token_budget if self.token_budget else 0.0)
 
     @property
     def clocked(self) -> bool:
@@ -293,7 +309,7 @@ class SyncerState:
         if policy.min_quorum > policy.num_learners:
             raise ValueError(f"min_quorum {policy.min_quorum} > num_learners {policy.num_learners}")
         p = {n: np.array(v, copy=True) for n, v in params.items()}
-        opt = outer_optimizer(policy.outer_lr, policy.outer_momentum, policy.nesterov)
+        opt = policy.optimizer
         a = policy.ema_alpha
         st = cls(
             policy=policy,
@@ -333,7 +349,7 @@ class SyncerState:
 
     @property
     def optimizer(self):
-        return outer_optimizer(self.policy.outer_lr, self.policy.outer_momentum, self.policy.nesterov)
+        return self.policy.optimizer
 
     # ---- membership ----------------------------------------------------
     def join(self, learner_id: str, incarnation: str, now: float) -> JoinResult:
@@ -572,7 +588,8 @@ class SyncerState:
         weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
         rule = merge_rule_label(frag.names, self.policy.merge_rule, self.policy.mean_tensors)
         delta = merge_fragment(vectors, weights, self.policy.merge_rule, self.policy.mean_tensors)
-        new_frag, new_state = outer_step(self.optimizer, self.opt_states[fragment], glob, delta)
+        new_frag, new_state = outer_step(self.optimizer, self.opt_states[fragment], glob, delta,
+                                         self.policy.step_scale(self.tokens_total))
         if self.policy.validate_uploads and not all(np.all(np.isfinite(t)) for t in new_frag.values()):
             # The round is dropped; parameters, versions and momentum stay as they were.
             raise FloatingPointError(f"merge of fragment {fragment} produced non-finite parameters; refusing it")
