@@ -1,21 +1,30 @@
-"""Decoupled DiLoCo at scale: learners never wait; the syncer merges whatever has arrived.
+"""Decoupled DiLoCo at scale: learners never wait; the syncer merges each scheduled round once.
 
-Learners. Each learner steps on its own clock (elastic: paused by its
+Learners. Each learner steps at its own speed (elastic: paused by its
 outages; non-elastic: each restart begins a new incarnation after
-``rejoin_s``). Its fragment syncs start at the steps the trainer's
-:class:`~trainer.core.schedule.FragmentSchedule` names; uploads queue on the
-learner's link (a link slower than the fragment rate falls behind). As in the
-trainer's :class:`~trainer.core.learner_book.LearnerBook`, a sync is skipped
-while the previous one of that fragment is unanswered, the merged fragment is
-applied no earlier than τ steps after its sync started, and applying it resets
-the fragment's counters — the steps between an upload and that apply are
-overwritten, which is why compute goodput stays below 1 even without faults.
+``rejoin_s``). Its fragment syncs follow the syncer's step clock, as in the
+trainer (:mod:`trainer.core.rounds`): round r of fragment p opens at cluster
+step offset(p) + r·H, the cluster's pace being the lower median of the
+learners' step times, and a learner syncs p at its step boundary nearest the
+opening (one sync for the newest round when a pause let several open; an
+incarnation syncs from the first round opening after it starts). Uploads
+queue on the learner's link (a link slower than the fragment rate falls
+behind). As in the trainer's :class:`~trainer.core.learner_book.LearnerBook`,
+a sync is skipped while the previous one of that fragment is unanswered, the
+merged fragment is applied no earlier than τ steps after its sync started,
+and applying it resets the fragment's counters — the steps between an upload
+and that apply are overwritten, which is why compute goodput stays below 1
+even without faults.
 
-Syncer. Per fragment, a round opens with its first upload and merges when the
-trainer's :func:`~trainer.core.grace.merge_time` says (quorum K, adaptive grace
-window from the same moving averages, at once when every active learner is
-in). Uploads whose base lags more than ``max_staleness`` versions are refused;
-the learner's counters then carry on into its next sync.
+Syncer. Per fragment, the pending round merges exactly once, when the
+trainer's :func:`~trainer.core.grace.merge_time` says (quorum K, adaptive
+grace window from the same moving averages counted from the round's opening,
+never before it opens, at once when every active learner is in). An upload
+for a round that has merged is late and refused (``late_round``), one whose
+base lags more than ``max_staleness`` versions is refused as stale; a refused
+learner fetches the current fragment. Contributions of a round short of its
+quorum carry into the next round, as in
+:class:`~trainer.core.syncer_state.SyncerState`.
 
 Example:
     >>> from chaos.scale.config import build_scale_config
@@ -46,6 +55,7 @@ from chaos.scale.result import Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.reasons import RejectReason
+from trainer.core.rounds import cluster_pace
 from trainer.core.replies import upload_outcome
 from trainer.core.schedule import FragmentSchedule
 
@@ -57,6 +67,7 @@ class Uploads:
     learner: np.ndarray
     fragment: np.ndarray
     step: np.ndarray  # the learner's step (within its incarnation) the sync started after
+    round: np.ndarray  # the fragment's round on the syncer's clock
     arrival: np.ndarray  # wall time the upload reached the syncer
     incarnation: np.ndarray
     inc_starts: np.ndarray  # per incarnation: the wall time it began stepping
@@ -66,16 +77,50 @@ class Uploads:
     link_skipped: int  # syncs not sent: the previous one of the fragment was still unanswered
 
 
-def _sync_steps(schedule: FragmentSchedule, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(step, fragment) of every sync start within steps 1..n, in step order."""
-    offsets = np.array([schedule.offset(p) for p in range(schedule.num_fragments)])
-    cycles = np.arange(0, n // schedule.sync_every + 1) * schedule.sync_every
-    steps = (cycles[:, None] + offsets[None, :]).ravel()
-    frags = np.broadcast_to(np.arange(len(offsets)), (len(cycles), len(offsets))).ravel()
-    keep = steps <= n
-    steps, frags = steps[keep], frags[keep]
+def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: np.ndarray,
+                 joined: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(step, fragment, round) of every sync start, in step order, for a learner whose step k ends at
+    ``walls[k - 1]`` and whose incarnation began at ``joined``.
+
+    Round r of fragment p opens at wall time (offset(p) + r·H)·``pace``; the learner syncs at the first
+    boundary within half its own step of the opening (:func:`~trainer.core.rounds.sync_step`), one sync per
+    boundary for the newest round, only for rounds opening after it joined.
+
+    Example: a learner at half the cluster's pace still syncs every round, at its own steps 1, 2, 3, ...
+        >>> from trainer.core.schedule import FragmentSchedule
+        >>> sch = FragmentSchedule(2, 4, 1, staggered=True)  # fragment 0 opens at cluster steps 2, 6, 10; 1 at 4, 8
+        >>> k, p, r = _clock_syncs(sch, 1.0, 2.0, np.arange(1, 6) * 2.0, joined=0.0)
+        >>> k.tolist(), p.tolist(), r.tolist()
+        ([1, 2, 3, 4, 5], [0, 1, 0, 1, 0], [0, 0, 1, 1, 2])
+
+    A pause between its steps 3 and 4 let rounds 1, 2 of fragment 0 and 0, 1 of fragment 1 open: after it,
+    one sync per fragment, for the newest round:
+        >>> k, p, r = _clock_syncs(sch, 1.0, 1.0, np.array([1.0, 2.0, 3.0, 11.0]), joined=0.0)
+        >>> k.tolist(), p.tolist(), r.tolist()
+        ([2, 4, 4], [0, 0, 1], [0, 2, 1])
+    """
+    n = len(walls)
+    if n == 0:
+        return (np.empty(0, dtype=np.int64),) * 3
+    h = schedule.sync_every
+    out = []
+    for p in range(schedule.num_fragments):
+        off = schedule.offset(p)
+        first = max(0, math.floor((joined / pace - off) / h) + 1)  # rounds that open after it joined
+        last = math.floor((walls[-1] + step_s / 2) / pace - off) // h
+        if last < first:
+            continue
+        r = np.arange(first, last + 1)
+        idx = np.searchsorted(walls, (off + r * h) * pace - step_s / 2, side="left")
+        ok = idx < n
+        r, idx = r[ok], idx[ok]
+        newest = np.r_[idx[1:] != idx[:-1], True]  # several rounds at one boundary: the newest only
+        out.append((idx[newest] + 1, np.full(int(newest.sum()), p), r[newest]))
+    if not out:
+        return (np.empty(0, dtype=np.int64),) * 3
+    steps, frags, rounds = (np.concatenate(c) for c in zip(*out))
     order = np.argsort(steps, kind="stable")
-    return steps[order], frags[order]
+    return steps[order], frags[order], rounds[order]
 
 
 def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple[np.ndarray, np.ndarray]:
@@ -113,8 +158,9 @@ def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple
 
 
 def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: FragmentSchedule, up: float,
-                    down: float) -> Uploads:
-    """Generate the uploads of every learner over the run (vectorised per incarnation)."""
+                    down: float, pace: float) -> Uploads:
+    """Generate the uploads of every learner over the run (vectorised per incarnation), on a clock of
+    ``pace`` seconds per cluster step."""
     horizon = float(cfg.duration)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__
                                          if not k.startswith(("lost", "link", "inc_starts"))}
@@ -137,18 +183,19 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
                 lost_at.extend(o.starts.tolist())
                 lost_steps.extend((np.mod(o.work_at_starts, step) / step).tolist())
                 n = int(o.work_before(horizon) // step)
-                steps, frags = _sync_steps(schedule, n)
-                start = o.wall_of_work(steps * step)
+                walls = o.wall_of_work(np.arange(1, n + 1) * step)
             else:
                 n = int((min(b, horizon) - a) // step)
-                steps, frags = _sync_steps(schedule, n)
-                start = a + steps * step
+                walls = a + np.arange(1, n + 1) * step
+            steps, frags, rounds = _clock_syncs(schedule, pace, step, walls, a)
+            start = walls[steps - 1] if len(steps) else np.empty(0)
             sent, arrival = _send(start, frags, up, down)
             ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it
             link_skipped += int((~sent).sum())
             # int32 where it fits: a week at 2.4M chips and M = 16 is ~10M uploads.
             for name, col in (("learner", np.full(len(steps), i, dtype=np.int32)),
                               ("fragment", frags.astype(np.int32)), ("step", steps.astype(np.int32)),
+                              ("round", rounds.astype(np.int32)),
                               ("arrival", arrival), ("incarnation", np.full(len(steps), inc_id, dtype=np.int32))):
                 cols[name].append(col[ok])
             inc_id += 1
@@ -199,37 +246,44 @@ class _Syncer:
     """The syncer's rounds, one fragment after another; the trainer's ``merge_time`` and ``upload_outcome``
     decide when a round merges and what each learner does with its reply."""
 
-    def __init__(self, cfg: ScaleConfig, outages: list[Outages], down: float, timing: Timing) -> None:
+    def __init__(self, cfg: ScaleConfig, outages: list[Outages], down: float, timing: Timing,
+                 schedule: FragmentSchedule, pace: float) -> None:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
+        self.schedule, self.pace = schedule, pace
         self.policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_s, a.overlap_steps)
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
         self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments
         self.merge_times: list[float] = []
         self.merge_tokens: list[float] = []
-        self.participants = self.skipped = self.refused = 0
+        self.participants = self.skipped = self.refused = self.late = 0
 
-    def fragment(self, rows: Iterable[tuple[int, int, float, int, float]], horizon: float) -> None:
-        """Every upload of one fragment, in arrival order: (learner, step, arrival, incarnation, its start)."""
+    def fragment(self, p: int, rows: Iterable[tuple[int, int, float, int, float, int]], horizon: float) -> None:
+        """Every upload of fragment ``p``, in arrival order: (learner, step, arrival, incarnation, its start,
+        round)."""
         self.books: dict[int, _Book] = {}
         self.version = 0
-        self.members: list[tuple[int, int]] = []  # (learner, c_steps) of the open round
-        self.opened = self.quorum_at = self.last_arrival = 0.0
+        self.members: dict[int, int] = {}  # learner -> c_steps in the pending round (a newer upload replaces)
+        self.p, self.round, self.last_round = p, -1, -1
+        self.opened = self.last_arrival = 0.0
+        self.quorum_at: float | None = None
         for row in rows:
             self._merge_due(before=row[2])
             self._offer(*row)
         self._merge_due(before=horizon)
 
-    def _merge_due(self, before: float) -> None:
-        while self.members:
-            mt = merge_time(self.policy, self.timing, self.quorum_at, len(self.members),
-                            self.active.at(self.last_arrival))
-            if mt is None or max(mt, self.last_arrival) > before:
-                return
-            self._close(max(mt, self.last_arrival))
+    def opens_at(self, r: int) -> float:
+        return (self.schedule.offset(self.p) + r * self.schedule.sync_every) * self.pace
 
-    def _offer(self, i: int, s: int, arr: float, inc: int, inc_start: float) -> None:
+    def _merge_due(self, before: float) -> None:
+        if self.members:
+            mt = merge_time(self.policy, self.timing, self.quorum_at, len(self.members),
+                            self.active.at(self.last_arrival), self.opened)
+            if mt is not None and max(mt, self.last_arrival) <= before:
+                self._close(max(mt, self.last_arrival))
+
+    def _offer(self, i: int, s: int, arr: float, inc: int, inc_start: float, r: int) -> None:
         b = self.books.get(i)
         if b is None or b.incarnation != inc:
             b = self.books[i] = _Book(inc, inc_start, 0, self.version)  # a (re)joined learner fetches the current
@@ -239,18 +293,27 @@ class _Syncer:
             self.skipped += 1
             return
         b.sync_step = s
-        accepted = self.version - b.base_version <= self.a.max_staleness
-        out = upload_outcome(accepted, "" if accepted else RejectReason.STALE_VERSION.value, b.base_version,
-                             self.version)
+        if r <= self.last_round:
+            reason = RejectReason.LATE_ROUND.value  # its round has merged: it misses that merge
+        elif self.version - b.base_version > self.a.max_staleness:
+            reason = RejectReason.STALE_VERSION.value
+        else:
+            reason = ""
+        accepted = not reason
+        out = upload_outcome(accepted, reason, b.base_version, self.version)
         if not accepted:
             self.refused += 1
+            self.late += reason == RejectReason.LATE_ROUND.value
         else:
-            if not self.members:
-                self.opened, self.quorum_at = arr, math.inf
-            self.members.append((i, max(0, s - b.ref_step)))
+            if r > self.round:  # a new round, or one short of quorum carrying its contributions on into r
+                self.round, self.opened = r, self.opens_at(r)
+            self.members[i] = max(0, s - b.ref_step)
             self.last_arrival = arr
-            if len(self.members) == self.a.min_quorum:
+            if self.quorum_at is None and len(self.members) >= self.a.min_quorum:
                 self.quorum_at = arr
+                q = max(arr - self.opened, 0.0)
+                if self.timing.t_quorum.value != q:  # an EMA of an unchanged sample is unchanged: skip the work
+                    self.timing = self.timing.observe_quorum(q)
         assert out.want is not None
         if out.want <= self.version:
             # What it asked for exists: the reply brings it. A refused sync is failed, so no overlap wait.
@@ -260,17 +323,16 @@ class _Syncer:
 
     def _close(self, at: float) -> None:
         self.version += 1
+        self.last_round = self.round
         self.merge_times.append(at)
-        self.merge_tokens.append(sum(c for _, c in self.members) * self.tokens_per_merged_step)
+        self.merge_tokens.append(sum(self.members.values()) * self.tokens_per_merged_step)
         self.participants += len(self.members)
-        q = self.quorum_at - self.opened
-        if self.timing.t_quorum.value != q:  # an EMA of an unchanged sample is unchanged: skip the work
-            self.timing = self.timing.observe_quorum(q)
-        for i, _ in self.members:
+        for i in self.members:
             b = self.books[i]
             if b.waiting_for == self.version:
                 self._receive(b, i, at + self.down, self.version)
         self.members.clear()
+        self.quorum_at = None
 
     def _receive(self, b: _Book, learner: int, at: float, version: int, overlap: bool = True) -> None:
         """The learner got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
@@ -294,13 +356,16 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     steps_s = [cfg.step_s(i) for i in range(m)]
     tokens_per_learner_step = w.tokens_per_step / m
     horizon = float(cfg.duration)
-    ups = learner_uploads(cfg, outages, schedule, up, down)
-    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=sum(steps_s) / m)).observe_upload(up))
+    pace = cluster_pace(steps_s)  # the syncer's clock: the lower median of the learners' step times
+    assert pace is not None
+    ups = learner_uploads(cfg, outages, schedule, up, down, pace)
+    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), schedule, pace)
     for p in range(nfrag):
         sel = np.flatnonzero(ups.fragment == p)
         sel = sel[np.argsort(ups.arrival[sel], kind="stable")]
-        syncer.fragment(zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.arrival[sel].tolist(),
-                            ups.incarnation[sel].tolist(), ups.inc_starts[ups.incarnation[sel]].tolist()), horizon)
+        syncer.fragment(p, zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.arrival[sel].tolist(),
+                               ups.incarnation[sel].tolist(), ups.inc_starts[ups.incarnation[sel]].tolist(),
+                               ups.round[sel].tolist()), horizon)
         if progress is not None:
             progress((p + 1) / nfrag)
     merge_times, merge_tokens = syncer.merge_times, syncer.merge_tokens
@@ -321,7 +386,8 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     return Trace(np.asarray(merge_times), np.asarray(merge_tokens), trained_at=trained_at, useful_at=useful_at,
                  failure_times=np.concatenate([o.failure_times for o in outages]), timeline=timeline,
                  details={"uploads": float(len(ups.step)), "skipped_syncs": float(skipped + ups.link_skipped),
-                          "refused_stale": float(refused), "merges": float(n_merges),
+                          "refused_stale": float(refused - syncer.late), "refused_late": float(syncer.late),
+                          "merges": float(n_merges),
                           "participants_per_merge": participants / n_merges if n_merges else 0.0,
                           "fragment_round_trip_s": comm.fragment_round_trip_s,
                           "fragment_period_s": a.sync_every * w.step_s / nfrag})
