@@ -443,3 +443,16 @@ def test_replica_sit_outs_cost_decoupled_goodput_too() -> None:
     lost = 980 * 100
     assert base.goodput * 3600 * 4000 - slow.goodput * 3600 * 4000 == pytest.approx(lost, rel=1e-6)
     assert base.merged_tokens - slow.merged_tokens == pytest.approx(lost, rel=1e-6)
+
+
+def test_after_a_pause_a_decoupled_learner_is_back_on_the_shared_round_schedule() -> None:
+    """The syncer's clock: a learner paused for 3.5 steps syncs at the boundary nearest each later opening, so
+    every later round gathers all four (on its own step count it would stay 3.5 steps out of phase and its
+    uploads would merge apart from the others' for the rest of the run)."""
+    tree = {"duration": 3600, "elastic": True,
+            "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 100, "learner": 1, "down_s": 3.5}]},
+            "workload": {"step_s": 1, "tokens_per_step": 4000},
+            "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8}}
+    r = simulate_scale(build_scale_config(tree))
+    assert r.details["merges"] == pytest.approx(3600 / 2, abs=4)  # one merge per round: a fragment every 2 s
+    assert r.details["participants_per_merge"] > 3.99
