@@ -91,7 +91,8 @@ class AlgorithmSection(_Strict):
     min_quorum: int | None = Field(None, ge=1, description="K")
     grace: bool | None = None
     grace_gamma: float = Field(0.5, ge=0, lt=1)
-    grace_cap_s: float = Field(1.0, ge=0)
+    grace_cap_steps: float = Field(1.0, ge=0, description="the grace window's cap in steps of the cluster's pace "
+                                                            "(the paper: at most about one step)")
     staggered: bool | None = None
     merge_rule: Literal["rda", "mean"] | None = Field(
         None, description="rda | mean for every tensor but embedding tables (always mean); decoupled default rda, "

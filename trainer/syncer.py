@@ -60,7 +60,7 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         outer = dict(outer_lr=a.outer_lr, outer_momentum=a.outer_momentum)
     return SyncerPolicy(
         num_learners=a.num_learners, min_quorum=a.min_quorum, grace_enabled=bool(a.grace),
-        grace_gamma=a.grace_gamma, grace_cap_s=a.grace_cap_s, overlap_steps=a.overlap_steps,
+        grace_gamma=a.grace_gamma, grace_cap_steps=a.grace_cap_steps, overlap_steps=a.overlap_steps,
         merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, **outer, nesterov=a.nesterov,
         token_budget=cfg.token_budget,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,

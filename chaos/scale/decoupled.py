@@ -251,7 +251,7 @@ class _Syncer:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
         self.schedule, self.pace = schedule, pace
-        self.policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_s, a.overlap_steps)
+        self.policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_steps)
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
         self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments

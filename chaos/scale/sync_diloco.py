@@ -61,7 +61,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered))
     sync_step = max(schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
     work = [sync_step * cfg.step_s(i) for i in range(m)]
-    policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_s, a.overlap_steps)
+    policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_steps)
     timing = Timing(t_step=Ema(value=w.step_s))
     up = transfer_s(cfg.model_bytes, cfg.network.bandwidth, cfg.network.latency)
     down = comm_times(cfg).round_s - up

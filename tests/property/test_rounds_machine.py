@@ -35,7 +35,7 @@ class ClockRounds(RuleBasedStateMachine):
                 momentum=st.sampled_from([0.0, 0.9]), fragments=st.integers(1, 2))
     def setup(self, min_quorum: int, grace: bool, late: str, momentum: float, fragments: int) -> None:
         policy = SyncerPolicy(num_learners=len(LEARNERS), min_quorum=min_quorum, grace_enabled=grace,
-                              grace_cap_s=0.4, outer_lr=0.7, outer_momentum=momentum, sync_every=4,
+                              grace_cap_steps=1.6, outer_lr=0.7, outer_momentum=momentum, sync_every=4,
                               late_uploads=late, max_staleness=len(LEARNERS), rounds="clock", liveness_timeout_s=1e9)
         self.st = SyncerState.create(policy, partition_tensors({"w": 2, "v": 3}, fragments),
                                      {"w": np.zeros(2, np.float32), "v": np.zeros(3, np.float32)})

@@ -66,7 +66,7 @@ FRAGMENTS = partition_tensors(SIZES, 2)
 LEARNERS = ("L0", "L1", "L2")
 STRANGER = "X9"  # never joins
 LIVENESS_S = 5.0
-GRACE_CAP_S = 1.0
+GRACE_CAP_STEPS = 1.0
 MERGE_SECONDS = 0.01  # what the shell would measure per merge and feed to observe_merge_seconds
 HUGE = 3.0e38  # finite in float32, but an outer step on it overflows: provokes FloatingPointError
 
@@ -161,7 +161,7 @@ class SyncerMachine(RuleBasedStateMachine):
         # reach a merge and the refused-merge (FloatingPointError) path is exercised too.
         self.policy = SyncerPolicy(
             num_learners=len(LEARNERS), min_quorum=min_quorum, grace_enabled=grace, grace_gamma=0.5,
-            grace_cap_s=GRACE_CAP_S, overlap_steps=2, merge_rule=merge_rule, mean_tensors=("b",) if mean_b else (),
+            grace_cap_steps=GRACE_CAP_STEPS, overlap_steps=2, merge_rule=merge_rule, mean_tensors=("b",) if mean_b else (),
             outer_lr=0.7, outer_momentum=momentum, token_budget=token_budget, liveness_timeout_s=LIVENESS_S,
             validate_uploads=validate, max_staleness=max_staleness, checkpoint_every_merges=checkpoint_every,
             max_norm_ratio=100.0 if norm_guard else 0.0, rounds="arrival")
@@ -676,7 +676,7 @@ class SyncerMachine(RuleBasedStateMachine):
         assert due == self._due()
         times = [t for p in self.rounds if (t := self._merge_time(p)) is not None]
         assert self.state.next_deadline(self.now) == (min(times) if times else None)
-        cap = GRACE_CAP_S if self.policy.grace_enabled else 0.0
+        cap = GRACE_CAP_STEPS * self.timing.t_step.get() if self.policy.grace_enabled else 0.0
         for p, rnd in self.state.rounds.items():
             quorate = rnd.quorum_at is not None and len(rnd.contributions) >= self.policy.min_quorum
             if self.state.finished or (quorate and self.now >= rnd.quorum_at + cap):

@@ -23,7 +23,7 @@ IDS = ("a", "b", "c")
 
 def clocked(min_quorum: int = 1, late: str = "refuse", grace: bool = True, momentum: float = 0.9,
             num_learners: int = 3) -> SyncerState:
-    policy = SyncerPolicy(num_learners=num_learners, min_quorum=min_quorum, grace_enabled=grace, grace_cap_s=0.5,
+    policy = SyncerPolicy(num_learners=num_learners, min_quorum=min_quorum, grace_enabled=grace, grace_cap_steps=2.0,
                           outer_lr=0.7, outer_momentum=momentum, sync_every=4, late_uploads=late,
                           max_staleness=3, rounds="clock")
     st = SyncerState.create(policy, partition_tensors({"w": 2}, 1), {"w": np.zeros(2, np.float32)})

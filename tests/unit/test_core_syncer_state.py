@@ -338,7 +338,7 @@ def test_no_merge_due_before_k_distinct_learners():
 
 
 def test_due_at_once_when_all_active_learners_are_in_even_with_grace():
-    s = make_state(num_learners=3, min_quorum=2, grace_enabled=True, grace_gamma=0.5, grace_cap_s=10.0,
+    s = make_state(num_learners=3, min_quorum=2, grace_enabled=True, grace_gamma=0.5, grace_cap_steps=10.0,
                    overlap_steps=2, liveness_timeout_s=100.0)
     ids = join_all(s, 3)
     s.report("L0", "inc-1", 1, 64, step_time_s=1.0, now=0.5)  # t_step = 1 -> grace 1.0
@@ -350,7 +350,7 @@ def test_due_at_once_when_all_active_learners_are_in_even_with_grace():
 
 
 def test_grace_deadline_with_fake_clock():
-    s = make_state(num_learners=3, min_quorum=1, grace_enabled=True, grace_gamma=0.5, grace_cap_s=10.0,
+    s = make_state(num_learners=3, min_quorum=1, grace_enabled=True, grace_gamma=0.5, grace_cap_steps=10.0,
                    overlap_steps=2, liveness_timeout_s=100.0)
     ids = join_all(s, 3)
     s.report(ids[0], "inc-1", 1, 64, step_time_s=1.0, now=0.0)
@@ -372,7 +372,7 @@ def test_without_grace_a_quorum_merges_at_once():
 
 
 def test_timed_out_learners_are_not_waited_for():
-    s = make_state(num_learners=3, min_quorum=1, grace_enabled=True, grace_cap_s=10.0, liveness_timeout_s=5.0)
+    s = make_state(num_learners=3, min_quorum=1, grace_enabled=True, grace_cap_steps=10.0, liveness_timeout_s=5.0)
     ids = join_all(s, 3, now=0.0)
     s.report(ids[0], "inc-1", 1, 64, step_time_s=1.0, now=9.0)
     s.submit(contrib(ids[0], "inc-1", 0, 0, grad(s, 0, 1.0)), now=10.0)

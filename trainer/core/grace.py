@@ -6,17 +6,19 @@ longer for more, but only within the slack the overlap leaves free, so waiting
 never blocks a learner:
 
     slack = τ·t_step − (t_quorum + t_sync),   t_sync = t_upload + t_merge + t_broadcast
-    grace = clamp(γ·slack, 0, cap)
+    grace = clamp(γ·slack, 0, cap·t_step)
 
 t_step, t_quorum (from the round's opening to its K-th contribution) and the
 three parts of t_sync are moving averages (:class:`Timing`), each fed with its
 own kind of sample. γ is not published by the paper; this project defaults to
-0.5. A round whose every active learner has contributed merges at once: there
-is no one left to wait for.
+0.5. The cap is in steps ("in practice the grace is at most about one step":
+default 1), so it means the same on a 50 ms step and a 2.5 s one; with γ·τ ≤ 1
+it never binds. A round whose every active learner has contributed merges at
+once: there is no one left to wait for.
 
 Example:
     >>> from trainer.core.ema import Ema
-    >>> p = QuorumPolicy(min_quorum=1, grace_enabled=True, gamma=0.5, cap_s=1.0, overlap_steps=2)
+    >>> p = QuorumPolicy(min_quorum=1, grace_enabled=True, gamma=0.5, cap_steps=1.0, overlap_steps=2)
     >>> t = Timing(t_step=Ema(value=0.1), t_quorum=Ema(value=0.0), t_upload=Ema(value=0.03),
     ...            t_merge=Ema(value=0.01), t_broadcast=Ema(value=0.01))
     >>> round(grace_seconds(p, t), 3)
@@ -41,7 +43,7 @@ class QuorumPolicy:
     min_quorum: int
     grace_enabled: bool
     gamma: float = 0.5
-    cap_s: float = 1.0
+    cap_steps: float = 1.0  # the grace window's cap, in steps of the cluster (t_step)
     overlap_steps: int = 2
 
     def __post_init__(self) -> None:
@@ -49,8 +51,8 @@ class QuorumPolicy:
             raise ValueError(f"min_quorum must be >= 1, got {self.min_quorum}")
         if not 0.0 <= self.gamma < 1.0:
             raise ValueError(f"grace gamma must be in [0, 1), got {self.gamma}")
-        if self.cap_s < 0:
-            raise ValueError(f"grace cap_s must be >= 0, got {self.cap_s}")
+        if self.cap_steps < 0:
+            raise ValueError(f"grace cap_steps must be >= 0, got {self.cap_steps}")
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ def grace_seconds(policy: QuorumPolicy, timing: Timing) -> float:
     if not policy.grace_enabled:
         return 0.0
     slack = policy.overlap_steps * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync)
-    return min(max(policy.gamma * slack, 0.0), policy.cap_s)
+    return min(max(policy.gamma * slack, 0.0), policy.cap_steps * timing.t_step.get())
 
 
 def merge_time(

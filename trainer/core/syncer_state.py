@@ -113,7 +113,7 @@ class SyncerPolicy:
     min_quorum: int
     grace_enabled: bool = False
     grace_gamma: float = 0.5
-    grace_cap_s: float = 1.0
+    grace_cap_steps: float = 1.0
     overlap_steps: int = 2
     merge_rule: MergeRule = "rda"
     mean_tensors: tuple[str, ...] = ("embed",)
@@ -139,7 +139,7 @@ class SyncerPolicy:
 
     @property
     def quorum(self) -> QuorumPolicy:
-        return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_s, self.overlap_steps)
+        return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_steps, self.overlap_steps)
 
     @property
     def optimizer(self):
