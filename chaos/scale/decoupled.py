@@ -55,7 +55,7 @@ from chaos.scale.result import Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.reasons import RejectReason
-from trainer.core.rounds import cluster_pace
+from trainer.core.rounds import cluster_pace, round_opens
 from trainer.core.replies import upload_outcome
 from trainer.core.schedule import FragmentSchedule
 
@@ -274,7 +274,7 @@ class _Syncer:
         self._merge_due(before=horizon)
 
     def opens_at(self, r: int) -> float:
-        return (self.schedule.offset(self.p) + r * self.schedule.sync_every) * self.pace
+        return round_opens(self.schedule, self.p, r) * self.pace
 
     def _merge_due(self, before: float) -> None:
         if self.members:
