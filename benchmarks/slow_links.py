@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap-factor", type=float, default=4.0, help="other runs stop after this × DP budget tokens")
     ap.add_argument("--period-s", type=float, default=40.0, help="wall time of the slow runs that measure a period")
     ap.add_argument("--dp-direct", action="store_true", help="also run data-parallel over slow links to the target")
+    ap.add_argument("--overlap", type=int, default=0, metavar="TAU",
+                    help="also run decoupled over slow links with overlap τ = TAU steps, and with late uploads carried")
     args = ap.parse_args(argv)
 
     cap = int(args.dp_budget * args.cap_factor)
@@ -187,8 +189,15 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append(direct("sync DiLoCo", "sync-diloco", "slow", sync_slow, target))
         h = run("decoupled-slow-defaults", mode_cluster(args, "decoupled", cap), slow, target=target)
         outcomes.append(direct("decoupled (defaults)", "decoupled", "slow", h, target))
+        if args.overlap:  # the defaults' τ = 2 steps cannot hide a fragment round trip of many steps
+            h = run(f"decoupled-slow-tau{args.overlap}", mode_cluster(args, "decoupled", cap, overlap_steps=args.overlap),
+                    slow, target=target)
+            outcomes.append(direct(f"decoupled, τ = {args.overlap}", "decoupled", "slow", h, target))
+            h = run("decoupled-slow-carry", mode_cluster(args, "decoupled", cap, late_uploads="carry"), slow,
+                    target=target)
+            outcomes.append(direct("decoupled, late uploads carried", "decoupled", "slow", h, target))
 
-    best = min((o.seconds for o in outcomes if o.links == "slow" and o.mode == "decoupled" and o.seconds),
+    best = min((o.seconds for o in outcomes if o.links == "slow" and o.label == "decoupled (defaults)" and o.seconds),
                default=None)
     rows = [[o.label, o.links, o.how, o.seconds, o.tokens, o.round_period_s, o.final_loss,
              (o.seconds / best) if best and o.seconds and o.links == "slow" else None] for o in outcomes]
