@@ -92,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
               "participants / merge", "late uploads refused / carried per run",
               "runs with a later eval above the first"]
     rows = []
-    for slug, label, _, _ in variants:
+    for slug, label, mode, _ in variants:
         rs = runs[slug]
         losses = [r["final_loss"] for r in rs.values()]
         rel = [100 * (rs[s]["final_loss"] - ref[s]["final_loss"]) / ref[s]["final_loss"]
                for s in rs if s in ref and slug != "sync"]
         rows.append([label, m.format_ci(losses, 4), m.format_ci(rel, 2) if rel else "—",
-                     "—" if slug == "dp" else m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
+                     "—" if mode == "data-parallel" else
+                     m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
                      m.format_ci([r["per_merge"] for r in rs.values()], 2),
                      f"{_mean([r.get('late_refused') for r in rs.values()])} / "
                      f"{_mean([r.get('late_carried') for r in rs.values()])}",

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         dp_slow = run("dp-slow", mode_cluster(args, "data-parallel", cap), slow,
                       target=target if args.dp_direct else None, wall_cap_s=None if args.dp_direct else args.period_s)
         outcomes.append(direct("data-parallel", "data-parallel", "slow", dp_slow, target) if args.dp_direct else
-                        projected("data-parallel", "data-parallel", dp_fast, dp_slow, target, 1))
+                        projected("data-parallel", "data-parallel", dp_fast, dp_slow, target, fragments=1))
         sync_slow = run("sync-slow", mode_cluster(args, "sync-diloco", cap), slow, target=target)
         outcomes.append(projected("sync DiLoCo", "sync-diloco", sync_fast, sync_slow, target, args.fragments))
         outcomes.append(direct("sync DiLoCo", "sync-diloco", "slow", sync_slow, target))

@@ -55,7 +55,7 @@ from chaos.scale.result import Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.reasons import RejectReason
-from trainer.core.rounds import cluster_pace, round_opens
+from trainer.core.rounds import cluster_pace, round_at, round_opens
 from trainer.core.replies import upload_outcome
 from trainer.core.schedule import FragmentSchedule
 
@@ -102,16 +102,14 @@ def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: 
     n = len(walls)
     if n == 0:
         return (np.empty(0, dtype=np.int64),) * 3
-    h = schedule.sync_every
     out = []
     for p in range(schedule.num_fragments):
-        off = schedule.offset(p)
-        first = max(0, math.floor((joined / pace - off) / h) + 1)  # rounds that open after it joined
-        last = math.floor((walls[-1] + step_s / 2) / pace - off) // h
+        first = round_at(schedule, p, joined / pace) + 1  # as LearnerBook: rounds open at its join are not its own
+        last = round_at(schedule, p, (walls[-1] + step_s / 2) / pace)
         if last < first:
             continue
         r = np.arange(first, last + 1)
-        idx = np.searchsorted(walls, (off + r * h) * pace - step_s / 2, side="left")
+        idx = np.searchsorted(walls, round_opens(schedule, p, r) * pace - step_s / 2, side="left")
         ok = idx < n
         r, idx = r[ok], idx[ok]
         newest = np.r_[idx[1:] != idx[:-1], True]  # several rounds at one boundary: the newest only
