@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,12 +101,21 @@ class Comm:
         self._corrupt_rng = np.random.default_rng(learner.cfg.seed + learner_seed_index(learner.learner_id))
         self._down_since: float | None = None
         self._down_lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._upload_loop, name="upload", daemon=True),
-                        threading.Thread(target=self._report_loop, name="report", daemon=True)]
-        self.threads += [threading.Thread(target=self._download_loop, args=(p,), name=f"download-{p}", daemon=True)
-                         for p in range(len(fragments))]
+        self.threads = [self._thread(self._upload_loop, "upload"), self._thread(self._report_loop, "report")]
+        self.threads += [self._thread(self._download_loop, f"download-{p}", p) for p in range(len(fragments))]
         for t in self.threads:
             t.start()
+
+    def _thread(self, target: Any, name: str, *args: Any) -> threading.Thread:
+        def run() -> None:
+            try:
+                target(*args)
+            except (grpc.RpcError, ValueError):
+                # Closing the client cancels calls in flight (RpcError CANCELLED, or ValueError on a closed
+                # channel): the expected way out of a long poll at shutdown, an error at any other time.
+                if not self.closing.is_set():
+                    raise
+        return threading.Thread(target=run, name=name, daemon=True)
 
     # ---- reachability bookkeeping (for events) --------------------------------
     def _down(self, err: Exception) -> None:
@@ -127,10 +137,27 @@ class Comm:
                 self._want_cv.notify_all()
 
     def close(self) -> None:
+        """Ask the threads to exit; queued uploads are dropped (the learner has stopped, they are moot)."""
         self.closing.set()
+        try:
+            while True:
+                self.uploads.get_nowait()
+        except queue.Empty:
+            pass
         self.uploads.put(None)
         with self._want_cv:
             self._want_cv.notify_all()
+
+    def join(self, timeout_s: float) -> list[str]:
+        """Wait for the threads to exit; returns the names of any still running.
+
+        The process must not exit while a thread is inside gRPC or JAX: interpreter teardown under a running
+        C++ call aborts it (SIGABRT, seen as exit code -6 on a learner that had finished cleanly).
+        """
+        deadline = time.monotonic() + timeout_s
+        for t in self.threads:
+            t.join(max(deadline - time.monotonic(), 0.0))
+        return [t.name for t in self.threads if t.is_alive()]
 
     # ---- threads ---------------------------------------------------------------
     def _upload_loop(self) -> None:
@@ -405,9 +432,12 @@ class Learner:
                 self.client.leave(self.learner_id, self.incarnation, why)
             except (SyncerUnavailable, TrainerError, Exception):  # noqa: BLE001 - leaving is best effort
                 pass
+            self.client.close()  # cancels the long polls and any upload still in flight
+            running = comm.join(timeout_s=10.0)
             self.log.emit(ev.LearnerStop(why=why, step=self.step, tokens=self.tokens))
+            if running:
+                print(f"warning: threads still running at exit: {', '.join(running)}", file=sys.stderr)
             self.log.close()
-            self.client.close()
         return why
 
 

@@ -43,7 +43,8 @@ def test_launch_trains_to_budget_and_writes_run_directory(tmp_path):
     start = m["eval_curve"][0]
     assert start[0] == 0  # the syncer evaluates the initial model
     assert m["final_eval_loss"] < start[1] - 0.5, m["eval_curve"]
-    assert m["exit_codes"] == {"syncer": 0, "learner-0": 0, "learner-1": 0, "learner-2": 0}
+    logs = {n: (run_dir / "logs" / f"{n}.log").read_text()[-2000:] for n in m["exit_codes"]}
+    assert m["exit_codes"] == {"syncer": 0, "learner-0": 0, "learner-1": 0, "learner-2": 0}, logs
     for f in ("syncer", "learner-0", "learner-1", "learner-2"):
         assert read_events(run_dir / "events" / f"{f}.jsonl"), f
     assert not _pids_of(run_dir)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from trainer.data import MarkovSource, _stationary, eval_set, learner_batches
+from trainer.data import MarkovSource, _row_entropy, _stationary, eval_set, learner_batches
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +97,35 @@ def test_create_rejects_bad_arguments() -> None:
         MarkovSource.create(64, order=0)
     with pytest.raises(ValueError):
         MarkovSource.create(64, concentration=0.0)
+
+
+def test_context_weight_one_is_the_unmixed_source_and_others_are_refused_for_order_1() -> None:
+    plain = MarkovSource.create(16, order=2, seed=0)
+    np.testing.assert_array_equal(MarkovSource.create(16, order=2, seed=0, context_weight=1.0).transition,
+                                  plain.transition)
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="context_weight"):
+            MarkovSource.create(16, order=2, context_weight=bad)
+    with pytest.raises(ValueError, match="order 1"):
+        MarkovSource.create(16, order=1, context_weight=0.5)
+
+
+def _last_token_model_gap(src: MarkovSource) -> float:
+    """Excess over the entropy rate of the best predictor that sees only the last token."""
+    v = src.vocab_size
+    joint = src.stationary.reshape(v, v)  # [older, last]
+    last = joint.sum(axis=0)
+    rows = np.einsum("ab,abc->bc", joint, src.transition.reshape(v, v, v)) / last[:, None]
+    return float(last @ _row_entropy(rows)) - src.entropy_rate()
+
+
+def test_context_weight_sets_how_much_the_older_token_tells() -> None:
+    # The structure beyond the last token grows with the weight: what makes the excess loss tunable.
+    gaps = [_last_token_model_gap(MarkovSource.create(64, order=2, seed=0, context_weight=w)) for w in (0.1, 0.2, 0.5)]
+    assert 0.0 < gaps[0] < gaps[1] < gaps[2], gaps
+    src = MarkovSource.create(64, order=2, seed=0, context_weight=0.2)
+    np.testing.assert_allclose(src.transition.sum(axis=1), 1.0)
+    assert src.loss_floor(64) > src.entropy_rate()
 
 
 def test_sample_shape_dtype_range_and_rng_determinism(src1: MarkovSource) -> None:
