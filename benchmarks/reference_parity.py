@@ -27,7 +27,8 @@ from typing import Any
 
 from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
-from benchmarks.harness import PRE_ROUNDS, PRE_ROUNDS_LABEL, add_run_arguments, config_of, quiet_progress, run_cluster
+from benchmarks.harness import (PRE_ROUNDS, PRE_ROUNDS_LABEL, add_run_arguments, config_of, data_of, quiet_progress,
+                               run_cluster)
 from chaos.history import History
 from trainer import events as ev
 from trainer.core.reasons import RejectReason
@@ -47,7 +48,7 @@ def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict
         evals = 32
     else:
         shape, evals = {"num_fragments": args.fragments, "sync_every": args.sync_every}, args.fragments * 4
-    return {"seed": seed, "token_budget": args.budget, "model": {"size": args.size},
+    return {"seed": seed, "token_budget": args.budget, "model": {"size": args.size}, "data": data_of(args),
             "inner": {"batch_size": args.batch, "lr": args.lr},
             "algorithm": {"mode": mode, "num_learners": args.learners, **shape, **algo},
             "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": evals},

@@ -57,6 +57,9 @@ STREAMS = ("upstream", "downstream")
 INSTALL_HINT = "install it with scripts/install-toxiproxy (builds .tools/bin/toxiproxy-server with Go)"
 
 
+ADDRESS_IN_USE = "address already in use"  # in the server's error message when it cannot listen
+
+
 class ToxiproxyApiError(ToxiproxyError):
     """The server answered with an error status; ``status`` and ``server_message`` are its ``{"error", "status"}``."""
 
@@ -252,9 +255,24 @@ class Toxiproxy:
         return [self.set_enabled(p.name, wanted[p.name]) if p.enabled != wanted.get(p.name, p.enabled) else p
                 for p in infos]
 
-    def set_enabled(self, name: str, enabled: bool) -> ProxyInfo:
-        """Enable or disable a proxy (PATCH). Disabling closes its listener and every live connection."""
-        return ProxyInfo.from_json(self._call("PATCH", f"/proxies/{_q(name)}", {"enabled": enabled}))
+    def set_enabled(self, name: str, enabled: bool, rebind_s: float = 3.0) -> ProxyInfo:
+        """Enable or disable a proxy (PATCH). Disabling closes its listener and every live connection.
+
+        Enabling listens on the proxy's port again. Another process may hold it for a moment (a "free port"
+        probe binds and releases one), so "address already in use" is retried for ``rebind_s`` before it raises.
+        """
+        deadline = time.monotonic() + rebind_s
+        while True:
+            try:
+                return ProxyInfo.from_json(self._call("PATCH", f"/proxies/{_q(name)}", {"enabled": enabled}))
+            except ToxiproxyApiError as err:
+                if not (enabled and ADDRESS_IN_USE in err.server_message and time.monotonic() < deadline):
+                    raise
+            time.sleep(0.1)
+
+    def set_upstream(self, name: str, upstream: str) -> ProxyInfo:
+        """Point a proxy at another upstream (POST /proxies/{name}); it keeps its listen address."""
+        return ProxyInfo.from_json(self._call("POST", f"/proxies/{_q(name)}", {"upstream": upstream}))
 
     def delete_proxy(self, name: str) -> bool:
         """Delete a proxy; False when there was none (idempotent)."""

@@ -28,12 +28,6 @@ def wait_until(pred: Callable[[], T], timeout_s: float, what: str, interval_s: f
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_err})" if last_err else ""))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def tiny_config(**overrides: object) -> RunConfig:
     """A tiny-model config; ``overrides`` are dotted keys, e.g. ``{"algorithm.num_learners": 1}``."""
     sets = [f"{k}={v}" for k, v in overrides.items()]

@@ -62,15 +62,16 @@ class ModelSection(_Strict):
 class DataSection(_Strict):
     order: int = Field(1, ge=1, le=2, description="Markov order of the synthetic language")
     concentration: float = Field(0.1, gt=0, description="Dirichlet concentration of transition rows")
-    context_weight: float = Field(
-        1.0, gt=0, le=1, description="order 2: weight of the full-context rows against last-token rows "
-                                     "(trainer.data; small values keep an excess loss measurable at a benchmark's "
-                                     "budget); must be 1 for order 1")
+    older_classes: int | None = Field(
+        None, ge=2, description="order 2: the older token enters the next-token law only through its residue mod "
+                                "this (trainer.data; 2 = one bit, an excess loss a benchmark's budget can still "
+                                "reduce); unset = the full context")
 
     @model_validator(mode="after")
-    def _context_weight_needs_order_2(self) -> "DataSection":
-        if self.order == 1 and self.context_weight != 1.0:
-            raise ValueError("context_weight mixes order-2 rows with last-token rows: set data.order: 2, or drop it")
+    def _older_classes_needs_order_2(self) -> "DataSection":
+        if self.order == 1 and self.older_classes is not None:
+            raise ValueError("older_classes groups the older token of an order-2 context: set data.order: 2, "
+                             "or drop it")
         return self
     eval_tokens: int = Field(
         65_536, ge=64, description="held-out eval tokens (batches of 64 sequences): at 64k tokens the eval loss's "

@@ -7,13 +7,14 @@ significant).  Each context's next-token distribution is an independent draw
 from a symmetric Dirichlet(``concentration``): low concentration gives peaked
 rows, hence an entropy rate far below ``log V``, which a small model can learn.
 
-For order >= 2, ``context_weight`` w mixes each row with a last-token row:
-``P(next | ctx) = (1 - w) * B[x[t-1]] + w * R[ctx]``, both Dirichlet draws.
-With w = 1 the tokens before the last one carry all the structure (4,096
-contexts for V = 64, k = 2: too many for a small model at a benchmark's budget);
-a small w leaves most of the structure in the bigram B, which is learnt quickly,
-and a little in the older tokens, which is learnt slowly — an excess loss over
-the floor that stays measurable at the budget, so variants can be told apart.
+For order >= 2, ``older_classes`` n lets the tokens before the last one enter
+the next-token law only through their residue mod n: ``V**(k-1)`` older
+contexts collapse to ``n**(k-1)``, each with its own Dirichlet rows.  The full
+order-2 chain (n = V: 4,096 contexts for V = 64) is too much for the tiny model
+at a benchmark's budget (it learns the bigram and nothing more); with n = 2 the
+older token carries one bit, worth about 0.5 nats that a model learns
+gradually — an excess loss over the floor that stays measurable at the budget
+and that better training reduces, so variants can be told apart.
 
 Because the exact entropy rate (and the exact optimal loss for finite
 prefixes, :meth:`MarkovSource.loss_floor`) is known, a training run can report
@@ -107,31 +108,37 @@ class MarkovSource:
     @classmethod
     def create(
         cls, vocab_size: int, order: int = 1, concentration: float = 0.1, seed: int = 0,
-        context_weight: float = 1.0,
+        older_classes: int | None = None,
     ) -> "MarkovSource":
-        """Draw a random source; rows ~ Dirichlet(concentration * 1_V), mixed with last-token rows by
-        ``context_weight`` (see the module docstring; 1.0 = no mixing, the only value for order 1).
+        """Draw a random source; rows ~ Dirichlet(concentration * 1_V), one per context class (see the
+        module docstring: ``older_classes`` None = every context its own row).
 
         Example:
             >>> bool(np.allclose(MarkovSource.create(16, seed=3).transition.sum(axis=1), 1.0))
             True
-            >>> mixed = MarkovSource.create(16, order=2, seed=3, context_weight=0.2)
-            >>> bool(mixed.entropy_rate() > MarkovSource.create(16, order=2, seed=3).entropy_rate())  # flatter rows
+            >>> one_bit = MarkovSource.create(16, order=2, seed=3, older_classes=2)
+            >>> bool(np.array_equal(one_bit.transition[0], one_bit.transition[2 * 16]))  # older 0 ~ older 2
             True
         """
         if vocab_size < 2 or order < 1 or concentration <= 0:
             raise ValueError("need vocab_size >= 2, order >= 1, concentration > 0")
-        if not 0.0 < context_weight <= 1.0 or (order == 1 and context_weight != 1.0):
-            raise ValueError(f"context_weight must be in (0, 1], and 1 for order 1; got {context_weight} "
-                             f"with order {order}")
+        if older_classes is not None and not (order >= 2 and 2 <= older_classes <= vocab_size):
+            raise ValueError(f"older_classes must be in [2, vocab_size] and needs order >= 2; got {older_classes} "
+                             f"with order {order}, vocab_size {vocab_size}")
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SOURCE_TAG,)))
         n_ctx = vocab_size**order
-        transition = rng.dirichlet(np.full(vocab_size, concentration), size=n_ctx)
-        if context_weight < 1.0:
-            # Drawn after the context rows, so context_weight = 1 leaves every earlier source unchanged.
-            last = rng.dirichlet(np.full(vocab_size, concentration), size=vocab_size)
-            transition = context_weight * transition + (1.0 - context_weight) * last[np.arange(n_ctx) % vocab_size]
-        # Exact renormalisation so the cumulative sums used in sampling end at 1.
+        if older_classes is None or older_classes == vocab_size:
+            transition = rng.dirichlet(np.full(vocab_size, concentration), size=n_ctx)
+        else:
+            ctx = np.arange(n_ctx)
+            cls_index = ctx % vocab_size  # the last token, then each older token's residue, oldest most significant
+            place = vocab_size
+            for j in range(1, order):
+                older = (ctx // vocab_size**j) % vocab_size
+                cls_index = cls_index + (older % older_classes) * place
+                place *= older_classes
+            rows = rng.dirichlet(np.full(vocab_size, concentration), size=place)
+            transition = rows[cls_index]
         transition = transition / transition.sum(axis=1, keepdims=True)
         stationary = _stationary(transition, vocab_size, order)
         transition.setflags(write=False)

@@ -19,5 +19,12 @@ class ProtocolError(TrainerError):
     """A peer sent something the protocol does not allow."""
 
 
+class AddressInUse(TrainerError):
+    """A server could not listen on the address it was given (another process holds the port)."""
+
+    #: The syncer's exit code for it (sysexits' EX_TEMPFAIL: try again, e.g. on another port).
+    EXIT_CODE = 75
+
+
 class SyncerUnavailable(TrainerError):
     """The syncer could not be reached within the retry budget."""

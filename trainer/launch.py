@@ -38,7 +38,7 @@ import grpc
 from trainer.checkpoint import list_checkpoints
 from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
-from trainer.errors import TrainerError
+from trainer.errors import AddressInUse, TrainerError
 from trainer.metrics import summarize_run
 from trainer.training import learner_seed_index
 
@@ -130,11 +130,14 @@ class LocalCluster:
         proc = self._spawn("syncer", ["-m", "trainer.syncer", "--config", str(self.run_dir / "config.yaml"),
                                       "--run-dir", str(self.run_dir), "--port", str(port)])
         deadline = time.monotonic() + timeout_s
+        log = self.run_dir / "logs" / "syncer.log"
         while not info.exists():
             if proc.poll() is not None:
-                raise TrainerError(f"syncer exited with {proc.returncode}; see {self.run_dir / 'logs' / 'syncer.log'}")
+                if proc.returncode == AddressInUse.EXIT_CODE:
+                    raise AddressInUse(f"the syncer could not listen on port {port}; see {log}")
+                raise TrainerError(f"syncer exited with {proc.returncode}; see {log}")
             if time.monotonic() > deadline:
-                raise TrainerError(f"syncer did not start within {timeout_s}s; see {self.run_dir / 'logs' / 'syncer.log'}")
+                raise TrainerError(f"syncer did not start within {timeout_s}s; see {log}")
             time.sleep(0.05)
         self.syncer_address = json.loads(info.read_text())["address"]
         return self.syncer_address

@@ -41,7 +41,7 @@ from trainer.config import RunConfig, add_config_arguments, config_from_argument
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.syncer_state import Contribution, MergeRecord, SyncerPolicy, SyncerState
-from trainer.errors import ConfigError, TrainerError
+from trainer.errors import AddressInUse, ConfigError, TrainerError
 from trainer.model import EMBEDDING_TENSORS
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
@@ -432,15 +432,22 @@ def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | N
                          interceptors=interceptors,
                          options=[("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
                                   ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-                                  ("grpc.keepalive_permit_without_calls", 1)])
+                                  ("grpc.keepalive_permit_without_calls", 1),
+                                  # gRPC sets SO_REUSEPORT by default: a second server on a taken port would
+                                  # then share its traffic silently. A taken port must fail loudly instead.
+                                  ("grpc.so_reuseport", 0)])
     addr = f"{host}:{port}"
-    if tls_cert and tls_key:
-        creds = grpc.ssl_server_credentials([(open(tls_key, "rb").read(), open(tls_cert, "rb").read())])
-        bound = server.add_secure_port(addr, creds)
-    else:
-        bound = server.add_insecure_port(addr)
+    try:
+        if tls_cert and tls_key:
+            creds = grpc.ssl_server_credentials([(open(tls_key, "rb").read(), open(tls_cert, "rb").read())])
+            bound = server.add_secure_port(addr, creds)
+        else:
+            bound = server.add_insecure_port(addr)
+    except RuntimeError:  # grpcio raises "Failed to bind" where older versions returned 0
+        bound = 0
     if bound == 0:
-        raise TrainerError(f"cannot listen on {addr}")
+        raise AddressInUse(f"cannot listen on {addr}: another process holds the port (or the host is not "
+                           f"local); pass another --port, or 0 for a free one")
     svc = SyncerService(cfg, run_dir, address=f"{host}:{bound}", exit_on_finish=exit_on_finish)
     holder["svc"] = svc
     pbg.add_SyncerServicer_to_server(svc, server)
@@ -470,8 +477,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir)
-    server, svc, port = serve(cfg, run_dir, host=args.host, port=args.port, token=token or None,
-                              tls_cert=args.tls_cert, tls_key=args.tls_key)
+    try:
+        server, svc, port = serve(cfg, run_dir, host=args.host, port=args.port, token=token or None,
+                                  tls_cert=args.tls_cert, tls_key=args.tls_key)
+    except AddressInUse as err:
+        print(f"error: {err}", file=sys.stderr)
+        return AddressInUse.EXIT_CODE
     info = run_dir / "syncer.json"
     tmp = info.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation}))

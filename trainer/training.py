@@ -75,7 +75,7 @@ class TrainingSetup:
     def from_config(cls, config: RunConfig) -> "TrainingSetup":
         mcfg = model_mod.MODEL_SIZES[config.model.size]
         source = data_mod.MarkovSource.create(mcfg.vocab_size, config.data.order, config.data.concentration,
-                                              seed=config.seed, context_weight=config.data.context_weight)
+                                              seed=config.seed, older_classes=config.data.older_classes)
         return cls(config, mcfg, source, inner_optimizer(config.inner))
 
     @property

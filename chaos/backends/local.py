@@ -26,10 +26,10 @@ from chaos.backends import ProxiedUnits
 from chaos.errors import RunError
 from faults.base import SYNCER
 from faults.errors import FaultError
-from faults.toxiproxy import ProxySpec, Toxiproxy, free_port
+from faults.toxiproxy import ProxySpec, Toxiproxy
 from trainer.client import RetryPolicy, SyncClient
 from trainer.config import RunConfig
-from trainer.errors import TrainerError
+from trainer.errors import AddressInUse, TrainerError
 from trainer.launch import LocalCluster
 
 
@@ -46,7 +46,9 @@ class LocalBackend(ProxiedUnits):
         # Learners run niced: the syncer stands for another machine, and a restarted syncer must not
         # take 15 s to import JAX because three learners hold both cores (measured before this).
         self.procs = LocalCluster(config, self.run_dir, learner_nice=LEARNER_NICE)
-        self.port = free_port()
+        # Every server binds its own port: the syncer and the proxies start on port 0 and report the port they
+        # got. (A port chosen as free and bound later can be taken in between: seen on loaded CI machines.)
+        self.port = 0
         self.proxy_ports: dict[str, int] = {}
         self.corrupt: dict[str, str | None] = {}
 
@@ -70,7 +72,7 @@ class LocalBackend(ProxiedUnits):
         self._reap(unit)
         if unit == SYNCER:
             try:
-                self.procs.start_syncer(port=self.port)
+                self._start_syncer()
             except TrainerError as err:
                 raise FaultError(f"restarting the syncer failed: {err}") from None
             return
@@ -94,14 +96,25 @@ class LocalBackend(ProxiedUnits):
     def bring_up(self) -> None:
         """Start the syncer, one proxy per learner, then the learners (through their proxies)."""
         self.start(SYNCER)
-        specs = []
+        specs = [ProxySpec(name=self.proxy(lid), listen="127.0.0.1:0", upstream=f"127.0.0.1:{self.port}",
+                           enabled=True) for lid in self._ids]
+        by_name = {p.name: p for p in self._toxiproxy.populate(specs)}
         for lid in self._ids:
-            self.proxy_ports[lid] = free_port()
-            specs.append(ProxySpec(name=self.proxy(lid), listen=f"127.0.0.1:{self.proxy_ports[lid]}",
-                                   upstream=f"127.0.0.1:{self.port}", enabled=True))
-        self._toxiproxy.populate(specs)
+            self.proxy_ports[lid] = by_name[self.proxy(lid)].port
         for lid in self._ids:
             self.start(lid)
+
+    def _start_syncer(self) -> None:
+        """Start the syncer on its port (0 the first time); if that port was taken while it was down, on a new
+        one, with every proxy re-pointed at it."""
+        try:
+            address, moved = self.procs.start_syncer(port=self.port), False
+        except AddressInUse:
+            address, moved = self.procs.start_syncer(port=0), True
+        self.port = int(address.rsplit(":", 1)[1])
+        if moved:
+            for lid in self.proxy_ports:
+                self._toxiproxy.set_upstream(self.proxy(lid), f"127.0.0.1:{self.port}")
 
     def client(self, timeout_s: float = 0.5) -> SyncClient:
         """A direct (unproxied) client for the controller's status polls: one quick try, never a stall."""

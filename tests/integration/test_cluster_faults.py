@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import free_port, tiny_config, wait_until
+from tests.support import tiny_config, wait_until
 from trainer.launch import LocalCluster, learner_ids
 
 pytestmark = pytest.mark.integration
@@ -54,9 +54,8 @@ def test_learner_sigkill_keeps_merging_and_restart_rejoins(tmp_path):
 
 def test_syncer_sigkill_resumes_from_checkpoint_with_versions_continuing(tmp_path):
     cluster = LocalCluster(_cfg(), tmp_path / "run")
-    port = free_port()
     try:
-        cluster.start_syncer(port=port)
+        port = int(cluster.start_syncer(port=0).rsplit(":", 1)[1])
         for lid in learner_ids(3):
             cluster.start_learner(lid)
         with cluster.client() as c:

@@ -19,7 +19,7 @@ import pytest
 import faults.toxiproxy as toxiproxy_module
 from faults.errors import ToxiproxyError, ToxiproxyNotInstalled
 from faults.toxiproxy import ProxySpec, Toxic, Toxiproxy, ToxiproxyApiError, ToxiproxyServer
-from tests.support import EchoHandler, free_port, wait_until
+from tests.support import EchoHandler, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -84,10 +84,10 @@ def test_create_get_list_delete_proxy(tp: Toxiproxy, echo_addr: str) -> None:
 
 
 def test_populate_is_idempotent_and_keeps_live_connections(tp: Toxiproxy, echo_addr: str) -> None:
-    port = free_port()
+    (first,) = tp.populate([ProxySpec("pop", "127.0.0.1:0", echo_addr)])  # the server picks the port
+    port = first.port
     spec = ProxySpec("pop", f"127.0.0.1:{port}", echo_addr)
-    (first,) = tp.populate([spec])
-    assert first.listen == f"127.0.0.1:{port}" and first.enabled
+    assert first.listen == f"127.0.0.1:{port}" and first.enabled and port > 0
 
     with socket.create_connection(("127.0.0.1", port), timeout=2.0) as live:
         live.sendall(b"a")
@@ -106,6 +106,29 @@ def test_populate_is_idempotent_and_keeps_live_connections(tp: Toxiproxy, echo_a
     # A differing upstream replaces the proxy.
     (replaced,) = tp.populate([ProxySpec("pop", f"127.0.0.1:{port}", "127.0.0.1:9")])
     assert replaced.upstream == "127.0.0.1:9"
+
+
+def test_set_upstream_repoints_a_proxy_on_the_same_port(tp: Toxiproxy, echo_addr: str) -> None:
+    info = tp.create_proxy("up", "127.0.0.1:0", "127.0.0.1:9")
+    moved = tp.set_upstream("up", echo_addr)
+    assert moved.upstream == echo_addr and moved.port == info.port and moved.enabled
+    assert _roundtrip(info.port) == b"ping"
+
+
+def test_reenabling_waits_out_a_port_held_for_a_moment(tp: Toxiproxy, echo_addr: str) -> None:
+    info = tp.create_proxy("hold", "127.0.0.1:0", echo_addr)
+    tp.set_enabled("hold", False)
+    squatter = socket.socket()  # e.g. another process probing for a free port
+    squatter.bind(("127.0.0.1", info.port))
+    squatter.listen(1)
+    release = threading.Timer(0.5, squatter.close)
+    release.start()
+    try:
+        assert tp.set_enabled("hold", True, rebind_s=5.0).enabled
+    finally:
+        release.cancel()
+        squatter.close()
+    assert _roundtrip(info.port) == b"ping"
 
 
 def test_set_enabled_uses_patch_and_really_closes_the_listener(tp: Toxiproxy, echo_addr: str) -> None:
@@ -176,8 +199,9 @@ def test_a_server_that_never_answers_times_out(silent_port: int) -> None:
 
 
 def test_no_server_fails_fast_and_says_how_to_start_one() -> None:
-    with pytest.raises(ToxiproxyError, match="ToxiproxyServer") as err:
-        Toxiproxy(f"http://127.0.0.1:{free_port()}", timeout_s=2.0).proxies()
+    with socket.socket() as held, pytest.raises(ToxiproxyError, match="ToxiproxyServer") as err:
+        held.bind(("127.0.0.1", 0))  # bound, not listening: refused for as long as we hold it
+        Toxiproxy(f"http://127.0.0.1:{held.getsockname()[1]}", timeout_s=2.0).proxies()
     assert "not answering" in str(err.value) and "scripts/install-toxiproxy" in str(err.value)
 
 
@@ -267,8 +291,7 @@ def py_client(toxiproxy_server: ToxiproxyServer) -> Iterator[object]:
 
 
 def test_gap_toxiproxy_python_swallows_a_server_500(py_client, tp: Toxiproxy, echo_addr: str) -> None:
-    port = free_port()
-    tp.create_proxy("gap", f"127.0.0.1:{port}", echo_addr)
+    port = tp.create_proxy("gap", "127.0.0.1:0", echo_addr).port
     proxy = py_client.get_proxy("gap")
     proxy.disable()
     with socket.socket() as squatter:  # take the proxy's port while it is down: re-enabling must fail

@@ -150,8 +150,8 @@ def test_unknown_fields_are_rejected_naming_the_field(data, path):
         ({"inner": {"lr": -1}}, "inner.lr"),
         ({"algorithm": {"mode": "async"}}, "algorithm.mode"),
         ({"token_budget": "lots"}, "token_budget"),
-        ({"data": {"context_weight": 0}}, "data.context_weight"),
-        ({"data": {"context_weight": 0.5}}, "data"),  # order 1: nothing to mix
+        ({"data": {"order": 2, "older_classes": 1}}, "data.older_classes"),
+        ({"data": {"older_classes": 2}}, "data"),  # order 1: no older token
     ],
 )
 def test_bad_values_name_the_field(data, path):

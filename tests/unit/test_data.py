@@ -99,15 +99,15 @@ def test_create_rejects_bad_arguments() -> None:
         MarkovSource.create(64, concentration=0.0)
 
 
-def test_context_weight_one_is_the_unmixed_source_and_others_are_refused_for_order_1() -> None:
+def test_older_classes_of_vocab_size_is_the_full_chain_and_bad_values_are_refused() -> None:
     plain = MarkovSource.create(16, order=2, seed=0)
-    np.testing.assert_array_equal(MarkovSource.create(16, order=2, seed=0, context_weight=1.0).transition,
+    np.testing.assert_array_equal(MarkovSource.create(16, order=2, seed=0, older_classes=16).transition,
                                   plain.transition)
-    for bad in (0.0, -0.1, 1.5):
-        with pytest.raises(ValueError, match="context_weight"):
-            MarkovSource.create(16, order=2, context_weight=bad)
+    for bad in (1, 17):
+        with pytest.raises(ValueError, match="older_classes"):
+            MarkovSource.create(16, order=2, older_classes=bad)
     with pytest.raises(ValueError, match="order 1"):
-        MarkovSource.create(16, order=1, context_weight=0.5)
+        MarkovSource.create(16, order=1, older_classes=2)
 
 
 def _last_token_model_gap(src: MarkovSource) -> float:
@@ -119,13 +119,14 @@ def _last_token_model_gap(src: MarkovSource) -> float:
     return float(last @ _row_entropy(rows)) - src.entropy_rate()
 
 
-def test_context_weight_sets_how_much_the_older_token_tells() -> None:
-    # The structure beyond the last token grows with the weight: what makes the excess loss tunable.
-    gaps = [_last_token_model_gap(MarkovSource.create(64, order=2, seed=0, context_weight=w)) for w in (0.1, 0.2, 0.5)]
-    assert 0.0 < gaps[0] < gaps[1] < gaps[2], gaps
-    src = MarkovSource.create(64, order=2, seed=0, context_weight=0.2)
-    np.testing.assert_allclose(src.transition.sum(axis=1), 1.0)
-    assert src.loss_floor(64) > src.entropy_rate()
+def test_older_classes_leave_a_measured_amount_of_structure_beyond_the_last_token() -> None:
+    src = MarkovSource.create(64, order=2, seed=0, older_classes=2)
+    t = src.transition.reshape(64, 64, 64)  # [older, last, next]
+    np.testing.assert_array_equal(t[0], t[62])  # same parity of the older token: the same law
+    assert not np.array_equal(t[0], t[1])
+    # One bit of the older token is worth up to ln 2: what a model must still learn after the bigram.
+    assert 0.2 < _last_token_model_gap(src) < math.log(2)
+    assert _last_token_model_gap(src) < _last_token_model_gap(MarkovSource.create(64, order=2, seed=0, older_classes=4))
 
 
 def test_sample_shape_dtype_range_and_rng_determinism(src1: MarkovSource) -> None:
