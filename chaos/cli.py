@@ -9,9 +9,10 @@
     diloco-chaos search kill-and-rejoin --examples 200 --out repro.yaml
     diloco-chaos replay repro.yaml --backend local         # or a run directory; --backend docker|sim
 
-Exit codes: 0 every check passed; 1 a check failed (or could not decide);
+Exit codes (chaos.exit_codes): 0 every check passed; 1 a check failed;
 2 the run could not be done: invalid scenario, a process would not start,
-the run timed out, or it was interrupted (everything is healed and stopped).
+the run timed out, or it was interrupted (everything is healed and stopped);
+3 no check failed but one could not decide (the report says which and why).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from typing import Any
 import yaml
 
 from chaos.errors import ChaosError, ScenarioError
+from chaos.exit_codes import ExitCode
 
-EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = ExitCode.PASS, ExitCode.FAIL, ExitCode.ERROR
 
 
 def _load(name_or_path: str, seed: int | None = None, sets: list[str] | None = None) -> Any:

@@ -12,8 +12,8 @@ Lifecycle of :func:`run_scenario` (Chaos Toolkit's, with its users' complaints f
                runs on every exit path, SIGINT/SIGTERM and exceptions included
     check      pure checkers over the history; report.json, report.md, timeline.png
 
-Exit codes: 0 every check passed, 1 a check failed or could not decide, 2 the
-run could not be done (or was interrupted).
+Exit codes (chaos.exit_codes): 0 every check passed, 1 a check failed, 2 the
+run could not be done (or was interrupted), 3 a check could not decide.
 
 Example:
     result = run_scenario(load_scenario("chaos/scenarios/kill-one-learner.yaml"), RunOptions(Path("runs/k1")))
@@ -38,6 +38,7 @@ from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
 from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
 from chaos.errors import ChaosError, RunError
+from chaos.exit_codes import for_status
 from chaos.history import FaultOp, History, Phase, PlanRecord, Recorder
 from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
@@ -347,11 +348,11 @@ def _relative_faults(history: History, steady: float) -> list[dict[str, Any]]:
 
 
 def overall(verdicts: list[Verdict]) -> tuple[str, int]:
-    if any(v.status == "fail" for v in verdicts):
-        return "fail", 1
-    if any(v.status == "indeterminate" for v in verdicts):
-        return "indeterminate", 1
-    return "pass", 0
+    """The run's status and exit code (chaos.exit_codes): any failure fails it; else any undecided check
+    leaves it indeterminate."""
+    status = ("fail" if any(v.status == "fail" for v in verdicts) else
+              "indeterminate" if any(v.status == "indeterminate" for v in verdicts) else "pass")
+    return status, int(for_status(status))
 
 
 def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,

@@ -271,8 +271,17 @@ class Toxiproxy:
             time.sleep(0.1)
 
     def set_upstream(self, name: str, upstream: str) -> ProxyInfo:
-        """Point a proxy at another upstream (POST /proxies/{name}); it keeps its listen address."""
-        return ProxyInfo.from_json(self._call("POST", f"/proxies/{_q(name)}", {"upstream": upstream}))
+        """Point a proxy at another upstream, on the same listen port, with its toxics and enabled state.
+
+        Re-created rather than updated in place: toxiproxy-server 2.12's update (POST /proxies/{name}) blocked
+        for its 5 s API timeout while clients were connecting to a dead upstream. Live connections are closed.
+        """
+        old = self.get_proxy(name)
+        self.delete_proxy(name)
+        self.create_proxy(name, old.listen, upstream, enabled=False)
+        for t in old.toxics:
+            self.add_toxic(name, Toxic(t.name, t.type, t.stream, t.toxicity, t.attributes))
+        return self.set_enabled(name, old.enabled) if old.enabled else self.get_proxy(name)
 
     def delete_proxy(self, name: str) -> bool:
         """Delete a proxy; False when there was none (idempotent)."""

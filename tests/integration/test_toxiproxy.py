@@ -110,9 +110,13 @@ def test_populate_is_idempotent_and_keeps_live_connections(tp: Toxiproxy, echo_a
 
 def test_set_upstream_repoints_a_proxy_on_the_same_port(tp: Toxiproxy, echo_addr: str) -> None:
     info = tp.create_proxy("up", "127.0.0.1:0", "127.0.0.1:9")
+    tp.add_toxic("up", Toxic("lat", "latency", "downstream", attributes={"latency": 10, "jitter": 0}))
     moved = tp.set_upstream("up", echo_addr)
     assert moved.upstream == echo_addr and moved.port == info.port and moved.enabled
+    assert [(t.name, t.type, t.attributes["latency"]) for t in moved.toxics] == [("lat", "latency", 10)]
     assert _roundtrip(info.port) == b"ping"
+    tp.set_enabled("up", False)  # an active link-down stays down
+    assert tp.set_upstream("up", "127.0.0.1:9").enabled is False
 
 
 def test_reenabling_waits_out_a_port_held_for_a_moment(tp: Toxiproxy, echo_addr: str) -> None:
