@@ -24,6 +24,8 @@ triggers on the syncer's total merge count instead.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -38,7 +40,7 @@ Direction = Literal["both", "to_syncer", "from_syncer"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinite numbers
 
 
 class RandomTargets(_Strict):
@@ -273,8 +275,8 @@ class Scenario(_Strict):
         m = len(known)
         specs = [(f"schedule.{i}", f) for i, f in enumerate(self.schedule)]
         specs += [(f"random.faults.{i}", f) for i, f in enumerate(self.random.faults)] if self.random else []
-        ids = [f.id for _, f in specs if f.id]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        ids = Counter(f.id for _, f in specs if f.id)
+        dup = sorted(i for i, n in ids.items() if n > 1)
         if dup:
             raise ValueError(f"fault ids must be unique; repeated: {dup}")
         for where, f in specs:

@@ -52,7 +52,8 @@ MODES: tuple[str, ...] = ("decoupled", "sync-diloco", "data-parallel")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity anywhere: a duration, bound or rate of inf/nan is never what a user meant.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSection(_Strict):
@@ -296,24 +297,79 @@ def build_config(data: dict[str, Any], source: str = "<config>", overrides: list
         raise ConfigError(format_validation_error(err, source)) from None
 
 
+MAX_FILE_BYTES = 1 << 20  # a config or scenario is a page of YAML; a megabyte is a mistake
+MAX_DEPTH = 32  # nesting levels (the schemas use fewer than 8)
+MAX_VALUES = 100_000  # values after YAML aliases are expanded ("billion laughs" stops here)
+
+
 def read_yaml_mapping(path: str | Path, what: str, error: type[Exception]) -> dict[str, Any]:
-    """The mapping at the top of a YAML/JSON file; ``error`` (naming the file) for anything else."""
+    """The mapping at the top of a YAML/JSON file; ``error`` (naming the file) for anything else.
+
+    Whatever the bytes, the answer is the mapping or ``error``: non-UTF-8 text, deep nesting, aliases that
+    refer to themselves or expand without bound, and oversized files are refused by name, never a traceback.
+    """
     source = str(path)
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise error(f"{source}: cannot read {what} file: {err.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise error(f"{source}: larger than {MAX_FILE_BYTES // 1024} KiB; a {what} file is a page of YAML")
+    return parse_yaml_mapping(raw, source, what, error)
+
+
+def parse_yaml_mapping(raw: bytes, source: str, what: str, error: type[Exception]) -> dict[str, Any]:
+    """:func:`read_yaml_mapping` for bytes already read.
+
+    >>> parse_yaml_mapping(b"a: 1", "x.yaml", "config", ValueError)
+    {'a': 1}
+    >>> parse_yaml_mapping(b"a: " + b"[" * 100 + b"]" * 100, "x.yaml", "config", ValueError)
+    Traceback (most recent call last):
+    ValueError: x.yaml: nested deeper than 32 levels
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{source}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); save the "
+                    f"{what} file as UTF-8") from None
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise error(f"{source}: not valid YAML{where}: {getattr(err, 'problem', None) or err}") from None
+    except RecursionError:
+        raise error(f"{source}: nested deeper than {MAX_DEPTH} levels") from None
     if loaded is None:
         loaded = {}
     if not isinstance(loaded, dict):
         raise error(f"{source}: top level must be a mapping, got {type(loaded).__name__}")
+    problem = _shape_problem(loaded)
+    if problem:
+        raise error(f"{source}: {problem}")
     return loaded
+
+
+def _shape_problem(tree: Any) -> str | None:
+    """Why a loaded tree cannot be validated safely (too deep, too many values, an alias inside itself); None if
+    it can. Iterative, and it stops at the limits, so its own cost is bounded whatever the tree."""
+    stack: list[tuple[Any, int, frozenset[int]]] = [(tree, 1, frozenset())]
+    seen = 0
+    while stack:
+        node, depth, parents = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            return f"more than {MAX_VALUES:,} values once YAML aliases are expanded"
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels"
+        if isinstance(node, (dict, list)):
+            if id(node) in parents:
+                return "a YAML alias refers to a value that contains it"
+            children = node.values() if isinstance(node, dict) else node
+            inner = parents | {id(node)}
+            stack.extend((c, depth + 1, inner) for c in children)
+    return None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
