@@ -1,0 +1,86 @@
+"""CPU load like a shared CI runner's: busy processes on every core, seeded, always stopped.
+
+A verdict that holds only on an idle machine is not a verdict. :class:`CpuLoad` starts ``hogs`` processes
+(default: one per core) that alternate seeded busy and idle spells, mostly busy, so the load is uneven like a
+real neighbour's. They die with this process (PR_SET_PDEATHSIG on Linux), and leaving the context stops them
+on every exit path.
+
+Example:
+    with CpuLoad(seed=7) as load:
+        run_the_chaos_suite()
+    assert not load.running()
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+# Each hog: seeded busy spells of 0.5-3 s with idle gaps of 0-0.4 s (the shape of ../shared/tools/under-load).
+_HOG = """
+import random, sys, time
+rng = random.Random(int(sys.argv[1]))
+while True:
+    end = time.monotonic() + rng.uniform(0.5, 3.0)
+    while time.monotonic() < end:
+        sum(i * i for i in range(10_000))
+    time.sleep(rng.uniform(0.0, 0.4))
+"""
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec: SIGKILL when the parent dies, so a hog never outlives its run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: __exit__ still stops them on every normal exit path
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+@dataclass
+class CpuLoad:
+    """``hogs`` busy processes (None: one per core), hog i seeded with ``seed * 1000 + i``."""
+
+    seed: int = 0
+    hogs: int | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
+
+    def start(self) -> "CpuLoad":
+        if self.procs:
+            raise RuntimeError("this CpuLoad is already running")
+        n = self.hogs if self.hogs is not None else (os.cpu_count() or 1)
+        parent = os.getpid()
+        try:
+            for i in range(1, n + 1):
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-c", _HOG, str(self.seed * 1000 + i)], stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                    preexec_fn=lambda: _die_with_parent(parent)))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def running(self) -> int:
+        """How many hogs are still running."""
+        return sum(1 for p in self.procs if p.poll() is None)
+
+    def stop(self) -> None:
+        """Kill every hog and reap it; idempotent."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            p.wait(10)
+
+    def __enter__(self) -> "CpuLoad":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
