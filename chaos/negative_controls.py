@@ -1,0 +1,55 @@
+"""Negative controls: deliberately wrong set-ups, each of which one named checker must fail.
+
+A checker that cannot fail proves nothing. One home for them: ``tests/chaos/test_negative_controls.py`` runs
+each per change (with assertions on the evidence), and ``benchmarks/under_load.py`` runs each repeatedly under
+CPU load to measure that they fail every time.
+
+Example:
+    >>> sorted(c.must_fail for c in CONTROLS)
+    ['liveness', 'reference', 'reintegration', 'safety']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chaos.scenario import Scenario, scenario_with
+
+
+@dataclass(frozen=True)
+class NegativeControl:
+    name: str
+    why: str
+    scenario: Callable[[], Scenario]
+    must_fail: str  # the checker that must report "fail"
+    baseline: bool = False  # whether the run needs its fault-free baseline
+
+
+def reference_scenario(algorithm: dict) -> Scenario:
+    """The fault-free reference-check scenario the last control breaks (``{}``: the defaults).
+
+    Fault-free, 600k tokens: the check compares the trainer with synchronous DiLoCo, not a fault's effect.
+    """
+    return scenario_with("kill-one-learner", schedule=[], cluster={"token_budget": 600_000, "algorithm": algorithm},
+                         checks={"liveness": {"enabled": False}, "reference": {"enabled": True, "tolerance": 0.05}})
+
+
+CONTROLS: tuple[NegativeControl, ...] = (
+    NegativeControl(
+        "quorum-of-all", "K = M: one dead learner and no round can ever reach its quorum again",
+        lambda: scenario_with("kill-one-learner", cluster={"algorithm": {"min_quorum": 3}}), "liveness"),
+    NegativeControl(
+        "never-rejoins", "a killed learner that is never restarted",
+        lambda: scenario_with("kill-one-learner", checks={"reintegration": {"enabled": True}}), "reintegration"),
+    NegativeControl(
+        "corrupt-unvalidated", "NaN uploads with the syncer's validation off",
+        # A long corrupt window: a restarted learner can take many seconds to compile on a loaded machine.
+        lambda: scenario_with("corrupt-learner", cluster={"syncer": {"validate_uploads": False}},
+                              schedule=[{"fault": "corrupt", "mode": "nan", "targets": ["learner-1"], "at": 2,
+                                         "duration": 25}]), "safety"),
+    NegativeControl(
+        "outer-lr-1/70", "outer steps 1/70 of DiLoCo's: the global model barely moves",
+        lambda: reference_scenario({"outer_lr": 0.01}), "reference", baseline=True),
+)
+
