@@ -84,6 +84,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _print_verdicts(report: dict[str, Any]) -> None:
     for v in report["verdicts"]:
         print(f"  {v['status'].upper():13s} {v['name']:14s} {v['summary']}")
+    for w in report.get("warnings") or []:
+        print(f"  warning: {w}")
     where = f"{report['run_dir']}/report.md"
     host = os.environ.get("DILOCO_HOST_RUNS_DIR")  # inside compose: where the host sees DILOCO_RUNS_DIR
     if host and os.environ.get("DILOCO_RUNS_DIR") and where.startswith(os.environ["DILOCO_RUNS_DIR"]):

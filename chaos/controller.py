@@ -40,11 +40,13 @@ from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
 from chaos.errors import ChaosError, RunError
 from chaos.exit_codes import for_status
 from chaos.history import FaultOp, History, Phase, PlanRecord, Recorder
+from chaos.regime import regime_warnings
 from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError
 from faults.toxiproxy import Toxiproxy, ToxiproxyServer
+from trainer import events as ev
 from trainer.config import RunConfig
 from trainer.errors import TrainerError
 from trainer.metrics import summarize_run
@@ -240,6 +242,7 @@ class _Execution:
         pending = list(self.planned)
         deadline = time.monotonic() + self.scenario.timeout_s
         stopped_early = False
+        result_fixed = False  # the syncer reached the budget: a settle phase may follow, no new faults start
         last_status = last_say = 0.0
         with self.backend.client() as client:
             while True:
@@ -248,13 +251,14 @@ class _Execution:
                     last_status = time.monotonic()
                     st = self._poll_status(client)
                     if st is not None:
+                        result_fixed = result_fixed or bool(st.finished)
                         self.status_line = (f"merges {st.merges} tokens {st.tokens}/{st.token_budget} "
-                                            f"eval {st.eval_loss:.3f}")
+                                            f"eval {st.eval_loss:.3f}" + (" (settling)" if st.finished else ""))
                         if self.opts.stop_when is not None and self.opts.stop_when(st):
                             stopped_early = True
                             self.say(f"stop condition met: {self.status_line}")
                             break
-                for p in list(pending):
+                for p in [] if result_fixed else list(pending):
                     if (p.at is not None and rel >= p.at) or (p.at_merge is not None and self.merges >= p.at_merge):
                         pending.remove(p)
                         self.inject(p, rel)
@@ -371,11 +375,15 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
     teardown = history.phase("teardown")
     not_run = history.phase("not_run")
     metrics = summarize_run(out_dir)
+    injected = [w.start for w in history.fault_windows() if w.injected]
+    warnings = regime_warnings([(m.ts, len(m.participants)) for m in history.of(ev.Merge)],
+                               first_fault=min(injected, default=None), learners=cfg.algorithm.num_learners,
+                               mode=cfg.algorithm.mode)
     report = {
         "scenario": scenario.name, "description": scenario.description, "status": status, "exit_code": code,
         "run_dir": str(out_dir), "seed": scenario.seed, "config_hash": cfg.config_hash(),
         "started_at": history.start, "wall_s": round(history.end - history.start, 3),
-        "verdicts": [v.to_json() for v in verdicts],
+        "verdicts": [v.to_json() for v in verdicts], "warnings": warnings,
         "plan": (history.plan().faults if history.plan() else []),
         "faults": _relative_faults(history, steady),
         "not_run": not_run.detail.get("faults", []) if not_run else [],

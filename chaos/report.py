@@ -165,6 +165,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     exit_code = report.get("exit_code")
     out += [f"{len(verdicts)} checks: {tally}" + (f" (exit code {exit_code})" if exit_code is not None else "") + ".",
             ""]
+    for w in report.get("warnings") or []:
+        out += [f"> **Warning:** {w}", ""]
     if report.get("description"):
         out += [str(report["description"]).strip(), ""]
     if status == "error" or report.get("error"):

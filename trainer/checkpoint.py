@@ -64,6 +64,21 @@ def save_checkpoint(directory: str | Path, merges: int, arrays: Mapping[str, np.
     return final
 
 
+RESULT_NAME = "result.npz"  # the checkpoint at the token budget; rotation and restore leave it alone
+
+
+def result_checkpoint(directory: str | Path) -> Path | None:
+    """The run's result: the checkpoint taken at the token budget, else the newest (a run cut short).
+
+    A settle phase (syncer.settle_s) merges on after the budget; those checkpoints are not the result.
+    """
+    d = Path(directory)
+    if (d / RESULT_NAME).is_file():
+        return d / RESULT_NAME
+    ckpts = list_checkpoints(d)
+    return ckpts[-1] if ckpts else None
+
+
 def list_checkpoints(directory: str | Path) -> list[Path]:
     d = Path(directory)
     if not d.is_dir():

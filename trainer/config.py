@@ -173,6 +173,10 @@ class SyncerSection(_Strict):
     checkpoint_every_merges: int = Field(20, ge=1)
     eval_every_merges: int = Field(20, ge=1)
     liveness_timeout_s: float = Field(5.0, gt=0)
+    settle_s: float = Field(
+        0.0, ge=0, description="after the token budget (final eval and checkpoint at the budget), keep merging for "
+                               "up to this long while a learner is away or not merged since it came back: a chaos "
+                               "run lasts until its reintegration check can decide (0: stop at the budget)")
     validate_uploads: bool = Field(True, description="False only for negative-control experiments")
     max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1)
     max_norm_ratio: float = Field(100.0, ge=0, description="refuse updates whose norm per step exceeds this many "

@@ -160,6 +160,15 @@ class Finished(_Event):
     versions: list[int]
 
 
+class Settled(_Event):
+    """Training stopped after a settle phase (syncer.settle_s): everyone was merged again, or time ran out."""
+
+    kind: Literal["settled"] = "settled"
+    seconds: float  # from the budget to now
+    awaited: list[str]  # learners still away or not merged again (empty: everyone was)
+    merges_total: int
+
+
 # ---- learner --------------------------------------------------------------
 class LearnerStart(_Event):
     kind: Literal["learner_start"] = "learner_start"
@@ -250,7 +259,7 @@ class LearnerStop(_Event):
 
 Event = Annotated[
     Union[
-        SyncerStart, SyncerStop, Join, Leave, Upload, Reject, Merge, Checkpoint, Restore, Eval, Finished,
+        SyncerStart, SyncerStop, Join, Leave, Upload, Reject, Merge, Checkpoint, Restore, Eval, Finished, Settled,
         LearnerStart, LearnerJoin, StartTogether, StateFetch, Step, SyncStartEvent, SyncResult, Apply, Unreachable,
         Reconnected, LearnerStop,
     ],

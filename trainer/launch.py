@@ -9,7 +9,7 @@ Run directory layout::
       events/*.jsonl   one event log per process (schema: trainer.events)
       logs/*.log       stdout/stderr of every process
       checkpoints/     the syncer's atomic checkpoints
-      final.npz        the final global checkpoint (a copy of the newest)
+      final.npz        the final global checkpoint (the one at the token budget)
       metrics.json     summary: final eval loss, loss floor, merges, tokens, goodput
 
 Example:
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import grpc
 
-from trainer.checkpoint import list_checkpoints
+from trainer.checkpoint import result_checkpoint
 from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.errors import AddressInUse, TrainerError
@@ -192,12 +192,12 @@ class LocalCluster:
         return {n: p.returncode for n, p in self.procs.items()}
 
     def finalize(self) -> Path | None:
-        """Copy the newest checkpoint to final.npz and write metrics.json."""
-        ckpts = list_checkpoints(self.run_dir / "checkpoints")
+        """Copy the run's result checkpoint (at the budget, else the newest) to final.npz; write metrics.json."""
+        result = result_checkpoint(self.run_dir / "checkpoints")
         final = None
-        if ckpts:
+        if result is not None:
             final = self.run_dir / "final.npz"
-            shutil.copyfile(ckpts[-1], final)
+            shutil.copyfile(result, final)
         metrics = summarize_run(self.run_dir)
         (self.run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
         return final

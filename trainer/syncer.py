@@ -20,6 +20,7 @@ import json
 import math
 import os
 import queue
+import shutil
 import signal
 import sys
 import threading
@@ -35,7 +36,7 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from trainer import events as ev
-from trainer.checkpoint import list_checkpoints, load_latest, save_checkpoint
+from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.fragments import partition_tensors
@@ -62,7 +63,7 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         num_learners=a.num_learners, min_quorum=a.min_quorum, grace_enabled=bool(a.grace),
         grace_gamma=a.grace_gamma, grace_cap_steps=a.grace_cap_steps, overlap_steps=a.overlap_steps,
         merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, **outer, nesterov=a.nesterov,
-        token_budget=cfg.token_budget,
+        token_budget=cfg.token_budget, settle_s=cfg.syncer.settle_s,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
         max_staleness=a.max_staleness, checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
         max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
@@ -330,7 +331,7 @@ class SyncerService(pbg.SyncerServicer):
             )
 
     # ---- background work ---------------------------------------------------
-    def _checkpoint_locked(self) -> None:
+    def _checkpoint_locked(self) -> Path:
         t0 = time.monotonic()
         arrays, meta = self.state.to_checkpoint()
         meta["config_hash"] = self.config_hash
@@ -338,15 +339,18 @@ class SyncerService(pbg.SyncerServicer):
         self.log.emit(ev.Checkpoint(merges_total=self.state.merges_total, versions=list(self.state.versions),
                                     path=str(path), seconds=time.monotonic() - t0,
                                     params_finite=self.state.params_all_finite()))
+        return path
 
     def _merge_loop(self) -> None:
         every_eval = self.cfg.syncer.eval_every_merges
         while not self.stopping.is_set():
             with self.cond:
                 now = time.time()
+                if self._finalized and self.state.settle(now):
+                    self._settled_locked(now)
                 due = self.state.due_merges(now)
                 if not due:
-                    if self.state.finished and not self._finalized:
+                    if self.state.budget_reached and not self._finalized:
                         self._finalize_locked()
                         continue
                     deadline = self.state.next_deadline(now)
@@ -367,12 +371,24 @@ class SyncerService(pbg.SyncerServicer):
                         self._request_eval_locked(final=False)
                 self.cond.notify_all()
 
+    def _settled_locked(self, now: float) -> None:
+        assert self.state.budget_reached_at is not None
+        self.log.emit(ev.Settled(seconds=now - self.state.budget_reached_at, awaited=self.state.awaited(now),
+                                 merges_total=self.state.merges_total))
+        self.cond.notify_all()
+
+    def training_over(self) -> bool:
+        """Learners are told to stop: the budget is reached and any settle phase is over."""
+        with self.cond:
+            return self.state.finished
+
     def _request_eval_locked(self, final: bool) -> None:
         self._eval_queue.put((self.state.merges_total, list(self.state.versions), self.state.copy_params(), final))
 
     def _finalize_locked(self) -> None:
+        """The budget is reached: checkpoint, ``finished``, final eval — the run's result (a settle phase may follow)."""
         self._finalized = True
-        self._checkpoint_locked()
+        shutil.copyfile(self._checkpoint_locked(), self.ckpt_dir / RESULT_NAME)
         self.log.emit(ev.Finished(tokens_total=self.state.tokens_total, merges_total=self.state.merges_total,
                                   versions=list(self.state.versions)))
         self._request_eval_locked(final=True)
@@ -493,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     finished_at: float | None = None
     while not stop.wait(0.2):
-        if svc.done.is_set() and not args.no_exit_on_finish:
+        if svc.done.is_set() and svc.training_over() and not args.no_exit_on_finish:
             finished_at = finished_at or time.monotonic()
             # Let learners collect their stop signal and leave; don't wait forever for dead ones.
             if svc.all_left() or time.monotonic() - finished_at > 2 * cfg.syncer.liveness_timeout_s:

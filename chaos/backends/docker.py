@@ -44,7 +44,7 @@ from chaos.errors import RunError
 from faults.base import SYNCER
 from faults.errors import TargetError
 from faults.toxiproxy import ProxySpec, Toxiproxy
-from trainer.checkpoint import list_checkpoints
+from trainer.checkpoint import result_checkpoint
 from trainer.client import RetryPolicy, SyncClient
 from trainer.config import RunConfig
 from trainer.healthcheck import serving
@@ -298,7 +298,7 @@ class DockerBackend(ProxiedUnits):
         for name in ("config.yaml", "seeds.json", "syncer.json"):
             if (self.work_local / name).exists():
                 shutil.copyfile(self.work_local / name, self.run_dir / name)
-        ckpts = list_checkpoints(self.work_local / "checkpoints")
-        if ckpts:
-            shutil.copyfile(ckpts[-1], self.run_dir / "final.npz")
+        result = result_checkpoint(self.work_local / "checkpoints")
+        if result is not None:
+            shutil.copyfile(result, self.run_dir / "final.npz")
         (self.run_dir / "metrics.json").write_text(json.dumps(summarize_run(self.run_dir), indent=2))

@@ -68,9 +68,15 @@ class CheckInput:
 
     @property
     def finish(self) -> float:
-        """When training ended: the syncer's ``finished`` event, else the last event of the run."""
+        """When the budget was reached (the run's result): the syncer's ``finished`` event, else the run's last event."""
         done = self.history.of(ev.Finished)
         return done[0].ts if done else self.history.end
+
+    @property
+    def training_end(self) -> float:
+        """When learners stopped: the end of the settle phase (``settled``) if there was one, else :attr:`finish`."""
+        settled = self.history.of(ev.Settled)
+        return settled[-1].ts if settled else self.finish
 
 
 def removes_learner(w: FaultWindow) -> bool:

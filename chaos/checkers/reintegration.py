@@ -16,7 +16,7 @@ from trainer import events as ev
 def check_reintegration(inp: CheckInput) -> Verdict:
     within = inp.checks.reintegration.within_s
     merges = inp.history.of(ev.Merge)
-    finish = inp.finish
+    finish = inp.training_end  # a settle phase after the budget gives healed learners their chance to be merged
     rows: list[dict] = []
     for w in inp.history.fault_windows():
         if w.kind == "syncer_crash" or (SYNCER in w.targets and w.kind in SYNCER_DOWN):
@@ -39,7 +39,8 @@ def check_reintegration(inp: CheckInput) -> Verdict:
                            why="" if took <= within else f"merged again only after {took:.1f}s")
             elif finish - w.end < within:
                 row.update(status="indeterminate", why=f"the run ended {finish - w.end:.1f}s after the heal, "
-                                                       f"before the {within}s bound")
+                                                       f"before the {within}s bound (let it settle: set "
+                                                       f"cluster.syncer.settle_s to at least {within})")
             else:
                 row.update(status="fail", why=f"no merge included it in the {finish - w.end:.1f}s after the heal")
             rows.append(row)

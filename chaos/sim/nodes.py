@@ -81,6 +81,7 @@ class SyncerNode:
             sim.emit("syncer", ev.Restore, merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
                      versions=list(self.state.versions), version_skip=skip, path="sim")
         self.up, self.paused, self.finalized = True, False, False  # a restored finished run finalizes again
+        self._finished_at = None
         if self.state.checkpoint_due():  # as the real syncer: at start and right after a restore
             self._checkpoint()
         sim.emit("syncer", ev.SyncerStart, syncer_incarnation=self.incarnation, address="sim",
@@ -216,7 +217,7 @@ class SyncerNode:
         assert self.state is not None
         now = self.sim.loop.now
         d = self.state.next_deadline(now)
-        if self.state.finished and not self.finalized and d is None:
+        if self.state.budget_reached and not self.finalized and d is None:
             d = now
         if d is None:
             return
@@ -249,12 +250,17 @@ class SyncerNode:
             self.sim.on_merge(rec.merges_total)
             if not self.serving:  # a fault triggered by this merge count took the syncer down
                 return
-        if not due and st.finished and not self.finalized:
-            self.finalized = True
+        if not due and st.budget_reached and not self.finalized:
+            self.finalized = True  # as the real syncer: the result is fixed at the budget; a settle phase may follow
             self._checkpoint()
             self.sim.emit("syncer", ev.Finished, tokens_total=st.tokens_total, merges_total=st.merges_total,
                           versions=list(st.versions))
             self._eval(final=True)
+        if self.finalized and st.settle(now):
+            assert st.budget_reached_at is not None
+            self.sim.emit("syncer", ev.Settled, seconds=now - st.budget_reached_at, awaited=st.awaited(now),
+                          merges_total=st.merges_total)
+        if self.finalized and st.finished and self._finished_at is None:
             self._finished_at = now
             self.sim.loop.after(0.2, self._maybe_exit)
         self.arm()

@@ -259,8 +259,9 @@ class Simulation:
         self.loop.after(0.0, self._finish)
 
     def _inject(self, p: Planned) -> None:
-        if self.done or p not in self.pending:
-            return
+        st = self.syncer.state
+        if self.done or p not in self.pending or (st is not None and st.budget_reached):
+            return  # as the controller: once the budget is reached (a settle phase may follow) no fault starts
         self.pending.remove(p)
         params = p.to_json()["params"]
         self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="inject", outcome="invoke",

@@ -490,6 +490,79 @@ def test_rounds_opened_before_the_budget_is_reached_are_flushed():
     assert s.due_merges(now=2.0) == [0]
 
 
+# ---- settle: after the budget, until everyone seen is merged again ---------------------------------
+def _merge_all(s: SyncerState, learners: dict[str, str], now: float) -> None:
+    for lid, inc in learners.items():
+        s.submit(contrib(lid, inc, 0, s.versions[0], grad(s, 0, 0.1)), now=now)
+    for p in s.due_merges(now):
+        s.merge(p, now)
+
+
+def _settling(**kw) -> SyncerState:
+    kw.setdefault("liveness_timeout_s", 5.0)
+    return make_state(num_learners=2, min_quorum=1, grace_enabled=False, token_budget=100, settle_s=30.0, **kw)
+
+
+def test_settle_ends_at_once_when_everyone_seen_was_merged_since_it_joined():
+    s = _settling()
+    s.join("a", "i", now=0.0)
+    s.join("b", "i", now=0.0)
+    _merge_all(s, {"a": "i", "b": "i"}, now=1.0)
+    assert s.report("a", "i", 5, 100, 0.1, now=2.0) is False  # the budget fixes the result; the shell ends training
+    assert s.budget_reached and not s.finished and s.awaited(2.0) == []
+    assert s.settle(2.0) is True and s.finished
+    assert s.settle(2.5) is False  # only once
+
+
+def test_settle_waits_for_a_restarted_learner_to_be_merged_and_keeps_merging_meanwhile():
+    s = _settling()
+    s.join("a", "i", now=0.0)
+    s.join("b", "i", now=0.0)
+    _merge_all(s, {"a": "i", "b": "i"}, now=1.0)
+    s.join("b", "j", now=2.0)  # killed and restarted: a new incarnation, not merged yet
+    s.report("a", "i", 5, 100, 0.1, now=3.0)
+    assert s.awaited(3.0) == ["b"] and s.settle(3.0) is False
+    assert s.next_deadline(3.0) == pytest.approx(33.0)  # the settle phase ends by then at the latest
+    before = s.versions[0]
+    _merge_all(s, {"a": "i", "b": "j"}, now=4.0)  # uploads are still merged while settling
+    assert s.versions[0] == before + 1 and s.awaited(4.0) == []
+    assert s.settle(4.0) is True and s.finished
+    assert reason_of(lambda: s.submit(contrib("a", "i", 0, s.versions[0], grad(s, 0, 0.1)), now=5.0)) \
+        is RejectReason.FINISHED
+
+
+def test_settle_gives_up_after_settle_s_and_names_who_never_came_back():
+    s = _settling()
+    s.join("a", "i", now=0.0)
+    s.join("b", "i", now=0.0)
+    _merge_all(s, {"a": "i", "b": "i"}, now=1.0)
+    s.leave("b", "i", now=2.0)  # gone for good
+    s.report("a", "i", 5, 100, 0.1, now=3.0)
+    assert s.awaited(3.0) == ["b"] and s.settle(32.9) is False
+    assert s.settle(33.0) is True and s.finished
+
+
+def test_a_learner_silent_longer_than_the_liveness_timeout_is_awaited_until_merged_again():
+    s = _settling()
+    s.join("a", "i", now=0.0)
+    s.join("b", "i", now=0.0)
+    _merge_all(s, {"a": "i", "b": "i"}, now=1.0)
+    for t in (4.0, 7.0):
+        s.report("a", "i", 5, 50, 0.1, now=t)  # a keeps reporting (every 0.5 s in a real run)
+    s.report("a", "i", 5, 100, 0.1, now=10.0)  # b partitioned since 1 s
+    assert s.awaited(10.0) == ["b"]
+    s.report("b", "i", 5, 10, 0.1, now=11.0)  # back, same incarnation: not yet merged again
+    assert s.awaited(11.0) == ["b"] and s.settle(11.0) is False
+    _merge_all(s, {"b": "i"}, now=12.0)
+    assert s.awaited(12.0) == []  # a spoke at 10 s and was merged at 1 s: present and merged
+
+
+def test_without_settle_the_budget_finishes_at_once():
+    s = make_state(num_learners=2, token_budget=100)
+    s.join("a", "i", now=0.0)
+    assert s.report("a", "i", 5, 100, 0.1, now=1.0) is True and s.budget_reached
+
+
 # ---- checkpoints --------------------------------------------------------------------------
 def _trained_state():
     s = make_state(num_learners=2, min_quorum=1, sizes={"a": 3, "b": 2}, num_fragments=2, outer_momentum=0.9,

@@ -221,3 +221,9 @@ def test_timeline_syncer_faults_and_no_steady(tmp_path: Path) -> None:
     out = tmp_path / "t.png"
     rep.write_timeline(h, REPORT, out)
     _assert_png(out)
+
+
+def test_regime_warnings_lead_the_report():
+    md = rep.render_markdown({"scenario": "s", "status": "pass", "warnings": ["outside the regime: 1.2 of 3 learners"]})
+    assert "> **Warning:** outside the regime: 1.2 of 3 learners" in md
+    assert "Warning" not in rep.render_markdown({"scenario": "s", "status": "pass", "warnings": []})

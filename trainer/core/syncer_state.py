@@ -124,6 +124,10 @@ class SyncerPolicy:
     # of the Nesterov outer step above; the learners only compute gradients.
     outer_adamw: AdamWSpec | None = None
     token_budget: int = 0  # 0: no budget
+    # After the budget, keep merging for up to this long while a learner the syncer has seen is away or has not
+    # been merged since it came back (see SyncerState.settle): a chaos run then lasts until reintegration can
+    # be decided. The model and eval at the budget are the run's result; settle merges only show who is back.
+    settle_s: float = 0.0
     liveness_timeout_s: float = 5.0
     ema_alpha: float = 0.2
     validate_uploads: bool = True  # off only for negative-control experiments
@@ -185,6 +189,7 @@ class LearnerRecord:
     step: int = 0
     tokens: int = 0
     merged_contributions: int = 0
+    merged_since_back: bool = False  # merged since it joined or came back from an absence (settle waits for it)
 
     def active(self, now: float, timeout_s: float) -> bool:
         return not self.left and now - self.last_seen <= timeout_s
@@ -299,6 +304,7 @@ class SyncerState:
     step_times: dict[str, float] = field(default_factory=dict)  # learner id -> its last reported step time
     last_round: list[int] = field(default_factory=list)  # per fragment: the last round merged (-1: none)
     late_carried: int = 0
+    budget_reached_at: float | None = None  # when tokens_total first reached the budget (not checkpointed)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -382,6 +388,8 @@ class SyncerState:
             )
         if rec.left:
             raise Rejected(RejectReason.LEFT_LEARNER, f"learner {learner_id!r} has left; join again with a new incarnation")
+        if now - rec.last_seen > self.policy.liveness_timeout_s:
+            rec.merged_since_back = False  # it was away (partitioned, paused ...): back once merged again
         rec.last_seen = now
         return rec
 
@@ -435,8 +443,40 @@ class SyncerState:
         elif step_time_s > 0:
             self.timing = self.timing.observe_step(step_time_s)
         if self.policy.token_budget and self.tokens_total >= self.policy.token_budget:
-            self.finished = True
+            if self.budget_reached_at is None:
+                self.budget_reached_at = now
+            if self.policy.settle_s <= 0:
+                self.finished = True  # else the shell's tick decides when the settle phase ends (settle)
         return self.finished
+
+    @property
+    def budget_reached(self) -> bool:
+        """The run's result is fixed: final eval and checkpoint now (training may go on settling)."""
+        return self.finished or self.budget_reached_at is not None
+
+    def awaited(self, now: float) -> list[str]:
+        """Learners the syncer has seen (this incarnation or a checkpointed one) that are away, or back but not
+        merged since (a new incarnation, or a return after more than the liveness timeout without a word)."""
+        timeout = self.policy.liveness_timeout_s
+        out = []
+        for lid in sorted(set(self.incarnation_counts) | set(self.learners)):
+            rec = self.learners.get(lid)
+            if rec is None or not rec.active(now, timeout) or not rec.merged_since_back:
+                out.append(lid)
+        return out
+
+    def settle(self, now: float) -> bool:
+        """After the budget: finish once nobody is awaited or ``settle_s`` has passed; True when this call finished.
+
+        Shells call it on every tick, after the budget's final eval: it can end only at a merge (the last awaited
+        learner merged again) or at its deadline, which :meth:`next_deadline` includes.
+        """
+        if self.finished or self.budget_reached_at is None:
+            return False
+        if now - self.budget_reached_at >= self.policy.settle_s or not self.awaited(now):
+            self.finished = True
+            return True
+        return False
 
     # ---- uploads -------------------------------------------------------
     def check_header(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
@@ -576,6 +616,8 @@ class SyncerState:
 
     def next_deadline(self, now: float) -> float | None:
         times = [t for p in self.rounds if (t := self.merge_at(p, now)) is not None]
+        if self.budget_reached_at is not None and not self.finished:
+            times.append(self.budget_reached_at + self.policy.settle_s)  # the settle phase's end at the latest
         return min(times) if times else None
 
     def merge(self, fragment: int, now: float) -> MergeRecord:
@@ -608,6 +650,7 @@ class SyncerState:
             rec = self.learners.get(c.learner_id)
             if rec is not None and rec.incarnation == c.incarnation:
                 rec.merged_contributions += 1
+                rec.merged_since_back = True
             participants.append(Participant(c.learner_id, c.incarnation, w / total_w if sum(weights) else 1 / len(weights),
                                             c.c_steps, c.c_tokens, c.base_version, c.round))
         # Keys below the previous version can never be re-sent usefully: keep the set small.
