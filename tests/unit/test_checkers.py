@@ -247,6 +247,22 @@ def test_reintegration_run_ending_right_after_heal_is_indeterminate() -> None:
     assert v.evidence["learners"][0]["status"] == "indeterminate"
 
 
+def test_reintegration_decides_in_the_settle_phase_after_the_budget() -> None:
+    # The budget is reached 0.8 s after the heal; the syncer settles on (merging) until learner-1 is merged again.
+    settle = [upload(19.8, "learner-1"), merge(20.0, 99, list(LEARNERS)),
+              ev.Settled(ts=T0 + 20.5, source="syncer", seconds=9.5, awaited=[], merges_total=99)]
+    h = history(until=10.8, who=_back_at("learner-1", 5, 100), records=fault("k", "kill", ["learner-1"], 5, 10),
+                events=settle)
+    v = check(check_reintegration, h)
+    assert v.status == "pass", v.summary
+    assert v.evidence["learners"][0]["seconds"] == pytest.approx(10.0)
+    # Settled without it (the settle time ran out): decided too, as a failure once the bound has passed.
+    gone = [ev.Settled(ts=T0 + 60.0, source="syncer", seconds=49.0, awaited=["learner-1"], merges_total=21)]
+    h = history(until=10.8, who=_back_at("learner-1", 5, 100), records=fault("k", "kill", ["learner-1"], 5, 10),
+                events=gone)
+    assert check(check_reintegration, h).status == "fail"
+
+
 def test_reintegration_kill_without_restart_fails() -> None:
     h = history(who=without("learner-1"), records=fault("k", "kill", ["learner-1"], 5, 10, {"restart": False}))
     v = check(check_reintegration, h)

@@ -557,6 +557,18 @@ def test_a_learner_silent_longer_than_the_liveness_timeout_is_awaited_until_merg
     assert s.awaited(12.0) == []  # a spoke at 10 s and was merged at 1 s: present and merged
 
 
+def test_settle_ends_exactly_at_its_own_deadline_despite_rounding():
+    # (3.3 + 30) - 3.3 < 30 in floating point: a shell woken at next_deadline must find the phase over.
+    s = _settling()
+    s.join("a", "i", now=0.0)
+    s.join("b", "i", now=0.0)
+    s.leave("b", "i", now=1.0)
+    s.report("a", "i", 5, 100, 0.1, now=3.3)
+    deadline = s.next_deadline(3.3)
+    assert deadline == 3.3 + 30.0 and (deadline - 3.3) < 30.0
+    assert s.settle(deadline) is True
+
+
 def test_without_settle_the_budget_finishes_at_once():
     s = make_state(num_learners=2, token_budget=100)
     s.join("a", "i", now=0.0)

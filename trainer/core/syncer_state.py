@@ -473,7 +473,9 @@ class SyncerState:
         """
         if self.finished or self.budget_reached_at is None:
             return False
-        if now - self.budget_reached_at >= self.policy.settle_s or not self.awaited(now):
+        # The same sum as next_deadline's: `now - start >= settle_s` can round below at now == the deadline, and a
+        # shell woken at its deadline would then wake again at once, forever (found by the simulator's search).
+        if now >= self.budget_reached_at + self.policy.settle_s or not self.awaited(now):
             self.finished = True
             return True
         return False
