@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common import markdown_table, write_results
+from chaos.exit_codes import ExitCode
 from chaos.load import CpuLoad
 
 
@@ -66,7 +67,7 @@ def _main_job(seed: int, root: Path) -> Outcome:
     t = time.monotonic()
     with CpuLoad(seed=seed):
         code = subprocess.run(["scripts/main"], cwd=clone, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-    status = {0: "pass", 1: "fail", 3: "indeterminate"}.get(code, "error")
+    status = ExitCode(code).name.lower() if code in set(ExitCode) else "error"
     return Outcome(status, time.monotonic() - t, [] if code == 0 else [f"exit code {code}"])
 
 

@@ -14,10 +14,11 @@ Example:
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
+
+from faults.toxiproxy import die_with_parent
 
 # Each hog: seeded busy spells of 0.5-3 s with idle gaps of 0-0.4 s (the shape of ../shared/tools/under-load).
 _HOG = """
@@ -29,18 +30,6 @@ while True:
         sum(i * i for i in range(10_000))
     time.sleep(rng.uniform(0.0, 0.4))
 """
-
-
-def _die_with_parent(parent: int) -> None:
-    """In the child before exec: SIGKILL when the parent dies, so a hog never outlives its run."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: __exit__ still stops them on every normal exit path
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 @dataclass
@@ -61,7 +50,7 @@ class CpuLoad:
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-c", _HOG, str(self.seed * 1000 + i)], stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                    preexec_fn=lambda: _die_with_parent(parent)))
+                    preexec_fn=lambda: die_with_parent(parent)))
         except BaseException:
             self.stop()
             raise

@@ -363,8 +363,9 @@ class Toxiproxy:
 # -- the server process ----------------------------------------------------------------------------------------
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """In the child before exec: SIGKILL when the parent dies, so a toxiproxy-server is never orphaned."""
+def die_with_parent(parent_pid: int) -> None:
+    """In the child before exec: SIGKILL when the parent dies, so a helper process (a toxiproxy-server, a CPU
+    hog) is never orphaned."""
     try:
         import ctypes
 
@@ -474,7 +475,7 @@ class ToxiproxyServer:
         with open(log, "ab") as out:
             self._proc = subprocess.Popen([binary, "-host", host, "-port", str(port)], stdin=subprocess.DEVNULL,
                                           stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=lambda: _die_with_parent(parent))
+                                          preexec_fn=lambda: die_with_parent(parent))
         self.host, self.port = host, port
         probe = Toxiproxy(self.url, timeout_s=1.0)
         deadline = time.monotonic() + self.startup_timeout_s
