@@ -196,16 +196,31 @@ class Liveness(_Strict):
     """Merges keep happening while at least ``min_reachable`` learners are reachable."""
 
     enabled: bool = True
-    max_gap_s: float = Field(15.0, gt=0, description="longest allowed gap between merges while enough are reachable")
+    max_gap_s: float | None = Field(None, gt=0, description="longest allowed gap between merges while enough are "
+                                                             "reachable, in seconds; unset: `rounds` of this run's "
+                                                             "own round time (chaos.checkers.bounds)")
+    rounds: float = Field(25.0, gt=0, description="the derived bound, in fragment rounds of this run")
     min_reachable: int = Field(1, ge=1, description="learners that must be reachable for merges to be owed; "
                                                     "1 is Decoupled DiLoCo's claim (any one learner keeps training going)")
 
 
 class Reintegration(_Strict):
-    """Every killed or cut-off learner gets a merged update within ``within_s`` of its heal."""
+    """Every killed or cut-off learner gets a merged update within a bound of its heal.
+
+    The bound is ``within_s`` seconds if given, else derived from the run's own pace (chaos.checkers.bounds):
+    ``startups`` cold starts of the cluster (a restart is one) plus ``rounds`` fragment rounds.
+    """
 
     enabled: bool = True
-    within_s: float = Field(45.0, gt=0)
+    within_s: float | None = Field(None, gt=0, description="a fixed bound in seconds; unset: derived")
+    startups: float = Field(3.0, ge=0, description="the derived bound's multiple of this run's start-up time")
+    rounds: float = Field(25.0, ge=0, description="the derived bound's multiple of this run's round time")
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> "Reintegration":
+        if self.within_s is None and self.startups == 0 and self.rounds == 0:
+            raise ValueError("startups and rounds are both 0: the derived bound would be 0 s; give within_s instead")
+        return self
 
 
 class Parity(_Strict):

@@ -8,6 +8,7 @@ longest gap is reported too.
 from __future__ import annotations
 
 from chaos.checkers.base import CheckInput, Verdict, covered, unavailable_intervals
+from chaos.checkers.bounds import derive_bound, run_pace
 from trainer import events as ev
 
 
@@ -43,13 +44,20 @@ def check_liveness(inp: CheckInput) -> Verdict:
         if eff > worst_eff:
             worst_eff, at = eff, a
         worst_raw = max(worst_raw, b - a)
+    pace = run_pace(inp.history)
+    bound = derive_bound(cfg.max_gap_s, pace, startups=0, rounds=cfg.rounds)
+    limit = bound.seconds
     evidence = {"merges": len(merges), "longest_gap_s": round(worst_raw, 3),
                 "longest_gap_while_reachable_s": round(worst_eff, 3), "gap_starts_s": round(at - steady, 3),
-                "min_reachable": need, "max_gap_s": cfg.max_gap_s}
-    if worst_eff > cfg.max_gap_s:
+                "min_reachable": need, "max_gap_s": None if limit is None else round(limit, 3),
+                "bound": bound.to_json(), "pace": pace.to_json()}
+    if limit is None:
+        return Verdict("liveness", "indeterminate", f"longest gap {worst_eff:.1f}s while reachable, but no bound: "
+                                                    f"{bound.how}", evidence)
+    if worst_eff > limit:
         return Verdict("liveness", "fail",
                        f"no merge for {worst_eff:.1f}s while at least {need} learner(s) could contribute "
-                       f"(starting {at - steady:.1f}s after steady state; limit {cfg.max_gap_s}s)", evidence)
+                       f"(starting {at - steady:.1f}s after steady state; limit {limit:.1f}s = {bound.how})", evidence)
     return Verdict("liveness", "pass",
                    f"{len(merges)} merges; longest gap {worst_raw:.1f}s, {worst_eff:.1f}s of it while "
-                   f"≥{need} learner(s) were reachable (limit {cfg.max_gap_s}s)", evidence)
+                   f"≥{need} learner(s) were reachable (limit {limit:.1f}s = {bound.how})", evidence)

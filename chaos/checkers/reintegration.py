@@ -9,12 +9,17 @@ learner never came back.
 from __future__ import annotations
 
 from chaos.checkers.base import SYNCER_DOWN, CheckInput, Verdict, removes_learner
+from chaos.checkers.bounds import derive_bound, run_pace
 from faults.base import SYNCER
 from trainer import events as ev
 
 
 def check_reintegration(inp: CheckInput) -> Verdict:
-    within = inp.checks.reintegration.within_s
+    cfg = inp.checks.reintegration
+    pace = run_pace(inp.history)
+    bound = derive_bound(cfg.within_s, pace, startups=cfg.startups, rounds=cfg.rounds)
+    evidence: dict = {"bound": bound.to_json(), "pace": pace.to_json()}
+    within = bound.seconds
     merges = inp.history.of(ev.Merge)
     finish = inp.training_end  # a settle phase after the budget gives healed learners their chance to be merged
     rows: list[dict] = []
@@ -33,29 +38,32 @@ def check_reintegration(inp: CheckInput) -> Verdict:
                 continue
             back = next((m.ts for m in merges if m.ts >= w.end and any(p.learner_id == lid for p in m.participants)),
                         None)
-            if back is not None:
+            if within is None:
+                row.update(status="indeterminate", why=f"no bound: {bound.how}",
+                           **({"seconds": round(back - w.end, 3)} if back is not None else {}))
+            elif back is not None:
                 took = back - w.end
                 row.update(seconds=round(took, 3), status="pass" if took <= within else "fail",
                            why="" if took <= within else f"merged again only after {took:.1f}s")
             elif finish - w.end < within:
                 row.update(status="indeterminate", why=f"the run ended {finish - w.end:.1f}s after the heal, "
-                                                       f"before the {within}s bound (let it settle: set "
-                                                       f"cluster.syncer.settle_s to at least {within})")
+                                                       f"before the {within:.1f}s bound (let it settle: set "
+                                                       f"cluster.syncer.settle_s to at least {within:.0f})")
             else:
                 row.update(status="fail", why=f"no merge included it in the {finish - w.end:.1f}s after the heal")
             rows.append(row)
-    evidence = {"within_s": within, "learners": rows}
+    evidence.update(within_s=None if within is None else round(within, 3), learners=rows)
+    limit = f"limit {within:.1f}s = {bound.how}" if within is not None else f"no bound: {bound.how}"
     if not rows:
         return Verdict("reintegration", "pass", "no fault took a learner out; nothing to reintegrate", evidence)
     failed = [r for r in rows if r["status"] == "fail"]
     if failed:
         r = failed[0]
         return Verdict("reintegration", "fail", f"{len(failed)} of {len(rows)} reintegrations failed; first: "
-                                                f"{r['learner']} after {r['fault_id']} ({r['kind']}): {r['why']}",
-                       evidence)
+                                                f"{r['learner']} after {r['fault_id']} ({r['kind']}): {r['why']} "
+                                                f"({limit})", evidence)
     if any(r["status"] == "indeterminate" for r in rows):
-        return Verdict("reintegration", "indeterminate",
-                       "some learners had no time to contribute before the run ended", evidence)
+        why = next(r["why"] for r in rows if r["status"] == "indeterminate")
+        return Verdict("reintegration", "indeterminate", f"undecided: {why}", evidence)
     worst = max(r["seconds"] for r in rows)
-    return Verdict("reintegration", "pass", f"{len(rows)} reintegrations, slowest {worst:.1f}s (limit {within}s)",
-                   evidence)
+    return Verdict("reintegration", "pass", f"{len(rows)} reintegrations, slowest {worst:.1f}s ({limit})", evidence)

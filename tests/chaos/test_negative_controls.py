@@ -36,7 +36,7 @@ def test_every_control_is_run_here():
 
 def test_quorum_of_all_learners_stalls_merges_and_liveness_fails(run_chaos):
     s, _, v = _run(run_chaos, "quorum-of-all")
-    assert v.evidence["longest_gap_while_reachable_s"] > s.checks.liveness.max_gap_s
+    assert v.evidence["longest_gap_while_reachable_s"] > v.evidence["max_gap_s"] > 0
 
 
 def test_learner_that_never_rejoins_fails_reintegration(run_chaos):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from chaos.checkers import CHECKERS, CheckInput, RunFacts, run_checks
+from chaos.checkers.bounds import run_pace
 from chaos.checkers.durability import check_durability
 from chaos.checkers.goodput import check_goodput
 from chaos.checkers.liveness import check_liveness
@@ -210,6 +211,60 @@ def test_liveness_unfinished_run_counts_the_stall_to_its_end() -> None:
     v = check(check_liveness, h)
     assert v.status == "fail"
     assert v.evidence["longest_gap_s"] == pytest.approx(30.0)
+
+
+# ---- bounds in the run's own units (chaos.checkers.bounds) -----------------------------------------------------
+def _every(period: float) -> Who:
+    """A cluster that merges every ``period`` seconds (a multiple of the builder's 0.5 s)."""
+    k = round(period / 0.5)
+    return lambda t: LEARNERS if round(t * 2) % k == 0 else []
+
+
+def test_run_pace_measures_start_up_and_the_round_time_outside_faults() -> None:
+    h = history(who=_every(1.0), gaps=[(5, 25)], records=fault("p", "partition", LEARNERS, 5.1, 24.0))
+    p = run_pace(h)
+    assert p.startup_s == pytest.approx(5.0)  # bring_up at T0 - 5, steady at T0
+    assert p.round_s == pytest.approx(1.0)  # the 20 s gap the partition caused is not a round
+    assert p.intervals == 9  # 1 s … 5 s and 25 s … 30 s
+
+
+def test_liveness_bound_follows_the_clusters_pace() -> None:
+    cut = fault("p", "partition", LEARNERS, 5.1, 10.0)
+    owed = [upload(11.0, "learner-2")]  # nothing merges from 11 s to 25 s: 14 s owed
+    fast = check(check_liveness, history(gaps=[(5, 25)], records=cut, events=owed))
+    assert fast.status == "fail" and "25 × round 0.50s" in fast.summary  # limit 12.5 s
+    assert fast.evidence["max_gap_s"] == pytest.approx(12.5)
+    assert fast.evidence["bound"]["how"].endswith("measured in this run")
+    # The same 14 s stall in a cluster whose rounds take twice as long (a loaded machine) is within its bound.
+    slow = check(check_liveness, history(who=_every(1.0), gaps=[(5, 25)], records=cut, events=owed))
+    assert slow.status == "pass", slow.summary
+    assert slow.evidence["max_gap_s"] == pytest.approx(25.0)
+
+
+def test_reintegration_bound_adds_start_ups_and_rounds() -> None:
+    h = history(who=_back_at("learner-1", 5, 30), records=fault("k", "kill", ["learner-1"], 5, 10))
+    v = check(check_reintegration, h)  # back 20 s after the heal; bound 3 × 5 s + 25 × 0.5 s = 27.5 s
+    assert v.status == "pass", v.summary
+    assert v.evidence["within_s"] == pytest.approx(27.5) and "3 × start-up 5.0s" in v.summary
+    tight = check(check_reintegration, h, Checks(reintegration=Reintegration(startups=1, rounds=10)))
+    assert tight.status == "fail" and "limit 10.0s" in tight.summary
+
+
+def test_a_bound_the_run_cannot_measure_is_indeterminate_not_guessed() -> None:
+    # Two merges in all: no round time. A fixed bound in seconds still decides.
+    h = history(until=1.0, records=fault("k", "kill", ["learner-1"], 0.6, 0.8), events=[merge(5.0, 3, LEARNERS)])
+    assert run_pace(h).round_s is None
+    for fn in (check_liveness, check_reintegration):
+        v = check(fn, h)
+        assert v.status == "indeterminate" and "give the bound in seconds" in v.summary, v.summary
+    fixed = Checks(liveness=Liveness(max_gap_s=10), reintegration=Reintegration(within_s=10))
+    assert check(check_liveness, h, fixed).status == "pass"
+    assert check(check_reintegration, h, fixed).status == "pass"
+
+
+def test_reintegration_needs_some_derived_bound() -> None:
+    with pytest.raises(ValueError, match="give within_s"):
+        Reintegration(startups=0, rounds=0)
 
 
 # ---- reintegration ---------------------------------------------------------------------------------------------
