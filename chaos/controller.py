@@ -3,7 +3,7 @@
 Lifecycle of :func:`run_scenario` (Chaos Toolkit's, with its users' complaints fixed)::
 
     validate (already done: a Scenario is valid by construction)
-    baseline   the same cluster without faults, cached by config hash
+    baseline   the same cluster without faults at a few cluster seeds (the parity band), cached by config hash
     bring_up   Toxiproxy, one proxy per learner, syncer, learners
     steady     wait for the first merge; schedule times count from here
     schedule   inject / heal faults by time or merge count, recording each step
@@ -345,6 +345,27 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> tuple[fl
                                   "config_hash": key}
 
 
+def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:
+    """The fault-free runs over ``checks.parity.baseline_seeds`` cluster seeds, the run's own first (each cached).
+
+    The same-seed run's record, plus ``band``: every seed's final loss (what parity judges against) and ``runs``:
+    the other seeds' records.
+    """
+    parity = scenario.checks.parity
+    n = parity.baseline_seeds if parity.enabled else 1
+    seed = scenario.cluster.seed
+    runs = []
+    for k in range(n):
+        if opts.progress:
+            opts.progress(f"baseline {k + 1}/{n}: fault-free run at cluster seed {seed + k}")
+        one = scenario.model_copy(update={"cluster": scenario.cluster.fault_free_at(seed + k)})
+        _, info = _baseline(one, toxi, opts)
+        runs.append({"seed": seed + k, **info})
+    losses = [r["final_eval_loss"] for r in runs]
+    band = {"seeds": [r["seed"] for r in runs], "losses": losses, "low": min(losses), "high": max(losses)}
+    return {**runs[0], "band": band, "runs": runs[1:]}
+
+
 def _relative_faults(history: History, steady: float) -> list[dict[str, Any]]:
     return [{"fault_id": w.fault_id, "kind": w.kind, "targets": list(w.targets), "start_s": round(w.start - steady, 3),
              "end_s": None if w.end is None else round(w.end - steady, 3), "injected": w.injected,
@@ -367,8 +388,9 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
     cfg = scenario.cluster
     facts = RunFacts.of(scenario)
     base_loss = baseline["final_eval_loss"] if baseline else None
+    band = tuple((baseline or {}).get("band", {}).get("losses", ()))  # a run directory from before bands: just one
     ref_loss = reference["final_eval_loss"] if reference else None
-    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss))
+    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band))
     status, code = overall(verdicts)
     steady_phase = history.phase("steady")
     steady = steady_phase.ts if steady_phase else history.start
@@ -415,10 +437,11 @@ def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
             baseline: dict[str, Any] | None = None
             reference: dict[str, Any] | None = None
             if opts.baseline:
-                _, baseline = _baseline(scenario, toxi, opts)
+                baseline = _baselines(scenario, toxi, opts)
                 (out / "baseline.json").write_text(json.dumps(baseline, indent=2))
                 if scenario.checks.reference.enabled:
-                    ref_scenario = scenario.model_copy(update={"cluster": scenario.cluster.sync_diloco_reference()})
+                    ref = scenario.cluster.fault_free_at(scenario.cluster.seed).sync_diloco_reference()
+                    ref_scenario = scenario.model_copy(update={"cluster": ref})
                     _, reference = _baseline(ref_scenario, toxi, opts)
                     (out / "reference.json").write_text(json.dumps(reference, indent=2))
             _Execution(scenario, out, toxi, planned, opts, "chaos").execute()

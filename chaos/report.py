@@ -278,6 +278,12 @@ def _numbers_section(report: dict[str, Any]) -> list[str]:
         vs = "no baseline"
     if isinstance(baseline, dict) and baseline.get("cached"):
         vs += ", cached"
+    band = baseline.get("band") if isinstance(baseline, dict) else None
+    if isinstance(band, dict) and _finite(band.get("low")) and _finite(band.get("high")):
+        seeds = ", ".join(map(str, band.get("seeds") or []))
+        band_cell = f"{_num(band['low'])} – {_num(band['high'])} (cluster seeds {seeds})"
+    else:
+        band_cell = "one baseline" if isinstance(baseline, dict) else "n/a"
     goodput = m.get("goodput_tokens")
     rejections = m.get("rejections")
     if isinstance(rejections, dict):
@@ -288,6 +294,7 @@ def _numbers_section(report: dict[str, Any]) -> list[str]:
     rows = [
         ("final eval loss", _num(final)),
         ("baseline final eval loss", vs),
+        ("fault-free band (parity)", band_cell),
         ("loss floor", _num(m.get("loss_floor"))),
         ("merges", _num(m.get("merges"))),
         ("tokens merged", _num(m.get("tokens_total"))),

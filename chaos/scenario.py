@@ -224,10 +224,16 @@ class Reintegration(_Strict):
 
 
 class Parity(_Strict):
-    """Final eval loss within ``tolerance`` nats of the fault-free baseline."""
+    """Final eval loss within ``tolerance`` nats of the band the fault-free baselines span over seeds.
+
+    One fault-free run is one draw of the run-to-run noise (seed, timing, load); the band of ``baseline_seeds``
+    runs (cluster seeds s, s+1, …; cached by config) is what a fault-free run can look like, and a chaos run is
+    judged against it plus ``tolerance``.
+    """
 
     enabled: bool = True
     tolerance: float = Field(0.15, gt=0)
+    baseline_seeds: int = Field(3, ge=1, le=16, description="fault-free runs whose final losses make the band")
 
 
 class Reference(_Strict):

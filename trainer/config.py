@@ -234,6 +234,23 @@ class RunConfig(_Strict):
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
+    def fault_free_at(self, seed: int) -> "RunConfig":
+        """This run's fault-free baseline at ``seed``, with no settle phase.
+
+        A fault-free run has nobody to wait for and its result is fixed at the budget either way, so runs that
+        differ only in ``settle_s`` share one cached baseline.
+
+        Example:
+            >>> c = RunConfig.model_validate({"seed": 4, "syncer": {"settle_s": 60}})
+            >>> b = c.fault_free_at(5)
+            >>> (b.seed, b.syncer.settle_s, c.fault_free_at(4) == RunConfig.model_validate({"seed": 4}))
+            (5, 0.0, True)
+        """
+        tree = self.model_dump(mode="json")
+        tree["seed"] = seed
+        tree["syncer"]["settle_s"] = 0.0
+        return RunConfig.model_validate(tree)
+
     def sync_diloco_reference(self) -> "RunConfig":
         """The same run as synchronous DiLoCo: the algorithm's reference at equal tokens, seed, model and data.
 

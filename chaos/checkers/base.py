@@ -60,6 +60,7 @@ class CheckInput:
     checks: Checks
     baseline_final_loss: float | None  # None: no baseline (parity is then indeterminate)
     reference_final_loss: float | None = None  # synchronous DiLoCo on the same cluster (None: not run)
+    baseline_band: tuple[float, ...] = ()  # final losses of the fault-free runs over seeds (empty: just the one)
 
     @property
     def steady(self) -> float | None:

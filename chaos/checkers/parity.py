@@ -1,4 +1,17 @@
-"""Parity: the chaos run's final eval loss is within the tolerance of the fault-free baseline's."""
+"""Parity: the chaos run's final eval loss lies within ``tolerance`` of the fault-free band.
+
+The band is ``[min, max]`` of the fault-free baselines' final losses over
+several cluster seeds (the chaos run's own seed first): one fault-free run is a
+single draw of run-to-run noise, so a bound around it alone flips with the seed
+and the machine's load. The verdict shows the band, its seeds, and how far
+outside it the run landed.
+
+    pass  ⇔  min(band) − tolerance ≤ loss ≤ max(band) + tolerance
+
+Example:
+    >>> band_distance(2.50, (2.40, 2.45)), band_distance(2.42, (2.40, 2.45)), band_distance(2.3, (2.40, 2.45))
+    (0.05, 0.0, -0.1)
+"""
 
 from __future__ import annotations
 
@@ -8,6 +21,12 @@ from chaos.checkers.base import CheckInput, Verdict
 from trainer import events as ev
 
 
+def band_distance(loss: float, band: tuple[float, ...]) -> float:
+    """How far ``loss`` lies above the band's top (> 0), below its bottom (< 0), or 0 inside it."""
+    lo, hi = min(band), max(band)
+    return round(loss - hi, 12) if loss > hi else round(loss - lo, 12) if loss < lo else 0.0
+
+
 def check_parity(inp: CheckInput) -> Verdict:
     tol = inp.checks.parity.tolerance
     finals = [e for e in inp.history.of(ev.Eval) if e.final]
@@ -15,13 +34,22 @@ def check_parity(inp: CheckInput) -> Verdict:
         return Verdict("parity", "indeterminate", "the run has no final evaluation (it did not reach its budget)")
     if inp.baseline_final_loss is None or not math.isfinite(inp.baseline_final_loss):
         return Verdict("parity", "indeterminate", "no fault-free baseline to compare with")
+    band = inp.baseline_band or (inp.baseline_final_loss,)
+    if not all(math.isfinite(x) for x in band):
+        return Verdict("parity", "indeterminate", f"a fault-free baseline has a non-finite final loss: {band}")
     loss, base = finals[-1].loss, inp.baseline_final_loss
     floor = finals[-1].loss_floor
-    delta = loss - base
-    evidence = {"final_eval_loss": loss, "baseline_final_eval_loss": base, "delta": delta, "tolerance": tol,
+    lo, hi = min(band), max(band)
+    out = band_distance(loss, band) if math.isfinite(loss) else math.inf
+    evidence = {"final_eval_loss": loss, "baseline_final_eval_loss": base, "delta": loss - base,
+                "band": {"low": lo, "high": hi, "losses": list(band), "width": hi - lo},
+                "outside_band": out, "tolerance": tol,
                 "loss_floor": floor, "gap_to_floor": loss - floor, "baseline_gap_to_floor": base - floor}
-    if not math.isfinite(loss) or abs(delta) > tol:
-        return Verdict("parity", "fail", f"final eval loss {loss:.4f} vs baseline {base:.4f}: off by {delta:+.4f} "
+    where = (f"fault-free band {lo:.4f}–{hi:.4f} over {len(band)} seed(s)" if len(band) > 1
+             else f"baseline {base:.4f}")
+    if not math.isfinite(loss) or abs(out) > tol:
+        return Verdict("parity", "fail", f"final eval loss {loss:.4f} vs {where}: outside by {out:+.4f} "
                                          f"(tolerance ±{tol})", evidence)
-    return Verdict("parity", "pass", f"final eval loss {loss:.4f} vs baseline {base:.4f} ({delta:+.4f}, "
-                                     f"tolerance ±{tol}; floor {floor:.4f})", evidence)
+    inside = "inside it" if out == 0 else f"{out:+.4f} outside"
+    return Verdict("parity", "pass", f"final eval loss {loss:.4f} vs {where}: {inside} (tolerance ±{tol}; "
+                                     f"same-seed baseline {base:.4f}; floor {floor:.4f})", evidence)

@@ -395,6 +395,30 @@ def test_parity_nan_final_loss_fails() -> None:
     assert check(check_parity, history(final_loss=math.nan), baseline=2.5).status == "fail"
 
 
+def _banded(loss: float, band: tuple[float, ...], tolerance: float = 0.05):
+    return check_parity(CheckInput(history(final_loss=loss), FACTS, Checks(parity=Parity(tolerance=tolerance)),
+                                   baseline_final_loss=band[0], baseline_band=band))
+
+
+def test_parity_judges_against_the_band_the_fault_free_seeds_span() -> None:
+    band = (2.50, 2.58, 2.46)  # the same-seed baseline first
+    inside = _banded(2.60, band)  # 0.10 above the same-seed run, but only 0.02 above the band
+    assert inside.status == "pass", inside.summary
+    assert inside.evidence["outside_band"] == pytest.approx(0.02) and inside.evidence["delta"] == pytest.approx(0.10)
+    assert "2.4600–2.5800 over 3 seed(s)" in inside.summary
+    assert inside.evidence["band"] == {"low": 2.46, "high": 2.58, "losses": [2.5, 2.58, 2.46],
+                                       "width": pytest.approx(0.12)}
+    above, below = _banded(2.64, band), _banded(2.40, band)
+    assert above.status == below.status == "fail"
+    assert above.evidence["outside_band"] == pytest.approx(0.06) and below.evidence["outside_band"] == pytest.approx(-0.06)
+    # Negative control: the band of one seed is the old single-baseline check and fails the run the band passes.
+    assert _banded(2.60, band[:1]).status == "fail"
+
+
+def test_parity_with_a_non_finite_baseline_in_the_band_is_indeterminate() -> None:
+    assert _banded(2.5, (2.5, math.nan)).status == "indeterminate"
+
+
 # ---- durability ------------------------------------------------------------------------------------------------
 def test_durability_increasing_versions_pass() -> None:
     v = check(check_durability, history())

@@ -1,0 +1,104 @@
+"""Parity's false-alarm rate: fault-free runs judged as if they were chaos runs, by one baseline and by the band.
+
+A fault-free run has nothing to find, so every parity failure on one is a false alarm. This runs a no-op
+scenario (the built-ins' cluster, empty schedule) N times, optionally under CPU load (chaos.load.CpuLoad, seed i
+for run i), and judges each run's final eval loss two ways, side by side:
+
+- one baseline: within ``tolerance`` of the fault-free run at the same seed (what parity did before bands);
+- the band: within ``tolerance`` of [min, max] of the fault-free runs at ``--baseline-seeds`` cluster seeds
+  (chaos.checkers.parity, what every report now uses).
+
+    .venv/bin/python -m benchmarks.parity_false_alarm [--runs 8] [--load] [--baseline-seeds 3]
+
+Prints false alarms per tolerance with a 95 % Wilson interval, writes ``benchmarks/results/parity_false_alarm.json``.
+The baselines are computed by the first run, under the same load as the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import markdown_table, write_results
+from chaos.load import CpuLoad
+
+TOLERANCES = (0.02, 0.05, 0.1)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of a rate k / n.
+
+    >>> [round(x, 3) for x in wilson(0, 8)]
+    [0.0, 0.324]
+    """
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    d = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def alarms(deltas: list[float], tolerance: float) -> int:
+    """Runs whose distance exceeds the tolerance.
+
+    >>> alarms([0.01, -0.06, 0.0, 0.051], 0.05)
+    2
+    """
+    return sum(1 for d in deltas if not math.isfinite(d) or abs(d) > tolerance)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from chaos.controller import RunOptions, run_scenario
+    from chaos.scenario import scenario_with
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--baseline-seeds", type=int, default=3)
+    ap.add_argument("--load", action="store_true", help="every run (and the baselines) under chaos.load.CpuLoad")
+    ap.add_argument("--keep-runs", type=Path, default=None)
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    args = ap.parse_args(argv)
+    scenario = scenario_with("kill-one-learner", name="no-op", schedule=[],
+                             checks={"parity": {"baseline_seeds": args.baseline_seeds},
+                                     "reintegration": {"enabled": False}})
+    single, banded, rows_runs, band = [], [], [], None
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep_runs or Path(tmp)
+        for i in range(args.runs):
+            t = time.monotonic()
+            with CpuLoad(seed=i) if args.load else contextlib.nullcontext():
+                r = run_scenario(scenario, RunOptions(root / f"run-{i}", baseline_cache=root / "baselines",
+                                                      progress=None))
+            p = next(v for v in r.verdicts if v.name == "parity").evidence
+            band = p["band"]
+            single.append(p["delta"])
+            banded.append(p["outside_band"])
+            rows_runs.append({"run": i, "final_eval_loss": p["final_eval_loss"], "delta_same_seed": p["delta"],
+                              "outside_band": p["outside_band"], "seconds": round(time.monotonic() - t, 1)})
+            print(f"  run {i}: {rows_runs[-1]}", flush=True)
+    rows, results = [], {"band": band, "runs": rows_runs, "by_tolerance": {}}
+    n = len(single)
+    for tol in TOLERANCES:
+        a1, a2 = alarms(single, tol), alarms(banded, tol)
+        (l1, h1), (l2, h2) = wilson(a1, n), wilson(a2, n)
+        results["by_tolerance"][str(tol)] = {"one_baseline": a1, "band": a2, "runs": n}
+        rows.append([f"±{tol}", f"{a1}/{n} ({l1:.0%}–{h1:.0%})", f"{a2}/{n} ({l2:.0%}–{h2:.0%})"])
+    table = markdown_table(["tolerance", "false alarms, one baseline (95% CI)", "false alarms, band (95% CI)"], rows)
+    abs_single = sorted(abs(d) for d in single)
+    print(f"\nno-op scenario, {n} fault-free runs{' under load' if args.load else ''}; band over "
+          f"{args.baseline_seeds} seeds: {band['low']:.4f}–{band['high']:.4f} (width {band['high'] - band['low']:.4f});"
+          f" median |run − same-seed baseline| {abs_single[n // 2]:.4f}\n\n{table}")
+    path = write_results("parity_false_alarm", config=vars(args), results=results, table=table, out_dir=args.out_dir)
+    print(f"\nresults: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
