@@ -327,8 +327,8 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> tuple[fl
     if metrics_path.exists():
         m = json.loads(metrics_path.read_text())
         if m.get("final_eval_is_final"):
-            return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "run_dir": str(cached),
-                                          "cached": True, "config_hash": key}
+            return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "loss_floor": m.get("loss_floor"),
+                                          "run_dir": str(cached), "cached": True, "config_hash": key}
     if cached.exists():
         shutil.rmtree(cached)
     tmp = cached.with_name(key + ".partial")
@@ -341,15 +341,16 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> tuple[fl
     if not m["final_eval_is_final"]:
         raise RunError(f"the baseline did not reach its token budget; see {tmp / 'logs'}")
     tmp.rename(cached)  # only a complete baseline enters the cache
-    return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "run_dir": str(cached), "cached": False,
-                                  "config_hash": key}
+    return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "loss_floor": m.get("loss_floor"),
+                                  "run_dir": str(cached), "cached": False, "config_hash": key}
 
 
 def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:
     """The fault-free runs over ``checks.parity.baseline_seeds`` cluster seeds, the run's own first (each cached).
 
-    The same-seed run's record, plus ``band``: every seed's final loss (what parity judges against) and ``runs``:
-    the other seeds' records.
+    The same-seed run's record, plus ``band``: every seed's final loss, entropy floor and excess over that floor
+    (what parity judges against: each seed draws its own Markov source, so raw losses differ by the task, not
+    only by noise), and ``runs``: the other seeds' records.
     """
     parity = scenario.checks.parity
     n = parity.baseline_seeds if parity.enabled else 1
@@ -362,7 +363,10 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[st
         _, info = _baseline(one, toxi, opts)
         runs.append({"seed": seed + k, **info})
     losses = [r["final_eval_loss"] for r in runs]
-    band = {"seeds": [r["seed"] for r in runs], "losses": losses, "low": min(losses), "high": max(losses)}
+    floors = [r["loss_floor"] for r in runs]
+    band = {"seeds": [r["seed"] for r in runs], "losses": losses, "floors": floors,
+            # No floor known (not a synthetic source): no band; parity then compares with the same-seed run.
+            "excess": [loss - f for loss, f in zip(losses, floors)] if None not in floors else []}
     return {**runs[0], "band": band, "runs": runs[1:]}
 
 
@@ -388,7 +392,7 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
     cfg = scenario.cluster
     facts = RunFacts.of(scenario)
     base_loss = baseline["final_eval_loss"] if baseline else None
-    band = tuple((baseline or {}).get("band", {}).get("losses", ()))  # a run directory from before bands: just one
+    band = tuple((baseline or {}).get("band", {}).get("excess", ()))  # a run directory from before bands: just one
     ref_loss = reference["final_eval_loss"] if reference else None
     verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band))
     status, code = overall(verdicts)

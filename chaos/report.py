@@ -278,10 +278,12 @@ def _numbers_section(report: dict[str, Any]) -> list[str]:
         vs = "no baseline"
     if isinstance(baseline, dict) and baseline.get("cached"):
         vs += ", cached"
-    band = baseline.get("band") if isinstance(baseline, dict) else None
-    if isinstance(band, dict) and _finite(band.get("low")) and _finite(band.get("high")):
-        seeds = ", ".join(map(str, band.get("seeds") or []))
-        band_cell = f"{_num(band['low'])} – {_num(band['high'])} (cluster seeds {seeds})"
+    parity = next((v.get("evidence") or {} for v in report.get("verdicts") or [] if v.get("name") == "parity"), {})
+    band = parity.get("band") if isinstance(parity, dict) else None
+    seeds = ((baseline.get("band") or {}).get("seeds") or []) if isinstance(baseline, dict) else []
+    if isinstance(band, dict) and _finite(band.get("low")) and _finite(band.get("high")) and len(seeds) > 1:
+        band_cell = (f"{_num(band['low'])} – {_num(band['high'])} (this run's floor + the fault-free excess at "
+                     f"cluster seeds {', '.join(map(str, seeds))})")
     else:
         band_cell = "one baseline" if isinstance(baseline, dict) else "n/a"
     goodput = m.get("goodput_tokens")

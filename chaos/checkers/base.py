@@ -60,7 +60,8 @@ class CheckInput:
     checks: Checks
     baseline_final_loss: float | None  # None: no baseline (parity is then indeterminate)
     reference_final_loss: float | None = None  # synchronous DiLoCo on the same cluster (None: not run)
-    baseline_band: tuple[float, ...] = ()  # final losses of the fault-free runs over seeds (empty: just the one)
+    # Excess of each fault-free run's final loss over its own entropy floor, over seeds (empty: just the one).
+    baseline_band: tuple[float, ...] = ()
 
     @property
     def steady(self) -> float | None:

@@ -396,8 +396,10 @@ def test_parity_nan_final_loss_fails() -> None:
 
 
 def _banded(loss: float, band: tuple[float, ...], tolerance: float = 0.05):
+    """Parity with fault-free runs whose final losses, at this run's floor (1.0), are ``band``."""
+    excess = tuple(b - 1.0 for b in band)
     return check_parity(CheckInput(history(final_loss=loss), FACTS, Checks(parity=Parity(tolerance=tolerance)),
-                                   baseline_final_loss=band[0], baseline_band=band))
+                                   baseline_final_loss=band[0], baseline_band=excess))
 
 
 def test_parity_judges_against_the_band_the_fault_free_seeds_span() -> None:
@@ -405,9 +407,9 @@ def test_parity_judges_against_the_band_the_fault_free_seeds_span() -> None:
     inside = _banded(2.60, band)  # 0.10 above the same-seed run, but only 0.02 above the band
     assert inside.status == "pass", inside.summary
     assert inside.evidence["outside_band"] == pytest.approx(0.02) and inside.evidence["delta"] == pytest.approx(0.10)
-    assert "2.4600–2.5800 over 3 seed(s)" in inside.summary
-    assert inside.evidence["band"] == {"low": 2.46, "high": 2.58, "losses": [2.5, 2.58, 2.46],
-                                       "width": pytest.approx(0.12)}
+    assert "band 2.4600–2.5800 (floor 1.0000 + excess 1.4600–1.5800 over 3 seed(s))" in inside.summary
+    assert inside.evidence["band"] == {"low": pytest.approx(2.46), "high": pytest.approx(2.58),
+                                       "excess": pytest.approx([1.5, 1.58, 1.46]), "width": pytest.approx(0.12)}
     above, below = _banded(2.64, band), _banded(2.40, band)
     assert above.status == below.status == "fail"
     assert above.evidence["outside_band"] == pytest.approx(0.06) and below.evidence["outside_band"] == pytest.approx(-0.06)

@@ -128,6 +128,15 @@ def test_markdown_has_the_essentials() -> None:
     assert "```json" not in md  # nothing failed: no evidence blocks
 
 
+def test_markdown_shows_the_parity_band_and_its_seeds() -> None:
+    r = copy.deepcopy(REPORT)
+    assert "| fault-free band (parity) | one baseline |" in rep.render_markdown(r)
+    r["baseline"]["band"] = {"seeds": [0, 1, 2], "excess": [0.32, 0.30, 0.35]}
+    r["verdicts"][1]["evidence"] = {"band": {"low": 2.69, "high": 2.74}}
+    assert ("| fault-free band (parity) | 2.690 – 2.740 (this run's floor + the fault-free excess at cluster seeds "
+            "0, 1, 2) |") in rep.render_markdown(r)
+
+
 def test_failing_report_says_fail_and_shows_evidence() -> None:
     md = rep.render_markdown(_failing())
     assert "## Result: FAIL" in md and "PASS" not in md.split("\n## Checks")[0]
