@@ -9,6 +9,7 @@ for run i), and judges each run's final eval loss two ways, side by side:
   fault-free runs at ``--baseline-seeds`` cluster seeds (chaos.checkers.parity, what every report now uses).
 
     .venv/bin/python -m benchmarks.parity_false_alarm [--runs 8] [--load] [--baseline-seeds 3]
+    .venv/bin/python -m benchmarks.parity_false_alarm --rejudge benchmarks/results/parity_false_alarm.json
 
 Prints false alarms per tolerance with a 95 % Wilson interval, writes ``benchmarks/results/parity_false_alarm.json``.
 The baselines are computed by the first run, under the same load as the runs.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import sys
 import tempfile
@@ -27,7 +29,7 @@ from pathlib import Path
 from benchmarks.common import markdown_table, write_results
 from chaos.load import CpuLoad
 
-TOLERANCES = (0.02, 0.05, 0.1)
+TOLERANCES = (0.005, 0.01, 0.02, 0.05)
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -64,11 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", action="store_true", help="every run (and the baselines) under chaos.load.CpuLoad")
     ap.add_argument("--keep-runs", type=Path, default=None)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--rejudge", type=Path, help="judge the runs of an earlier results file again (no new runs)")
     args = ap.parse_args(argv)
+    if args.rejudge:
+        doc = json.loads(args.rejudge.read_text())
+        return _judge(doc["results"]["band"], doc["results"]["runs"], {**doc["config"], "rejudged": True},
+                      args.out_dir)
     scenario = scenario_with("kill-one-learner", name="no-op", schedule=[],
                              checks={"parity": {"baseline_seeds": args.baseline_seeds},
                                      "reintegration": {"enabled": False}})
-    single, banded, rows_runs, band = [], [], [], None
+    rows_runs, band = [], None
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
         for i in range(args.runs):
@@ -78,12 +85,16 @@ def main(argv: list[str] | None = None) -> int:
                                                       progress=None))
             p = next(v for v in r.verdicts if v.name == "parity").evidence
             band = {**p["band"], **r.report["baseline"]["band"]}  # where it lies, and the seeds' losses and floors
-            single.append(p["delta"])
-            banded.append(p["outside_band"])
             rows_runs.append({"run": i, "final_eval_loss": p["final_eval_loss"], "delta_same_seed": p["delta"],
                               "outside_band": p["outside_band"], "seconds": round(time.monotonic() - t, 1)})
             print(f"  run {i}: {rows_runs[-1]}", flush=True)
-    rows, results = [], {"band": band, "runs": rows_runs, "by_tolerance": {}}
+    return _judge(band, rows_runs, vars(args), args.out_dir)
+
+
+def _judge(band: dict, runs: list[dict], config: dict, out_dir: Path) -> int:
+    single = [r["delta_same_seed"] for r in runs]
+    banded = [r["outside_band"] for r in runs]
+    rows, results = [], {"band": band, "runs": runs, "by_tolerance": {}}
     n = len(single)
     for tol in TOLERANCES:
         a1, a2 = alarms(single, tol), alarms(banded, tol)
@@ -92,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([f"±{tol}", f"{a1}/{n} ({l1:.0%}–{h1:.0%})", f"{a2}/{n} ({l2:.0%}–{h2:.0%})"])
     table = markdown_table(["tolerance", "false alarms, one baseline (95% CI)", "false alarms, band (95% CI)"], rows)
     abs_single = sorted(abs(d) for d in single)
-    print(f"\nno-op scenario, {n} fault-free runs{' under load' if args.load else ''}; baselines at "
-          f"{args.baseline_seeds} seeds: final losses {min(band['losses']):.4f}–{max(band['losses']):.4f}, excess over "
+    print(f"\nno-op scenario, {n} fault-free runs{' under load' if config['load'] else ''}; baselines at "
+          f"{config['baseline_seeds']} seeds: final losses {min(band['losses']):.4f}–{max(band['losses']):.4f}, excess over "
           f"their floors {min(band['excess']):.4f}–{max(band['excess']):.4f}, so the band is "
           f"{band['low']:.4f}–{band['high']:.4f}; median |run − same-seed baseline| {abs_single[n // 2]:.4f}"
           f"\n\n{table}")
-    path = write_results("parity_false_alarm", config=vars(args), results=results, table=table, out_dir=args.out_dir)
+    path = write_results("parity_false_alarm", config=config, results=results, table=table, out_dir=out_dir)
     print(f"\nresults: {path}")
     return 0
 
