@@ -228,7 +228,8 @@ class Parity(_Strict):
 
     One fault-free run is one draw of the run-to-run noise (seed, timing, load); the band of ``baseline_seeds``
     runs (cluster seeds s, s+1, …; cached by config) is what a fault-free run can look like, and a chaos run is
-    judged against it plus ``tolerance``.
+    judged against it plus ``tolerance``. Each seed draws its own data source, so the band is taken over the
+    runs' excess above their own entropy floors and placed on this run's floor (chaos.checkers.parity).
     """
 
     enabled: bool = True
