@@ -319,16 +319,20 @@ class _Execution:
         self.recorder.close()
 
 
-def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> tuple[float | None, dict[str, Any]]:
-    """The fault-free run's final eval loss, from the cache when the same cluster config ran before."""
+def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:
+    """The fault-free run's record (final eval loss, floor, where), from the cache when the same config ran before."""
     key = scenario.cluster.config_hash()
     cached = opts.baseline_cache / key
     metrics_path = cached / "metrics.json"
+
+    def record(m: dict[str, Any], was_cached: bool) -> dict[str, Any]:
+        return {"final_eval_loss": m["final_eval_loss"], "loss_floor": m.get("loss_floor"), "run_dir": str(cached),
+                "cached": was_cached, "config_hash": key}
+
     if metrics_path.exists():
         m = json.loads(metrics_path.read_text())
         if m.get("final_eval_is_final"):
-            return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "loss_floor": m.get("loss_floor"),
-                                          "run_dir": str(cached), "cached": True, "config_hash": key}
+            return record(m, True)
     if cached.exists():
         shutil.rmtree(cached)
     tmp = cached.with_name(key + ".partial")
@@ -341,8 +345,7 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> tuple[fl
     if not m["final_eval_is_final"]:
         raise RunError(f"the baseline did not reach its token budget; see {tmp / 'logs'}")
     tmp.rename(cached)  # only a complete baseline enters the cache
-    return m["final_eval_loss"], {"final_eval_loss": m["final_eval_loss"], "loss_floor": m.get("loss_floor"),
-                                  "run_dir": str(cached), "cached": False, "config_hash": key}
+    return record(m, False)
 
 
 def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:
@@ -360,8 +363,7 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[st
         if opts.progress:
             opts.progress(f"baseline {k + 1}/{n}: fault-free run at cluster seed {seed + k}")
         one = scenario.model_copy(update={"cluster": scenario.cluster.fault_free_at(seed + k)})
-        _, info = _baseline(one, toxi, opts)
-        runs.append({"seed": seed + k, **info})
+        runs.append({"seed": seed + k, **_baseline(one, toxi, opts)})
     losses = [r["final_eval_loss"] for r in runs]
     floors = [r["loss_floor"] for r in runs]
     band = {"seeds": [r["seed"] for r in runs], "losses": losses, "floors": floors,
@@ -446,7 +448,7 @@ def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
                 if scenario.checks.reference.enabled:
                     ref = scenario.cluster.fault_free_at(scenario.cluster.seed).sync_diloco_reference()
                     ref_scenario = scenario.model_copy(update={"cluster": ref})
-                    _, reference = _baseline(ref_scenario, toxi, opts)
+                    reference = _baseline(ref_scenario, toxi, opts)
                     (out / "reference.json").write_text(json.dumps(reference, indent=2))
             _Execution(scenario, out, toxi, planned, opts, "chaos").execute()
     except KeyboardInterrupt:

@@ -9,8 +9,10 @@ time to contribute). Every verdict carries its evidence.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
+from chaos.checkers.bounds import RunPace, run_pace
 from chaos.history import FaultWindow, History, Phase
 from chaos.scenario import Checks, Scenario
 from faults.base import SYNCER
@@ -73,6 +75,11 @@ class CheckInput:
         """When the budget was reached (the run's result): the syncer's ``finished`` event, else the run's last event."""
         done = self.history.of(ev.Finished)
         return done[0].ts if done else self.history.end
+
+    @cached_property
+    def pace(self) -> RunPace:
+        """This run's start-up and round times, measured once for every bound derived from them."""
+        return run_pace(self.history)
 
     @property
     def training_end(self) -> float:

@@ -8,7 +8,7 @@ longest gap is reported too.
 from __future__ import annotations
 
 from chaos.checkers.base import CheckInput, Verdict, covered, unavailable_intervals
-from chaos.checkers.bounds import derive_bound, run_pace
+from chaos.checkers.bounds import derive_bound
 from trainer import events as ev
 
 
@@ -44,7 +44,7 @@ def check_liveness(inp: CheckInput) -> Verdict:
         if eff > worst_eff:
             worst_eff, at = eff, a
         worst_raw = max(worst_raw, b - a)
-    pace = run_pace(inp.history)
+    pace = inp.pace
     bound = derive_bound(cfg.max_gap_s, pace, startups=0, rounds=cfg.rounds)
     limit = bound.seconds
     evidence = {"merges": len(merges), "longest_gap_s": round(worst_raw, 3),

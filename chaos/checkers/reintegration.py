@@ -9,14 +9,14 @@ learner never came back.
 from __future__ import annotations
 
 from chaos.checkers.base import SYNCER_DOWN, CheckInput, Verdict, removes_learner
-from chaos.checkers.bounds import derive_bound, run_pace
+from chaos.checkers.bounds import derive_bound
 from faults.base import SYNCER
 from trainer import events as ev
 
 
 def check_reintegration(inp: CheckInput) -> Verdict:
     cfg = inp.checks.reintegration
-    pace = run_pace(inp.history)
+    pace = inp.pace
     bound = derive_bound(cfg.within_s, pace, startups=cfg.startups, rounds=cfg.rounds)
     evidence: dict = {"bound": bound.to_json(), "pace": pace.to_json()}
     within = bound.seconds
