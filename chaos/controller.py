@@ -37,6 +37,7 @@ from typing import Any
 from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
 from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
+from chaos.checkers.false_alarm import cluster_key, measured_rate
 from chaos.errors import ChaosError, RunError
 from chaos.exit_codes import for_status
 from chaos.history import FaultOp, History, Phase, PlanRecord, Recorder
@@ -415,11 +416,20 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
         "plan": (history.plan().faults if history.plan() else []),
         "faults": _relative_faults(history, steady),
         "not_run": not_run.detail.get("faults", []) if not_run else [],
-        "baseline": baseline, "reference": reference, "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
+        "baseline": baseline, "reference": reference, "parity_false_alarm": _false_alarm(scenario), "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
         "teardown": teardown.detail if teardown else {},
     }
     _write_reports(out_dir, history, report)
     return RunResult(out_dir, code, status, verdicts, report)
+
+
+def _false_alarm(scenario: Scenario) -> dict[str, Any] | None:
+    """The measured rate at which parity fails a fault-free run at this scenario's tolerance (None: parity off)."""
+    parity = scenario.checks.parity
+    if not parity.enabled:
+        return None
+    return measured_rate(tolerance=parity.tolerance, baseline_seeds=parity.baseline_seeds,
+                         cluster=cluster_key(scenario.cluster))
 
 
 def _write_reports(out_dir: Path, history: History, report: dict[str, Any]) -> None:

@@ -297,6 +297,7 @@ def _numbers_section(report: dict[str, Any]) -> list[str]:
         ("final eval loss", _num(final)),
         ("baseline final eval loss", vs),
         ("fault-free band (parity)", band_cell),
+        ("parity false-alarm rate", _false_alarm_cell(report.get("parity_false_alarm"))),
         ("loss floor", _num(m.get("loss_floor"))),
         ("merges", _num(m.get("merges"))),
         ("tokens merged", _num(m.get("tokens_total"))),
@@ -306,6 +307,14 @@ def _numbers_section(report: dict[str, Any]) -> list[str]:
     ]
     out += ["| metric | value |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in rows), ""]
     return out
+
+
+def _false_alarm_cell(rate: Any) -> str:
+    """chaos.checkers.false_alarm's text, with the benchmark named so a reader can measure it again."""
+    if not isinstance(rate, dict):
+        return "n/a (parity off)" if rate is None else "n/a"
+    text = str(rate.get("text", "n/a"))
+    return f"{text}, {rate['measured']} (benchmarks/parity_false_alarm.py)" if rate.get("measured") else text
 
 
 def _teardown_section(teardown: Any) -> list[str]:

@@ -236,3 +236,14 @@ def test_regime_warnings_lead_the_report():
     md = rep.render_markdown({"scenario": "s", "status": "pass", "warnings": ["outside the regime: 1.2 of 3 learners"]})
     assert "> **Warning:** outside the regime: 1.2 of 3 learners" in md
     assert "Warning" not in rep.render_markdown({"scenario": "s", "status": "pass", "warnings": []})
+
+
+def test_markdown_quotes_the_parity_false_alarm_rate_or_why_there_is_none() -> None:
+    r = copy.deepcopy(REPORT)
+    r["parity_false_alarm"] = None
+    assert "| parity false-alarm rate | n/a (parity off) |" in rep.render_markdown(r)
+    r["parity_false_alarm"] = {"text": "0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
+                                       "measured under load on this cluster", "measured": "2026-12-01T02:55:02+00:00"}
+    assert ("| parity false-alarm rate | 0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
+            "measured under load on this cluster, 2026-12-01T02:55:02+00:00 (benchmarks/parity_false_alarm.py) |"
+            ) in rep.render_markdown(r)
