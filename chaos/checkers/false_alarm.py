@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-# Where benchmarks/parity_false_alarm.py writes its results (committed with the repository).
-MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "parity_false_alarm.json"
+# Where benchmarks/parity_false_alarm.py writes its results (committed with the repository); an installed copy
+# (the image: docker/Dockerfile) finds them under its environment's share/ instead.
+NAME = "parity_false_alarm.json"
+MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / NAME
+INSTALLED = Path(sys.prefix) / "share" / "diloco-chaos" / NAME
 
 
 def cluster_key(cluster: Any) -> str:
@@ -96,8 +100,9 @@ def rate_at(results: dict[str, Any], config: dict[str, Any], *, tolerance: float
 
 
 def measured_rate(*, tolerance: float, baseline_seeds: int, cluster: str,
-                  path: Path = MEASURED) -> dict[str, Any]:
+                  path: Path | None = None) -> dict[str, Any]:
     """What a report says about the false-alarm rate: the measured rate, or why there is none."""
+    path = path or (MEASURED if MEASURED.exists() else INSTALLED)
     try:
         doc = json.loads(path.read_text())
         results, config = doc["results"], doc["config"]
