@@ -181,6 +181,9 @@ class SyncerSection(_Strict):
     max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1)
     max_norm_ratio: float = Field(100.0, ge=0, description="refuse updates whose norm per step exceeds this many "
                                                            "times the fragment's recent average (0: off)")
+    max_speedup: float = Field(
+        4.0, gt=0, description="a learner's step counts are capped at what this many times the cluster's pace "
+                               "allows in the time it had (a faster learner's claims are counted late, not refused)")
     planted_bug: Literal["none", "forget_rejoined"] = Field(
         "none", description="tests of the chaos harness only: switch on a deliberate syncer defect")
 

@@ -43,7 +43,7 @@ from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.syncer_state import Contribution, MergeRecord, SyncerPolicy, SyncerState
 from trainer.errors import AddressInUse, ConfigError, TrainerError
-from trainer.model import EMBEDDING_TENSORS
+from trainer.model import EMBEDDING_TENSORS, MODEL_SIZES
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
 from trainer.training import TrainingSetup, adamw_spec
@@ -57,8 +57,9 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
     a = cfg.algorithm
     if a.mode == "data-parallel":  # the learners upload gradients; one AdamW update per step, here
         outer: dict[str, Any] = dict(outer_adamw=adamw_spec(cfg.inner))
-    else:
-        outer = dict(outer_lr=a.outer_lr, outer_momentum=a.outer_momentum)
+    else:  # the learners step AdamW themselves: its lr bounds what one step can move a fragment
+        outer = dict(outer_lr=a.outer_lr, outer_momentum=a.outer_momentum, inner_lr=cfg.inner.lr,
+                     inner_weight_decay=cfg.inner.weight_decay)
     return SyncerPolicy(
         num_learners=a.num_learners, min_quorum=a.min_quorum, grace_enabled=bool(a.grace),
         grace_gamma=a.grace_gamma, grace_cap_steps=a.grace_cap_steps, overlap_steps=a.overlap_steps,
@@ -69,6 +70,7 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
         outer_gradient=str(a.outer_gradient), rounds=str(a.rounds), late_uploads=a.late_uploads,
         sync_every=int(a.sync_every), staggered=bool(a.staggered),
+        tokens_per_step=cfg.inner.batch_size * MODEL_SIZES[cfg.model.size].seq_len, max_speedup=cfg.syncer.max_speedup,
     )
 
 

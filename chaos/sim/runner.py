@@ -196,8 +196,7 @@ class Simulation:
         self.fragments = partition_tensors(self.problem.real_sizes(), self.cfg.algorithm.num_fragments)
         self.fragment_names = [list(f.names) for f in self.fragments]
         self.policy = policy_from_config(self.cfg)
-        mcfg = model_mod.MODEL_SIZES[self.cfg.model.size]
-        self.tokens_per_step = self.cfg.inner.batch_size * mcfg.seq_len
+        self.tokens_per_step = self.policy.tokens_per_step
         self.records: list[Any] = []
         self.events: list[ev.Event] = []
         self.syncer = SyncerNode(self)

@@ -15,11 +15,12 @@ from tests.support import tiny_config, wait_until
 from trainer import events as ev
 from trainer.client import SyncClient, specs_to_pb, upload_messages
 from trainer.proto import diloco_pb2 as pb
-from trainer.syncer import serve
+from trainer.syncer import policy_from_config, serve
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration
 TOKEN = "test-token"
+TPS = policy_from_config(tiny_config()).tokens_per_step  # an honest step's tokens (batch × seq_len)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def _header(tensors, *, learner="good", inc="inc-good", fragment=0, base=0, payl
     specs, data = encode_tensors(tensors)
     payload = data if payload is None else payload
     return pb.UploadHeader(learner_id=learner, incarnation=inc, fragment=fragment, base_version=base, c_steps=1,
-                           c_tokens=64, tensors=specs_to_pb(specs), total_bytes=len(data) if total is None else total,
+                           c_tokens=TPS, tensors=specs_to_pb(specs), total_bytes=len(data) if total is None else total,
                            crc32=crc32(payload) if crc is None else crc), data
 
 
@@ -89,13 +90,13 @@ def test_wrong_shape(syncer):
     t = _fragment(svc)
     name = sorted(t)[0]
     t[name] = np.zeros(t[name].size + 1, np.float32)
-    _check(svc, client, "bad_shape", lambda: client.upload("good", "inc-good", 0, 0, t, 1, 64))
+    _check(svc, client, "bad_shape", lambda: client.upload("good", "inc-good", 0, 0, t, 1, TPS))
 
 
 def test_wrong_dtype(syncer):
     svc, client, *_ = syncer
     t = {n: v.astype(np.float64) for n, v in _fragment(svc).items()}
-    _check(svc, client, "bad_dtype", lambda: client.upload("good", "inc-good", 0, 0, t, 1, 64))
+    _check(svc, client, "bad_dtype", lambda: client.upload("good", "inc-good", 0, 0, t, 1, TPS))
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -103,31 +104,31 @@ def test_non_finite_values(syncer, bad):
     svc, client, *_ = syncer
     t = _fragment(svc)
     t[sorted(t)[0]].flat[0] = bad
-    _check(svc, client, "non_finite", lambda: client.upload("good", "inc-good", 0, 0, t, 1, 64))
+    _check(svc, client, "non_finite", lambda: client.upload("good", "inc-good", 0, 0, t, 1, TPS))
 
 
 def test_unknown_learner(syncer):
     svc, client, *_ = syncer
-    _check(svc, client, "unknown_learner", lambda: client.upload("stranger", "x", 0, 0, _fragment(svc), 1, 64))
+    _check(svc, client, "unknown_learner", lambda: client.upload("stranger", "x", 0, 0, _fragment(svc), 1, TPS))
 
 
 def test_left_learner(syncer):
     svc, client, join, _ = syncer
     assert client.join("leaver", "inc-l", svc.config_hash).ok
     assert client.leave("leaver", "inc-l", "test").ok
-    _check(svc, client, "left_learner", lambda: client.upload("leaver", "inc-l", 0, 0, _fragment(svc), 1, 64))
+    _check(svc, client, "left_learner", lambda: client.upload("leaver", "inc-l", 0, 0, _fragment(svc), 1, TPS))
 
 
 def test_stale_incarnation(syncer):
     svc, client, *_ = syncer
     assert client.join("twice", "old", svc.config_hash).ok
     assert client.join("twice", "new", svc.config_hash).ok
-    _check(svc, client, "stale_incarnation", lambda: client.upload("twice", "old", 0, 0, _fragment(svc), 1, 64))
+    _check(svc, client, "stale_incarnation", lambda: client.upload("twice", "old", 0, 0, _fragment(svc), 1, TPS))
 
 
 def test_future_base_version(syncer):
     svc, client, *_ = syncer
-    _check(svc, client, "future_version", lambda: client.upload("good", "inc-good", 0, 99, _fragment(svc), 1, 64))
+    _check(svc, client, "future_version", lambda: client.upload("good", "inc-good", 0, 99, _fragment(svc), 1, TPS))
 
 
 def test_stale_base_version(syncer):
@@ -135,7 +136,7 @@ def test_stale_base_version(syncer):
     with svc.cond:  # a fragment that has moved on (as after many merges elsewhere)
         svc.state.versions[1] += 5
     try:
-        _check(svc, client, "stale_version", lambda: client.upload("good", "inc-good", 1, 0, _fragment(svc, 1), 1, 64))
+        _check(svc, client, "stale_version", lambda: client.upload("good", "inc-good", 1, 0, _fragment(svc, 1), 1, TPS))
     finally:
         with svc.cond:
             svc.state.versions[1] -= 5
@@ -143,12 +144,12 @@ def test_stale_base_version(syncer):
 
 def test_unknown_fragment(syncer):
     svc, client, *_ = syncer
-    _check(svc, client, "unknown_fragment", lambda: client.upload("good", "inc-good", 17, 0, _fragment(svc), 1, 64))
+    _check(svc, client, "unknown_fragment", lambda: client.upload("good", "inc-good", 17, 0, _fragment(svc), 1, TPS))
 
 
 def test_negative_counters(syncer):
     svc, client, *_ = syncer
-    _check(svc, client, "bad_counters", lambda: client.upload("good", "inc-good", 0, 0, _fragment(svc), -1, 64))
+    _check(svc, client, "bad_counters", lambda: client.upload("good", "inc-good", 0, 0, _fragment(svc), -1, TPS))
 
 
 def test_duplicate_chunk(syncer):
@@ -168,7 +169,7 @@ def test_declared_size_over_limit(syncer):
     svc, client, *_ = syncer
     t = {"huge": np.zeros((1,), np.float32)}
     specs, _ = encode_tensors(t)
-    h = pb.UploadHeader(learner_id="good", incarnation="inc-good", fragment=0, base_version=0, c_steps=1, c_tokens=1,
+    h = pb.UploadHeader(learner_id="good", incarnation="inc-good", fragment=0, base_version=0, c_steps=1, c_tokens=TPS,
                         tensors=[pb.TensorSpec(name="huge", shape=[1 << 40], dtype="float32")], total_bytes=4 << 40)
     _check(svc, client, "oversize", lambda: _raw_upload(client, h, []))
 
@@ -233,8 +234,8 @@ def test_health_service_answers_without_token(syncer):
 def test_duplicate_upload_is_acknowledged_once(syncer):
     svc, client, *_ = syncer
     t = _fragment(svc, 2)
-    first = client.upload("good", "inc-good", 2, 0, t, 1, 64)
-    again = client.upload("good", "inc-good", 2, 0, t, 1, 64)
+    first = client.upload("good", "inc-good", 2, 0, t, 1, TPS)
+    again = client.upload("good", "inc-good", 2, 0, t, 1, TPS)
     assert first.accepted and not first.duplicate
     assert again.accepted and again.duplicate
     with svc.cond:

@@ -87,6 +87,7 @@ UPLOAD_ARGS: dict[str, st.SearchStrategy[Any]] = dict(
 REJOIN_REASONS = {RejectReason.UNKNOWN_LEARNER, RejectReason.LEFT_LEARNER}  # a learner joins again (same incarnation)
 MEMBERSHIP = {RejectReason.FINISHED, RejectReason.UNKNOWN_LEARNER, RejectReason.STALE_INCARNATION,
               RejectReason.LEFT_LEARNER}
+FIELD_REASONS = {RejectReason.BAD_COUNTERS, RejectReason.UNKNOWN_FRAGMENT}  # refused before the record is touched
 
 
 @dataclass
@@ -244,13 +245,16 @@ class SyncerMachine(RuleBasedStateMachine):
         """(rejection reason, duplicate) that the module docstring's rules give for ``c`` now."""
         if self.finished:
             return RejectReason.FINISHED, False
+        # The fields first: a refused message must not touch the learner's record (its liveness included).
+        if c.c_steps < 0 or c.c_tokens < 0:
+            return RejectReason.BAD_COUNTERS, False
+        if c.base_version < 0:
+            return RejectReason.FUTURE_VERSION, False  # never issued
+        if not 0 <= c.fragment < len(FRAGMENTS):
+            return RejectReason.UNKNOWN_FRAGMENT, False
         reason = self._member_reason(c.learner_id, c.incarnation)
         if reason is not None:
             return reason, False
-        if not 0 <= c.fragment < len(FRAGMENTS):
-            return RejectReason.UNKNOWN_FRAGMENT, False
-        if c.c_steps < 0 or c.c_tokens < 0:
-            return RejectReason.BAD_COUNTERS, False
         v = self.versions[c.fragment]
         if c.key in self.merged_keys or self._pending(c.key):
             return None, True
@@ -478,7 +482,8 @@ class SyncerMachine(RuleBasedStateMachine):
             expected = reason
         assert reason == expected, f"submit {c.key} ({fault}): got {reason}, expected {expected}"
         event(f"submit: {reason.value if reason else 'duplicate' if duplicate else 'accepted'}")
-        if expected not in MEMBERSHIP:
+        if expected not in MEMBERSHIP | FIELD_REASONS and not (expected is RejectReason.FUTURE_VERSION
+                                                              and c.base_version < 0):
             self.learners[learner].last_seen = self.now
         if reason is not None:
             self.subs.append(Sub(c, "rejected"))

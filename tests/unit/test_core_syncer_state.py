@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.core.syncer_state import STEP_SLACK, Contribution, SyncerPolicy, SyncerState
 
 SIZES = {"w": 4}
 
@@ -693,25 +693,83 @@ def test_merged_keys_survive_a_restore_so_a_retry_is_a_duplicate():
     assert r.rounds == {}
 
 
-def test_one_huge_first_update_does_not_disable_the_outlier_guard():
-    """The reference is the median of recent accepted norms: an early outlier stops counting once honest ones
-    follow (an average kept it, and a float32 norm of 1e20 made it inf for good)."""
-    s = make_state(outer_momentum=0.0)
-    join_all(s, 1)
-
-    def send(value: float):
-        c = contrib("L0", "inc-1", 0, s.versions[0], grad(s, 0, value))
+def _sender(s: SyncerState):
+    def send(learner: str, value: float, c_steps: int = 1, now: float = 0.0):
+        c = contrib(learner, "inc-1", 0, s.versions[0], grad(s, 0, value), c_steps=c_steps)
         try:
-            s.submit(c, now=0.0)
+            s.submit(c, now=now)
         except Rejected as r:
             return r.reason
-        s.merge(0, now=0.0)
+        s.merge(0, now=now)
         return None
+    return send
 
-    assert send(1e20) is None  # nothing to compare with yet
+
+def test_one_huge_first_update_does_not_disable_the_outlier_guard():
+    """The reference is the median over learners of each one's latest merged norm: an early outlier stops
+    counting once a majority of the learners has been merged (an average kept it, and a float32 norm of 1e20
+    made it inf for good)."""
+    s = make_state(outer_momentum=0.0)
+    join_all(s, 3)
+    send = _sender(s)
+    assert send("L0", 1e20) is None  # nothing to compare with yet (and no inner lr to bound a step by)
     for _ in range(5):
-        assert send(1.0) is None
-    assert send(1e12) is RejectReason.OUTLIER_NORM
+        assert send("L1", 1.0) is None and send("L2", 1.0) is None
+    assert send("L0", 1e12) is RejectReason.OUTLIER_NORM
+
+
+def test_one_learner_cannot_steer_the_outlier_reference():
+    """Many tiny or zero merged updates of one learner are one value among the learners': honest updates stay
+    accepted, and a reference of zero never switches the guard off while an inner lr bounds one step."""
+    s = make_state(outer_momentum=0.0, inner_lr=1e-3)
+    join_all(s, 3)
+    send = _sender(s)
+    for _ in range(6):
+        assert send("L0", 1e-12) is None  # a minority alone sets no reference
+    assert send("L1", 5e-4 * 4, c_steps=4) is None  # half an AdamW step per step: honest
+    assert send("L2", 5e-4 * 4, c_steps=4) is None
+    for _ in range(6):
+        assert send("L0", 0.0) is None
+    assert send("L1", 5e-4 * 4, c_steps=4) is None  # the median is an honest learner's, not L0's zero
+    assert send("L0", 1e30) is RejectReason.OUTLIER_NORM
+    s2 = make_state(outer_momentum=0.0, inner_lr=1e-3)
+    join_all(s2, 3)
+    assert _sender(s2)("L0", 1.0) is RejectReason.OUTLIER_NORM  # 1000 AdamW steps' worth in one: no reference needed
+
+
+def test_step_counts_are_capped_by_time_at_the_clusters_pace_and_tokens_derived():
+    s = make_state(tokens_per_step=64, max_speedup=4.0, overlap_steps=2)
+    join_all(s, 3)
+    s.report("L0", "inc-1", step=2, tokens=128, step_time_s=0.1, now=0.0)
+    s.report("L1", "inc-1", step=2, tokens=128, step_time_s=0.1, now=0.0)
+    with pytest.raises(Rejected, match="a step is 64 tokens"):
+        s.submit(contrib("L2", "inc-1", 0, 0, grad(s, 0, 1e-3), c_steps=1, c_tokens=2**40), now=1.0)
+    # 1 s at a 0.1 s pace: at most 4 × 10 + slack steps, whatever the claim.
+    s.submit(contrib("L2", "inc-1", 0, 0, grad(s, 0, 1e-3), c_steps=10**9, c_tokens=64 * 10**9), now=1.0)
+    cap = 40 + STEP_SLACK + 2
+    (p,) = s.merge(0, now=1.0).participants
+    assert (p.c_steps, p.c_tokens) == (cap, 64 * cap)
+    # Reports: counted only as fast as time allows since the count last grew; the rest is counted later.
+    s.report("L2", "inc-1", step=10**9, tokens=64 * 10**9, step_time_s=0.1, now=2.0)
+    assert s.tokens_by_incarnation["L2/inc-1"] == 64 * (4 * 20 + STEP_SLACK + 2)
+    before = s.tokens_by_incarnation["L2/inc-1"]
+    s.report("L2", "inc-1", step=10**9, tokens=64 * 10**9, step_time_s=0.1, now=3.0)
+    assert s.tokens_by_incarnation["L2/inc-1"] == before + 64 * (4 * 10 + STEP_SLACK + 2)
+    with pytest.raises(Rejected, match="out of range"):
+        s.report("L2", "inc-1", step=2**62, tokens=64 * 2**62, step_time_s=0.1, now=3.0)
+
+
+def test_a_refused_upload_or_report_changes_nothing():
+    s = make_state(tokens_per_step=64)
+    join_all(s, 2)
+    before = (s.learners["L0"].last_seen, dict(s.tokens_by_incarnation), s.versions[:], dict(s.step_times))
+    for c_steps, c_tokens, base in ((2**63 - 1, 0, 0), (1, 65, 0), (1, 64, -1), (-1, 64, 0)):
+        with pytest.raises(Rejected):
+            s.submit(contrib("L0", "inc-1", 0, base, grad(s, 0, 1e-3), c_steps=c_steps, c_tokens=c_tokens), now=9.0)
+    for step, tokens, st in ((1, 65, 0.1), (2**53, 64 * 2**53, 0.1), (1, 64, float("nan")), (1, 64, 1e9)):
+        with pytest.raises(Rejected):
+            s.report("L0", "inc-1", step=step, tokens=tokens, step_time_s=st, now=9.0)
+    assert (s.learners["L0"].last_seen, dict(s.tokens_by_incarnation), s.versions[:], dict(s.step_times)) == before
 
 
 def test_data_parallel_applies_one_adamw_update_to_the_mean_gradient_with_the_progress_decay():

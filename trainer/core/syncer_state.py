@@ -94,6 +94,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from trainer.core import claims
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.merge import MergeRule, fragment_norm, merge_fragment, merge_rule_label, token_weight
@@ -134,6 +135,13 @@ class SyncerPolicy:
     max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
     checkpoint_every_merges: int = 20  # the shell checkpoints when checkpoint_due(); restores skip this many versions
     max_norm_ratio: float = 100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
+    # What the syncer knows instead of trusting a learner (trainer.core.claims): tokens per step from the config
+    # (0: take the learner's count), how much faster than the cluster's pace a learner may step, and the inner
+    # AdamW's lr and weight decay that bound one step's update (lr 0: no such bound, e.g. data-parallel gradients).
+    tokens_per_step: int = 0
+    max_speedup: float = 4.0
+    inner_lr: float = 0.0
+    inner_weight_decay: float = 0.0
     outer_gradient: str = "base"  # rounds="arrival" only: "base" as uploaded; "current" rebased onto the current value
     rounds: str = "clock"  # "clock": one merge per scheduled round; "arrival": a round per arrival group (see above)
     late_uploads: str = "refuse"  # rounds="clock": an upload for a merged round is "refuse"d or "carry"ed to the next
@@ -175,7 +183,7 @@ class SyncerPolicy:
 # "forget_rejoined": a learner that rejoins with a new incarnation keeps its old record, so every
 # call of the new incarnation is refused as a stale incarnation and it never contributes again.
 PLANTED_BUGS: tuple[str, ...] = ("none", "forget_rejoined")
-NORM_WINDOW = 9  # accepted update norms per fragment the outlier guard takes its median over
+STEP_SLACK = 4  # steps a claim may exceed what time allows: a step in flight at each end, and rounding
 
 
 @dataclass
@@ -190,6 +198,7 @@ class LearnerRecord:
     tokens: int = 0
     merged_contributions: int = 0
     merged_since_back: bool = False  # merged since it joined or came back from an absence (settle waits for it)
+    counted_at: float = 0.0  # when this incarnation's counted tokens last grew (the time bound runs from here)
 
     def active(self, now: float, timeout_s: float) -> bool:
         return not self.left and now - self.last_seen <= timeout_s
@@ -290,7 +299,8 @@ class SyncerState:
     rounds: dict[int, Round] = field(default_factory=dict)  # fragment -> its pending round
     merged_keys: set[Key] = field(default_factory=set)
     last_merge_at: list[float | None] = field(default_factory=list)
-    recent_norms: list[list[float]] = field(default_factory=list)  # per fragment: last accepted norms per step
+    # Per fragment: each learner's latest merged norm per step (the outlier guard's reference: one value each).
+    merged_norms: list[dict[str, float]] = field(default_factory=list)
     merges_total: int = 0
     rejections: Counter = field(default_factory=Counter)
     timing: Timing = field(default_factory=Timing)
@@ -302,6 +312,7 @@ class SyncerState:
     past_values: dict[tuple[int, int], Tensors] = field(default_factory=dict)
     clock: StepClock = field(default_factory=StepClock)
     step_times: dict[str, float] = field(default_factory=dict)  # learner id -> its last reported step time
+    made_at: dict[tuple[int, int], float] = field(default_factory=dict)  # (fragment, version) -> when it was merged
     last_round: list[int] = field(default_factory=list)  # per fragment: the last round merged (-1: none)
     late_carried: int = 0
     budget_reached_at: float | None = None  # when tokens_total first reached the budget (not checkpointed)
@@ -324,7 +335,7 @@ class SyncerState:
             versions=[0] * len(fragments),
             opt_states=[opt.init(cls._frag(p, f)) for f in fragments],
             last_merge_at=[None] * len(fragments),
-            recent_norms=[[] for _ in fragments],
+            merged_norms=[{} for _ in fragments],
             timing=Timing.with_alpha(a),
             last_round=[-1] * len(fragments),
         )
@@ -370,7 +381,7 @@ class SyncerState:
             return JoinResult(rec.incarnation_index, tuple(self.versions), True, self.clock_reading(now))
         index = self.incarnation_counts.get(learner_id, 0)
         self.incarnation_counts[learner_id] = index + 1
-        self.learners[learner_id] = LearnerRecord(learner_id, incarnation, index, now, now)
+        self.learners[learner_id] = LearnerRecord(learner_id, incarnation, index, now, now, counted_at=now)
         return JoinResult(index, tuple(self.versions), rec is not None or index > 0, self.clock_reading(now))
 
     def leave(self, learner_id: str, incarnation: str, now: float) -> None:
@@ -418,8 +429,7 @@ class SyncerState:
 
     def _repace(self, now: float) -> None:
         """Follow the active learners' pace (lower median of their step times); the clock starts with the first."""
-        active = {r.learner_id for r in self.active_learners(now)}
-        pace = cluster_pace(t for lid, t in self.step_times.items() if lid in active)
+        pace = self.pace(now)
         if pace is not None and pace != self.clock.pace_s:
             self.clock = self.clock.repaced(now, pace)
 
@@ -428,20 +438,43 @@ class SyncerState:
     def tokens_total(self) -> int:
         return sum(self.tokens_by_incarnation.values())
 
+    def pace(self, now: float) -> float | None:
+        """The cluster's pace for bounding claims: the lower median of the active learners' step times."""
+        active = {r.learner_id for r in self.active_learners(now)}
+        return cluster_pace(t for lid, t in self.step_times.items() if lid in active)
+
+    def steps_possible(self, since: float, now: float) -> int | None:
+        """The most steps a learner can have taken since ``since`` (None: the cluster has no pace yet)."""
+        return claims.steps_possible(now - since, self.pace(now), self.policy.max_speedup,
+                                     STEP_SLACK + self.policy.overlap_steps)
+
     def report(self, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float, now: float) -> bool:
-        """Record a learner's progress; returns True when the learner should stop (budget reached)."""
-        if step < 0 or tokens < 0 or not np.isfinite(step_time_s) or step_time_s < 0:
-            raise Rejected(RejectReason.BAD_COUNTERS, f"step={step}, tokens={tokens}, step_time_s={step_time_s} must be >= 0 and finite")
+        """Record a learner's progress; returns True when the learner should stop (budget reached).
+
+        Counted toward the budget: the claimed tokens, but no more than the steps time allows since the
+        incarnation's count last grew (trainer.core.claims); a cumulative count capped now is counted later.
+        """
+        claims.check_count("step", step)
+        claims.check_count("tokens", tokens)
+        claims.check_step_time(step_time_s)
+        claims.check_tokens(step, tokens, self.policy.tokens_per_step, "report")
         rec = self._member(learner_id, incarnation, now)
         rec.step, rec.tokens = step, tokens
-        key = f"{learner_id}/{incarnation}"
-        self.tokens_by_incarnation[key] = max(tokens, self.tokens_by_incarnation.get(key, 0))
-        if step_time_s > 0 and self.policy.clocked:
+        if step_time_s > 0:
             self.step_times[learner_id] = float(step_time_s)
-            self._repace(now)
-            self.timing = self.timing.observe_step(self.clock.pace_s)
-        elif step_time_s > 0:
-            self.timing = self.timing.observe_step(step_time_s)
+            if self.policy.clocked:
+                self._repace(now)
+                self.timing = self.timing.observe_step(self.clock.pace_s)
+            else:
+                self.timing = self.timing.observe_step(step_time_s)
+        key = f"{learner_id}/{incarnation}"
+        counted = self.tokens_by_incarnation.get(key, 0)
+        if tokens > counted:
+            possible = self.steps_possible(rec.counted_at, now)
+            per = self.policy.tokens_per_step  # 0: tokens per step unknown, the claim is all there is
+            counted = tokens if possible is None or not per else min(tokens, counted + possible * per)
+            rec.counted_at = now
+        self.tokens_by_incarnation[key] = counted
         if self.policy.token_budget and self.tokens_total >= self.policy.token_budget:
             if self.budget_reached_at is None:
                 self.budget_reached_at = now
@@ -491,11 +524,16 @@ class SyncerState:
         """
         if self.finished:
             raise Rejected(RejectReason.FINISHED, "the token budget is reached; no more uploads are merged")
-        self._member(learner_id, incarnation, now)
+        # Every field is checked before the learner's record is touched: a refused upload changes nothing.
+        claims.check_count("c_steps", c_steps)
+        claims.check_count("c_tokens", c_tokens)
+        claims.check_tokens(c_steps, c_tokens, self.policy.tokens_per_step, "upload")
+        if base_version < 0:
+            raise Rejected(RejectReason.FUTURE_VERSION, f"base version {base_version} was never issued (versions "
+                                                        "start at 0)")
         if not 0 <= fragment < len(self.fragments):
             raise Rejected(RejectReason.UNKNOWN_FRAGMENT, f"fragment {fragment} not in 0..{len(self.fragments) - 1}")
-        if c_steps < 0 or c_tokens < 0:
-            raise Rejected(RejectReason.BAD_COUNTERS, f"c_steps={c_steps} and c_tokens={c_tokens} must be >= 0")
+        self._member(learner_id, incarnation, now)
         current = self.versions[fragment]
         round = round if self.policy.clocked else 0  # arrival rounds are not the learner's to name
         key = (learner_id, incarnation, fragment, base_version, round)
@@ -553,6 +591,7 @@ class SyncerState:
                                     c.c_tokens, now, c.round)
         if c.key in self.merged_keys or self._pending(c.key):
             return SubmitResult(True, current, duplicate=True)
+        c = self._bounded(c, now)
         if self.policy.validate_uploads:
             for n, t in c.tensors.items():
                 if not np.all(np.isfinite(t)):
@@ -580,27 +619,51 @@ class SyncerState:
             self.timing = self.timing.observe_upload(c.upload_seconds)
         return SubmitResult(True, current, late=late)
 
+    def _bounded(self, c: Contribution, now: float) -> Contribution:
+        """The contribution with its step count capped by the time since it could have started (claims)."""
+        rec = self.learners[c.learner_id]
+        since = max(self.made_at.get((c.fragment, c.base_version), rec.joined_at), rec.joined_at)
+        possible = self.steps_possible(since, now)
+        if possible is None or c.c_steps <= possible:
+            return c
+        per = self.policy.tokens_per_step
+        return dataclasses.replace(c, c_steps=possible, c_tokens=possible * per if per else c.c_tokens)
+
+    @staticmethod
+    def _per_step(c: Contribution) -> float:
+        return fragment_norm(c.tensors) / max(c.c_steps, 1)
+
     def _check_norm(self, c: Contribution) -> None:
-        """Refuse finite garbage: an update far larger than this fragment's recent accepted ones.
+        """Refuse finite garbage: an update larger than an inner step can make, or than other learners' merged ones.
 
         NaN checks alone let through corrupted memory (finite values of absurd
         magnitude), which the merge would spread into the global model. Honest
-        updates grow with the steps they cover, so the bound is per step and
-        generous (``max_norm_ratio`` × the median of the last accepted ones: one
-        huge update accepted before there was a reference stops mattering once
-        a few honest ones follow).
+        updates grow with the steps they cover, so both bounds are per step
+        (the steps capped by time, trainer.core.claims): what one inner AdamW
+        step can move the fragment (known from the config: no learner's history
+        steers it, and zero updates cannot switch it off), and ``max_norm_ratio``
+        × the median over learners of each one's latest merged update (one value
+        per learner: a single learner cannot drag it up or down).
         """
         ratio = self.policy.max_norm_ratio
         if ratio <= 0:
             return
-        norm = fragment_norm(c.tensors) / max(c.c_steps, 1)
-        recent = self.recent_norms[c.fragment]
-        ref = float(np.median(recent)) if recent else None
+        norm = self._per_step(c)
+        if self.policy.inner_lr > 0:
+            glob = self._frag(self.params, self.fragments[c.fragment])
+            bound = claims.adam_step_norm_bound(self.policy.inner_lr, sum(t.size for t in glob.values()),
+                                                self.policy.inner_weight_decay, fragment_norm(glob))
+            if norm > bound:
+                raise Rejected(RejectReason.OUTLIER_NORM,
+                               f"update of fragment {c.fragment} has norm {norm:.3g} per step over {c.c_steps} steps; "
+                               f"one inner AdamW step (lr {self.policy.inner_lr:g}) moves it at most {bound:.3g}: a "
+                               "diverged or corrupt learner?")
+        ref = claims.reference_norm(self.merged_norms[c.fragment], self.policy.num_learners)
         if ref is not None and ref > 0 and norm > ratio * ref:
             raise Rejected(RejectReason.OUTLIER_NORM,
                            f"update of fragment {c.fragment} has norm {norm:.3g} per step, more than {ratio:g}× "
-                           f"the recent {ref:.3g}: a diverged or corrupt learner? (syncer.max_norm_ratio)")
-        self.recent_norms[c.fragment] = [*recent, norm][-NORM_WINDOW:]
+                           f"the learners' median merged {ref:.3g}: a diverged or corrupt learner? "
+                           "(syncer.max_norm_ratio)")
 
     # ---- merging -------------------------------------------------------
     def merge_at(self, fragment: int, now: float) -> float | None:
@@ -644,6 +707,11 @@ class SyncerState:
             self.last_round[fragment] = rnd.round
         self._remember(fragment)
         self.last_merge_at[fragment] = now
+        v = self.versions[fragment]
+        self.made_at[(fragment, v)] = now
+        for key in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.policy.max_staleness]:
+            del self.made_at[key]
+        self.merged_norms[fragment].update({c.learner_id: self._per_step(c) for c in contribs})
         self.merges_total += 1
         total_w = sum(weights) or float(len(weights))
         participants = []
@@ -701,7 +769,7 @@ class SyncerState:
             "incarnation_counts": dict(self.incarnation_counts),
             "tokens_by_incarnation": dict(self.tokens_by_incarnation),
             "finished": self.finished,
-            "recent_norms": [list(r) for r in self.recent_norms],
+            "merged_norms": [dict(r) for r in self.merged_norms],
             "merged_keys": sorted([list(k) for k in self.merged_keys]),
             "clock": [self.clock.anchor_time, self.clock.anchor_step, self.clock.pace_s],
             "last_round": list(self.last_round),
@@ -740,9 +808,9 @@ class SyncerState:
             raise ValueError(f"checkpoint has {len(last_round)} fragments' rounds, the config {len(fragments)}")
         st.last_round = last_round
         st.late_carried = int(meta.get("late_carried", 0))
-        norms = meta.get("recent_norms")
-        if isinstance(norms, list) and len(norms) == len(fragments):
-            st.recent_norms = [[float(x) for x in r] for r in norms]
+        norms = meta.get("merged_norms")  # absent in checkpoints from before per-learner references: start empty
+        if isinstance(norms, list) and len(norms) == len(fragments) and all(isinstance(r, dict) for r in norms):
+            st.merged_norms = [{str(k): float(x) for k, x in r.items()} for r in norms]
         return st
 
     def copy_params(self) -> Tensors:

@@ -1,0 +1,154 @@
+"""A learner that lies through its numbers, speaking the real protocol to a real syncer (issue 16's attacks).
+
+Each test is an attack a client holding the shared token could mount on the syncer before counters were bounded
+(trainer.core.claims): it must be refused with a reason, or capped to what the syncer can bound, and never
+merged, never counted toward the budget beyond what time allows, never able to stop training.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.support import tiny_config, wait_until
+from trainer import events as ev
+from trainer.client import SyncClient
+from trainer.core.claims import MAX_COUNT
+from trainer.core.syncer_state import STEP_SLACK
+from trainer.proto import diloco_pb2 as pb
+from trainer.syncer import policy_from_config, serve
+
+pytestmark = pytest.mark.integration
+TOKEN = "hostile-test-token"
+PACE = 0.05  # the honest learner's step time
+
+
+def _serve(tmp_path, min_quorum):
+    """A syncer merging each round as soon as K uploads arrived (arrival rounds), an honest learner setting the pace."""
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 3, "algorithm.num_fragments": 2,
+                         "algorithm.min_quorum": min_quorum, "algorithm.grace": False, "algorithm.rounds": "arrival",
+                         "syncer.liveness_timeout_s": 60})
+    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN)
+    client = SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0)
+    tps = policy_from_config(cfg).tokens_per_step
+    for lid in ("good", "rogue"):
+        assert client.join(lid, f"inc-{lid}", cfg.config_hash()).ok
+    _report(client, "good", step=2, tps=tps, step_time_s=PACE)
+    return server, svc, client, tps
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    server, svc, client, tps = _serve(tmp_path, min_quorum=1)
+    yield svc, client, tps
+    client.close()
+    svc.shutdown("test over")
+    server.stop(0).wait(5)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """The same with K = 2: the honest learner's and the rogue's uploads merge together."""
+    server, svc, client, tps = _serve(tmp_path, min_quorum=2)
+    yield svc, client, tps
+    client.close()
+    svc.shutdown("test over")
+    server.stop(0).wait(5)
+
+
+def _report(client, lid, *, step, tps, step_time_s=PACE, tokens=None):
+    return client.report(pb.ReportRequest(learner_id=lid, incarnation=f"inc-{lid}", step=step,
+                                          tokens=step * tps if tokens is None else tokens, step_time_s=step_time_s))
+
+
+def _update(svc, fragment, per_element):
+    return {n: np.full_like(svc.state.params[n], per_element) for n in svc.fragments[fragment].names}
+
+
+def _upload(client, lid, fragment, base, tensors, c_steps, c_tokens):
+    return client.upload(lid, f"inc-{lid}", fragment, base, tensors, c_steps, c_tokens)
+
+
+def _merged(svc, fragment, version):
+    return wait_until(lambda: svc.state.versions[fragment] >= version, 10, f"fragment {fragment} at version {version}")
+
+
+def _honest_steps(svc):
+    """The steps an honest learner at the cluster's pace has taken since it joined."""
+    with svc.cond:
+        return max(1, int((time.time() - svc.state.learners["good"].joined_at) / PACE))
+
+
+def test_an_absurd_step_count_is_refused_and_a_large_one_cannot_smuggle_garbage(cluster):
+    svc, client, tps = cluster
+    huge = _update(svc, 0, 1e16)
+    r = _upload(client, "rogue", 0, 0, huge, 2**63 - 1, 0)
+    assert not r.accepted and r.reason == "bad_counters" and "2^53" in r.detail
+    # In range but far more steps than time allows: capped, so the per-step norm stays absurd and is refused.
+    r = _upload(client, "rogue", 0, 0, huge, 10**12, 10**12 * tps)
+    assert not r.accepted and r.reason == "outlier_norm", r
+    assert svc.state.versions[0] == 0 and np.all(np.abs(svc.state.params[svc.fragments[0].names[0]]) < 1e3)
+
+
+def test_self_declared_tokens_cannot_take_over_a_merge(pair):
+    svc, client, tps = pair
+    r = _upload(client, "rogue", 0, 0, _update(svc, 0, 1e-4), 1, 2**40)
+    assert not r.accepted and r.reason == "bad_counters" and f"a step is {tps} tokens" in r.detail
+    # Consistent tokens, impossible steps: capped at what max_speedup × the pace allows since it joined, so its
+    # weight (c_tokens² / c_steps, ∝ c_steps) is at most about max_speedup times an honest learner's.
+    time.sleep(2.0)  # both have trained ~40 steps at the pace
+    honest = _honest_steps(svc)
+    assert _upload(client, "good", 0, 0, _update(svc, 0, 1e-4), honest, honest * tps).accepted
+    assert _upload(client, "rogue", 0, 0, _update(svc, 0, 1e-4), 10**12, 10**12 * tps).accepted
+    after = time.time()
+    merge = wait_until(lambda: next((e for e in _events(svc) if isinstance(e, ev.Merge)), None), 10, "the merge event")
+    by = {p.learner_id: p for p in merge.participants}
+    p = svc.state.policy
+    allowed = p.max_speedup * (after - svc.state.learners["rogue"].joined_at) / PACE + STEP_SLACK + p.overlap_steps
+    assert by["rogue"].c_steps <= allowed and by["rogue"].c_tokens == by["rogue"].c_steps * tps
+    assert by["good"].weight >= 0.1, merge.participants  # on main: 0.0 against the rogue's 1.0
+
+
+def test_the_outlier_guard_cannot_be_poisoned_or_switched_off(cluster):
+    svc, client, tps = cluster
+    version = 0
+    for _ in range(6):  # a rogue's tiny updates, all merged: alone it is not the learners' median
+        assert _upload(client, "rogue", 0, version, _update(svc, 0, 1e-12), 1, tps).accepted
+        version = _merged(svc, 0, version + 1) and svc.state.versions[0]
+    lr = svc.cfg.inner.lr
+    honest = _upload(client, "good", 0, version, _update(svc, 0, 0.5 * lr * 4), 4, 4 * tps)
+    assert honest.accepted, honest  # an honest-sized update (half an AdamW step per step) is not an outlier
+    version = _merged(svc, 0, version + 1) and svc.state.versions[0]
+    for _ in range(6):  # zero updates: the median may reach 0, the guard must stay on
+        assert _upload(client, "rogue", 0, version, _update(svc, 0, 0.0), 1, tps).accepted
+        version = _merged(svc, 0, version + 1) and svc.state.versions[0]
+    r = _upload(client, "rogue", 0, version, _update(svc, 0, 1e30), 1, tps)
+    assert not r.accepted and r.reason == "outlier_norm" and "AdamW" in r.detail, r
+    assert np.all(np.isfinite(svc.state.params[svc.fragments[0].names[0]]))
+
+
+def test_one_report_cannot_end_training_or_break_status(cluster):
+    svc, client, tps = cluster
+    r = _report(client, "rogue", step=2**62 // tps, tps=tps, tokens=2**62)
+    assert not r.ok and r.reason == "bad_counters", r
+    r = _report(client, "rogue", step=10**12, tps=tps)  # consistent, in range, impossible in the time it had
+    assert r.ok and not r.stop, r
+    r = _report(client, "rogue", step=10**12, tps=tps)
+    st = client.status()
+    assert not st.finished and st.tokens < 10_000 * tps, st.tokens  # counted only as fast as time allows
+    assert st.tokens < MAX_COUNT
+    r = _report(client, "rogue", step=3, tps=tps, tokens=3 * tps + 1)  # tokens that are not steps × tokens_per_step
+    assert not r.ok and r.reason == "bad_counters"
+
+
+def test_a_never_issued_negative_base_version_is_refused(cluster):
+    svc, client, tps = cluster
+    r = _upload(client, "rogue", 0, -1, _update(svc, 0, 1e-4), 1, tps)
+    assert not r.accepted and r.reason == "future_version" and "never issued" in r.detail
+    assert svc.state.versions[0] == 0
+
+
+def _events(svc):
+    return ev.read_events(svc.run_dir / "events" / "syncer.jsonl")
