@@ -38,6 +38,7 @@ import grpc
 from trainer.checkpoint import result_checkpoint
 from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.credentials import learner_credential
 from trainer.errors import AddressInUse, TrainerError
 from trainer.metrics import summarize_run
 from trainer.training import learner_seed_index
@@ -100,10 +101,10 @@ class LocalCluster:
         self.run_dir = Path(self.run_dir)
         prepare_run_dir(self.config, self.run_dir)
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, token: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(THREAD_ENV)
-        env["DILOCO_TOKEN"] = self.token
+        env["DILOCO_TOKEN"] = token
         root = str(Path(__file__).resolve().parent.parent)
         # A persistent compilation cache: a restarted process (the point of chaos runs) skips most of
         # its JIT compile. Measured, tiny model, idle machine: first step 1.9 s cold, 0.45 s cached.
@@ -113,12 +114,14 @@ class LocalCluster:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env
 
-    def _spawn(self, name: str, args: list[str], nice: int = 0) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], nice: int = 0, token: str | None = None) -> subprocess.Popen:
+        """Start ``name``; it authenticates with ``token`` (default: the shared secret, for the syncer)."""
         old = self.procs.get(name)
         if old is not None and old.poll() is None:
             raise TrainerError(f"{name} is already running (pid {old.pid}); stop it first")
         log = open(self.run_dir / "logs" / f"{name}.log", "ab")
-        proc = subprocess.Popen([self.python, *args], stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+        proc = subprocess.Popen([self.python, *args], stdout=log, stderr=subprocess.STDOUT,
+                                env=self._env(self.token if token is None else token),
                                 start_new_session=True, preexec_fn=lambda: _die_with_parent(nice))
         log.close()
         self.procs[name] = proc
@@ -151,7 +154,8 @@ class LocalCluster:
             args += ["--set", s]
         if corrupt:
             args += ["--corrupt", corrupt]
-        return self._spawn(learner_id, args, nice=self.learner_nice)
+        # Its own credential, not the shared secret: it can act as this learner id only (trainer.core.credentials).
+        return self._spawn(learner_id, args, nice=self.learner_nice, token=learner_credential(self.token, learner_id))
 
     def client(self, timeout_s: float = 5.0) -> SyncClient:
         return SyncClient(self.syncer_address, self.token, timeout_s=timeout_s)

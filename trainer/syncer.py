@@ -39,6 +39,7 @@ from trainer import events as ev
 from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.credentials import caller
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.syncer_state import Contribution, MergeRecord, SyncerPolicy, SyncerState
@@ -87,21 +88,28 @@ def merge_fields(rec: MergeRecord, tokens_total: int) -> dict[str, Any]:
         outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)
 
 
+def _presented(metadata) -> str | None:  # noqa: ANN001
+    got = dict(metadata or ()).get("authorization")
+    return got[len("Bearer "):] if isinstance(got, str) and got.startswith("Bearer ") else got
+
+
 class _AuthInterceptor(grpc.ServerInterceptor):
-    """Refuses every Syncer call without the shared token; the health service stays open for probes."""
+    """Refuses every Syncer call without the shared token or a learner credential derived from it
+    (trainer.core.credentials); the health service stays open for probes."""
 
     def __init__(self, token: str, on_reject) -> None:  # noqa: ANN001
-        self._expected = f"Bearer {token}"
+        self._secret = token
         self._on_reject = on_reject
 
     def intercept_service(self, continuation, details):  # noqa: ANN001
         if not details.method.startswith(f"/{SERVICE_NAME}/"):
             return continuation(details)
-        got = dict(details.invocation_metadata).get("authorization")
-        if got == self._expected:
+        got = _presented(details.invocation_metadata)
+        if got is not None and caller(self._secret, got) is not None:
             return continuation(details)
         reason = RejectReason.MISSING_TOKEN if got is None else RejectReason.BAD_TOKEN
-        detail = f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token"
+        detail = (f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token "
+                  "or this learner's credential")
         self._on_reject(details.method.rsplit("/", 1)[-1], reason, detail)
         handler = continuation(details)
 
@@ -122,8 +130,10 @@ class _AuthInterceptor(grpc.ServerInterceptor):
 class SyncerService(pbg.SyncerServicer):
     """gRPC handlers plus the merge and eval threads around one :class:`SyncerState`."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, *, address: str = "", exit_on_finish: bool = True) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path, *, address: str = "", exit_on_finish: bool = True,
+                 secret: str | None = None) -> None:
         self.cfg = cfg
+        self.secret = secret  # None: no auth (tests only); else who may act as which learner (_act_as)
         self.run_dir = run_dir
         self.setup = TrainingSetup.from_config(cfg)
         self.incarnation = uuid.uuid4().hex[:12]
@@ -180,9 +190,20 @@ class SyncerService(pbg.SyncerServicer):
         self.log.emit(ev.Reject(call=call, reason=reason.value, detail=detail, learner_id=learner_id,
                                 fragment=fragment, base_version=base_version))
 
+    def _act_as(self, context, learner_id: str) -> None:  # noqa: ANN001
+        """Refuse a call naming a learner id its credential does not (the operator's shared token names any)."""
+        if self.secret is None or context is None:
+            return
+        who = caller(self.secret, _presented(context.invocation_metadata()) or "")
+        if who is None or not who.may_act_as(learner_id):
+            raise Rejected(RejectReason.WRONG_LEARNER,
+                           f"this credential is learner {who.learner_id if who else '?'!r}'s; it cannot act as "
+                           f"{learner_id!r} — give each learner process its own (trainer.core.credentials)")
+
     # ---- RPCs --------------------------------------------------------------
     def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:  # noqa: N802, ANN001
         try:
+            self._act_as(context, request.learner_id)
             if request.config_hash != self.config_hash:
                 raise Rejected(RejectReason.CONFIG_MISMATCH,
                                f"learner config hash {request.config_hash!r} != syncer's {self.config_hash!r}; "
@@ -201,6 +222,7 @@ class SyncerService(pbg.SyncerServicer):
 
     def Leave(self, request: pb.LeaveRequest, context) -> pb.LeaveReply:  # noqa: N802, ANN001
         try:
+            self._act_as(context, request.learner_id)
             with self.cond:
                 self.state.leave(request.learner_id, request.incarnation, time.time())
                 self.cond.notify_all()
@@ -212,6 +234,7 @@ class SyncerService(pbg.SyncerServicer):
 
     def Report(self, request: pb.ReportRequest, context) -> pb.ReportReply:  # noqa: N802, ANN001
         try:
+            self._act_as(context, request.learner_id)
             with self.cond:
                 was_finished = self.state.finished
                 stop = self.state.report(request.learner_id, request.incarnation, request.step, request.tokens,
@@ -244,6 +267,7 @@ class SyncerService(pbg.SyncerServicer):
             if first is None or not first.HasField("header"):
                 raise Rejected(RejectReason.MALFORMED, "an upload must start with an UploadHeader message")
             h = first.header
+            self._act_as(context, h.learner_id)
             specs = specs_from_pb(h.tensors)
             asm = Assembler(specs, h.total_bytes, h.crc32, self.cfg.syncer.max_upload_bytes)
             spec_map = {s.name: (s.shape, s.dtype) for s in specs}
@@ -466,7 +490,7 @@ def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | N
     if bound == 0:
         raise AddressInUse(f"cannot listen on {addr}: another process holds the port (or the host is not "
                            f"local); pass another --port, or 0 for a free one")
-    svc = SyncerService(cfg, run_dir, address=f"{host}:{bound}", exit_on_finish=exit_on_finish)
+    svc = SyncerService(cfg, run_dir, address=f"{host}:{bound}", exit_on_finish=exit_on_finish, secret=token or None)
     holder["svc"] = svc
     pbg.add_SyncerServicer_to_server(svc, server)
     health_servicer = health.HealthServicer()

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.core.credentials import learner_credential
+
 ACTIVE = Path(os.environ.get("DILOCO_ACTIVE", "/runs/.active.json"))
 SYNCER_PORT = 50051
 
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         if run is not None and cmd is not None and (Path(run.run_dir) / "config.yaml").exists():
             break
         time.sleep(0.5)
-    os.environ["DILOCO_TOKEN"] = run.token
+    # A learner gets its own credential (it can act as this id only); the syncer the shared secret.
+    os.environ["DILOCO_TOKEN"] = run.token if unit == "syncer" else learner_credential(run.token, unit)
     print(f"{unit}: {' '.join(cmd)}", flush=True)  # stdout is the container log; the backend collects it
     os.execv(cmd[0], cmd)
     return 0  # not reached

@@ -16,6 +16,7 @@ from tests.support import tiny_config, wait_until
 from trainer import events as ev
 from trainer.client import SyncClient
 from trainer.core.claims import MAX_COUNT
+from trainer.core.credentials import learner_credential
 from trainer.core.syncer_state import STEP_SLACK
 from trainer.proto import diloco_pb2 as pb
 from trainer.syncer import policy_from_config, serve
@@ -152,3 +153,33 @@ def test_a_never_issued_negative_base_version_is_refused(cluster):
 
 def _events(svc):
     return ev.read_events(svc.run_dir / "events" / "syncer.jsonl")
+
+
+def test_a_learner_credential_acts_as_its_own_learner_only(tmp_path):
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
+    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN)
+    addr = f"127.0.0.1:{port}"
+    own = SyncClient(addr, learner_credential(TOKEN, "learner-0"), timeout_s=10.0)
+    operator = SyncClient(addr, TOKEN, timeout_s=10.0)
+    try:
+        tps = policy_from_config(cfg).tokens_per_step
+        assert operator.join("learner-1", "inc-1", cfg.config_hash()).ok  # the operator's secret names any id
+        assert own.join("learner-0", "inc-a", cfg.config_hash()).ok
+        for reply in (own.join("learner-1", "inc-x", cfg.config_hash()),
+                      own.report(pb.ReportRequest(learner_id="learner-1", incarnation="inc-1", step=1, tokens=tps)),
+                      own.leave("learner-1", "inc-1", "hostile")):
+            assert not reply.ok and reply.reason == "wrong_learner", reply
+        up = own.upload("learner-1", "inc-1", 0, 0, _update(svc, 0, 1e-4), 1, tps)
+        assert not up.accepted and up.reason == "wrong_learner"
+        assert svc.state.learners["learner-1"].incarnation == "inc-1" and not svc.state.learners["learner-1"].left
+        assert own.join("learner-0", "inc-b", cfg.config_hash()).ok  # a restart of its own id is still allowed
+        assert own.status().rejections["wrong_learner"] == 4  # and it may read the cluster's status
+        forged = SyncClient(addr, learner_credential("another-secret", "learner-0"), timeout_s=10.0)
+        with pytest.raises(Exception, match="bad_token"):
+            forged.join("learner-0", "inc-c", cfg.config_hash())
+        forged.close()
+    finally:
+        own.close()
+        operator.close()
+        svc.shutdown("test over")
+        server.stop(0).wait(5)

@@ -13,6 +13,7 @@ from enum import Enum
 class RejectReason(str, Enum):
     MISSING_TOKEN = "missing_token"
     BAD_TOKEN = "bad_token"
+    WRONG_LEARNER = "wrong_learner"  # a learner's credential names another learner id
     UNKNOWN_LEARNER = "unknown_learner"
     LEFT_LEARNER = "left_learner"
     STALE_INCARNATION = "stale_incarnation"
