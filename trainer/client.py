@@ -2,7 +2,8 @@
 
 Used by learners, by tests speaking the real protocol, and by the chaos
 controller to read status. Retries cover transient transport failures
-(UNAVAILABLE, DEADLINE_EXCEEDED) only; a refusal with a reason is an answer,
+(UNAVAILABLE, DEADLINE_EXCEEDED, and RESOURCE_EXHAUSTED: a long call over this
+learner's share, trainer.admission) only; a refusal with a reason is an answer,
 not a failure, and is returned as such.
 
 Example:
@@ -39,7 +40,7 @@ KEEPALIVE_OPTIONS: list[tuple[str, int]] = [
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from trainer import events as ev
+from trainer.admission import MAX_CALL_S, RESERVED_WORKERS, AdmissionInterceptor, Slots
 from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
@@ -461,7 +462,7 @@ class SyncerService(pbg.SyncerServicer):
 
 def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | None,
           tls_cert: str | None = None, tls_key: str | None = None, exit_on_finish: bool = True,
-          max_workers: int = 64) -> tuple[grpc.Server, SyncerService, int]:
+          max_workers: int = 64, max_call_s: float = MAX_CALL_S) -> tuple[grpc.Server, SyncerService, int]:
     """Start the syncer's gRPC server; returns (server, service, bound port)."""
     holder: dict[str, SyncerService] = {}
 
@@ -469,7 +470,13 @@ def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | N
         if "svc" in holder:
             holder["svc"].record_reject(call, reason, detail)
 
-    interceptors = [_AuthInterceptor(token, on_reject)] if token else []
+    # Enough workers for every learner's long calls (one long poll per fragment, an upload, a state fetch) plus
+    # the reserved ones; a caller over its share is refused at once (trainer.admission).
+    per_learner = cfg.algorithm.num_fragments + 4
+    max_workers = max(max_workers, cfg.algorithm.num_learners * per_learner + RESERVED_WORKERS)
+    slots = Slots(total=max_workers - RESERVED_WORKERS, per_caller=per_learner)
+    interceptors: list[grpc.ServerInterceptor] = [_AuthInterceptor(token, on_reject)] if token else []
+    interceptors.append(AdmissionInterceptor(SERVICE_NAME, slots, token, on_reject, max_call_s))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
                          interceptors=interceptors,
                          options=[("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),

@@ -7,19 +7,27 @@ merged, never counted toward the budget beyond what time allows, never able to s
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
+from concurrent import futures
 
+import grpc
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support import tiny_config, wait_until
 from trainer import events as ev
-from trainer.client import SyncClient
+from trainer.admission import RESERVED_WORKERS
+from trainer.client import SyncClient, specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
 from trainer.core.syncer_state import STEP_SLACK
 from trainer.proto import diloco_pb2 as pb
+from trainer.proto import diloco_pb2_grpc as pbg
 from trainer.syncer import policy_from_config, serve
+from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration
 TOKEN = "hostile-test-token"
@@ -181,5 +189,85 @@ def test_a_learner_credential_acts_as_its_own_learner_only(tmp_path):
     finally:
         own.close()
         operator.close()
+        svc.shutdown("test over")
+        server.stop(0).wait(5)
+
+
+def _hold_long_poll(stub, metadata, wait_s):
+    """A GetFragment long poll for a version that never comes: holds a worker until wait_s (or a cancel)."""
+    req = pb.FragmentRequest(learner_id="x", fragment=0, min_version=10**9, wait_s=wait_s)
+    try:
+        for _ in stub.GetFragment(req, timeout=wait_s + 30, metadata=metadata):
+            pass
+        return "held"
+    except grpc.RpcError as err:
+        return err.code().name
+
+
+def test_long_calls_cannot_starve_status_and_health(tmp_path):
+    """One learner holding 3× its share of long polls, the operator flooding the rest of the pool: each learner
+    gets its share, the rest is refused at once (busy), and Status and health answer throughout."""
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
+    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN, max_workers=32, max_call_s=60)
+    addr = f"127.0.0.1:{port}"
+    per_learner, total = cfg.algorithm.num_fragments + 4, 32 - RESERVED_WORKERS
+    learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
+    operator_md = (("authorization", f"Bearer {TOKEN}"),)
+    channel = grpc.insecure_channel(addr)
+    stub = pbg.SyncerStub(channel)
+    operator = SyncClient(addr, TOKEN, timeout_s=10.0)
+    wait_s = 20.0
+    try:
+        with futures.ThreadPoolExecutor(max_workers=3 * per_learner + total + 8) as pool:
+            mine = [pool.submit(_hold_long_poll, stub, learner_md, wait_s) for _ in range(3 * per_learner)]
+            wait_until(lambda: sum(f.done() for f in mine) >= 2 * per_learner, 15, "the learner's extra calls refused")
+            flood = [pool.submit(_hold_long_poll, stub, operator_md, wait_s) for _ in range(total)]
+            wait_until(lambda: sum(f.done() for f in flood) >= per_learner, 15, "the operator's extra calls refused")
+            latencies = []
+            for _ in range(10):  # every worker a long call may take is taken
+                t0 = time.monotonic()
+                st = operator.status()
+                health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+                latencies.append(time.monotonic() - t0)
+                assert health.status == health_pb2.HealthCheckResponse.SERVING
+            assert max(latencies) < 5.0, latencies  # p100 of Status + health while the pool is held
+            assert st.rejections["busy"] == 2 * per_learner + per_learner
+            svc.shutdown("test over")  # wakes the long polls
+            outcomes = Counter(f.result(timeout=60) for f in mine + flood)
+        assert outcomes == {"held": total, "RESOURCE_EXHAUSTED": 3 * per_learner}, outcomes
+    finally:
+        operator.close()
+        channel.close()
+        svc.shutdown("test over")
+        server.stop(0).wait(5)
+
+
+def test_a_stalled_upload_is_cancelled_after_the_cap(tmp_path):
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 1, "algorithm.num_fragments": 2})
+    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN, max_call_s=2.0)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    release = threading.Event()
+
+    operator = SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0)
+    assert operator.join("learner-0", "i", cfg.config_hash()).ok
+    operator.close()
+    tps = policy_from_config(cfg).tokens_per_step
+    specs, data = encode_tensors(_update(svc, 0, 0.0))
+    header = pb.UploadHeader(learner_id="learner-0", incarnation="i", fragment=0, base_version=0, c_steps=1,
+                             c_tokens=tps, tensors=specs_to_pb(specs), total_bytes=len(data), crc32=crc32(data))
+
+    def stalled():  # a valid header, then nothing: the stream stays open until the server gives up on it
+        yield pb.UploadChunk(header=header)
+        release.wait(60)
+
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            pbg.SyncerStub(channel).Upload(stalled(), timeout=60,
+                                           metadata=(("authorization", f"Bearer {TOKEN}"),))
+        assert err.value.code() == grpc.StatusCode.CANCELLED and time.monotonic() - t0 < 30
+    finally:
+        release.set()
+        channel.close()
         svc.shutdown("test over")
         server.stop(0).wait(5)

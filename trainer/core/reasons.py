@@ -34,6 +34,7 @@ class RejectReason(str, Enum):
     MALFORMED = "malformed"
     BAD_COUNTERS = "bad_counters"
     FINISHED = "finished"
+    BUSY = "busy"  # a long call over the caller's or the syncer's share (trainer.admission)
 
 
 class Rejected(Exception):
