@@ -129,7 +129,7 @@ class History:
         records: list[ControllerRecord] = []
         path = run_dir / "controller.jsonl"
         if path.exists():
-            for line in path.read_text().splitlines():
+            for line in ev.jsonl_lines(path.read_text()):
                 if line.strip():
                     r = parse_record(line)
                     if isinstance(r, (PlanRecord, Phase, FaultOp)):

@@ -18,6 +18,7 @@ from typing import Any
 
 from chaos.errors import ScenarioError
 from chaos.history import PlanRecord, parse_record
+from trainer.events import jsonl_lines
 from chaos.scenario import Scenario, load_scenario, parse_scenario, resolve
 
 
@@ -40,7 +41,7 @@ def scenario_from_run(run_dir: str | Path) -> Scenario:
     if not spath.exists() or not cpath.exists():
         raise ScenarioError(f"{run_dir}: not a run directory (needs scenario.json and controller.jsonl)")
     tree = json.loads(spath.read_text())
-    plan = next((r for r in (parse_record(line) for line in cpath.read_text().splitlines() if line.strip())
+    plan = next((r for r in (parse_record(line) for line in jsonl_lines(cpath.read_text()))
                  if isinstance(r, PlanRecord)), None)
     if plan is None:
         raise ScenarioError(f"{cpath}: no plan record; the run stopped before its schedule was written")

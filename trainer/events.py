@@ -279,10 +279,22 @@ def parse_event(line: str) -> Event:
     return _ADAPTER.validate_json(line)
 
 
+def jsonl_lines(text: str) -> list[str]:
+    r"""The records of a JSON-lines text: split at ``\n`` only.
+
+    ``str.splitlines`` also splits at ``\x85``, ``\u2028`` and other separators, which a JSON string may hold
+    unescaped (a hostile learner id did), tearing one record in two.
+
+    >>> jsonl_lines('{"id": "a\x85b"}\n{"id": 2}\n')
+    ['{"id": "a\x85b"}', '{"id": 2}']
+    """
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+
+
 def read_events(path: str | Path, *, strict: bool = True) -> list[Event]:
     """All events of a JSON-lines file. A torn last line (a killed writer) is skipped."""
     out: list[Event] = []
-    lines = Path(path).read_text().splitlines()
+    lines = jsonl_lines(Path(path).read_text())
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -316,7 +316,7 @@ class SyncerService(pbg.SyncerServicer):
             detail = f"fragment {p} not in 0..{len(self.fragments) - 1}"
             self.record_reject("GetFragment", RejectReason.UNKNOWN_FRAGMENT, detail, request.learner_id, p)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{RejectReason.UNKNOWN_FRAGMENT.value}: {detail}")
-        wait = min(max(request.wait_s, 0.0), MAX_LONG_POLL_S)
+        wait = min(max(request.wait_s, 0.0), MAX_LONG_POLL_S) if math.isfinite(request.wait_s) else 0.0
         deadline = time.monotonic() + wait
         with self.cond:
             while self.state.versions[p] < request.min_version and not self.stopping.is_set() and context.is_active():

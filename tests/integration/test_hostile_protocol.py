@@ -1,0 +1,292 @@
+"""Generated hostile traffic over the real protocol, with the syncer's invariants checked after every batch.
+
+Hypothesis draws batches of messages — Join, Leave, Report, Upload (well-formed or not, chunked right or not),
+GetFragment — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
+absurd magnitudes), sent by two rogue learners holding their own credentials, a forged credential and no
+credential, to one real syncer on a real socket. Three honest learners upload a small honest update after each
+batch (they are the majority whose merged norms the outlier guard follows). After each batch:
+
+- the syncer answers Status and health (latencies kept: the bound below is on their maximum);
+- versions only move by merges, one per merge, and every merged contribution was accepted by a reply;
+- the parameters stay finite and small; no honest upload is refused;
+- the budget is not reached, the counted tokens stay in range, the learner table holds only real identities.
+
+Per change: ``--chaos-examples`` (25) batches of 12 messages; nightly (``--chaos-nightly``): 250 batches of 40,
+over 10,000 messages. Counts by outcome are printed and attached to the test's report.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chaos.pytest_plugin import OPTIONS, chaos_settings
+from tests.support import tiny_config
+from trainer import events as ev
+from trainer.client import specs_to_pb
+from trainer.core.claims import MAX_COUNT
+from trainer.core.credentials import learner_credential
+from trainer.proto import diloco_pb2 as pb
+from trainer.proto import diloco_pb2_grpc as pbg
+from trainer.syncer import policy_from_config, serve
+from trainer.wire import crc32, encode_tensors
+
+pytestmark = pytest.mark.integration
+SECRET = "hostile-protocol-secret"
+ROGUES = ("rogue-0", "rogue-1")
+HONEST = ("honest-0", "honest-1", "honest-2")
+BATCH = 40 if OPTIONS.nightly else 12
+STATUS_BOUND_S = 5.0  # Status + health, each batch, on a loaded 2-core machine
+
+INT64 = st.one_of(st.integers(-2**63, 2**63 - 1),
+                  st.sampled_from([0, 1, -1, 2**31, 2**53, 2**53 - 1, 2**62, 2**63 - 1, -2**63]))
+SMALL = st.integers(-2, 40)
+FRAGMENT = st.sampled_from([0, 1])  # the harness's two fragments
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from([0.0, 1e-9, 0.05, 3600.0, 3600.1, 1e308, -1.0, math.nan, math.inf]))
+TEXT = st.one_of(st.sampled_from(["", "x", "honest-0", "rogue-0", "rogue-1", "é" * 50, "\x00", "a" * 4096]),
+                 st.text(max_size=20))
+SENDERS = st.sampled_from(ROGUES * 4 + ("forged", "anonymous"))  # mostly rogues past authentication
+
+
+def _metadata(sender: str) -> tuple[tuple[str, str], ...]:
+    if sender == "anonymous":
+        return ()
+    secret = "not-the-secret" if sender == "forged" else SECRET
+    return (("authorization", f"Bearer {learner_credential(secret, 'rogue-0' if sender == 'forged' else sender)}"),)
+
+
+@st.composite
+def _mostly(draw, value, other):
+    """``value`` (a value or a strategy) three times in four: deep checks are reached, and every field is still
+    sometimes hostile."""
+    if draw(st.sampled_from(["usual", "usual", "usual", "other"])) == "other":  # Hypothesis favours index 0
+        return draw(other)
+    return draw(value) if isinstance(value, st.SearchStrategy) else value
+
+
+@st.composite
+def messages(draw):
+    sender = draw(SENDERS)
+    # Mostly the sender's own id and incarnation (so the checks past identity are reached), sometimes anything.
+    own = "rogue-0" if sender == "forged" else sender
+    lid = draw(_mostly(own, TEXT))
+    inc = draw(_mostly(f"{lid}-inc", TEXT))
+    kind = draw(st.sampled_from(["join", "leave", "report", "report", "upload", "upload", "upload", "upload",
+                                 "get_fragment"]))
+    if kind == "join":
+        return sender, kind, dict(learner_id=lid, incarnation=inc, hash_ok=draw(st.booleans()))
+    if kind == "leave":
+        return sender, kind, dict(learner_id=lid, incarnation=inc)
+    if kind == "report":
+        step = draw(st.one_of(SMALL, INT64))
+        tokens = draw(st.one_of(st.just("consistent"), INT64))
+        return sender, kind, dict(learner_id=lid, incarnation=inc, step=step, tokens=tokens,
+                                  step_time_s=draw(FLOATS))
+    if kind == "get_fragment":
+        return sender, kind, dict(learner_id=lid, fragment=draw(_mostly(FRAGMENT, st.integers(-2**31, 2**31 - 1))),
+                                  min_version=draw(st.one_of(SMALL, INT64)),
+                                  wait_s=draw(st.sampled_from([0.0, -1.0, 0.01, math.nan, math.inf, -math.inf])))
+    return sender, kind, dict(
+        learner_id=lid, incarnation=inc, fragment=draw(st.one_of(st.integers(-1, 2), st.integers(-2**31, 2**31 - 1))),
+        base=draw(_mostly("current", st.one_of(SMALL, INT64))), c_steps=draw(_mostly(st.integers(0, 50), INT64)),
+        tokens=draw(_mostly("consistent", INT64)), round=draw(_mostly(0, INT64)),
+        value=draw(_mostly(st.sampled_from([1e-6, 1e-5, 0.0, 1e-4]),
+                           st.one_of(st.sampled_from([1e-3, 1.0, 1e16, 1e30, -1e30, math.nan, math.inf]),
+                                     st.floats(-1e3, 1e3)))),
+        shape=draw(_mostly("right", st.sampled_from(["extra", "wrong_dtype", "missing"]))),
+        chunks=draw(_mostly("right", st.sampled_from(["bad_crc", "short", "overlap", "huge_total"]))))
+
+
+class Harness:
+    def __init__(self, tmp_path) -> None:
+        self.cfg = tiny_config(**{"token_budget": 10**12, "algorithm.num_learners": 5,
+                                  "algorithm.num_fragments": 2, "algorithm.min_quorum": 1,
+                                  "algorithm.grace": False, "algorithm.rounds": "arrival",
+                                  "syncer.liveness_timeout_s": 600})
+        self.server, self.svc, port = serve(self.cfg, tmp_path, host="127.0.0.1", port=0, token=SECRET)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = pbg.SyncerStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+        self.tps = policy_from_config(self.cfg).tokens_per_step
+        self.names = [list(f.names) for f in self.svc.fragments]
+        self.outcomes: Counter[str] = Counter()
+        self.accepted: set[tuple[str, str, int, int, int]] = set()
+        self.latencies: list[float] = []
+        self.versions = [0] * len(self.names)
+        self.sent = 0
+        for lid in HONEST + ROGUES:  # rogues start as members: their messages reach the checks past membership
+            self._join(lid)
+        for lid in HONEST:
+            self.report(lid)
+        for lid in HONEST:  # the honest majority's merged norms are the outlier guard's reference from the start
+            for p in range(len(self.names)):
+                self.honest_upload(lid, p)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.svc.shutdown("test over")
+        self.server.stop(0).wait(5)
+
+    # ---- honest learners ------------------------------------------------
+    def _md(self, lid: str):
+        return (("authorization", f"Bearer {learner_credential(SECRET, lid)}"),)
+
+    def _join(self, lid: str) -> None:
+        r = self.stub.Join(pb.JoinRequest(learner_id=lid, incarnation=f"{lid}-inc", config_hash=self.cfg.config_hash()),
+                           timeout=10, metadata=self._md(lid))
+        assert r.ok, r
+
+    def report(self, lid: str, step: int = 2) -> None:
+        r = self.stub.Report(pb.ReportRequest(learner_id=lid, incarnation=f"{lid}-inc", step=step, tokens=step * self.tps,
+                                              step_time_s=0.05), timeout=10, metadata=self._md(lid))
+        assert r.ok, r
+
+    def honest_upload(self, lid: str, fragment: int) -> None:
+        """A small honest update at the current version (fetched again if a merge overtook it, as learners do)."""
+        tensors = {n: np.full_like(self.svc.state.params[n], 1e-5) for n in self.names[fragment]}
+        for _ in range(5):
+            with self.svc.cond:
+                base = self.svc.state.versions[fragment]
+            reply = self._upload(lid, self._md(lid), lid, f"{lid}-inc", fragment, base, 1, self.tps, 0, tensors,
+                                 "right")
+            if reply is None or reply.reason != "stale_version":
+                break
+        assert reply is not None and reply.accepted, f"an honest upload was refused: {reply}"
+        self.accepted.add((lid, f"{lid}-inc", fragment, base, 0))
+
+    # ---- sending --------------------------------------------------------
+    def _upload(self, who, md, lid, inc, fragment, base, c_steps, c_tokens, rnd, tensors, chunks):
+        specs, data = encode_tensors(tensors)
+        total = (1 << 40) if chunks == "huge_total" else len(data)
+        header = pb.UploadHeader(learner_id=lid, incarnation=inc, fragment=fragment, base_version=base, c_steps=c_steps,
+                                 c_tokens=c_tokens, tensors=specs_to_pb(specs), total_bytes=total,
+                                 crc32=crc32(data) ^ (1 if chunks == "bad_crc" else 0), round=rnd)
+        half = len(data) // 2
+        parts = {"short": [(0, data[:half])], "overlap": [(0, data[:half]), (0, data[:half])]}.get(chunks, [(0, data)])
+        msgs = [pb.UploadChunk(header=header)] + [pb.UploadChunk(data=pb.DataChunk(offset=o, data=d)) for o, d in parts]
+        try:
+            return self.stub.Upload(iter(msgs), timeout=20, metadata=md)
+        except grpc.RpcError as err:
+            self.outcomes[f"{who}: grpc {err.code().name}"] += 1
+            return None
+
+    def send(self, sender: str, kind: str, f: dict) -> None:
+        self.sent += 1
+        md = _metadata(sender)
+        try:
+            if kind == "join":
+                r = self.stub.Join(pb.JoinRequest(learner_id=f["learner_id"], incarnation=f["incarnation"],
+                                                  config_hash=self.cfg.config_hash() if f["hash_ok"] else "x"),
+                                   timeout=10, metadata=md)
+                self._count(kind, r.ok, r.reason)
+            elif kind == "leave":
+                r = self.stub.Leave(pb.LeaveRequest(learner_id=f["learner_id"], incarnation=f["incarnation"]),
+                                    timeout=10, metadata=md)
+                self._count(kind, r.ok, r.reason)
+            elif kind == "report":
+                tokens = f["step"] * self.tps if f["tokens"] == "consistent" else f["tokens"]
+                if not -2**63 <= tokens < 2**63:
+                    tokens = 2**63 - 1
+                r = self.stub.Report(pb.ReportRequest(learner_id=f["learner_id"], incarnation=f["incarnation"],
+                                                      step=f["step"], tokens=tokens, step_time_s=f["step_time_s"]),
+                                     timeout=10, metadata=md)
+                self._count(kind, r.ok, r.reason)
+            elif kind == "get_fragment":
+                req = pb.FragmentRequest(learner_id=f["learner_id"], fragment=f["fragment"],
+                                         min_version=f["min_version"], wait_s=f["wait_s"])
+                for _ in self.stub.GetFragment(req, timeout=40, metadata=md):
+                    pass
+                self._count(kind, True, "")
+            else:
+                self._hostile_upload(sender, md, f)
+        except grpc.RpcError as err:
+            self.outcomes[f"{kind}: grpc {err.code().name}"] += 1
+
+    def _hostile_upload(self, sender: str, md, f: dict) -> None:
+        p = f["fragment"] if 0 <= f["fragment"] < len(self.names) else 0
+        with self.svc.cond:
+            current = self.svc.state.versions[p]
+        base = current if f["base"] == "current" else f["base"]
+        names = list(self.names[p])
+        tensors = {n: np.full_like(self.svc.state.params[n], f["value"]) for n in names}
+        if f["shape"] == "extra":
+            tensors["extra"] = np.zeros(3, np.float32)
+        elif f["shape"] == "wrong_dtype":
+            tensors[names[0]] = tensors[names[0]].astype(np.float64)
+        elif f["shape"] == "missing":
+            tensors.pop(names[0])
+        c_tokens = f["c_steps"] * self.tps if f["tokens"] == "consistent" else f["tokens"]
+        if not -2**63 <= c_tokens < 2**63:
+            c_tokens = 2**63 - 1
+        r = self._upload("upload", md, f["learner_id"], f["incarnation"], f["fragment"], base, f["c_steps"], c_tokens,
+                         f["round"], tensors, f["chunks"])
+        if r is not None:
+            self._count("upload", r.accepted, r.reason)
+            if r.accepted and not r.duplicate:
+                self.accepted.add((f["learner_id"], f["incarnation"], f["fragment"], base, 0))
+
+    def _count(self, kind: str, ok: bool, reason: str) -> None:
+        self.outcomes[f"{kind}: {'ok' if ok else reason}"] += 1
+
+    # ---- invariants ------------------------------------------------------
+    def check(self) -> None:
+        t0 = time.monotonic()
+        st_ = self.stub.Status(pb.StatusRequest(), timeout=STATUS_BOUND_S * 2, metadata=(("authorization", f"Bearer {SECRET}"),))
+        h = self.health.Check(health_pb2.HealthCheckRequest(), timeout=STATUS_BOUND_S * 2)
+        self.latencies.append(time.monotonic() - t0)
+        assert h.status == health_pb2.HealthCheckResponse.SERVING
+        assert not st_.finished and 0 <= st_.tokens < MAX_COUNT, st_.tokens
+        with self.svc.cond:  # merges are logged under the lock: versions and the log agree inside it
+            merges = [e for e in ev.read_events(self.svc.run_dir / "events" / "syncer.jsonl")
+                      if isinstance(e, ev.Merge)]
+            versions = list(self.svc.state.versions)
+            params = {n: t.copy() for n, t in self.svc.state.params.items()}
+            learners = set(self.svc.state.learners)
+        assert all(v >= old for v, old in zip(versions, self.versions)), (versions, self.versions)
+        self.versions = versions
+        for p, v in enumerate(versions):
+            assert v == sum(1 for m in merges if m.fragment == p), "a version moved without a merge"
+        for m in merges:
+            for part in m.participants:
+                key = (part.learner_id, part.incarnation, m.fragment, part.base_version, part.round)
+                assert key in self.accepted, f"merged but never accepted: {key}"
+        assert all(np.all(np.isfinite(t)) and np.max(np.abs(t)) < 1e3 for t in params.values())
+        assert learners <= set(HONEST) | set(ROGUES), learners  # credentials name the only ids that can join
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    h = Harness(tmp_path_factory.mktemp("hostile-protocol"))
+    yield h
+    total = sum(h.outcomes.values())
+    lat = sorted(h.latencies)
+    print(f"\nhostile protocol: {h.sent} generated messages; outcomes ({total}):")
+    for k, n in sorted(h.outcomes.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:6d}  {k}")
+    if lat:
+        print(f"Status + health: median {lat[len(lat) // 2]:.3f} s, p99 {lat[int(0.99 * (len(lat) - 1))]:.3f} s, "
+              f"max {lat[-1]:.3f} s over {len(lat)} checks (bound {STATUS_BOUND_S} s)")
+    h.close()
+
+
+@chaos_settings()
+@given(batch=st.lists(messages(), min_size=BATCH, max_size=BATCH))
+def test_generated_hostile_traffic_breaks_no_invariant(harness, batch) -> None:
+    for lid in ROGUES:  # as a refused learner does: join again (the batch may make it leave or replace itself)
+        harness._join(lid)
+    for sender, kind, fields in batch:
+        harness.send(sender, kind, fields)
+    for i, lid in enumerate(HONEST):
+        harness.report(lid, step=2)
+        harness.honest_upload(lid, i % len(harness.names))
+    harness.check()
+    assert max(harness.latencies) < STATUS_BOUND_S, harness.latencies
