@@ -40,6 +40,7 @@ from trainer.admission import MAX_CALL_S, RESERVED_WORKERS, AdmissionInterceptor
 from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
@@ -188,6 +189,7 @@ class SyncerService(pbg.SyncerServicer):
                       fragment: int = -1, base_version: int = -1) -> None:
         with self.cond:
             self.state.rejections[reason.value] += 1
+        learner_id = learner_id[:MAX_NAME]  # a refused message's own id, cut short: it may be megabytes
         self.log.emit(ev.Reject(call=call, reason=reason.value, detail=detail, learner_id=learner_id,
                                 fragment=fragment, base_version=base_version))
 

@@ -271,3 +271,15 @@ def test_a_stalled_upload_is_cancelled_after_the_cap(tmp_path):
         channel.close()
         svc.shutdown("test over")
         server.stop(0).wait(5)
+
+
+def test_oversized_or_unprintable_names_are_refused_and_never_copied_whole(cluster):
+    svc, client, tps = cluster
+    for lid, inc in (("x" * 1_000_000, "inc"), ("rogue\x85", "inc"), ("rogue-0", "")):
+        r = client.join(lid, inc, svc.config_hash)
+        assert not r.ok and r.reason == "malformed" and len(r.detail) <= 1001, (r.reason, len(r.detail))
+    r = client.report(pb.ReportRequest(learner_id="y" * 1_000_000, incarnation="i", step=1, tokens=tps))
+    assert not r.ok and len(r.detail) <= 1001
+    rejects = [e for e in _events(svc) if isinstance(e, ev.Reject)]
+    assert rejects and max(len(e.learner_id) for e in rejects) <= 128 and max(len(e.detail) for e in rejects) <= 1001
+    assert set(svc.state.learners) == {"good", "rogue"}

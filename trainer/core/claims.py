@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from trainer.core.reasons import RejectReason, Rejected
 
 MAX_COUNT = 2**53  # every counter below this: exact in a float and JSON, and sums stay far inside int64
+MAX_NAME = 128  # characters of a learner id or incarnation: ids are names, not payloads
 MAX_STEP_TIME_S = 3600.0  # a reported step time above an hour is not a step time
 ADAM_STEP_BOUND = 10.0  # |m̂ / (√v̂ + ε)| per coordinate stays below ~1 in practice; 10 leaves room
 
@@ -57,6 +58,22 @@ def check_count(name: str, value: int) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_COUNT:
         raise Rejected(RejectReason.BAD_COUNTERS, f"{name}={value} is out of range: a counter is an integer in 0..2^53")
+    return value
+
+
+def check_name(name: str, value: str) -> str:
+    """A learner id or incarnation: 1..:data:`MAX_NAME` printable characters, or :class:`Rejected` naming the field.
+
+    >>> check_name("learner_id", "learner-0")
+    'learner-0'
+    >>> check_name("incarnation", "a\x85b")
+    Traceback (most recent call last):
+    ...
+    trainer.core.reasons.Rejected: malformed: incarnation must be 1..128 printable characters, got 'a\x85b'
+    """
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME or not value.isprintable():
+        raise Rejected(RejectReason.MALFORMED,
+                       f"{name} must be 1..{MAX_NAME} printable characters, got {value[:MAX_NAME]!r}")
     return value
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 from enum import Enum
 
 
+MAX_DETAIL = 1000  # characters of a refusal's detail, in replies and events
+
+
 class RejectReason(str, Enum):
     MISSING_TOKEN = "missing_token"
     BAD_TOKEN = "bad_token"
@@ -41,6 +44,7 @@ class Rejected(Exception):
     """A refusal with its reason and a human-readable detail saying what to do."""
 
     def __init__(self, reason: RejectReason, detail: str) -> None:
+        detail = detail if len(detail) <= MAX_DETAIL else detail[:MAX_DETAIL] + "…"  # it may quote hostile input
         super().__init__(f"{reason.value}: {detail}")
         self.reason = reason
         self.detail = detail

@@ -370,8 +370,8 @@ class SyncerState:
 
     # ---- membership ----------------------------------------------------
     def join(self, learner_id: str, incarnation: str, now: float) -> JoinResult:
-        if not learner_id or not incarnation:
-            raise Rejected(RejectReason.MALFORMED, "learner_id and incarnation must be non-empty")
+        claims.check_name("learner_id", learner_id)
+        claims.check_name("incarnation", incarnation)
         rec = self.learners.get(learner_id)
         if rec is not None and rec.incarnation == incarnation and not rec.left:
             rec.last_seen = now  # idempotent re-join of the same process
