@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from trainer.core.credentials import caller
+from trainer.core.credentials import caller, presented
 from trainer.core.reasons import RejectReason
 
 LONG_CALLS = frozenset({"Upload", "GetFragment", "GetState"})
@@ -72,9 +72,7 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         self._slots, self._secret, self._on_reject, self._max_call_s = slots, secret, on_reject, max_call_s
 
     def _who(self, metadata) -> str:  # noqa: ANN001
-        got = dict(metadata or ()).get("authorization", "")
-        got = got[len("Bearer "):] if isinstance(got, str) and got.startswith("Bearer ") else ""
-        c = caller(self._secret, got) if self._secret else None
+        c = caller(self._secret, presented(metadata) or "") if self._secret else None
         return f"learner {c.learner_id}" if c is not None and c.learner_id else OPERATOR
 
     @contextlib.contextmanager

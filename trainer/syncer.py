@@ -41,7 +41,7 @@ from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.claims import MAX_NAME
-from trainer.core.credentials import caller
+from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.syncer_state import Contribution, MergeRecord, SyncerPolicy, SyncerState
@@ -90,11 +90,6 @@ def merge_fields(rec: MergeRecord, tokens_total: int) -> dict[str, Any]:
         outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)
 
 
-def _presented(metadata) -> str | None:  # noqa: ANN001
-    got = dict(metadata or ()).get("authorization")
-    return got[len("Bearer "):] if isinstance(got, str) and got.startswith("Bearer ") else got
-
-
 class _AuthInterceptor(grpc.ServerInterceptor):
     """Refuses every Syncer call without the shared token or a learner credential derived from it
     (trainer.core.credentials); the health service stays open for probes."""
@@ -106,7 +101,7 @@ class _AuthInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation, details):  # noqa: ANN001
         if not details.method.startswith(f"/{SERVICE_NAME}/"):
             return continuation(details)
-        got = _presented(details.invocation_metadata)
+        got = presented(details.invocation_metadata)
         if got is not None and caller(self._secret, got) is not None:
             return continuation(details)
         reason = RejectReason.MISSING_TOKEN if got is None else RejectReason.BAD_TOKEN
@@ -197,7 +192,7 @@ class SyncerService(pbg.SyncerServicer):
         """Refuse a call naming a learner id its credential does not (the operator's shared token names any)."""
         if self.secret is None or context is None:
             return
-        who = caller(self.secret, _presented(context.invocation_metadata()) or "")
+        who = caller(self.secret, presented(context.invocation_metadata()) or "")
         if who is None or not who.may_act_as(learner_id):
             raise Rejected(RejectReason.WRONG_LEARNER,
                            f"this credential is learner {who.learner_id if who else '?'!r}'s; it cannot act as "

@@ -203,7 +203,8 @@ def test_config_mismatch_join(syncer):
     assert client.status().rejections["config_mismatch"] == count + 1
 
 
-@pytest.mark.parametrize("metadata,reason", [((), "missing_token"), ((("authorization", "Bearer wrong"),), "bad_token")])
+@pytest.mark.parametrize("metadata,reason", [((), "missing_token"), ((("authorization", "Bearer wrong"),), "bad_token"),
+                                             ((("authorization", TOKEN),), "bad_token")])  # not "Bearer <token>"
 def test_calls_without_the_token_are_refused(syncer, metadata, reason):
     svc, client, _, port = syncer
     before = _snapshot(client)

@@ -43,6 +43,19 @@ def _mac(secret: str, learner_id: str) -> str:
     return hmac.new(secret.encode(), (PREFIX + learner_id).encode(), hashlib.sha256).hexdigest()
 
 
+def presented(metadata) -> str | None:  # noqa: ANN001
+    """The credential in a call's ``authorization: Bearer <credential>`` metadata (None: no such header; "": a
+    header of another form, which no credential matches).
+
+    >>> presented((("authorization", "Bearer abc"),)), presented(()), presented((("authorization", "abc"),))
+    ('abc', None, '')
+    """
+    got = dict(metadata or ()).get("authorization")
+    if got is None:
+        return None
+    return got[len("Bearer "):] if isinstance(got, str) and got.startswith("Bearer ") else ""
+
+
 def learner_credential(secret: str, learner_id: str) -> str:
     """The credential a launcher gives the process of ``learner_id`` instead of the shared secret."""
     return f"{PREFIX}{learner_id}:{_mac(secret, learner_id)}"
