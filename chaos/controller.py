@@ -416,7 +416,8 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
         "plan": (history.plan().faults if history.plan() else []),
         "faults": _relative_faults(history, steady),
         "not_run": not_run.detail.get("faults", []) if not_run else [],
-        "baseline": baseline, "reference": reference, "parity_false_alarm": _false_alarm(scenario), "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
+        "baseline": baseline, "reference": reference, "parity_false_alarm": _false_alarm(scenario),
+        "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
         "teardown": teardown.detail if teardown else {},
     }
     _write_reports(out_dir, history, report)

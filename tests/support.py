@@ -1,12 +1,14 @@
-"""Helpers for tests: polling with a deadline, free ports, small run configs."""
+"""Helpers for tests: polling with a deadline, free ports, small run configs, a syncer served in-process."""
 
 from __future__ import annotations
 
 import socket
 import socketserver
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
 
 from trainer.config import RunConfig, build_config
 
@@ -26,6 +28,19 @@ def wait_until(pred: Callable[[], T], timeout_s: float, what: str, interval_s: f
             last_err = err
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_err})" if last_err else ""))
+
+
+@contextmanager
+def served_syncer(cfg: RunConfig, run_dir: Path, **serve_kw: Any) -> Iterator[tuple[Any, int]]:
+    """A real syncer (trainer.syncer.serve) on a free loopback port: yields (service, port); always stopped."""
+    from trainer.syncer import serve
+
+    server, svc, port = serve(cfg, run_dir, host="127.0.0.1", port=0, **serve_kw)
+    try:
+        yield svc, port
+    finally:
+        svc.shutdown("test over")
+        server.stop(0).wait(5)
 
 
 def tiny_config(**overrides: object) -> RunConfig:

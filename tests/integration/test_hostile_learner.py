@@ -11,13 +11,14 @@ import threading
 import time
 from collections import Counter
 from concurrent import futures
+from contextlib import contextmanager
 
 import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.support import tiny_config, wait_until
+from tests.support import served_syncer, tiny_config, wait_until
 from trainer import events as ev
 from trainer.admission import RESERVED_WORKERS
 from trainer.client import SyncClient, specs_to_pb
@@ -26,7 +27,7 @@ from trainer.core.credentials import learner_credential
 from trainer.core.syncer_state import STEP_SLACK
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import policy_from_config, serve
+from trainer.syncer import policy_from_config
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration
@@ -34,37 +35,32 @@ TOKEN = "hostile-test-token"
 PACE = 0.05  # the honest learner's step time
 
 
-def _serve(tmp_path, min_quorum):
+@contextmanager
+def _joined(tmp_path, min_quorum):
     """A syncer merging each round as soon as K uploads arrived (arrival rounds), an honest learner setting the pace."""
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 3, "algorithm.num_fragments": 2,
                          "algorithm.min_quorum": min_quorum, "algorithm.grace": False, "algorithm.rounds": "arrival",
                          "syncer.liveness_timeout_s": 60})
-    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN)
-    client = SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0)
-    tps = policy_from_config(cfg).tokens_per_step
-    for lid in ("good", "rogue"):
-        assert client.join(lid, f"inc-{lid}", cfg.config_hash()).ok
-    _report(client, "good", step=2, tps=tps, step_time_s=PACE)
-    return server, svc, client, tps
+    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port), \
+            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as client:
+        tps = policy_from_config(cfg).tokens_per_step
+        for lid in ("good", "rogue"):
+            assert client.join(lid, f"inc-{lid}", cfg.config_hash()).ok
+        _report(client, "good", step=2, tps=tps, step_time_s=PACE)
+        yield svc, client, tps
 
 
 @pytest.fixture
 def cluster(tmp_path):
-    server, svc, client, tps = _serve(tmp_path, min_quorum=1)
-    yield svc, client, tps
-    client.close()
-    svc.shutdown("test over")
-    server.stop(0).wait(5)
+    with _joined(tmp_path, min_quorum=1) as joined:
+        yield joined
 
 
 @pytest.fixture
 def pair(tmp_path):
     """The same with K = 2: the honest learner's and the rogue's uploads merge together."""
-    server, svc, client, tps = _serve(tmp_path, min_quorum=2)
-    yield svc, client, tps
-    client.close()
-    svc.shutdown("test over")
-    server.stop(0).wait(5)
+    with _joined(tmp_path, min_quorum=2) as joined:
+        yield joined
 
 
 def _report(client, lid, *, step, tps, step_time_s=PACE, tokens=None):
@@ -165,11 +161,9 @@ def _events(svc):
 
 def test_a_learner_credential_acts_as_its_own_learner_only(tmp_path):
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
-    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN)
-    addr = f"127.0.0.1:{port}"
-    own = SyncClient(addr, learner_credential(TOKEN, "learner-0"), timeout_s=10.0)
-    operator = SyncClient(addr, TOKEN, timeout_s=10.0)
-    try:
+    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port), \
+            SyncClient(f"127.0.0.1:{port}", learner_credential(TOKEN, "learner-0"), timeout_s=10.0) as own, \
+            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator:
         tps = policy_from_config(cfg).tokens_per_step
         assert operator.join("learner-1", "inc-1", cfg.config_hash()).ok  # the operator's secret names any id
         assert own.join("learner-0", "inc-a", cfg.config_hash()).ok
@@ -182,15 +176,9 @@ def test_a_learner_credential_acts_as_its_own_learner_only(tmp_path):
         assert svc.state.learners["learner-1"].incarnation == "inc-1" and not svc.state.learners["learner-1"].left
         assert own.join("learner-0", "inc-b", cfg.config_hash()).ok  # a restart of its own id is still allowed
         assert own.status().rejections["wrong_learner"] == 4  # and it may read the cluster's status
-        forged = SyncClient(addr, learner_credential("another-secret", "learner-0"), timeout_s=10.0)
-        with pytest.raises(Exception, match="bad_token"):
+        with SyncClient(f"127.0.0.1:{port}", learner_credential("another-secret", "learner-0"),
+                        timeout_s=10.0) as forged, pytest.raises(Exception, match="bad_token"):
             forged.join("learner-0", "inc-c", cfg.config_hash())
-        forged.close()
-    finally:
-        own.close()
-        operator.close()
-        svc.shutdown("test over")
-        server.stop(0).wait(5)
 
 
 def _hold_long_poll(stub, metadata, wait_s):
@@ -208,16 +196,14 @@ def test_long_calls_cannot_starve_status_and_health(tmp_path):
     """One learner holding 3× its share of long polls, the operator flooding the rest of the pool: each learner
     gets its share, the rest is refused at once (busy), and Status and health answer throughout."""
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
-    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN, max_workers=32, max_call_s=60)
-    addr = f"127.0.0.1:{port}"
     per_learner, total = cfg.algorithm.num_fragments + 4, 32 - RESERVED_WORKERS
     learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
     operator_md = (("authorization", f"Bearer {TOKEN}"),)
-    channel = grpc.insecure_channel(addr)
-    stub = pbg.SyncerStub(channel)
-    operator = SyncClient(addr, TOKEN, timeout_s=10.0)
     wait_s = 20.0
-    try:
+    with served_syncer(cfg, tmp_path, token=TOKEN, max_workers=32, max_call_s=60) as (svc, port), \
+            grpc.insecure_channel(f"127.0.0.1:{port}") as channel, \
+            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator:
+        stub = pbg.SyncerStub(channel)
         with futures.ThreadPoolExecutor(max_workers=3 * per_learner + total + 8) as pool:
             mine = [pool.submit(_hold_long_poll, stub, learner_md, wait_s) for _ in range(3 * per_learner)]
             wait_until(lambda: sum(f.done() for f in mine) >= 2 * per_learner, 15, "the learner's extra calls refused")
@@ -235,42 +221,32 @@ def test_long_calls_cannot_starve_status_and_health(tmp_path):
             svc.shutdown("test over")  # wakes the long polls
             outcomes = Counter(f.result(timeout=60) for f in mine + flood)
         assert outcomes == {"held": total, "RESOURCE_EXHAUSTED": 3 * per_learner}, outcomes
-    finally:
-        operator.close()
-        channel.close()
-        svc.shutdown("test over")
-        server.stop(0).wait(5)
 
 
 def test_a_stalled_upload_is_cancelled_after_the_cap(tmp_path):
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 1, "algorithm.num_fragments": 2})
-    server, svc, port = serve(cfg, tmp_path, host="127.0.0.1", port=0, token=TOKEN, max_call_s=2.0)
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     release = threading.Event()
 
-    operator = SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0)
-    assert operator.join("learner-0", "i", cfg.config_hash()).ok
-    operator.close()
-    tps = policy_from_config(cfg).tokens_per_step
-    specs, data = encode_tensors(_update(svc, 0, 0.0))
-    header = pb.UploadHeader(learner_id="learner-0", incarnation="i", fragment=0, base_version=0, c_steps=1,
-                             c_tokens=tps, tensors=specs_to_pb(specs), total_bytes=len(data), crc32=crc32(data))
-
-    def stalled():  # a valid header, then nothing: the stream stays open until the server gives up on it
+    def stalled(header):  # a valid header, then nothing: the stream stays open until the server gives up on it
         yield pb.UploadChunk(header=header)
         release.wait(60)
 
-    try:
-        t0 = time.monotonic()
-        with pytest.raises(grpc.RpcError) as err:
-            pbg.SyncerStub(channel).Upload(stalled(), timeout=60,
-                                           metadata=(("authorization", f"Bearer {TOKEN}"),))
-        assert err.value.code() == grpc.StatusCode.CANCELLED and time.monotonic() - t0 < 30
-    finally:
-        release.set()
-        channel.close()
-        svc.shutdown("test over")
-        server.stop(0).wait(5)
+    with served_syncer(cfg, tmp_path, token=TOKEN, max_call_s=2.0) as (svc, port), \
+            grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator:
+            assert operator.join("learner-0", "i", cfg.config_hash()).ok
+        tps = policy_from_config(cfg).tokens_per_step
+        specs, data = encode_tensors(_update(svc, 0, 0.0))
+        header = pb.UploadHeader(learner_id="learner-0", incarnation="i", fragment=0, base_version=0, c_steps=1,
+                                 c_tokens=tps, tensors=specs_to_pb(specs), total_bytes=len(data), crc32=crc32(data))
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                pbg.SyncerStub(channel).Upload(stalled(header), timeout=60,
+                                               metadata=(("authorization", f"Bearer {TOKEN}"),))
+            assert err.value.code() == grpc.StatusCode.CANCELLED and time.monotonic() - t0 < 30
+        finally:
+            release.set()
 
 
 def test_oversized_or_unprintable_names_are_refused_and_never_copied_whole(cluster):
