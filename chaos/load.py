@@ -18,7 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from faults.toxiproxy import die_with_parent
+from trainer.lifeline import guarded
 
 # Each hog: seeded busy spells of 0.5-3 s with idle gaps of 0-0.4 s (the shape of ../shared/tools/under-load).
 _HOG = """
@@ -44,13 +44,12 @@ class CpuLoad:
         if self.procs:
             raise RuntimeError("this CpuLoad is already running")
         n = self.hogs if self.hogs is not None else (os.cpu_count() or 1)
-        parent = os.getpid()
         try:
             for i in range(1, n + 1):
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-c", _HOG, str(self.seed * 1000 + i)], stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                    preexec_fn=lambda: die_with_parent(parent)))
+                    guarded([sys.executable, "-c", _HOG, str(self.seed * 1000 + i)], os.getpid()),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True))
         except BaseException:
             self.stop()
             raise

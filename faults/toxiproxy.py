@@ -50,6 +50,7 @@ from types import TracebackType
 from typing import Any
 
 from faults.errors import ToxiproxyError, ToxiproxyNotInstalled
+from trainer.lifeline import guarded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "http://127.0.0.1:8474"
@@ -363,19 +364,6 @@ class Toxiproxy:
 # -- the server process ----------------------------------------------------------------------------------------
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """In the child before exec: SIGKILL when the parent dies, so a helper process (a toxiproxy-server, a CPU
-    hog) is never orphaned."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: stop() still cleans up on every normal exit path
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free right now on ``host`` (the OS may hand it out again later: bind it soon)."""
     with socket.socket() as s:
@@ -471,11 +459,10 @@ class ToxiproxyServer:
             log = self._temp_log = Path(name)
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0  # a given log file is appended to
-        parent = os.getpid()
         with open(log, "ab") as out:
-            self._proc = subprocess.Popen([binary, "-host", host, "-port", str(port)], stdin=subprocess.DEVNULL,
-                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=lambda: die_with_parent(parent))
+            self._proc = subprocess.Popen(guarded([binary, "-host", host, "-port", str(port)], os.getpid()),
+                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
         self.host, self.port = host, port
         probe = Toxiproxy(self.url, timeout_s=1.0)
         deadline = time.monotonic() + self.startup_timeout_s

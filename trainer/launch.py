@@ -40,6 +40,7 @@ from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.credentials import learner_credential
 from trainer.errors import AddressInUse, TrainerError
+from trainer.lifeline import guarded
 from trainer.metrics import summarize_run
 from trainer.training import learner_seed_index
 
@@ -53,25 +54,6 @@ THREAD_ENV: dict[str, str] = {
     "JAX_PLATFORMS": "cpu",
     "PYTHONUNBUFFERED": "1",
 }
-
-
-def _die_with_parent(parent_pid: int, nice: int = 0) -> None:
-    """In the child before exec: get SIGKILL if the launcher dies, so no process is orphaned.
-
-    SIGKILL, not SIGTERM: a child paused by a fault (SIGSTOP) would never handle a SIGTERM. A launcher killed
-    between the fork and the prctl never sends it, so the child checks that its parent is still the launcher
-    (CI, under load: a learner forked as the launcher was SIGKILLed lived on).
-    """
-    if nice:
-        os.nice(nice)
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: stop_all() still cleans up on every normal exit path
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 def learner_ids(n: int) -> list[str]:
@@ -124,10 +106,10 @@ class LocalCluster:
         if old is not None and old.poll() is None:
             raise TrainerError(f"{name} is already running (pid {old.pid}); stop it first")
         log = open(self.run_dir / "logs" / f"{name}.log", "ab")
-        parent = os.getpid()
-        proc = subprocess.Popen([self.python, *args], stdout=log, stderr=subprocess.STDOUT,
-                                env=self._env(self.token if token is None else token),
-                                start_new_session=True, preexec_fn=lambda: _die_with_parent(parent, nice))
+        # Dies with this process, even by SIGKILL, so nothing is orphaned (trainer.lifeline).
+        proc = subprocess.Popen(guarded([self.python, *args], os.getpid(), nice), stdout=log,
+                                stderr=subprocess.STDOUT, env=self._env(self.token if token is None else token),
+                                start_new_session=True)
         log.close()
         self.procs[name] = proc
         return proc
