@@ -50,6 +50,7 @@ from faults.toxiproxy import Toxiproxy, ToxiproxyServer
 from trainer import events as ev
 from trainer.config import RunConfig
 from trainer.errors import TrainerError
+from trainer.launch import see_log
 from trainer.metrics import summarize_run
 
 # Faults whose heal (re)starts processes: once training has finished there is nothing to restart into.
@@ -226,7 +227,8 @@ class _Execution:
                 if st is not None and st.merges >= 1:
                     break
                 if not self.backend.alive("syncer"):
-                    raise RunError(f"the syncer exited during start-up; see {self.run_dir / 'logs' / 'syncer.log'}")
+                    raise RunError("the syncer exited during start-up; "
+                                   + see_log(self.run_dir / "logs" / "syncer.log"))
                 if time.monotonic() > deadline:
                     raise RunError(f"no merge within {self.opts.steady_timeout_s}s of start; "
                                    f"see {self.run_dir / 'logs'}")
@@ -270,7 +272,7 @@ class _Execution:
                     code = self.backend.exit_code("syncer")
                     if code != 0:
                         raise RunError(f"the syncer exited with code {code} outside any fault; "
-                                       f"see {self.run_dir / 'logs' / 'syncer.log'}")
+                                       f"{see_log(self.run_dir / 'logs' / 'syncer.log')}")
                     break  # budget reached: the syncer finished and exited
                 if time.monotonic() > deadline:
                     raise RunError(f"the run did not finish within timeout_s = {self.scenario.timeout_s}s")

@@ -56,6 +56,20 @@ THREAD_ENV: dict[str, str] = {
 }
 
 
+def see_log(path: Path, lines: int = 12) -> str:
+    """``see PATH`` plus the log's last lines, so an error in CI output shows its cause without the file.
+
+    >>> see_log(Path("/nonexistent/syncer.log"))
+    'see /nonexistent/syncer.log'
+    """
+    try:
+        tail = path.read_bytes()[-8192:].decode("utf-8", "replace").splitlines()[-lines:]
+    except OSError:
+        tail = []
+    body = "".join(f"\n    | {line}" for line in tail if line.strip())
+    return f"see {path}" + (f"; its last lines:{body}" if body else "")
+
+
 def learner_ids(n: int) -> list[str]:
     return [f"learner-{i}" for i in range(n)]
 
@@ -125,9 +139,9 @@ class LocalCluster:
             if proc.poll() is not None:
                 if proc.returncode == AddressInUse.EXIT_CODE:
                     raise AddressInUse(f"the syncer could not listen on port {port}; see {log}")
-                raise TrainerError(f"syncer exited with {proc.returncode}; see {log}")
+                raise TrainerError(f"syncer exited with {proc.returncode}; {see_log(log)}")
             if time.monotonic() > deadline:
-                raise TrainerError(f"syncer did not start within {timeout_s}s; see {log}")
+                raise TrainerError(f"syncer did not start within {timeout_s}s; {see_log(log)}")
             time.sleep(0.05)
         self.syncer_address = json.loads(info.read_text())["address"]
         return self.syncer_address

@@ -95,3 +95,17 @@ def test_bad_config_flag_exits_2_naming_the_field(tmp_path, module):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "min_quorum" in out.stderr and "num_learners" in out.stderr
+
+
+def test_a_process_error_quotes_the_end_of_its_log(tmp_path):
+    """A syncer that dies at start-up: the error shows why (CI output has no run directory to open)."""
+    from trainer.launch import see_log
+
+    log = tmp_path / "syncer.log"
+    log.write_text("".join(f"line {i}\n" for i in range(40)) + "Fatal Python error: Aborted\n\n")
+    msg = see_log(log)
+    assert msg.startswith(f"see {log}; its last lines:")
+    assert "Fatal Python error: Aborted" in msg and "line 39" in msg
+    assert "line 20" not in msg  # only the end
+    log.write_text("")
+    assert see_log(log) == f"see {log}"
