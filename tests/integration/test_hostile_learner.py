@@ -223,6 +223,60 @@ def test_long_calls_cannot_starve_status_and_health(tmp_path):
         assert outcomes == {"held": total, "RESOURCE_EXHAUSTED": 3 * per_learner}, outcomes
 
 
+def test_a_flood_of_short_calls_cannot_starve_status(tmp_path):
+    """One learner's credential sending Reports back to back from 32 threads (the short calls are not
+    rate-limited: docs/security.md says why): an operator's Status + health, polled every 50 ms, keep answering."""
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
+    learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
+    stop = threading.Event()
+    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port), \
+            grpc.insecure_channel(f"127.0.0.1:{port}") as flood_channel, \
+            grpc.insecure_channel(f"127.0.0.1:{port}") as channel, \
+            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=5.0) as operator:
+        tps = policy_from_config(cfg).tokens_per_step
+        flood_stub = pbg.SyncerStub(flood_channel)
+        assert flood_stub.Join(pb.JoinRequest(learner_id="learner-0", incarnation="i", config_hash=svc.config_hash),
+                               timeout=10, metadata=learner_md).ok
+        sent = Counter[str]()
+
+        def flood() -> None:
+            step = 0
+            while not stop.is_set():
+                step += 1
+                try:
+                    flood_stub.Report(pb.ReportRequest(learner_id="learner-0", incarnation="i", step=step,
+                                                       tokens=step * tps, step_time_s=PACE), timeout=10,
+                                      metadata=learner_md)
+                    sent["ok"] += 1
+                except grpc.RpcError as err:
+                    sent[err.code().name] += 1
+
+        threads = [threading.Thread(target=flood, daemon=True) for _ in range(32)]
+        for t in threads:
+            t.start()
+        latencies = []
+        try:
+            wait_until(lambda: sum(sent.values()) > 200, 30, "the flood under way")
+            health = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                t0 = time.monotonic()
+                operator.status()
+                assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
+                    health_pb2.HealthCheckResponse.SERVING
+                latencies.append(time.monotonic() - t0)
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(15)
+        latencies.sort()
+        p99 = latencies[int(0.99 * (len(latencies) - 1))]
+        print(f"short-call flood: {sum(sent.values())} Reports ({dict(sent)}); Status + health median "
+              f"{latencies[len(latencies) // 2]:.3f} s, p99 {p99:.3f} s over {len(latencies)} polls")
+        assert p99 < 1.0, latencies
+
+
 def test_a_stalled_upload_is_cancelled_after_the_cap(tmp_path):
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 1, "algorithm.num_fragments": 2})
     release = threading.Event()

@@ -13,12 +13,18 @@ batch (they are the majority whose merged norms the outlier guard follows). Afte
 - the parameters stay finite and small; no honest upload is refused;
 - the budget is not reached, the counted tokens stay in range, the learner table holds only real identities.
 
+And around every single message: a refused one (a reason, or a gRPC error) leaves the syncer's state as it was
+— versions, merges, pending rounds, the learner table (liveness and counters included), counted tokens, step
+times (:meth:`Harness.fingerprint`; after an accepted upload the harness waits for its merge first, so nothing
+moves in between).
+
 Per change: ``--chaos-examples`` (25) batches of 12 messages; nightly (``--chaos-nightly``): 250 batches of 40,
 over 10,000 messages. Counts by outcome are printed and attached to the test's report.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -32,7 +38,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chaos.pytest_plugin import OPTIONS, chaos_settings
-from tests.support import tiny_config
+from tests.support import tiny_config, wait_until
 from trainer import events as ev
 from trainer.client import specs_to_pb
 from trainer.core.claims import MAX_COUNT
@@ -164,6 +170,7 @@ class Harness:
         self.latencies: list[float] = []
         self.versions = [0] * len(self.names)
         self.sent = 0
+        self.last = ""  # the last message's outcome, for failure messages
         for lid in HONEST + ROGUES:  # rogues start as members: their messages reach the checks past membership
             self._join(lid)
         for lid in HONEST:
@@ -219,10 +226,37 @@ class Harness:
         try:
             return self.stub.Upload(iter(msgs), timeout=20, metadata=md)
         except grpc.RpcError as err:
-            self.outcomes[f"{who}: grpc {err.code().name}"] += 1
+            self.last = f"grpc {err.code().name}"
+            self.outcomes[f"{who}: {self.last}"] += 1
             return None
 
+    def fingerprint(self) -> tuple:
+        """Everything a message could change (not the rejection counters, which count refusals)."""
+        with self.svc.cond:
+            s = self.svc.state
+            return (list(s.versions), s.merges_total, s.finished,
+                    {p: (r.base_version, r.round, sorted(r.contributions)) for p, r in s.rounds.items()},
+                    {lid: dataclasses.astuple(rec) for lid, rec in s.learners.items()},
+                    dict(s.incarnation_counts), dict(s.tokens_by_incarnation), dict(s.step_times))
+
+    def _quiet(self) -> None:
+        """Wait until no round holds a contribution (an accepted upload's merge has run)."""
+        def merged() -> bool:
+            with self.svc.cond:
+                return not any(r.contributions for r in self.svc.state.rounds.values())
+        wait_until(merged, 10, "the accepted upload's merge")
+
     def send(self, sender: str, kind: str, f: dict) -> None:
+        """Send one message; a refused one must change nothing."""
+        before = self.fingerprint()
+        refused = self._send(sender, kind, f)
+        if refused:
+            assert self.fingerprint() == before, f"a refused {kind} ({self.last}) changed the syncer's state: {f}"
+        elif kind == "upload":
+            self._quiet()
+
+    def _send(self, sender: str, kind: str, f: dict) -> bool:
+        """Returns whether the message was refused."""
         self.sent += 1
         md = _metadata(sender)
         try:
@@ -230,11 +264,11 @@ class Harness:
                 r = self.stub.Join(pb.JoinRequest(learner_id=f["learner_id"], incarnation=f["incarnation"],
                                                   config_hash=self.cfg.config_hash() if f["hash_ok"] else "x"),
                                    timeout=10, metadata=md)
-                self._count(kind, r.ok, r.reason)
+                return self._count(kind, r.ok, r.reason)
             elif kind == "leave":
                 r = self.stub.Leave(pb.LeaveRequest(learner_id=f["learner_id"], incarnation=f["incarnation"]),
                                     timeout=10, metadata=md)
-                self._count(kind, r.ok, r.reason)
+                return self._count(kind, r.ok, r.reason)
             elif kind == "report":
                 tokens = f["step"] * self.tps if f["tokens"] == "consistent" else f["tokens"]
                 if not -2**63 <= tokens < 2**63:
@@ -242,19 +276,21 @@ class Harness:
                 r = self.stub.Report(pb.ReportRequest(learner_id=f["learner_id"], incarnation=f["incarnation"],
                                                       step=f["step"], tokens=tokens, step_time_s=f["step_time_s"]),
                                      timeout=10, metadata=md)
-                self._count(kind, r.ok, r.reason)
+                return self._count(kind, r.ok, r.reason)
             elif kind == "get_fragment":
                 req = pb.FragmentRequest(learner_id=f["learner_id"], fragment=f["fragment"],
                                          min_version=f["min_version"], wait_s=f["wait_s"])
                 for _ in self.stub.GetFragment(req, timeout=40, metadata=md):
                     pass
-                self._count(kind, True, "")
+                return self._count(kind, True, "")
             else:
-                self._hostile_upload(sender, md, f)
+                return self._hostile_upload(sender, md, f)
         except grpc.RpcError as err:
-            self.outcomes[f"{kind}: grpc {err.code().name}"] += 1
+            self.last = f"grpc {err.code().name}"
+            self.outcomes[f"{kind}: {self.last}"] += 1
+            return True
 
-    def _hostile_upload(self, sender: str, md, f: dict) -> None:
+    def _hostile_upload(self, sender: str, md, f: dict) -> bool:
         p = f["fragment"] if 0 <= f["fragment"] < len(self.names) else 0
         with self.svc.cond:
             current = self.svc.state.versions[p]
@@ -272,13 +308,17 @@ class Harness:
             c_tokens = 2**63 - 1
         r = self._upload("upload", md, f["learner_id"], f["incarnation"], f["fragment"], base, f["c_steps"], c_tokens,
                          f["round"], tensors, f["chunks"])
-        if r is not None:
-            self._count("upload", r.accepted, r.reason)
-            if r.accepted and not r.duplicate:
-                self.accepted.add((f["learner_id"], f["incarnation"], f["fragment"], base, 0))
+        if r is None:
+            return True
+        if r.accepted and not r.duplicate:
+            self.accepted.add((f["learner_id"], f["incarnation"], f["fragment"], base, 0))
+        return self._count("upload", r.accepted, r.reason)
 
-    def _count(self, kind: str, ok: bool, reason: str) -> None:
-        self.outcomes[f"{kind}: {'ok' if ok else reason}"] += 1
+    def _count(self, kind: str, ok: bool, reason: str) -> bool:
+        """Count the outcome; returns whether the message was refused."""
+        self.last = "ok" if ok else reason
+        self.outcomes[f"{kind}: {self.last}"] += 1
+        return not ok
 
     # ---- invariants ------------------------------------------------------
     def check(self) -> None:

@@ -482,8 +482,7 @@ class SyncerMachine(RuleBasedStateMachine):
             expected = reason
         assert reason == expected, f"submit {c.key} ({fault}): got {reason}, expected {expected}"
         event(f"submit: {reason.value if reason else 'duplicate' if duplicate else 'accepted'}")
-        if expected not in MEMBERSHIP | FIELD_REASONS and not (expected is RejectReason.FUTURE_VERSION
-                                                              and c.base_version < 0):
+        if reason is None:  # accepted (a duplicate too): the learner is alive; a refused upload is no sign of life
             self.learners[learner].last_seen = self.now
         if reason is not None:
             self.subs.append(Sub(c, "rejected"))

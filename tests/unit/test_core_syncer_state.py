@@ -10,6 +10,8 @@ scheduled rounds of ``rounds="clock"`` have their own tests
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 
 import jax
@@ -301,9 +303,13 @@ def test_rejected_uploads_leave_state_untouched():
         (contrib("L2", "old", 0, 1, grad(s, 0, 1.0)), RejectReason.STALE_INCARNATION),
         (contrib("L2", "inc-1", 0, 1, grad(s, 0, 1.0), c_tokens=-5), RejectReason.BAD_COUNTERS),
     ]
+    table = {lid: dataclasses.astuple(r) for lid, r in s.learners.items()}
     for c, reason in bad:
-        assert reason_of(lambda: s.submit(c, now=0.0)) is reason
+        assert reason_of(lambda: s.submit(c, now=5.0)) is reason
         assert_same_snapshot(before, snapshot(s))
+        # No sign of life either (found by the generated hostile-protocol suite: a refused upload's header
+        # refreshed its learner's liveness).
+        assert {lid: dataclasses.astuple(r) for lid, r in s.learners.items()} == table
 
 
 def test_refused_non_finite_merge_leaves_optimizer_state_untouched():

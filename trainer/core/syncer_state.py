@@ -388,7 +388,10 @@ class SyncerState:
         rec = self._member(learner_id, incarnation, now)
         rec.left = True
 
-    def _member(self, learner_id: str, incarnation: str, now: float) -> LearnerRecord:
+    def _member(self, learner_id: str, incarnation: str, now: float, touch: bool = True) -> LearnerRecord:
+        """The learner's record if this incarnation is a member; ``touch``: the message is accepted, so the learner
+        is alive now. An upload's header checks membership without touching (a refused upload is no sign of life:
+        a learner whose every upload is refused must not hold rounds and the settle phase waiting for it)."""
         rec = self.learners.get(learner_id)
         if rec is None:
             raise Rejected(RejectReason.UNKNOWN_LEARNER, f"learner {learner_id!r} has not joined; call Join first")
@@ -399,10 +402,14 @@ class SyncerState:
             )
         if rec.left:
             raise Rejected(RejectReason.LEFT_LEARNER, f"learner {learner_id!r} has left; join again with a new incarnation")
+        if touch:
+            self._touch(rec, now)
+        return rec
+
+    def _touch(self, rec: LearnerRecord, now: float) -> None:
         if now - rec.last_seen > self.policy.liveness_timeout_s:
             rec.merged_since_back = False  # it was away (partitioned, paused ...): back once merged again
         rec.last_seen = now
-        return rec
 
     def active_learners(self, now: float) -> list[LearnerRecord]:
         return [r for r in self.learners.values() if r.active(now, self.policy.liveness_timeout_s)]
@@ -533,7 +540,7 @@ class SyncerState:
                                                         "start at 0)")
         if not 0 <= fragment < len(self.fragments):
             raise Rejected(RejectReason.UNKNOWN_FRAGMENT, f"fragment {fragment} not in 0..{len(self.fragments) - 1}")
-        self._member(learner_id, incarnation, now)
+        self._member(learner_id, incarnation, now, touch=False)  # submit() touches it once the upload is accepted
         current = self.versions[fragment]
         round = round if self.policy.clocked else 0  # arrival rounds are not the learner's to name
         key = (learner_id, incarnation, fragment, base_version, round)
@@ -590,6 +597,7 @@ class SyncerState:
         current = self.check_header(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps,
                                     c.c_tokens, now, c.round)
         if c.key in self.merged_keys or self._pending(c.key):
+            self._touch(self.learners[c.learner_id], now)
             return SubmitResult(True, current, duplicate=True)
         c = self._bounded(c, now)
         if self.policy.validate_uploads:
@@ -597,6 +605,7 @@ class SyncerState:
                 if not np.all(np.isfinite(t)):
                     raise Rejected(RejectReason.NON_FINITE, f"tensor {n!r} of fragment {c.fragment} contains NaN or Inf")
             self._check_norm(c)
+        self._touch(self.learners[c.learner_id], now)
         rnd = self.rounds.get(c.fragment)
         late = False
         if self.policy.clocked:
