@@ -37,10 +37,11 @@ from chaos.scale import ScaleResult, build_scale_config, simulate_scale
 from chaos.scale.quantities import format_duration, parse_count
 
 
-def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: float) -> dict[str, Any]:
+def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: float, late_uploads: str = "refuse"
+         ) -> dict[str, Any]:
     alg: dict[str, Any] = {"mode": mode}
     if mode == "decoupled":
-        alg.update(num_learners=args.sites, num_fragments=24, sync_every=24, overlap_steps=2)
+        alg.update(num_learners=args.sites, num_fragments=24, sync_every=24, overlap_steps=2, late_uploads=late_uploads)
     elif mode == "sync-diloco":
         alg.update(num_learners=args.sites, num_fragments=24, sync_every=24)
     # Long enough for the slowest mode to reach the budget; Decoupled gets less (it simulates every sync).
@@ -50,6 +51,13 @@ def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: floa
             "workload": {"step_s": args.step, "tokens_per_step": args.tokens_per_step, "params": args.params,
                          "bytes_per_param": bytes_per_param},
             "network": {"bandwidth": gbps, "latency": args.latency, "dp_overlap": 0.5}, "algorithm": alg}
+
+
+# (label, mode, bytes per parameter, late uploads). The default refuses a late upload ("a late fragment simply
+# misses that merge"); carrying it into the next round is the trainer's option, measured beside it.
+VARIANTS = (("data-parallel", "data-parallel", 2.0, "refuse"), ("sync DiLoCo", "sync-diloco", 2.0, "refuse"),
+            ("decoupled (bf16)", "decoupled", 2.0, "refuse"), ("decoupled (bf16, late carried)", "decoupled", 2.0, "carry"),
+            ("decoupled (4-bit)", "decoupled", 0.5, "refuse"))
 
 
 def needed_gbps(args: argparse.Namespace) -> dict[str, float]:
@@ -76,9 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, results = [], []
     for gbps in [float(g) for g in args.gbps.split(",")]:
         runs: dict[str, ScaleResult] = {}
-        for label, mode, bpp in (("data-parallel", "data-parallel", 2.0), ("sync DiLoCo", "sync-diloco", 2.0),
-                                 ("decoupled (bf16)", "decoupled", 2.0), ("decoupled (4-bit)", "decoupled", 0.5)):
-            r = simulate_scale(build_scale_config(plan(args, gbps, mode, bpp), f"{label} at {gbps:g} Gbps"))
+        for label, mode, bpp, late in VARIANTS:
+            r = simulate_scale(build_scale_config(plan(args, gbps, mode, bpp, late), f"{label} at {gbps:g} Gbps"))
             runs[label] = r
             results.append({"gbps": gbps, "label": label, **r.to_json()})
         dp = runs["data-parallel"].time_to_budget_s
@@ -87,9 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append([f"{gbps:g}", label, "—" if t is None else format_duration(t),
                          "—" if t is None or dp is None else f"{dp / t:.1f}×", f"{r.goodput:.1%}",
                          f"{r.merged_goodput:.1%}",
-                         format_duration(r.longest_stall_s), int(r.details.get("skipped_syncs", 0))])
+                         format_duration(r.longest_stall_s), int(r.details.get("skipped_syncs", 0)),
+                         f"{r.details['participants_per_merge']:.2f}" if "participants_per_merge" in r.details else "—",
+                         int(r.details.get("refused_late", 0)), int(r.details.get("late_carried", 0))])
     table = markdown_table(["Gbit/s", "mode", f"time to {args.budget:.3g} tokens", "speed-up vs data-parallel",
-                            "goodput", "merged goodput", "longest global stall", "skipped fragment syncs"], rows)
+                            "goodput", "merged goodput", "longest global stall", "skipped fragment syncs",
+                            "learners / merge", "refused late", "carried late"], rows)
     need = needed_gbps(args)
     need_table = markdown_table(["mode", "Gbit/s per link to hide communication"],
                                 [[k, f"{v:.2f}"] for k, v in need.items()])

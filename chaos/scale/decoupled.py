@@ -20,9 +20,11 @@ Syncer. Per fragment, the pending round merges exactly once, when the
 trainer's :func:`~trainer.core.grace.merge_time` says (quorum K, adaptive
 grace window from the same moving averages counted from the round's opening,
 never before it opens, at once when every active learner is in). An upload
-for a round that has merged is late and refused (``late_round``), one whose
-base lags more than ``max_staleness`` versions is refused as stale; a refused
-learner fetches the current fragment. Contributions of a round short of its
+for a round that has merged is late: refused (``late_round``) by default, or
+with ``late_uploads: carry`` carried into the next round (it never opens one
+early: that round opens on the clock, as in the trainer); one whose base lags
+more than ``max_staleness`` versions is refused as stale; a refused learner
+fetches the current fragment. Contributions of a round short of its
 quorum carry into the next round, as in
 :class:`~trainer.core.syncer_state.SyncerState`.
 
@@ -255,7 +257,8 @@ class _Syncer:
         self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments
         self.merge_times: list[float] = []
         self.merge_tokens: list[float] = []
-        self.participants = self.skipped = self.refused = self.late = 0
+        self.participants = self.skipped = self.refused = self.late = self.carried = 0
+        self.carry = a.late_uploads == "carry"
 
     def fragment(self, p: int, rows: Iterable[tuple[int, int, float, int, float, int]], horizon: float) -> None:
         """Every upload of fragment ``p``, in arrival order: (learner, step, arrival, incarnation, its start,
@@ -291,7 +294,8 @@ class _Syncer:
             self.skipped += 1
             return
         b.sync_step = s
-        if r <= self.last_round:
+        late = r <= self.last_round
+        if late and not self.carry:
             reason = RejectReason.LATE_ROUND.value  # its round has merged: it misses that merge
         elif self.version - b.base_version > self.a.max_staleness:
             reason = RejectReason.STALE_VERSION.value
@@ -303,8 +307,10 @@ class _Syncer:
             self.refused += 1
             self.late += reason == RejectReason.LATE_ROUND.value
         else:
-            if r > self.round:  # a new round, or one short of quorum carrying its contributions on into r
-                self.round, self.opened = r, self.opens_at(r)
+            target = max(r, self.last_round + 1)  # a late upload is carried into the next round
+            if target > self.round:  # a new round, or one short of quorum carrying its contributions on into it
+                self.round, self.opened = target, self.opens_at(target)
+            self.carried += late
             self.members[i] = max(0, s - b.ref_step)
             self.last_arrival = arr
             if self.quorum_at is None and len(self.members) >= self.a.min_quorum:
@@ -385,6 +391,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
                  failure_times=np.concatenate([o.failure_times for o in outages]), timeline=timeline,
                  details={"uploads": float(len(ups.step)), "skipped_syncs": float(skipped + ups.link_skipped),
                           "refused_stale": float(refused - syncer.late), "refused_late": float(syncer.late),
+                          "late_carried": float(syncer.carried),
                           "merges": float(n_merges),
                           "participants_per_merge": participants / n_merges if n_merges else 0.0,
                           "fragment_round_trip_s": comm.fragment_round_trip_s,

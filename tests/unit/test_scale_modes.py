@@ -456,3 +456,17 @@ def test_after_a_pause_a_decoupled_learner_is_back_on_the_shared_round_schedule(
     r = simulate_scale(build_scale_config(tree))
     assert r.details["merges"] == pytest.approx(3600 / 2, abs=4)  # one merge per round: a fragment every 2 s
     assert r.details["participants_per_merge"] > 3.99
+
+
+def test_decoupled_late_uploads_refused_or_carried():
+    """A link too slow for the fragment rate: with ``late_uploads: refuse`` late uploads miss their merge; with
+    ``carry`` none is refused as late, each is carried into the next round (the trainer's SyncerState), more
+    work is merged, and no round merges more than once (merges per round as with refuse or fewer)."""
+    common = dict(workload={"params": "1B"}, sync_every=8, fragments=4, network={"bandwidth": 1})
+    refuse = simulate_scale(plan("decoupled", **common))
+    alg = {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8, "late_uploads": "carry"}
+    carry = simulate_scale(plan("decoupled", **{**common, "algorithm": alg}))
+    assert refuse.details["refused_late"] > 0 and refuse.details["late_carried"] == 0
+    assert carry.details["refused_late"] == 0 and carry.details["late_carried"] > 0
+    assert carry.merged_goodput > refuse.merged_goodput
+    assert carry.details["participants_per_merge"] > refuse.details["participants_per_merge"]
