@@ -37,11 +37,12 @@ from chaos.scale import ScaleResult, build_scale_config, simulate_scale
 from chaos.scale.quantities import format_duration, parse_count
 
 
-def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: float, late_uploads: str = "refuse"
-         ) -> dict[str, Any]:
+def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: float,
+         variant: dict[str, Any] | None = None) -> dict[str, Any]:
     alg: dict[str, Any] = {"mode": mode}
     if mode == "decoupled":
-        alg.update(num_learners=args.sites, num_fragments=24, sync_every=24, overlap_steps=2, late_uploads=late_uploads)
+        alg.update({"num_learners": args.sites, "num_fragments": 24, "sync_every": 24, "overlap_steps": 2,
+                    **(variant or {})})
     elif mode == "sync-diloco":
         alg.update(num_learners=args.sites, num_fragments=24, sync_every=24)
     # Long enough for the slowest mode to reach the budget; Decoupled gets less (it simulates every sync).
@@ -53,11 +54,16 @@ def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: floa
             "network": {"bandwidth": gbps, "latency": args.latency, "dp_overlap": 0.5}, "algorithm": alg}
 
 
-# (label, mode, bytes per parameter, late uploads). The default refuses a late upload ("a late fragment simply
-# misses that merge"); carrying it into the next round is the trainer's option, measured beside it.
-VARIANTS = (("data-parallel", "data-parallel", 2.0, "refuse"), ("sync DiLoCo", "sync-diloco", 2.0, "refuse"),
-            ("decoupled (bf16)", "decoupled", 2.0, "refuse"), ("decoupled (bf16, late carried)", "decoupled", 2.0, "carry"),
-            ("decoupled (4-bit)", "decoupled", 0.5, "refuse"))
+# (label, mode, bytes per parameter, decoupled algorithm settings). The defaults refuse a late upload ("a late
+# fragment simply misses that merge") with the paper's τ = 2; carrying late uploads into the next round and τ
+# sized to the measured round trip (overlap_steps: auto) are the trainer's options, measured beside them.
+VARIANTS: tuple[tuple[str, str, float, dict[str, Any]], ...] = (
+    ("data-parallel", "data-parallel", 2.0, {}), ("sync DiLoCo", "sync-diloco", 2.0, {}),
+    ("decoupled (bf16)", "decoupled", 2.0, {}),
+    ("decoupled (bf16, late carried)", "decoupled", 2.0, {"late_uploads": "carry"}),
+    ("decoupled (bf16, τ auto)", "decoupled", 2.0, {"overlap_steps": "auto"}),
+    ("decoupled (bf16, τ auto, late carried)", "decoupled", 2.0, {"overlap_steps": "auto", "late_uploads": "carry"}),
+    ("decoupled (4-bit)", "decoupled", 0.5, {}))
 
 
 def needed_gbps(args: argparse.Namespace) -> dict[str, float]:
@@ -84,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, results = [], []
     for gbps in [float(g) for g in args.gbps.split(",")]:
         runs: dict[str, ScaleResult] = {}
-        for label, mode, bpp, late in VARIANTS:
-            r = simulate_scale(build_scale_config(plan(args, gbps, mode, bpp, late), f"{label} at {gbps:g} Gbps"))
+        for label, mode, bpp, variant in VARIANTS:
+            r = simulate_scale(build_scale_config(plan(args, gbps, mode, bpp, variant), f"{label} at {gbps:g} Gbps"))
             runs[label] = r
             results.append({"gbps": gbps, "label": label, **r.to_json()})
         dp = runs["data-parallel"].time_to_budget_s

@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dp-direct", action="store_true", help="also run data-parallel over slow links to the target")
     ap.add_argument("--overlap", type=int, default=0, metavar="TAU",
                     help="also run decoupled over slow links with overlap τ = TAU steps, and with late uploads carried")
+    ap.add_argument("--auto-overlap", action="store_true",
+                    help="also run decoupled with overlap_steps: auto (τ sized to the measured round trip) over fast "
+                         "and slow links")
     args = ap.parse_args(argv)
 
     cap = int(args.dp_budget * args.cap_factor)
@@ -196,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
             h = run("decoupled-slow-carry", mode_cluster(args, "decoupled", cap, late_uploads="carry"), slow,
                     target=target)
             outcomes.append(direct("decoupled, late uploads carried", "decoupled", "slow", h, target))
+        if args.auto_overlap:  # τ follows the round trip: τ = 2 on fast links, enough to cover it on slow ones
+            for links, faults in (("fast", None), ("slow", slow)):
+                h = run(f"decoupled-{links}-auto", mode_cluster(args, "decoupled", cap, overlap_steps="auto"), faults,
+                        target=target)
+                outcomes.append(direct("decoupled, τ auto", "decoupled", links, h, target))
 
     best = min((o.seconds for o in outcomes if o.links == "slow" and o.label == "decoupled (defaults)" and o.seconds),
                default=None)

@@ -40,7 +40,7 @@ import sys
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -94,12 +94,17 @@ class InnerSection(_Strict):
     final_lr_fraction: float = Field(0.1, ge=0, le=1, description="cosine decay ends at lr × this")
 
 
+AUTO_OVERLAP_FLOOR = 2  # overlap_steps: auto never assumes a round trip shorter than the paper's τ
+
+
 class AlgorithmSection(_Strict):
     mode: Mode = "decoupled"
     num_learners: int = Field(3, ge=1, description="M, learners the run is sized for")
     num_fragments: int | None = Field(None, ge=1, description="P (default 4; data-parallel 1)")
     sync_every: int | None = Field(None, ge=1, description="H, inner steps between two syncs of a fragment (default 8)")
-    overlap_steps: int | None = Field(None, ge=0, description="tau, steps a merged fragment may take to come back")
+    overlap_steps: Annotated[int, Field(ge=0)] | Literal["auto"] | None = Field(
+        None, description="tau, steps a merged fragment may take to come back; decoupled: 'auto' sizes it to the "
+                          "measured round trip (trainer.core.grace.effective_overlap), at least 2")
     min_quorum: int | None = Field(None, ge=1, description="K")
     grace: bool | None = None
     grace_gamma: float = Field(0.5, ge=0, lt=1)
@@ -167,6 +172,17 @@ class AlgorithmSection(_Strict):
         if self.min_quorum > m:
             raise ValueError(f"min_quorum ({self.min_quorum}) cannot exceed num_learners ({m})")
         return self
+
+    @property
+    def overlap_auto(self) -> bool:
+        """τ follows the measured round trip (``overlap_steps: auto``)."""
+        return self.overlap_steps == "auto"
+
+    @property
+    def overlap_floor(self) -> int:
+        """τ in steps as the schedule uses it: the configured one, or with ``auto`` its floor, the paper's 2 (a
+        learner applies a result when it arrives, and never before this many steps after its sync started)."""
+        return AUTO_OVERLAP_FLOOR if self.overlap_steps == "auto" else int(self.overlap_steps or 0)
 
 
 class SyncerSection(_Strict):

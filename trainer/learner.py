@@ -297,7 +297,7 @@ class Learner:
             self.params = {n: jnp.asarray(t) for n, t in self.base.items()}
             versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]
             a = self.cfg.algorithm
-            self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered)),
+            self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
                                     versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
                                     start_step=self.clock.step_at(time.monotonic()))
             self._held = self.book.held

@@ -65,7 +65,8 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
                      inner_weight_decay=cfg.inner.weight_decay)
     return SyncerPolicy(
         num_learners=a.num_learners, min_quorum=a.min_quorum, grace_enabled=bool(a.grace),
-        grace_gamma=a.grace_gamma, grace_cap_steps=a.grace_cap_steps, overlap_steps=a.overlap_steps,
+        grace_gamma=a.grace_gamma, grace_cap_steps=a.grace_cap_steps, overlap_steps=a.overlap_floor,
+        overlap_auto=a.overlap_auto,
         merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, **outer, nesterov=a.nesterov,
         token_budget=cfg.token_budget, settle_s=cfg.syncer.settle_s,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,

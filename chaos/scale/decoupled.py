@@ -251,7 +251,8 @@ class _Syncer:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
         self.schedule, self.pace = schedule, pace
-        self.policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_steps)
+        self.policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_floor,
+                                   a.overlap_auto)
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
         self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments
@@ -343,7 +344,7 @@ class _Syncer:
         after its sync started unless that sync failed (LearnerBook.ready), and its counters reset."""
         o = self.outages[learner]
         work = o.work_before(at) if o.elastic else at - b.inc_start
-        earliest = b.sync_step + self.a.overlap_steps if overlap else 0
+        earliest = b.sync_step + self.a.overlap_floor if overlap else 0
         b.answered_at_step = max(math.ceil(work / self.steps_s[learner] - 1e-9), earliest)
         b.ref_step = int(b.answered_at_step)
         b.base_version = version
@@ -354,7 +355,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         progress: Callable[[float], None] | None = None) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m, nfrag = a.num_learners, a.num_fragments
-    schedule = FragmentSchedule(nfrag, a.sync_every, a.overlap_steps, bool(a.staggered))
+    schedule = FragmentSchedule(nfrag, a.sync_every, a.overlap_floor, bool(a.staggered))
     comm = comm_times(cfg)
     up, down = comm.fragment_up_s, comm.fragment_down_s
     steps_s = [cfg.step_s(i) for i in range(m)]

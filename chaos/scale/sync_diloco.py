@@ -58,10 +58,10 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         progress: Callable[[float], None] | None = None) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m = a.num_learners
-    schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered))
+    schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered))
     sync_step = max(schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
     work = [sync_step * cfg.step_s(i) for i in range(m)]
-    policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_steps)
+    policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_floor)
     timing = Timing(t_step=Ema(value=w.step_s))
     up = transfer_s(cfg.model_bytes, cfg.network.bandwidth, cfg.network.latency)
     down = comm_times(cfg).round_s - up

@@ -465,7 +465,7 @@ class LearnerNode:
         self.base = {n: t for _, tensors in values for n, t in tensors.items()}
         self.params = {n: t.copy() for n, t in self.base.items()}
         versions = [v for v, _ in values]
-        self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_steps, bool(a.staggered)),
+        self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
                                 versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
                                 start_step=self.clock.step_at(self.sim.loop.now))
         self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])

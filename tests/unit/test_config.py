@@ -281,3 +281,18 @@ def test_config_hash_changes_when_a_field_changes(override):
     changed = build_config({}, overrides=[override])
     assert changed != base
     assert changed.config_hash() != base.config_hash()
+
+
+def test_overlap_steps_auto_is_decoupled_only_and_hashes_apart():
+    """``overlap_steps: auto`` (trainer.core.grace.effective_overlap): the schedule keeps the floor of 2; the
+    synchronous modes require τ = 0 and say so; configs that do not use it keep their hashes."""
+    auto = build_config({"algorithm": {"mode": "decoupled", "overlap_steps": "auto"}})
+    a = auto.algorithm
+    assert a.overlap_auto and a.overlap_floor == 2
+    fixed = build_config({"algorithm": {"mode": "decoupled", "overlap_steps": 2}})
+    assert not fixed.algorithm.overlap_auto and fixed.algorithm.overlap_floor == 2
+    assert auto.config_hash() != fixed.config_hash() == build_config({}).config_hash()
+    with pytest.raises(ConfigError, match="overlap_steps"):
+        build_config({"algorithm": {"mode": "sync-diloco", "overlap_steps": "auto"}})
+    with pytest.raises(ConfigError, match="overlap_steps"):
+        build_config({"algorithm": {"overlap_steps": "sometimes"}})

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer.core.ema import Ema
-from trainer.core.grace import QuorumPolicy, Timing, grace_seconds, merge_time
+from trainer.core.grace import QuorumPolicy, Timing, effective_overlap, grace_seconds, merge_time
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -140,3 +140,30 @@ def test_quorum_policy_validation(kwargs, match):
 def test_quorum_policy_accepts_boundaries():
     p = _policy(min_quorum=1, gamma=0.0, cap_steps=0.0)
     assert grace_seconds(p, _timing(10.0, 0.0, 0.0)) == 0.0
+
+
+# ---- overlap_steps: auto ------------------------------------------------------------------
+def test_auto_overlap_covers_the_round_trip_and_opens_the_window_on_a_slow_link():
+    """0.56 s to quorum and a 1.1 s round trip on 50 ms steps: τ = 2 leaves no slack (every round merged at its
+    first upload); auto takes τ = ⌈1.66 / 0.05⌉ + 1 = 35, and the window is γ × (35 × 0.05 − 1.66) = 0.045 s."""
+    slow = _timing(0.05, 0.56, 1.1)
+    assert grace_seconds(_policy(), slow) == 0.0
+    assert effective_overlap(_policy(overlap_auto=True), slow) == 35
+    assert grace_seconds(_policy(overlap_auto=True), slow) == pytest.approx(0.5 * (35 * 0.05 - 1.66))
+
+
+def test_auto_overlap_never_goes_below_its_floor_and_needs_a_step_time():
+    fast = _timing(0.05, 0.0, 0.01)  # the round trip fits in one step: the floor (τ = 2) stands
+    assert effective_overlap(_policy(overlap_auto=True), fast) == 2
+    assert grace_seconds(_policy(overlap_auto=True), fast) == grace_seconds(_policy(), fast)
+    assert effective_overlap(_policy(overlap_auto=True), Timing()) == 2  # no step time yet: the floor
+
+
+@SETTINGS
+@given(st.floats(min_value=1e-3, max_value=10), st.floats(min_value=0, max_value=100),
+       st.floats(min_value=0, max_value=100), st.integers(0, 8))
+def test_auto_overlap_leaves_at_least_a_step_of_slack(t_step, t_quorum, t_sync, floor):
+    """τ_auto·t_step ≥ t_quorum + t_sync + t_step: a slow round never shuts the window by itself."""
+    t = _timing(t_step, t_quorum, t_sync)
+    tau = effective_overlap(_policy(overlap_auto=True, overlap_steps=floor), t)
+    assert tau >= floor and tau * t_step >= (t_quorum + t_sync + t_step) * (1 - 1e-6)

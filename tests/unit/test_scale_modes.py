@@ -470,3 +470,16 @@ def test_decoupled_late_uploads_refused_or_carried():
     assert carry.details["refused_late"] == 0 and carry.details["late_carried"] > 0
     assert carry.merged_goodput > refuse.merged_goodput
     assert carry.details["participants_per_merge"] > refuse.details["participants_per_merge"]
+
+
+def test_decoupled_auto_overlap_gathers_a_round_over_a_slow_link():
+    """A fragment round trip of many steps: with τ = 2 the grace window is shut and each round merges its first
+    upload (the others are late); ``overlap_steps: auto`` sizes τ to the round trip and the round gathers."""
+    common = dict(workload={"params": "200M"}, sync_every=8, fragments=4, network={"bandwidth": 0.5})  # 1.6 s up
+    fixed = simulate_scale(plan("decoupled", **common))
+    alg = {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8, "overlap_steps": "auto"}
+    auto = simulate_scale(plan("decoupled", **{**common, "algorithm": alg}))
+    assert fixed.details["fragment_round_trip_s"] > 2 * 1.0  # more than τ = 2 steps of 1 s
+    assert auto.details["participants_per_merge"] > fixed.details["participants_per_merge"] + 1, \
+        (fixed.details, auto.details)
+    assert auto.details["refused_late"] < fixed.details["refused_late"]

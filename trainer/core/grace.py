@@ -8,6 +8,9 @@ never blocks a learner:
     slack = τ·t_step − (t_quorum + t_sync),   t_sync = t_upload + t_merge + t_broadcast
     grace = clamp(γ·slack, 0, cap·t_step)
 
+With ``overlap_steps: auto`` τ is not fixed: it covers the measured round trip
+(:func:`effective_overlap`), so a slow link does not shut the window.
+
 t_step, t_quorum (from the round's opening to its K-th contribution) and the
 three parts of t_sync are moving averages (:class:`Timing`), each fed with its
 own kind of sample. γ is not published by the paper; this project defaults to
@@ -31,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from trainer.core.ema import Ema
@@ -44,7 +48,8 @@ class QuorumPolicy:
     grace_enabled: bool
     gamma: float = 0.5
     cap_steps: float = 1.0  # the grace window's cap, in steps of the cluster (t_step)
-    overlap_steps: int = 2
+    overlap_steps: int = 2  # τ; with overlap_auto, its floor
+    overlap_auto: bool = False  # τ follows the measured round trip (effective_overlap)
 
     def __post_init__(self) -> None:
         if self.min_quorum < 1:
@@ -90,11 +95,35 @@ class Timing:
         return replace(self, t_broadcast=self.t_broadcast.update(seconds))
 
 
+def effective_overlap(policy: QuorumPolicy, timing: Timing) -> int:
+    """τ, the steps a round's result may take to come back: the configured one, or with ``overlap_auto`` the
+    fewest whole steps that cover a round's measured time to quorum and round trip, plus one (the slack the
+    grace window is cut from), never below the configured floor:
+
+        τ_auto = max(τ_floor, ⌈(t_quorum + t_sync) / t_step⌉ + 1)
+
+    A link too slow for the configured τ makes the round longer than τ·t_step; learners apply the result when
+    it arrives anyway, but the slack the configured τ implies is negative, so the window shut: every round
+    merged at its first upload and the others, milliseconds behind over equally slow links, were late.
+
+    >>> t = Timing(t_step=Ema(value=0.05), t_quorum=Ema(value=0.6), t_upload=Ema(value=0.6),
+    ...            t_merge=Ema(value=0.01), t_broadcast=Ema(value=0.5))
+    >>> effective_overlap(QuorumPolicy(1, True, overlap_steps=2), t)
+    2
+    >>> effective_overlap(QuorumPolicy(1, True, overlap_steps=2, overlap_auto=True), t)  # ⌈1.71 / 0.05⌉ + 1
+    36
+    """
+    step = timing.t_step.get()
+    if not policy.overlap_auto or step <= 0:
+        return policy.overlap_steps
+    return max(policy.overlap_steps, math.ceil((timing.t_quorum.get() + timing.t_sync) / step - 1e-9) + 1)
+
+
 def grace_seconds(policy: QuorumPolicy, timing: Timing) -> float:
     """The grace window after quorum; 0 when disabled or when there is no slack."""
     if not policy.grace_enabled:
         return 0.0
-    slack = policy.overlap_steps * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync)
+    slack = effective_overlap(policy, timing) * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync)
     return min(max(policy.gamma * slack, 0.0), policy.cap_steps * timing.t_step.get())
 
 

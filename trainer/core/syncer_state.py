@@ -115,7 +115,8 @@ class SyncerPolicy:
     grace_enabled: bool = False
     grace_gamma: float = 0.5
     grace_cap_steps: float = 1.0
-    overlap_steps: int = 2
+    overlap_steps: int = 2  # τ; with overlap_auto, its floor (the round trip decides: grace.effective_overlap)
+    overlap_auto: bool = False
     merge_rule: MergeRule = "rda"
     mean_tensors: tuple[str, ...] = ("embed",)
     outer_lr: float = 0.7
@@ -151,7 +152,8 @@ class SyncerPolicy:
 
     @property
     def quorum(self) -> QuorumPolicy:
-        return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_steps, self.overlap_steps)
+        return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_steps, self.overlap_steps,
+                            self.overlap_auto)
 
     @property
     def optimizer(self):
