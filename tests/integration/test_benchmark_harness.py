@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import pytest
@@ -39,10 +38,13 @@ def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed
     waited = {e.source: e.ts for e in together}
     assert all(last_join <= waited[lid] <= firsts[lid] for lid in firsts), (last_join, waited, firsts)
 
-    # Each learner runs at its own emulated speed (the step delay is a floor on the step time).
-    times = {lid: statistics.median(e.step_time_s for e in h.of(ev.Step) if e.source == lid and e.step > 5)
+    # Each learner's step delay is a floor on its step time: every step of learner-0 (its override) lasts at least
+    # 0.09 s, every step of learner-1 at least 0.03 s. (Not "learner-1 is faster": on a loaded machine JAX's own
+    # compute exceeds both floors — 0.13 s and 0.12 s seen while a CI run shared the cores.)
+    times = {lid: [e.step_time_s for e in h.of(ev.Step) if e.source == lid and e.step > 5]
              for lid in ("learner-0", "learner-1")}
-    assert times["learner-0"] >= 0.09 and 0.03 <= times["learner-1"] < 0.8 * times["learner-0"], times
+    assert times["learner-0"] and min(times["learner-0"]) >= 0.09, times
+    assert times["learner-1"] and min(times["learner-1"]) >= 0.03, times
     assert m.training_start(h.events) == min(firsts.values())
 
     # A finished run is read back, not run again.
