@@ -95,6 +95,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.measures import percentile
 from benchmarks.common import (
     RESULTS,
     machine,
@@ -515,19 +516,6 @@ def ms_cell(v: float | None) -> str:
     if v is None:
         return "—"
     return f"{v:.1f}" if abs(v) < 10 else f"{v:.0f}"
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q`` quantile (nearest rank) of ``values``; None for none.
-
-    Example:
-        >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5), percentile([], 0.9)
-        (2.0, None)
-    """
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(q * len(s))) - 1))]
 
 
 def period_ms(starts: Sequence[float], max_gap_s: float = 0.5) -> list[float]:

@@ -279,3 +279,16 @@ def goodput(events: Sequence[Any], *, num_fragments: int, nominal_tokens_per_s: 
     return Goodput(compute=merged / trained if trained else 0.0,
                    time=merged / (wall * nominal_tokens_per_s),
                    merged_tokens=merged, trained_tokens=trained, wall_s=wall)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of ``values``; None for none.
+
+    Example:
+        >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5), percentile([], 0.9)
+        (2.0, None)
+    """
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q * len(s))) - 1))]

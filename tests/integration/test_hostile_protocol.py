@@ -37,6 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import given
 from hypothesis import strategies as st
 
+from benchmarks.measures import percentile
 from chaos.pytest_plugin import OPTIONS, chaos_settings
 from tests.support import tiny_config, wait_until
 from trainer import events as ev
@@ -144,8 +145,7 @@ class Monitor:
             self.latencies.append(time.monotonic() - t0)
 
     def p99(self) -> float:
-        lat = sorted(self.latencies)
-        return lat[int(0.99 * (len(lat) - 1))] if lat else 0.0
+        return percentile(self.latencies, 0.99) or 0.0
 
     def close(self) -> None:
         self._stop.set()
@@ -358,7 +358,7 @@ def harness(tmp_path_factory):
     for name, lat in (("between batches", lat), ("monitor during the flood", sorted(h.monitor.latencies))):
         if lat:
             print(f"Status + health, {name}: median {lat[len(lat) // 2]:.3f} s, "
-                  f"p99 {lat[int(0.99 * (len(lat) - 1))]:.3f} s, max {lat[-1]:.3f} s over {len(lat)} calls")
+                  f"p99 {percentile(lat, 0.99):.3f} s, max {lat[-1]:.3f} s over {len(lat)} calls")
     h.close()
 
 
