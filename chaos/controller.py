@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import shutil
 import signal
@@ -322,8 +323,21 @@ class _Execution:
         self.recorder.close()
 
 
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (created) across processes; released on exit or process death."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:
-    """The fault-free run's record (final eval loss, floor, where), from the cache when the same config ran before."""
+    """The fault-free run's record (final eval loss, floor, where), from the cache when the same config ran before.
+
+    Runs that share a cache (parallel test workers, two CLI runs) compute each baseline once: the others wait on
+    its lock, then read it.
+    """
     key = scenario.cluster.config_hash()
     cached = opts.baseline_cache / key
     metrics_path = cached / "metrics.json"
@@ -332,23 +346,24 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str
         return {"final_eval_loss": m["final_eval_loss"], "loss_floor": m.get("loss_floor"), "run_dir": str(cached),
                 "cached": was_cached, "config_hash": key}
 
-    if metrics_path.exists():
-        m = json.loads(metrics_path.read_text())
-        if m.get("final_eval_is_final"):
-            return record(m, True)
-    if cached.exists():
-        shutil.rmtree(cached)
-    tmp = cached.with_name(key + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    _Execution(scenario, tmp, toxi, [], opts, "baseline").execute()
-    m = summarize_run(tmp)
-    (tmp / "metrics.json").write_text(json.dumps(m, indent=2))
-    if not m["final_eval_is_final"]:
-        raise RunError(f"the baseline did not reach its token budget; see {tmp / 'logs'}")
-    tmp.rename(cached)  # only a complete baseline enters the cache
-    return record(m, False)
+    with _exclusive(opts.baseline_cache / f"{key}.lock"):
+        if metrics_path.exists():
+            m = json.loads(metrics_path.read_text())
+            if m.get("final_eval_is_final"):
+                return record(m, True)
+        if cached.exists():
+            shutil.rmtree(cached)
+        tmp = cached.with_name(key + ".partial")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        _Execution(scenario, tmp, toxi, [], opts, "baseline").execute()
+        m = summarize_run(tmp)
+        (tmp / "metrics.json").write_text(json.dumps(m, indent=2))
+        if not m["final_eval_is_final"]:
+            raise RunError(f"the baseline did not reach its token budget; see {tmp / 'logs'}")
+        tmp.rename(cached)  # only a complete baseline enters the cache
+        return record(m, False)
 
 
 def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:

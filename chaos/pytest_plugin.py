@@ -149,8 +149,19 @@ def chaos_toxiproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def chaos_baseline_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where fault-free baselines are cached for the session (keyed by config hash)."""
-    return tmp_path_factory.mktemp("baselines")
+    """Where fault-free baselines are cached for the session (keyed by config hash).
+
+    Parallel workers of one session (pytest-xdist) share it: each baseline is computed once, by whichever
+    worker needs it first, while the others wait on its lock (chaos.controller).
+    """
+    import os
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory above each worker's own
+    cache = root / "baselines"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 @pytest.fixture

@@ -34,22 +34,26 @@ def test_every_control_is_run_here():
     assert here == set(CONTROL), "run each negative control in this file"
 
 
+@pytest.mark.nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
 def test_quorum_of_all_learners_stalls_merges_and_liveness_fails(run_chaos):
     s, _, v = _run(run_chaos, "quorum-of-all")
     assert v.evidence["longest_gap_while_reachable_s"] > v.evidence["max_gap_s"] > 0
 
 
+@pytest.mark.nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
 def test_learner_that_never_rejoins_fails_reintegration(run_chaos):
     _, result, v = _run(run_chaos, "never-rejoins")
     assert "learner-1" in v.summary and "never" in v.summary
     assert _verdict(result, "liveness").status == "pass"  # the others kept training: only this check fails
 
 
+@pytest.mark.nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
 def test_corrupt_learner_without_validation_fails_safety(run_chaos):
     _, _, v = _run(run_chaos, "corrupt-unvalidated")
     assert "non-finite" in v.summary or "nan" in v.summary.lower()
 
 
+@pytest.mark.covers("reference")
 def test_reference_runs_synchronous_diloco_and_fails_a_trainer_that_does_not_train_like_it(run_chaos):
     # Whether the defaults pass is a quality claim (benchmarks/reference_parity.py, 5 seeds: +0.02% ± 0.08%):
     # at 600k tokens without emulated steps one decoupled run moves by ±0.05 with the machine's load.

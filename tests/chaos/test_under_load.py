@@ -15,6 +15,8 @@ from chaos.scenario import scenario_with
 pytestmark = pytest.mark.chaos
 
 
+@pytest.mark.covers("kill", "partition", "syncer_crash", "liveness", "reintegration", "parity", "durability", "safety",
+                     "goodput")
 @pytest.mark.parametrize("name,seed", [("kill-and-rejoin", 1), ("partition-one", 2), ("syncer-crash", 3)])
 def test_builtin_scenario_passes_under_cpu_load(name: str, seed: int, run_chaos) -> None:
     with CpuLoad(seed=seed):

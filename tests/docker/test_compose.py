@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from chaos.history import History
-from tests.chaos.test_builtin_scenarios import partition_stops_uploads, syncer_restored, throttle_slows_uploads
+from tests.effects import partition_stops_uploads, syncer_restored, throttle_slows_uploads
 from trainer import events as ev
 
 pytestmark = pytest.mark.docker
@@ -64,6 +64,7 @@ def _passed(report: dict) -> None:
     assert report["teardown"]["proxies_left"] == [] and report["teardown"]["processes_left"] == []
 
 
+@pytest.mark.nightly
 def test_compose_up_runs_the_default_scenario_and_reports_on_the_host(tmp_path) -> None:
     reports = REPO / "reports"
     before = set(reports.glob("*")) if reports.exists() else set()
@@ -82,6 +83,7 @@ def test_compose_up_runs_the_default_scenario_and_reports_on_the_host(tmp_path) 
     assert "PASS" in logs  # the verdict is printed
 
 
+@pytest.mark.nightly
 def test_container_kill_restart_rejoins(deployment, tmp_path) -> None:
     report = run_on_docker("kill-and-rejoin", tmp_path / "kill")
     _passed(report)
@@ -91,6 +93,7 @@ def test_container_kill_restart_rejoins(deployment, tmp_path) -> None:
     assert (tmp_path / "kill" / "logs" / "learner-1.log").stat().st_size > 0  # container logs collected
 
 
+@pytest.mark.nightly
 def test_syncer_container_resumes_from_its_checkpoint_volume(deployment, tmp_path) -> None:
     # A container restart stalls training longer than a local process restart (measured 2026-11-30: 13.6 s
     # without merges, +0.061 final loss in a 71 s run, against ~4 s and ≤ 0.02 locally), so parity gets
@@ -100,6 +103,7 @@ def test_syncer_container_resumes_from_its_checkpoint_volume(deployment, tmp_pat
     syncer_restored(History.read(tmp_path / "crash"), _Result(report))
 
 
+@pytest.mark.nightly
 def test_toxiproxy_partition_and_bandwidth_between_containers(deployment, tmp_path) -> None:
     for name, effect in (("partition-one", partition_stops_uploads), ("throttle-all", throttle_slows_uploads)):
         report = run_on_docker(name, tmp_path / name)
@@ -135,12 +139,33 @@ checks:
 """
 
 
-def test_container_faults_cpu_limit_and_network_disconnect(deployment, tmp_path) -> None:
-    scenario = tmp_path / "container-faults.yaml"
-    scenario.write_text(CONTAINER_FAULTS)
-    report = run_on_docker(str(scenario), tmp_path / "cf")
-    _passed(report)
-    h = History.read(tmp_path / "cf")
+@pytest.mark.covers("cpu_limit", "disconnect")
+def test_compose_up_runs_a_scenario_file_with_container_faults_end_to_end() -> None:
+    """The per-change container run: ``docker compose up`` end to end (controller container, Docker API,
+    containerised Toxiproxy, report on the host) on a scenario file with both container-only fault kinds.
+
+    Parity is off (no baseline runs: minutes in containers); the main job with its baselines is nightly.
+    """
+    reports = REPO / "reports"
+    reports.mkdir(exist_ok=True)
+    scenario = reports / f"ci-container-faults-{os.getpid()}.yaml"  # ./reports is /reports in the controller
+    scenario.write_text(CONTAINER_FAULTS.replace("parity: {tolerance: 0.05}", "parity: {enabled: false}"))
+    before = set(reports.glob("container-faults-*"))
+    compose("down", "-v", "--remove-orphans", check=False)
+    try:
+        up = compose("up", env={"DILOCO_LEARNERS": "3", "DILOCO_SCENARIO": f"/reports/{scenario.name}"}, timeout=1200)
+        logs = compose("logs", "controller", check=False).stdout
+    finally:
+        compose("down", "-v", "--remove-orphans", check=False, timeout=300)
+        scenario.unlink(missing_ok=True)
+    new = sorted(set(reports.glob("container-faults-*")) - before)
+    assert new, up.stdout[-3000:]
+    out = new[-1]
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "pass", [v for v in report["verdicts"] if v["status"] != "pass"]
+    assert report["teardown"]["proxies_left"] == [] and report["teardown"]["processes_left"] == []
+    assert (out / "report.md").exists() and (out / "timeline.png").exists() and "PASS" in logs
+    h = History.read(out)
     windows = {w.fault_id: w for w in h.fault_windows()}
 
     def rate(lid: str, a: float, b: float) -> float:
@@ -148,12 +173,15 @@ def test_container_faults_cpu_limit_and_network_disconnect(deployment, tmp_path)
         return (steps[-1].step - steps[0].step) / (steps[-1].ts - steps[0].ts)
 
     w = windows["slow-box"]
+    assert w.injected and w.healed
     assert rate("learner-1", w.start + 1, w.end) < 0.6 * rate("learner-0", w.start + 1, w.end)
     w = windows["unplugged"]
+    assert w.injected and w.healed
     assert not [u for u in h.of(ev.Upload) if u.learner_id == "learner-2" and w.start + 1 <= u.ts <= w.end]
     assert [u for u in h.of(ev.Upload) if u.learner_id == "learner-2" and u.ts > w.end]
 
 
+@pytest.mark.nightly
 def test_shrunk_schedule_replays_on_containers(deployment, tmp_path) -> None:
     """The repro a deterministic-mode search writes fails the same way on the compose deployment."""
     from tests.chaos.test_replay import planted_repro
@@ -178,6 +206,7 @@ def test_container_faults_are_refused_on_the_local_backend(tmp_path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.nightly
 def test_learners_reach_the_syncer_only_through_toxiproxy(deployment) -> None:
     # Docker's DNS resolves only names on a network the container shares: the syncer's name must not
     # resolve from a learner (no direct route), Toxiproxy's must.

@@ -215,6 +215,7 @@ def test_fake_cluster_satisfies_the_network_part_of_the_protocol(make_cluster) -
     assert _echo_ok(cluster, L0) and _echo_ok(cluster, L1)
 
 
+@pytest.mark.covers("partition")
 def test_partition_both_blackholes_and_heal_restores(make_cluster) -> None:
     cluster = make_cluster("echo")
     fault = Partition("p1", (L0,))
@@ -277,6 +278,7 @@ def test_asymmetric_partition_blocks_one_direction_only(make_cluster, servers, d
         wait_until(lambda: bytes(record) == b"again", 2, "bytes to the syncer after heal")
 
 
+@pytest.mark.covers("link_down")
 def test_link_down_refuses_and_closes_then_heal_restores(make_cluster) -> None:
     cluster = make_cluster("echo")
     fault = LinkDown("down1", (L0,))
@@ -293,6 +295,7 @@ def test_link_down_refuses_and_closes_then_heal_restores(make_cluster) -> None:
     assert _echo_ok(cluster, L0)
 
 
+@pytest.mark.covers("bandwidth")
 def test_bandwidth_slows_a_transfer(make_cluster) -> None:
     cluster = make_cluster("sink")
     nbytes = 200_000
@@ -308,6 +311,7 @@ def test_bandwidth_slows_a_transfer(make_cluster) -> None:
     assert _upload_s(cluster, L0, nbytes) < 1.0
 
 
+@pytest.mark.covers("latency")
 def test_latency_adds_one_way_delay_on_each_direction(make_cluster) -> None:
     cluster = make_cluster("echo")
     # Lower bounds are exact (Toxiproxy sleeps at least the latency); the "no latency" bounds have wide margins.
@@ -326,6 +330,7 @@ def test_latency_adds_one_way_delay_on_each_direction(make_cluster) -> None:
     _heal_twice(one_way, cluster)
 
 
+@pytest.mark.covers("reset_peer")
 def test_reset_peer_resets_connections_once_data_flows(make_cluster) -> None:
     cluster = make_cluster("echo")
     fault = ResetPeer("rst1", (L0,))
@@ -339,6 +344,7 @@ def test_reset_peer_resets_connections_once_data_flows(make_cluster) -> None:
     assert _echo_ok(cluster, L0)
 
 
+@pytest.mark.covers("data_limit")
 @pytest.mark.parametrize("direction", ["from_syncer", "to_syncer", "both"])
 def test_data_limit_closes_the_connection_after_n_bytes(make_cluster, servers, direction: str) -> None:
     limit = 1000

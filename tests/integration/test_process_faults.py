@@ -250,6 +250,7 @@ def test_the_test_cluster_is_a_cluster_and_refuses_a_second_process(cluster: Pro
 # ---- Kill ------------------------------------------------------------------------
 
 
+@pytest.mark.covers("kill")
 def test_kill_sigkills_the_unit_and_heal_restarts_it_once(cluster: ProcCluster) -> None:
     old, other = cluster.pid("learner-0"), cluster.pid("learner-1")
     kill = Kill(fault_id="k1", targets=("learner-0",))
@@ -305,6 +306,7 @@ def test_heal_right_after_inject_restarts_the_killed_unit(cluster: ProcCluster, 
 # ---- GracefulStop ------------------------------------------------------------------
 
 
+@pytest.mark.covers("stop")
 def test_graceful_stop_exits_zero_after_goodbye_and_heal_restarts(cluster: ProcCluster) -> None:
     old = cluster.pid("learner-1")
     stop = GracefulStop(fault_id="g1", targets=("learner-1",), timeout_s=5.0)
@@ -334,6 +336,7 @@ def test_graceful_stop_of_a_paused_unit_still_exits_gracefully(cluster: ProcClus
 # ---- Pause -------------------------------------------------------------------------
 
 
+@pytest.mark.covers("pause")
 def test_pause_stops_progress_and_heal_resumes_it(cluster: ProcCluster) -> None:
     pid = cluster.pid("learner-1")
     pause = Pause(fault_id="p1", targets=("learner-1",))
@@ -367,6 +370,7 @@ def test_pause_of_a_dead_unit_pauses_nothing(cluster: ProcCluster) -> None:
 # ---- Slow --------------------------------------------------------------------------
 
 
+@pytest.mark.covers("slow")
 def test_slow_lowers_the_rate_and_heal_restores_it(cluster: ProcCluster) -> None:
     # learner-1 is the control, measured in the same windows, so background load affects both alike.
     before = progress(cluster, 0.5, "learner-0", "learner-1")
@@ -417,6 +421,7 @@ def test_slow_rejects_a_period_out_of_range(period_s: float) -> None:
 # ---- SyncerCrash -------------------------------------------------------------------
 
 
+@pytest.mark.covers("syncer_crash")
 def test_syncer_crash_kills_the_syncer_and_heal_restarts_it(cluster: ProcCluster) -> None:
     old = cluster.pid(SYNCER)
     learners = {lid: cluster.pid(lid) for lid in LEARNERS}
@@ -449,6 +454,7 @@ def test_syncer_crash_targets_only_the_syncer(targets: tuple[str, ...]) -> None:
 # ---- Corrupt -----------------------------------------------------------------------
 
 
+@pytest.mark.covers("corrupt")
 def test_corrupt_restarts_the_learner_corrupt_and_heal_restarts_it_healthy(cluster: ProcCluster) -> None:
     first = cluster.pid("learner-1")
     corrupt = Corrupt(fault_id="x1", targets=("learner-1",), mode="nan")

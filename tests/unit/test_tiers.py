@@ -1,0 +1,69 @@
+"""The per-change tier still runs every fault kind and every check for real (README: "CI tiers").
+
+Tests that inject a fault kind into real processes, the real Toxiproxy or real containers, or that judge a whole
+real run with a check, say so with ``@pytest.mark.covers("kill", "liveness", ...)``. Moving such a test to the
+nightly tier (marker ``nightly``) is fine as long as another per-change test still covers what it covered: this
+test reads the markers of every test module, without running anything, and names what would be lost.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from chaos.checkers import CHECKERS
+from chaos.scenario import FAULT_KINDS
+
+TESTS = Path(__file__).resolve().parents[1]
+REAL = ("integration", "chaos", "docker")  # the folders whose tests touch real processes, proxies or containers
+
+
+def _marks(obj: Any) -> list[Any]:
+    marks = getattr(obj, "pytestmark", [])
+    return list(marks) if isinstance(marks, list) else [marks]
+
+
+def marked_tests() -> Iterator[tuple[str, list[Any]]]:
+    """(node id, every mark: the module's and the function's) for each test function under REAL."""
+    for folder in REAL:
+        for path in sorted((TESTS / folder).glob("test_*.py")):
+            module = importlib.import_module(f"tests.{folder}.{path.stem}")
+            for name, fn in vars(module).items():
+                if name.startswith("test_") and callable(fn):
+                    yield f"tests/{folder}/{path.name}::{name}", _marks(module) + _marks(fn)
+
+
+def coverage(nightly: bool) -> dict[str, list[str]]:
+    """What each fault kind and check is covered by, in the per-change tier (or, with ``nightly``, in either)."""
+    covered: dict[str, list[str]] = {}
+    for node, marks in marked_tests():
+        if not nightly and any(m.name == "nightly" for m in marks):
+            continue
+        for m in marks:
+            if m.name == "covers":
+                for what in m.args:
+                    covered.setdefault(what, []).append(node)
+    return covered
+
+
+def test_every_fault_kind_and_check_runs_for_real_per_change() -> None:
+    covered = coverage(nightly=False)
+    missing = sorted((set(FAULT_KINDS) | set(CHECKERS)) - set(covered))
+    assert not missing, (f"no per-change test runs {missing} against real processes, Toxiproxy or containers: "
+                         "keep one such test out of the nightly tier, marked @pytest.mark.covers(...)")
+
+
+def test_covers_names_only_real_fault_kinds_and_checks() -> None:
+    unknown = sorted(set(coverage(nightly=True)) - set(FAULT_KINDS) - set(CHECKERS))
+    assert not unknown, f"@pytest.mark.covers names {unknown}: neither a fault kind nor a check"
+
+
+def test_the_reader_sees_nightly_marks_as_the_tiers_do() -> None:
+    """Negative control: a test only in the nightly tier does not count for the per-change tier."""
+    everything, per_change = coverage(nightly=True), coverage(nightly=False)
+    nightly_only = {n for nodes in everything.values() for n in nodes} - {n for nodes in per_change.values()
+                                                                          for n in nodes}
+    assert nightly_only, "no covering test is in the nightly tier: this reader cannot be shown to filter"
+    assert all(any(m.name == "nightly" for m in marks) for node, marks in marked_tests() if node in nightly_only)
