@@ -9,8 +9,6 @@ import pytest
 from chaos.scenario import parse_scenario, scenario_with
 from chaos.sim import SimOptions, simulate
 from chaos.sim.clock import EventLoop
-from chaos.scenario import builtin_scenarios
-from faults.base import CONTAINER_KINDS
 from trainer import events as ev
 
 pytestmark = pytest.mark.simulation
@@ -106,16 +104,6 @@ def test_without_the_norm_guard_finite_garbage_reaches_the_model() -> None:
                                  "schedule": [{"fault": "corrupt", "targets": ["learner-1"], "mode": "garbage",
                                                "at": 1, "duration": 8}]}))
     assert r.failed("safety")
-
-
-@pytest.mark.parametrize("name", sorted(builtin_scenarios()))
-def test_every_builtin_scenario_has_no_failing_check_in_deterministic_mode(name: str) -> None:
-    s = scenario_with(name)
-    if {f.fault for f in s.schedule} & CONTAINER_KINDS:
-        pytest.skip("container faults")  # none of the built-ins today; the docker suite covers them
-    r = simulate(s)
-    assert not r.timed_out
-    assert not r.failed(), [v.summary for v in r.failed()]
 
 
 def test_auto_overlap_gathers_rounds_over_slow_links() -> None:
