@@ -15,24 +15,14 @@ import pytest
 from chaos.negative_controls import CONTROLS, NegativeControl
 from chaos.scenario import builtin_scenarios, scenario_with
 from chaos.sim import SimOptions, simulate
-from tests.effects import (corrupt_rejected, every_repeat_healed, partition_majority_keeps_merging,
-                           partition_stops_uploads, plan_is_replayable, rolling_reintegrates_all, syncer_restored)
+from tests.effects import EFFECTS
 
 pytestmark = pytest.mark.simulation
 
-# The effect checks that read only what the simulator records (the others need real processes' timing:
-# exit codes, measured sync seconds, step rates).
-SIMULATED_EFFECTS = {
-    "asymmetric-partition": partition_stops_uploads,
-    "partition-one": partition_stops_uploads,
-    "partition-minority": partition_stops_uploads,
-    "partition-majority": partition_majority_keeps_merging,
-    "syncer-crash": syncer_restored,
-    "corrupt-learner": corrupt_rejected,
-    "flapping-link": every_repeat_healed,
-    "rolling-restarts": rolling_reintegrates_all,
-    "random-mix": plan_is_replayable,
-}
+# The effect checks that need real processes' timing (exit codes, measured sync seconds, step rates); every
+# other one reads only what the simulator records, and runs here too.
+REAL_ONLY = {"kill-one-learner", "throttle-all", "latency-jitter", "straggler"}
+SIMULATED_EFFECTS = {name: check for name, check in EFFECTS.items() if name not in REAL_ONLY}
 
 
 @pytest.mark.parametrize("name", sorted(builtin_scenarios()))
