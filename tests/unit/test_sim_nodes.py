@@ -89,6 +89,14 @@ def test_bandwidth_throttle_slows_uploads() -> None:
     assert during and min(during) > 1.0 and max(before) < 0.01
 
 
+def test_honest_surrogate_uploads_are_not_refused() -> None:
+    """Fault-free, every upload merges: the AdamW step bound does not apply to the surrogate's SGD steps (it refused
+    most of them: 7 merges in a run that makes 91)."""
+    r = simulate(scenario(budget=600_000), SimOptions(baseline=False))
+    assert {e.reason for e in of(r, ev.Reject)} <= {"finished"}
+    assert len(of(r, ev.Merge)) > 50
+
+
 def test_corrupt_learner_is_refused_and_parameters_stay_finite() -> None:
     for mode in ("nan", "garbage"):
         r = simulate(scenario({"fault": "corrupt", "targets": ["learner-1"], "mode": mode, "at": 1, "duration": 8}))
@@ -121,4 +129,4 @@ def test_auto_overlap_gathers_rounds_over_slow_links() -> None:
         return sum(len(m.participants) for m in merges) / len(merges)
 
     fixed, auto = per_merge(2), per_merge("auto")
-    assert auto > fixed + 0.5, (fixed, auto)  # measured: 1.29 and 2.71 of 3
+    assert auto > fixed + 1.0, (fixed, auto)  # measured: 1.18 and 3.0 of 3
