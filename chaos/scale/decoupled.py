@@ -5,8 +5,8 @@ outages; non-elastic: each restart begins a new incarnation after
 ``rejoin_s``). Its fragment syncs follow the syncer's step clock, as in the
 trainer (:mod:`trainer.core.rounds`): round r of fragment p opens at cluster
 step offset(p) + r·H, the cluster's pace being the lower median of the
-learners' step times, and a learner syncs p at its step boundary nearest the
-opening (one sync for the newest round when a pause let several open; an
+learners' step times, and a learner syncs p at its last step boundary at or
+before the opening (one sync for the newest round when a pause let several open; an
 incarnation syncs from the first round opening after it starts). Uploads
 queue on the learner's link (a link slower than the fragment rate falls
 behind). As in the trainer's :class:`~trainer.core.learner_book.LearnerBook`,
@@ -84,8 +84,8 @@ def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: 
     """(step, fragment, round) of every sync start, in step order, for a learner whose step k ends at
     ``walls[k - 1]`` and whose incarnation began at ``joined``.
 
-    Round r of fragment p opens at wall time (offset(p) + r·H)·``pace``; the learner syncs at the first
-    boundary within half its own step of the opening (:func:`~trainer.core.rounds.sync_step`), one sync per
+    Round r of fragment p opens at wall time (offset(p) + r·H)·``pace``; the learner syncs at its last
+    boundary at or before the opening (:func:`~trainer.core.rounds.sync_step`), one sync per
     boundary for the newest round, only for rounds opening after it joined.
 
     Example: a learner at half the cluster's pace still syncs every round, at its own steps 1, 2, 3, ...
@@ -107,11 +107,11 @@ def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: 
     out = []
     for p in range(schedule.num_fragments):
         first = round_at(schedule, p, joined / pace) + 1  # as LearnerBook: rounds open at its join are not its own
-        last = round_at(schedule, p, (walls[-1] + step_s / 2) / pace)
+        last = round_at(schedule, p, math.nextafter((walls[-1] + step_s) / pace, -math.inf))  # as sync_step
         if last < first:
             continue
         r = np.arange(first, last + 1)
-        idx = np.searchsorted(walls, round_opens(schedule, p, r) * pace - step_s / 2, side="left")
+        idx = np.searchsorted(walls, round_opens(schedule, p, r) * pace - step_s, side="right")
         ok = idx < n
         r, idx = r[ok], idx[ok]
         newest = np.r_[idx[1:] != idx[:-1], True]  # several rounds at one boundary: the newest only

@@ -188,6 +188,25 @@ def test_the_clock_and_merged_rounds_survive_a_restore() -> None:
     assert err.value.reason is RejectReason.LATE_ROUND
 
 
+@pytest.mark.parametrize("step_s", [0.25, 0.5, 0.75])
+@pytest.mark.parametrize("phase", [0.0, 0.01, 0.1, 0.24])
+def test_a_learner_syncs_at_its_last_boundary_at_or_before_each_opening(step_s: float, phase: float) -> None:
+    """Whatever its speed and phase, a learner's sync for a round starts within its own step before the opening,
+    never after it: its upload is at the syncer when the round opens (at the boundary nearest the opening, a slow
+    learner's upload came up to half its step late and often missed the grace window)."""
+    sched = FragmentSchedule(1, 4, 1, staggered=True)
+    clock = StepClock(0.0, 0.0, 0.25)  # round r opens at t = 1 + r
+    book = LearnerBook(sched, [0], blocking=False, clocked=True)
+    synced = {}
+    for k in range(1, int(6.0 / step_s) + 1):
+        t = phase + k * step_s
+        synced.update({s.round: t for s in book.on_step(k, 64, sync_step(clock, t, step_s))})
+        book.sync_failed(0, 0)
+    assert sorted(synced) == list(range(len(synced))) and len(synced) >= 4
+    for r, t in synced.items():
+        assert 1 + r - step_s < t <= 1 + r + 1e-9, (r, t)
+
+
 def test_learners_of_different_speeds_sync_on_one_schedule() -> None:
     sched = FragmentSchedule(1, 4, 1, staggered=True)
     clock = StepClock(0.0, 0.0, 0.25)  # round r opens at t = 1 + r

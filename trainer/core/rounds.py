@@ -13,7 +13,7 @@ the current S, so S is continuous and never goes back. Round r of fragment p
 opens when S reaches ``offset(p) + r·H`` (:class:`FragmentSchedule`'s
 staggered offsets). The syncer sends (S, pace) in its replies; a learner
 extrapolates S on its own monotonic clock between replies and syncs fragment p
-at its step boundary nearest to a round's opening (:func:`sync_step`) — a slow
+at its last step boundary at or before a round's opening (:func:`sync_step`) — a slow
 learner covers fewer steps per round, and its token weight says so.
 
 Example:
@@ -82,21 +82,29 @@ class StepClock:
 def sync_step(clock: StepClock, now: float, own_step_s: float) -> float:
     """The cluster step a learner compares with the round schedule at a step boundary.
 
-    Half of the learner's own step ahead of the clock: a learner then syncs at
-    its step boundary *nearest* to a round's opening rather than the first one
-    after it, so the learners' uploads of one round arrive within half a step
-    of the opening instead of within a whole one (the syncer never merges a
-    round before it opens, so an early upload waits there).
+    Just under one of the learner's own steps ahead of the clock: a learner
+    then syncs at its last step boundary at or before a round's opening (its
+    next one would be after it), so every learner's upload is at the syncer
+    when the round opens,
+    whatever the learner's speed; the syncer never merges a round before it
+    opens, so an early upload waits there. Syncing at the boundary nearest the
+    opening instead put a slow learner's upload up to half of *its* step after
+    it, often past the grace window: the slow learners got 0.298 of the merge
+    weight for a 0.333 share of the speed (``benchmarks.heterogeneous``).
 
-    >>> sync_step(StepClock(0.0, 0.0, 0.1), now=1.0, own_step_s=0.1)   # S = 10, half a step ahead
-    10.5
+    >>> sync_step(StepClock(0.0, 0.0, 0.1), now=1.0, own_step_s=0.1) < 11.0  # S = 10: round opening at 11 waits
+    True
+    >>> sync_step(StepClock(0.0, 0.0, 0.05), now=1.0, own_step_s=0.1)  # a learner at half the pace: 2 steps ahead
+    21.999999999999996
     >>> sync_step(StepClock(), now=1.0, own_step_s=0.1)                 # an idle clock stays put
     0.0
     """
     s = clock.step_at(now)
     if not clock.started or not (math.isfinite(own_step_s) and own_step_s > 0):
         return s
-    return s + 0.5 * own_step_s / clock.pace_s
+    # Strictly below the next boundary's cluster step: a learner on the clock's own pace syncs at the boundary that
+    # falls on an opening, not one step before it.
+    return math.nextafter(s + own_step_s / clock.pace_s, -math.inf)
 
 
 def cluster_pace(step_times: Iterable[float]) -> float | None:
