@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow-factor", type=float, default=2.0, help="a slow learner's step takes this many times longer")
     ap.add_argument("--budget", type=int, default=1_200_000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--only", nargs="+", choices=["k-m", "k-1", "k-1-grace"], help="run only these configurations")
     args = ap.parse_args(argv)
 
     slow = learner_ids(args.learners)[: args.learners // 2]
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         ("k-1", "K = 1, no grace", {"min_quorum": 1, "grace": False}),
         ("k-1-grace", "K = 1 + grace (default)", {"min_quorum": 1, "grace": True}),
     ]
+    variants = [v for v in variants if not args.only or v[0] in args.only]
     runs: dict[str, dict[int, dict[str, Any]]] = {slug: {} for slug, _, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                                 progress=quiet_progress, reuse=args.reuse)
                 runs[slug][seed] = summarise(h, args, seed, slow)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
-    k1 = runs["k-1"]
+    k1 = runs.get("k-1", {})
     header = ["run", "final eval loss", "time goodput", "÷ K = 1's time goodput", "participants / merge",
               "slow learners' weight share (speed share)"]
     rows = []
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         share = rs[next(iter(rs))]["slow_speed_share"]
         rows.append([label, m.format_ci([r["final_loss"] for r in rs.values()], 4),
                      m.format_ci([r["time_goodput"] for r in rs.values()]),
-                     m.format_ci([r["time_goodput"] / k1[s]["time_goodput"] for s, r in rs.items() if s in k1]),
+                     m.format_ci([r["time_goodput"] / k1[s]["time_goodput"] for s, r in rs.items() if s in k1])
+                     if k1 else None,
                      m.format_ci([r["per_merge"] for r in rs.values()], 2),
                      f"{m.format_ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})"])
     table = markdown_table(header, rows)

@@ -64,23 +64,34 @@ def _passed(report: dict) -> None:
     assert report["teardown"]["proxies_left"] == [] and report["teardown"]["processes_left"] == []
 
 
-@pytest.mark.nightly
-def test_compose_up_runs_the_default_scenario_and_reports_on_the_host(tmp_path) -> None:
+def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Path, dict]:
+    """``docker compose up`` from a stopped deployment to the controller's exit, torn down whatever happened;
+    returns the new report directory ``./reports/<prefix>*`` and its report.json, after the checks every
+    compose run must pass: verdict PASS (printed in the controller's log), nothing left behind, report files."""
     reports = REPO / "reports"
-    before = set(reports.glob("*")) if reports.exists() else set()
+    reports.mkdir(exist_ok=True)
+    before = set(reports.glob(f"{prefix}*"))
     compose("down", "-v", "--remove-orphans", check=False)
     try:
-        up = compose("up", env={"DILOCO_LEARNERS": "3"}, timeout=1500)
+        up = compose("up", env=env, timeout=timeout)
         logs = compose("logs", "controller", check=False).stdout
     finally:
         compose("down", "-v", "--remove-orphans", check=False, timeout=300)
-    new = sorted(set(reports.glob("kill-and-rejoin-*")) - before)
+    new = sorted(set(reports.glob(f"{prefix}*")) - before)
     assert new, up.stdout[-3000:]
-    report = json.loads((new[-1] / "report.json").read_text())
+    out = new[-1]
+    report = json.loads((out / "report.json").read_text())
     assert report["status"] == "pass", [v for v in report["verdicts"] if v["status"] != "pass"]
-    assert (new[-1] / "report.md").exists() and (new[-1] / "timeline.png").exists()
-    assert report["parity_false_alarm"]["runs"] >= 8, report["parity_false_alarm"]  # the image carries the rate
+    assert report["teardown"]["proxies_left"] == [] and report["teardown"]["processes_left"] == []
+    assert (out / "report.md").exists() and (out / "timeline.png").exists()
     assert "PASS" in logs  # the verdict is printed
+    return out, report
+
+
+@pytest.mark.nightly
+def test_compose_up_runs_the_default_scenario_and_reports_on_the_host() -> None:
+    _, report = compose_up_run("kill-and-rejoin-", {"DILOCO_LEARNERS": "3"}, timeout=1500)
+    assert report["parity_false_alarm"]["runs"] >= 8, report["parity_false_alarm"]  # the image carries the rate
 
 
 @pytest.mark.nightly
@@ -146,25 +157,14 @@ def test_compose_up_runs_a_scenario_file_with_container_faults_end_to_end() -> N
 
     Parity is off (no baseline runs: minutes in containers); the main job with its baselines is nightly.
     """
-    reports = REPO / "reports"
-    reports.mkdir(exist_ok=True)
-    scenario = reports / f"ci-container-faults-{os.getpid()}.yaml"  # ./reports is /reports in the controller
+    (REPO / "reports").mkdir(exist_ok=True)
+    scenario = REPO / "reports" / f"ci-container-faults-{os.getpid()}.yaml"  # ./reports is /reports in the controller
     scenario.write_text(CONTAINER_FAULTS.replace("parity: {tolerance: 0.05}", "parity: {enabled: false}"))
-    before = set(reports.glob("container-faults-*"))
-    compose("down", "-v", "--remove-orphans", check=False)
     try:
-        up = compose("up", env={"DILOCO_LEARNERS": "3", "DILOCO_SCENARIO": f"/reports/{scenario.name}"}, timeout=1200)
-        logs = compose("logs", "controller", check=False).stdout
+        out, _ = compose_up_run("container-faults-", {"DILOCO_LEARNERS": "3",
+                                                      "DILOCO_SCENARIO": f"/reports/{scenario.name}"}, timeout=1200)
     finally:
-        compose("down", "-v", "--remove-orphans", check=False, timeout=300)
         scenario.unlink(missing_ok=True)
-    new = sorted(set(reports.glob("container-faults-*")) - before)
-    assert new, up.stdout[-3000:]
-    out = new[-1]
-    report = json.loads((out / "report.json").read_text())
-    assert report["status"] == "pass", [v for v in report["verdicts"] if v["status"] != "pass"]
-    assert report["teardown"]["proxies_left"] == [] and report["teardown"]["processes_left"] == []
-    assert (out / "report.md").exists() and (out / "timeline.png").exists() and "PASS" in logs
     h = History.read(out)
     windows = {w.fault_id: w for w in h.fault_windows()}
 
