@@ -103,8 +103,8 @@ class AlgorithmSection(_Strict):
     num_fragments: int | None = Field(None, ge=1, description="P (default 4; data-parallel 1)")
     sync_every: int | None = Field(None, ge=1, description="H, inner steps between two syncs of a fragment (default 8)")
     overlap_steps: Annotated[int, Field(ge=0)] | Literal["auto"] | None = Field(
-        None, description="tau, steps a merged fragment may take to come back; decoupled: 'auto' sizes it to the "
-                          "measured round trip (trainer.core.grace.effective_overlap), at least 2")
+        None, description="tau, steps a merged fragment may take to come back; decoupled default 'auto': sized to "
+                          "the measured round trip (trainer.core.grace.effective_overlap), at least 2 (the paper's)")
     min_quorum: int | None = Field(None, ge=1, description="K")
     grace: bool | None = None
     grace_gamma: float = Field(0.5, ge=0, lt=1)
@@ -137,7 +137,7 @@ class AlgorithmSection(_Strict):
         m = self.num_learners
         preset: dict[str, Any]
         if self.mode == "decoupled":
-            preset = dict(min_quorum=1, grace=True, staggered=True, overlap_steps=2, blocking=False,
+            preset = dict(min_quorum=1, grace=True, staggered=True, overlap_steps="auto", blocking=False,
                           outer_lr=0.7, outer_momentum=0.9, max_staleness=m, rounds="clock")
             required: dict[str, Any] = {}
             if self.rounds == "clock" or self.rounds is None:

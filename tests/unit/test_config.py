@@ -42,7 +42,8 @@ def test_shipped_config_files_validate():
 @pytest.mark.parametrize("m", [1, 3, 5])
 def test_decoupled_preset(m):
     a = algo(mode="decoupled", num_learners=m, sync_every=12)
-    assert (a.min_quorum, a.grace, a.staggered, a.overlap_steps, a.blocking) == (1, True, True, 2, False)
+    assert (a.min_quorum, a.grace, a.staggered, a.overlap_steps, a.blocking) == (1, True, True, "auto", False)
+    assert a.overlap_floor == 2  # τ sized to the round trip, never below the paper's 2
     assert a.sync_every == 12  # H: any
     assert a.max_staleness == m  # decoupled default M
 
@@ -284,14 +285,14 @@ def test_config_hash_changes_when_a_field_changes(override):
 
 
 def test_overlap_steps_auto_is_decoupled_only_and_hashes_apart():
-    """``overlap_steps: auto`` (trainer.core.grace.effective_overlap): the schedule keeps the floor of 2; the
-    synchronous modes require τ = 0 and say so; configs that do not use it keep their hashes."""
+    """``overlap_steps: auto`` (trainer.core.grace.effective_overlap, decoupled's default): the schedule keeps the
+    floor of 2; the synchronous modes require τ = 0 and say so; a fixed τ hashes apart from the default."""
     auto = build_config({"algorithm": {"mode": "decoupled", "overlap_steps": "auto"}})
     a = auto.algorithm
     assert a.overlap_auto and a.overlap_floor == 2
     fixed = build_config({"algorithm": {"mode": "decoupled", "overlap_steps": 2}})
     assert not fixed.algorithm.overlap_auto and fixed.algorithm.overlap_floor == 2
-    assert auto.config_hash() != fixed.config_hash() == build_config({}).config_hash()
+    assert fixed.config_hash() != auto.config_hash() == build_config({}).config_hash()
     with pytest.raises(ConfigError, match="overlap_steps"):
         build_config({"algorithm": {"mode": "sync-diloco", "overlap_steps": "auto"}})
     with pytest.raises(ConfigError, match="overlap_steps"):

@@ -17,14 +17,18 @@ from chaos.scale.quantities import DAY, YEAR
 RECOVERY = {"detect_s": 10.0, "restart_s": 61.0, "reconfigure_s": 11.0, "rejoin_s": 0.0}
 
 
-def plan(mode="data-parallel", *, learners=4, fragments=4, sync_every=8, quorum=None, recovery=None, **top):
-    """A plan tree with every algorithm and recovery knob these tests depend on written out."""
+def plan(mode="data-parallel", *, learners=4, fragments=4, sync_every=8, quorum=None, recovery=None, overlap=2,
+         **top):
+    """A plan tree with every algorithm and recovery knob these tests depend on written out (decoupled: τ = 2, the
+    paper's, unless ``overlap`` says otherwise; the trainer's default is ``auto``)."""
     if mode == "data-parallel":
         alg = {"mode": mode}
     else:
         alg = {"mode": mode, "num_learners": learners, "num_fragments": fragments, "sync_every": sync_every}
         if quorum is not None:
             alg["min_quorum"] = quorum
+        if mode == "decoupled":
+            alg["overlap_steps"] = overlap
     tree = {"duration": 3600, "cluster": {"chips": 1000}, "workload": {"step_s": 1, "tokens_per_step": 1000},
             "failures": {"mtbi_per_chip": 0}, "recovery": {**RECOVERY, **(recovery or {})}, "algorithm": alg}
     for key, value in top.items():
