@@ -7,10 +7,10 @@ what it returns. The book decides
   and counters ``c_steps`` / ``c_tokens`` since the fragment was last
   received. On the syncer's clock (``clocked``, decoupled mode) a fragment
   syncs at the first step boundary whose cluster step (the caller passes
-  :func:`~trainer.core.rounds.sync_step`: just under one own step ahead, so the
-  last boundary at or before the opening) has reached one of its rounds' openings, so learners
-  of different speeds stay on one schedule and a slow one simply covers
-  fewer steps;
+  :func:`~trainer.core.rounds.sync_step`: just under one own step ahead, so
+  the last boundary at or before the opening) has reached one of its rounds'
+  openings, so learners of different speeds stay on one schedule and a slow
+  one simply covers fewer steps;
   otherwise at the learner's own steps offset(p) + r·H;
 - when a received global fragment may be applied: not before τ steps after
   its sync started (the overlap), and only if newer than the one held;

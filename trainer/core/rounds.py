@@ -13,8 +13,8 @@ the current S, so S is continuous and never goes back. Round r of fragment p
 opens when S reaches ``offset(p) + r·H`` (:class:`FragmentSchedule`'s
 staggered offsets). The syncer sends (S, pace) in its replies; a learner
 extrapolates S on its own monotonic clock between replies and syncs fragment p
-at its last step boundary at or before a round's opening (:func:`sync_step`) — a slow
-learner covers fewer steps per round, and its token weight says so.
+at its last step boundary at or before a round's opening (:func:`sync_step`):
+a slow learner covers fewer steps per round, and its token weight says so.
 
 Example:
     >>> from trainer.core.schedule import FragmentSchedule
@@ -85,12 +85,12 @@ def sync_step(clock: StepClock, now: float, own_step_s: float) -> float:
     Just under one of the learner's own steps ahead of the clock: a learner
     then syncs at its last step boundary at or before a round's opening (its
     next one would be after it), so every learner's upload is at the syncer
-    when the round opens,
-    whatever the learner's speed; the syncer never merges a round before it
-    opens, so an early upload waits there. Syncing at the boundary nearest the
-    opening instead put a slow learner's upload up to half of *its* step after
-    it, often past the grace window: the slow learners got 0.298 of the merge
-    weight for a 0.333 share of the speed (``benchmarks.heterogeneous``).
+    when the round opens, whatever the learner's speed; the syncer never
+    merges a round before it opens, so an early upload waits there. At the
+    boundary nearest the opening instead, a slow learner's upload came up to
+    half of *its* step late, often past the grace window: with two learners
+    of four at half speed, 3.14 learners per merge against 3.83
+    (``benchmarks.heterogeneous``, the README's side-by-side runs).
 
     >>> sync_step(StepClock(0.0, 0.0, 0.1), now=1.0, own_step_s=0.1) < 11.0  # S = 10: round opening at 11 waits
     True
