@@ -450,9 +450,9 @@ def test_replica_sit_outs_cost_decoupled_goodput_too() -> None:
 
 
 def test_after_a_pause_a_decoupled_learner_is_back_on_the_shared_round_schedule() -> None:
-    """The syncer's clock: a learner paused for 3.5 steps syncs at its last boundary at or before each later opening, so
-    every later round gathers all four (on its own step count it would stay 3.5 steps out of phase and its
-    uploads would merge apart from the others' for the rest of the run)."""
+    """The syncer's clock: a learner paused for 3.5 steps syncs at its last boundary at or before each later
+    opening, so every later round gathers all four (on its own step count it would stay 3.5 steps out of phase
+    and its uploads would merge apart from the others' for the rest of the run)."""
     tree = {"duration": 3600, "elastic": True,
             "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 100, "learner": 1, "down_s": 3.5}]},
             "workload": {"step_s": 1, "tokens_per_step": 4000},
