@@ -54,9 +54,9 @@ def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: floa
             "network": {"bandwidth": gbps, "latency": args.latency, "dp_overlap": 0.5}, "algorithm": alg}
 
 
-# (label, mode, bytes per parameter, decoupled algorithm settings). The defaults refuse a late upload ("a late
+# (label, mode, bytes per parameter, decoupled algorithm settings). The plain rows refuse a late upload ("a late
 # fragment simply misses that merge") with the paper's τ = 2; carrying late uploads into the next round and τ
-# sized to the measured round trip (overlap_steps: auto) are the trainer's options, measured beside them.
+# sized to the measured round trip (overlap_steps: auto, the trainer's default) are measured beside them.
 VARIANTS: tuple[tuple[str, str, float, dict[str, Any]], ...] = (
     ("data-parallel", "data-parallel", 2.0, {}), ("sync DiLoCo", "sync-diloco", 2.0, {}),
     ("decoupled (bf16)", "decoupled", 2.0, {}),
