@@ -63,23 +63,25 @@ def summarise(h: History, args: argparse.Namespace, seed: int, slow: list[str]) 
             "slow_speed_share": sum(speeds[lid] for lid in slow) / sum(speeds.values()), "wall_s": t1 - t0}
 
 
+def all_variants(learners: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """(slug, label, algorithm settings) of the configurations compared, for M = ``learners``."""
+    return [("k-m", f"K = M = {learners}", {"min_quorum": learners, "grace": False}),
+            ("k-1", "K = 1, no grace", {"min_quorum": 1, "grace": False}),
+            ("k-1-grace", "K = 1 + grace (default)", {"min_quorum": 1, "grace": True})]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_run_arguments(ap)
     ap.add_argument("--slow-factor", type=float, default=2.0, help="a slow learner's step takes this many times longer")
     ap.add_argument("--budget", type=int, default=1_200_000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--only", nargs="+", choices=["k-m", "k-1", "k-1-grace"], help="run only these configurations")
+    ap.add_argument("--only", nargs="+", choices=[slug for slug, _, _ in all_variants(1)],
+                    help="run only these configurations")
     args = ap.parse_args(argv)
 
     slow = learner_ids(args.learners)[: args.learners // 2]
-    m_ = args.learners
-    variants: list[tuple[str, str, dict[str, Any]]] = [
-        ("k-m", f"K = M = {m_}", {"min_quorum": m_, "grace": False}),
-        ("k-1", "K = 1, no grace", {"min_quorum": 1, "grace": False}),
-        ("k-1-grace", "K = 1 + grace (default)", {"min_quorum": 1, "grace": True}),
-    ]
-    variants = [v for v in variants if not args.only or v[0] in args.only]
+    variants = [v for v in all_variants(args.learners) if not args.only or v[0] in args.only]
     runs: dict[str, dict[int, dict[str, Any]]] = {slug: {} for slug, _, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from trainer.core.fragments import partition_tensors
-from trainer.core.learner_book import LearnerBook
+from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import StepClock, cluster_pace, round_at, sync_step
@@ -188,35 +188,35 @@ def test_the_clock_and_merged_rounds_survive_a_restore() -> None:
     assert err.value.reason is RejectReason.LATE_ROUND
 
 
+def _clocked_syncs(step_s: float, until: float, phase: float = 0.0) -> list[tuple[float, SyncStart]]:
+    """(time, sync) of a learner stepping every ``step_s`` from ``phase`` on a clock whose round r of its one
+    fragment opens at t = 1 + r, answers never coming back (its counters carry on)."""
+    sched = FragmentSchedule(1, 4, 1, staggered=True)
+    clock = StepClock(0.0, 0.0, 0.25)
+    book = LearnerBook(sched, [0], blocking=False, clocked=True)
+    out = []
+    for k in range(1, int(until / step_s) + 1):
+        t = phase + k * step_s
+        out += [(t, s) for s in book.on_step(k, 64, sync_step(clock, t, step_s))]
+        book.sync_failed(0, 0)  # not waiting for answers here
+    return out
+
+
 @pytest.mark.parametrize("step_s", [0.25, 0.5, 0.75])
 @pytest.mark.parametrize("phase", [0.0, 0.01, 0.1, 0.24])
 def test_a_learner_syncs_at_its_last_boundary_at_or_before_each_opening(step_s: float, phase: float) -> None:
     """Whatever its speed and phase, a learner's sync for a round starts within its own step before the opening,
     never after it: its upload is at the syncer when the round opens (at the boundary nearest the opening, a slow
     learner's upload came up to half its step late and often missed the grace window)."""
-    sched = FragmentSchedule(1, 4, 1, staggered=True)
-    clock = StepClock(0.0, 0.0, 0.25)  # round r opens at t = 1 + r
-    book = LearnerBook(sched, [0], blocking=False, clocked=True)
-    synced = {}
-    for k in range(1, int(6.0 / step_s) + 1):
-        t = phase + k * step_s
-        synced.update({s.round: t for s in book.on_step(k, 64, sync_step(clock, t, step_s))})
-        book.sync_failed(0, 0)
+    synced = {s.round: t for t, s in _clocked_syncs(step_s, 6.0, phase)}
     assert sorted(synced) == list(range(len(synced))) and len(synced) >= 4
     for r, t in synced.items():
         assert 1 + r - step_s < t <= 1 + r + 1e-9, (r, t)
 
 
 def test_learners_of_different_speeds_sync_on_one_schedule() -> None:
-    sched = FragmentSchedule(1, 4, 1, staggered=True)
-    clock = StepClock(0.0, 0.0, 0.25)  # round r opens at t = 1 + r
-    fast = LearnerBook(sched, [0], blocking=False, clocked=True)
-    slow = LearnerBook(sched, [0], blocking=False, clocked=True)
-    starts = {"fast": [], "slow": []}
-    for name, book, step_s in (("fast", fast, 0.25), ("slow", slow, 0.5)):
-        for k in range(1, int(4.0 / step_s) + 1):
-            starts[name] += [(s.round, s.c_steps) for s in book.on_step(k, 64, sync_step(clock, k * step_s, step_s))]
-            book.sync_failed(0, 0)  # not waiting for answers here
+    starts = {name: [(s.round, s.c_steps) for _, s in _clocked_syncs(step_s, 4.0)]
+              for name, step_s in (("fast", 0.25), ("slow", 0.5))}
     # Both sync rounds 0..3; the slow learner covers half the steps (its counters carry on: never received).
     assert [r for r, _ in starts["fast"]] == [r for r, _ in starts["slow"]] == [0, 1, 2, 3]
     assert starts["fast"][-1][1] == 2 * starts["slow"][-1][1]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from chaos.scenario import parse_scenario, scenario_with
+from chaos.scenario import parse_scenario
 from chaos.sim import SimOptions, simulate
 from chaos.sim.clock import EventLoop
 from trainer import events as ev
