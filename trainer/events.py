@@ -221,6 +221,10 @@ class SyncStartEvent(_Event):
     c_tokens: int
     step: int
     round: int = 0
+    # Clocked rounds, for diagnosing late uploads: the cluster step this learner read on its copy of the syncer's
+    # clock at the boundary, and how far ahead it looked for its next boundary (trainer.core.step_timer).
+    clock_step: float | None = None
+    lookahead_s: float | None = None
 
 
 class SyncResult(_Event):

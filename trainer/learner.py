@@ -44,6 +44,7 @@ from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
+from trainer.core.step_timer import StepTimes
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
@@ -256,7 +257,8 @@ class Learner:
         self.client = SyncClient(syncer, token, timeout_s=cfg.learner.rpc_timeout_s, tls_ca=tls_ca)
         self.step = 0
         self.tokens = 0
-        self.step_time_ema = 0.0
+        self.step_time_ema = 0.0  # compute time of a step: reported, sets the cluster's pace
+        self.boundaries = StepTimes()  # boundary-to-boundary periods: how far ahead to look (sync_step)
         self.last_loss = float("nan")
         self.progress = 0.0  # the run's global token progress, as last reported by the syncer
         self.clock = StepClock()  # the syncer's step clock, on this process's monotonic clock (rounds: clock)
@@ -273,9 +275,9 @@ class Learner:
         """A reply carried the syncer's step clock: extrapolate from it until the next one (one reference swap)."""
         self.clock = StepClock.received(time.monotonic(), cluster_step, pace_s)
 
-    def cluster_step(self) -> float:
-        """Where this learner stands on the round schedule at a step boundary (see :func:`sync_step`)."""
-        return sync_step(self.clock, time.monotonic(), self.step_time_ema)
+    def lookahead_s(self) -> float:
+        """How far ahead this learner looks for its next step boundary (:mod:`trainer.core.step_timer`)."""
+        return self.boundaries.lookahead(self.cfg.algorithm.sync_every, default=self.step_time_ema)
 
     def held_version(self, p: int) -> int:
         return self._held[p] if p < len(self._held) else -1
@@ -379,6 +381,8 @@ class Learner:
         every = self.cfg.learner.step_event_every
         delay = self.cfg.learner.step_delay_for(self.learner_id)
         blocked = 0.0
+        boundary_at: float | None = None  # the previous step boundary (perf_counter) and the wait since it
+        waited = 0.0
         why = "finished"
         try:
             while True:
@@ -408,9 +412,15 @@ class Learner:
                     self.step_time_ema = dt
                 elif self.step > 2:
                     self.step_time_ema = 0.9 * self.step_time_ema + 0.1 * dt
-                for s in self.book.on_step(self.step, per_step, self.cluster_step()):
+                now_b = time.perf_counter()
+                if boundary_at is not None and self.step > 2:  # waiting for a merge is not a step's time
+                    self.boundaries = self.boundaries.update(now_b - boundary_at - waited)
+                boundary_at, waited = now_b, 0.0
+                now_m, ahead = time.monotonic(), self.lookahead_s()
+                for s in self.book.on_step(self.step, per_step, sync_step(self.clock, now_m, ahead)):
                     self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
-                                                    c_tokens=s.c_tokens, step=s.step, round=s.round))
+                                                    c_tokens=s.c_tokens, step=s.step, round=s.round,
+                                                    clock_step=self.clock.step_at(now_m), lookahead_s=ahead))
                     names = self.fragments[s.fragment]
                     if data_parallel:
                         comm.uploads.put(_UploadJob(s, {n: grads[n] for n in names}, None))
@@ -421,7 +431,8 @@ class Learner:
                 tb = time.perf_counter()
                 while self.book.waiting_for(self.step) and not comm.stop.is_set() and not stop_flag.is_set():
                     self._drain(comm, block_s=0.05)
-                blocked += time.perf_counter() - tb
+                waited = time.perf_counter() - tb
+                blocked += waited
                 if self.step % every == 0:
                     self.log.emit(ev.Step(step=self.step, loss=self.last_loss, tokens=self.tokens,
                                           step_time_s=self.step_time_ema, blocked_s=blocked))

@@ -30,6 +30,7 @@ from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
+from trainer.core.step_timer import StepTimes
 from trainer.core.syncer_state import Contribution, SyncerState
 from trainer.learner import corrupted
 from trainer.syncer import merge_fields
@@ -348,6 +349,8 @@ class LearnerNode:
         self.stop_requested = False
         self.waiting_since: float | None = None
         self.blocked_s = 0.0
+        self.boundaries = StepTimes()  # as the trainer's learner: how far ahead to look when it syncs
+        self.stepping_s = 0.0  # the duration of the step under way
         self.step_pending = False
         self.down_since: float | None = None
         self.timers: list[Any] = []
@@ -486,7 +489,8 @@ class LearnerNode:
         return base * factor * (1.0 + (float(self.sim.rng.uniform(-jitter, jitter)) if jitter else 0.0))
 
     def _schedule_step(self) -> None:
-        self.later(self.step_time(), self._step)
+        self.stepping_s = self.step_time()
+        self.later(self.stepping_s, self._step)
 
     def _step(self) -> None:
         if self.paused:
@@ -507,7 +511,9 @@ class LearnerNode:
         self.step += 1
         per = self.sim.tokens_per_step
         self.tokens += per
-        for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, self.nominal_step_time())):
+        self.boundaries = self.boundaries.update(self.stepping_s)
+        ahead = self.boundaries.lookahead(self.sim.cfg.algorithm.sync_every, default=self.nominal_step_time())
+        for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, ahead)):
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                       c_tokens=s.c_tokens, step=s.step, round=s.round)
             names = self.sim.fragment_names[s.fragment]
