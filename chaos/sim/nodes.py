@@ -515,7 +515,8 @@ class LearnerNode:
         ahead = self.boundaries.lookahead(self.sim.cfg.algorithm.sync_every, default=self.nominal_step_time())
         for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, ahead)):
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
-                      c_tokens=s.c_tokens, step=s.step, round=s.round)
+                      c_tokens=s.c_tokens, step=s.step, round=s.round, clock_step=self.clock.step_at(self.sim.loop.now),
+                      lookahead_s=ahead)
             names = self.sim.fragment_names[s.fragment]
             arrays = {n: grads[n] if grads is not None else self.base[n] - self.params[n] for n in names}
             if self.corrupt:
