@@ -215,6 +215,9 @@ class LearnerSection(_Strict):
                                "their fragment schedules start in step (0: start at once)")
     step_delay_overrides: dict[str, float] = Field(
         default_factory=dict, description="learner id -> its own step_delay_s (heterogeneous hardware)")
+    sync_lookahead: Literal["mean", "quantile"] = Field(
+        "mean", description="how far ahead a learner looks for its next step boundary when it decides to sync: its "
+                            "mean step time, or the (1 - 1/H) quantile of its recent ones (trainer.core.step_timer)")
 
     @model_validator(mode="after")
     def _check_overrides(self) -> "LearnerSection":

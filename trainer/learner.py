@@ -44,7 +44,7 @@ from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
-from trainer.core.step_timer import StepTimes
+from trainer.core.step_timer import StepTimes, lookahead_s
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
@@ -258,7 +258,7 @@ class Learner:
         self.step = 0
         self.tokens = 0
         self.step_time_ema = 0.0  # compute time of a step: reported, sets the cluster's pace
-        self.boundaries = StepTimes()  # boundary-to-boundary periods: how far ahead to look (sync_step)
+        self.boundaries = StepTimes()  # boundary-to-boundary periods (learner.sync_lookahead: quantile)
         self.last_loss = float("nan")
         self.progress = 0.0  # the run's global token progress, as last reported by the syncer
         self.clock = StepClock()  # the syncer's step clock, on this process's monotonic clock (rounds: clock)
@@ -277,7 +277,8 @@ class Learner:
 
     def lookahead_s(self) -> float:
         """How far ahead this learner looks for its next step boundary (:mod:`trainer.core.step_timer`)."""
-        return self.boundaries.lookahead(self.cfg.algorithm.sync_every, default=self.step_time_ema)
+        return lookahead_s(self.cfg.learner.sync_lookahead, self.boundaries, self.cfg.algorithm.sync_every,
+                           self.step_time_ema)
 
     def held_version(self, p: int) -> int:
         return self._held[p] if p < len(self._held) else -1

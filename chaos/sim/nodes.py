@@ -30,7 +30,7 @@ from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
-from trainer.core.step_timer import StepTimes
+from trainer.core.step_timer import StepTimes, lookahead_s
 from trainer.core.syncer_state import Contribution, SyncerState
 from trainer.learner import corrupted
 from trainer.syncer import merge_fields
@@ -512,7 +512,8 @@ class LearnerNode:
         per = self.sim.tokens_per_step
         self.tokens += per
         self.boundaries = self.boundaries.update(self.stepping_s)
-        ahead = self.boundaries.lookahead(self.sim.cfg.algorithm.sync_every, default=self.nominal_step_time())
+        ahead = lookahead_s(cfg.learner.sync_lookahead, self.boundaries, cfg.algorithm.sync_every,
+                            self.nominal_step_time())
         for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, ahead)):
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                       c_tokens=s.c_tokens, step=s.step, round=s.round, clock_step=self.clock.step_at(self.sim.loop.now),

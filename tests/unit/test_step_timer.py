@@ -64,3 +64,24 @@ def test_a_stall_widens_the_lookahead_by_at_most_clip_medians() -> None:
     assert stalled.lookahead(500) == pytest.approx(CLIP * PACE)
     assert stalled.lookahead(8) == pytest.approx(PACE)  # the 7/8 quantile does not see one stall
     assert len(stalled.periods) == 64 and StepTimes().update(float("nan")).periods == ()
+
+
+def test_deterministic_mode_looks_ahead_as_the_config_says() -> None:
+    """``learner.sync_lookahead``: the mean (default) is the nominal step time; the quantile of jittered steps is
+    above it (deterministic mode shares the rule with the trainer's learner)."""
+    from chaos.scenario import ScenarioError, parse_scenario
+    from chaos.sim import SimOptions, simulate
+    from trainer import events as ev
+
+    def lookaheads(rule: str) -> list[float]:
+        s = parse_scenario({"name": "t", "cluster": {"token_budget": 300_000, "learner": {"sync_lookahead": rule}},
+                            "schedule": []})
+        r = simulate(s, SimOptions(baseline=False, step_jitter=0.5))
+        return [e.lookahead_s for e in r.history.events if isinstance(e, ev.SyncStartEvent)]
+
+    nominal = SimOptions().step_time_s
+    mean, quantile = lookaheads("mean"), lookaheads("quantile")
+    assert mean and set(mean) == {nominal}
+    assert quantile and statistics.median(quantile) > 1.2 * nominal
+    with pytest.raises(ScenarioError, match="sync_lookahead"):
+        lookaheads("max")

@@ -13,12 +13,22 @@ quantile of the learner's recent boundary-to-boundary periods.
 
     lookahead = quantile_{1 − 1/H}(last WINDOW periods),  at most CLIP × their median
 
-Why not the mean step time: on 2 CPU cores shared by four learners, the
-syncer and Toxiproxy, steps are heavy-tailed (the main job in containers:
-0.55× to 3.5× the median), and the mean sent 29% of uploads after their round
-had merged. Why the clip: a stall (a SIGSTOP pause, a GC) measures one period
-of seconds; with H large the quantile is the window's maximum, and the learner
-would look seconds ahead for the next WINDOW steps.
+Why the clip: a stall (a SIGSTOP pause, a GC) measures one period of seconds;
+with H large the quantile is the window's maximum, and the learner would look
+seconds ahead for the next WINDOW steps.
+
+It is ``learner.sync_lookahead: quantile``; the default is ``mean`` (the
+learner's mean step time), because the quantile trades one failure for
+another. With heavy-tailed steps on fast links it keeps syncs from starting
+after the opening: on 2 CPU cores shared by four learners, the syncer and
+Toxiproxy, a step took 0.55–3.5× its median, and `kill-and-rejoin` with H = 8
+refused 19% of uploads as late instead of 26% (seeds 1–5 side by side). But
+a high quantile estimated from 64 samples differs from learner to learner, so
+their syncs spread over more than a step; over slow links, where every upload
+arrives after the opening and a round merges at its first arrival plus the
+grace window, the spread is what makes uploads late: one run in five of
+``benchmarks.slow_links`` merged 2.0 learners per round and needed 1.5× the
+tokens (README, "Choices").
 
 Example:
     >>> t = StepTimes()
@@ -30,6 +40,8 @@ Example:
     0.4
     >>> StepTimes().lookahead(sync_every=32, default=0.05)       # no period measured yet
     0.05
+    >>> lookahead_s("mean", t, sync_every=32, mean_s=0.11), lookahead_s("quantile", t, sync_every=32, mean_s=0.11)
+    (0.11, 0.3)
 """
 
 from __future__ import annotations
@@ -60,3 +72,12 @@ class StepTimes:
         s = sorted(self.periods)
         q = 1.0 - 1.0 / max(sync_every, 1)
         return min(s[min(len(s) - 1, math.ceil(q * len(s)) - 1)], CLIP * s[(len(s) - 1) // 2])
+
+
+def lookahead_s(rule: str, times: StepTimes, sync_every: int, mean_s: float) -> float:
+    """The lookahead ``learner.sync_lookahead`` names: ``mean`` → ``mean_s``, ``quantile`` → :meth:`StepTimes.lookahead`."""
+    if rule == "quantile":
+        return times.lookahead(sync_every, default=mean_s)
+    if rule == "mean":
+        return mean_s
+    raise ValueError(f"learner.sync_lookahead must be 'mean' or 'quantile', got {rule!r}")
