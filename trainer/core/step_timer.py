@@ -38,6 +38,8 @@ Example:
     (0.1, 0.3)
     >>> t.update(8.0).lookahead(sync_every=500)                  # a stall counts as at most CLIP medians
     0.4
+    >>> t.lookahead(sync_every=1)                                # H = 1: the 0 quantile, the shortest
+    0.1
     >>> StepTimes().lookahead(sync_every=32, default=0.05)       # no period measured yet
     0.05
     >>> lookahead_s("mean", t, sync_every=32, mean_s=0.11), lookahead_s("quantile", t, sync_every=32, mean_s=0.11)
@@ -71,11 +73,12 @@ class StepTimes:
             return default
         s = sorted(self.periods)
         q = 1.0 - 1.0 / max(sync_every, 1)
-        return min(s[min(len(s) - 1, math.ceil(q * len(s)) - 1)], CLIP * s[(len(s) - 1) // 2])
+        rank = min(max(math.ceil(q * len(s)) - 1, 0), len(s) - 1)
+        return min(s[rank], CLIP * s[(len(s) - 1) // 2])
 
 
 def lookahead_s(rule: str, times: StepTimes, sync_every: int, mean_s: float) -> float:
-    """The lookahead ``learner.sync_lookahead`` names: ``mean`` → ``mean_s``, ``quantile`` → :meth:`StepTimes.lookahead`."""
+    """The lookahead ``learner.sync_lookahead`` names: ``mean`` → ``mean_s``, ``quantile`` → the quantile."""
     if rule == "quantile":
         return times.lookahead(sync_every, default=mean_s)
     if rule == "mean":
