@@ -408,12 +408,12 @@ class Learner:
                 self.tokens += per_step
                 if self.step % every == 0 or self.step == 1:
                     self.last_loss = float(loss)
-                dt = time.perf_counter() - t0
+                now_b = time.perf_counter()  # this step boundary
+                dt = now_b - t0
                 if self.step == 2:  # step 1 includes JIT compilation: not a step time
                     self.step_time_ema = dt
                 elif self.step > 2:
                     self.step_time_ema = 0.9 * self.step_time_ema + 0.1 * dt
-                now_b = time.perf_counter()
                 if boundary_at is not None and self.step > 2:  # waiting for a merge is not a step's time
                     self.boundaries = self.boundaries.update(now_b - boundary_at - waited)
                 boundary_at, waited = now_b, 0.0

@@ -6,9 +6,9 @@ outages; non-elastic: each restart begins a new incarnation after
 trainer (:mod:`trainer.core.rounds`): round r of fragment p opens at cluster
 step offset(p) + r·H, the cluster's pace being the lower median of the
 learners' step times, and a learner syncs p at its last step boundary at or
-before the opening (its steps have no jitter here, so the trainer's lookahead,
-:mod:`trainer.core.step_timer`, is its step time; one sync for the newest round when a pause let several
-open; an incarnation syncs from the first round opening after it starts). Uploads
+before the opening (its steps have no jitter here, so either of the trainer's
+lookaheads, :mod:`trainer.core.step_timer`, is its step time; one sync for the
+newest round when a pause let several open; an incarnation syncs from the first round opening after it starts). Uploads
 queue on the learner's link (a link slower than the fragment rate falls
 behind). As in the trainer's :class:`~trainer.core.learner_book.LearnerBook`,
 a sync is skipped while the previous one of that fragment is unanswered, the

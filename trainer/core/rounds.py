@@ -82,9 +82,9 @@ class StepClock:
 def sync_step(clock: StepClock, now: float, own_step_s: float) -> float:
     """The cluster step a learner compares with the round schedule at a step boundary.
 
-    ``own_step_s`` is how long the learner's next step may take (the
-    :mod:`trainer.core.step_timer` lookahead: a high quantile of its step
-    times, not their mean). Just under that far ahead of the clock: a learner
+    ``own_step_s`` is how long the learner's next step may take (its mean
+    step time, or a high quantile of its step times:
+    :mod:`trainer.core.step_timer`). Just under that far ahead of the clock: a learner
     then syncs at its last step boundary at or before a round's opening (its
     next one would be after it), so every learner's upload is at the syncer
     when the round opens, whatever the learner's speed; the syncer never
