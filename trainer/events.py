@@ -123,6 +123,7 @@ class Merge(_Event):
     tokens_total: int
     round: int = 0  # the fragment's round this merge closed (rounds: clock; one merge per round)
     late: int = 0  # contributions carried in from rounds that had merged
+    held_s: float = 0.0  # waited past quorum + grace for bodies of uploads whose headers were in by then
 
 
 class Checkpoint(_Event):

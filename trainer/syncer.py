@@ -86,7 +86,7 @@ def merge_fields(rec: MergeRecord, tokens_total: int) -> dict[str, Any]:
                                          c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version,
                                          round=x.round)
                       for x in rec.participants],
-        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at, round=rec.round, late=rec.late,
+        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at, round=rec.round, late=rec.late, held_s=rec.held_s,
         quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
         outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)
 
@@ -261,6 +261,7 @@ class SyncerService(pbg.SyncerServicer):
     def Upload(self, request_iterator: Iterator[pb.UploadChunk], context) -> pb.UploadReply:  # noqa: N802, ANN001
         t0 = time.monotonic()
         h = None
+        announced: tuple[str, str, int, int, int] | None = None
         try:
             first = next(request_iterator, None)
             if first is None or not first.HasField("header"):
@@ -271,8 +272,10 @@ class SyncerService(pbg.SyncerServicer):
             asm = Assembler(specs, h.total_bytes, h.crc32, self.cfg.syncer.max_upload_bytes)
             spec_map = {s.name: (s.shape, s.dtype) for s in specs}
             with self.cond:
-                self.state.check_header(h.learner_id, h.incarnation, h.fragment, h.base_version, spec_map,
-                                        h.c_steps, h.c_tokens, time.time(), h.round)
+                # The header made it: its round waits (a bounded hold) for the body (trainer.core.inflight).
+                self.state.announce(h.learner_id, h.incarnation, h.fragment, h.base_version, spec_map,
+                                    h.c_steps, h.c_tokens, time.time(), h.round)
+                announced = (h.learner_id, h.incarnation, h.fragment, h.base_version, h.round)
             for msg in request_iterator:
                 if not msg.HasField("data"):
                     raise Rejected(RejectReason.MALFORMED, "a second header arrived inside one upload")
@@ -289,6 +292,7 @@ class SyncerService(pbg.SyncerServicer):
                                         seconds=seconds, c_steps=h.c_steps, c_tokens=h.c_tokens,
                                         duplicate=res.duplicate, round=h.round, late=res.late))
                 step, pace = self.state.clock_reading(time.time())
+                announced = None  # submit took it off the in-flight list
                 self.cond.notify_all()
         except Rejected as r:
             lid, frag, base = (h.learner_id, h.fragment, h.base_version) if h is not None else ("", -1, -1)
@@ -298,6 +302,11 @@ class SyncerService(pbg.SyncerServicer):
                 step, pace = self.state.clock_reading(time.time())
             return pb.UploadReply(accepted=False, reason=r.reason.value, detail=r.detail, current_version=current,
                                   cluster_step=step, step_pace_s=pace)
+        finally:
+            if announced is not None:  # the body never came whole (refused, cut, cancelled): stop waiting for it
+                with self.cond:
+                    self.state.withdraw(announced)
+                    self.cond.notify_all()
         return pb.UploadReply(accepted=True, current_version=res.current_version, duplicate=res.duplicate,
                               cluster_step=step, step_pace_s=pace, late=res.late)
 

@@ -75,5 +75,9 @@ class Link:
         t = base_latency_s
         for lat, jit in self.latency[direction].values():
             t += lat + (float(rng.uniform(-jit, jit)) if jit and rng is not None else 0.0)
+        return max(t, 0.0) + self.transfer_s(direction, nbytes, bandwidth_Bps)
+
+    def transfer_s(self, direction: str, nbytes: int, bandwidth_Bps: float = float("inf")) -> float:
+        """The part of :meth:`delay` that the bytes take after the first one arrives (the rate caps)."""
         rate = min([bandwidth_Bps, *self.rates[direction].values()])
-        return max(t, 0.0) + (nbytes / rate if np.isfinite(rate) else 0.0)
+        return nbytes / rate if np.isfinite(rate) else 0.0

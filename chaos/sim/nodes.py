@@ -174,6 +174,18 @@ class SyncerNode:
         respond((True, stop, "", self.progress(), self.state.clock_reading(self.sim.loop.now)), SMALL_MESSAGE)
         self.arm()
 
+    def handle_upload_header(self, c: Contribution) -> None:
+        """An upload's header arrived: as the gRPC service, its round now waits (bounded) for the body. A refused
+        header changes nothing; the body's arrival answers the refusal, as the service does at the header."""
+        st = self.state
+        assert st is not None
+        specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
+        try:
+            st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens,
+                        self.sim.loop.now, c.round)
+        except Rejected:
+            pass
+
     def handle_upload(self, c: Contribution, nbytes: int, respond: Respond, abort: Callable[[], None]) -> None:
         st = self.state
         assert st is not None
@@ -379,8 +391,9 @@ class LearnerNode:
         self.timers.append(self.sim.loop.after(delay, self.deliver, inc, fn, *args))
 
     def rpc(self, req_bytes: int, handler: Callable[[Respond, Callable[[], None]], None],
-            on_reply: Callable[[Any], None], on_fail: Callable[[], None]) -> None:
-        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail)
+            on_reply: Callable[[Any], None], on_fail: Callable[[], None],
+            on_header: Callable[[], None] | None = None) -> None:
+        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header)
 
     def _down(self) -> None:
         if self.down_since is None:
@@ -570,7 +583,8 @@ class LearnerNode:
                          upload_seconds=self.sim.upload_seconds(self.lid, nbytes), round=s.round)
         self.rpc(nbytes, lambda r, a: syncer.handle_upload(c, nbytes, r, a),
                  lambda reply: self._uploaded(s, nbytes, t0, *reply),
-                 lambda: self._uploaded(s, nbytes, t0, False, UNREACHABLE, -1, None))
+                 lambda: self._uploaded(s, nbytes, t0, False, UNREACHABLE, -1, None),
+                 lambda: syncer.handle_upload_header(c))
 
     def _uploaded(self, s: SyncStart, nbytes: int, t0: float, accepted: bool, reason: str, current: int,
                   clock: tuple[float, float] | None) -> None:

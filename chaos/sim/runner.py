@@ -164,6 +164,11 @@ class _Call:
         elif self.sim.syncer.serving:
             handler(self.respond, self.fail_fast)
 
+    def header(self, handler: Callable[[], None]) -> None:
+        """The request's first bytes reached the syncer (only a serving one reads them)."""
+        if not self.done and self.sim.syncer.serving:
+            handler()
+
     def respond(self, reply: Any, nbytes: int) -> None:
         if self.done:
             return
@@ -230,16 +235,21 @@ class Simulation:
 
     def rpc(self, node: LearnerNode, req_bytes: int, handler: Callable[[Callable[[Any, int], None],
                                                                           Callable[[], None]], None],
-            on_reply: Callable[[Any], None], on_fail: Callable[[], None]) -> None:
-        """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`)."""
+            on_reply: Callable[[Any], None], on_fail: Callable[[], None],
+            on_header: Callable[[], None] | None = None) -> None:
+        """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`);
+        ``on_header`` runs when the request's first bytes reach the syncer (a streamed upload's header)."""
         call = _Call(self, node, on_reply, on_fail)
         link = self.links[node.lid]
         cut = link.blocked("to_syncer")
         if cut == "refuse":
             call.fail_fast()
         elif cut is None:
-            self.loop.after(link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps,
-                                       self.rng), call.arrive, handler)
+            t = link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng)
+            if on_header is not None:
+                self.loop.after(t - link.transfer_s("to_syncer", req_bytes, self.opts.bandwidth_Bps), call.header,
+                                on_header)
+            self.loop.after(t, call.arrive, handler)
 
     def reset_link(self, lid: str) -> None:
         """The link's connections are closed: every call in flight on it fails now."""

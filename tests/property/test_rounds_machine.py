@@ -9,7 +9,10 @@ merges, and checks after every step what the paper's round semantics promise:
 - a late upload (its round has merged) never opens a round: refused, it changes nothing; carried, it waits
   for the next round's opening;
 - a learner never waits for a merge that excludes its own on-time upload: the version its reply tells it to
-  wait for is made by a merge it takes part in (or one with its newer upload).
+  wait for is made by a merge it takes part in (or one with its newer upload);
+- an upload whose header made its round (announced by the round's merge time) is waited for: no round merges
+  while such a body is in flight and within its hold (:mod:`trainer.core.inflight`); a refused header changes
+  nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class ClockRounds(RuleBasedStateMachine):
         self.waits: dict[tuple[str, int], int] = {}  # (learner, fragment) -> version its accepted upload awaits
         self.snap = self._snapshot()
         self.seq = 0
+        self.inflight: dict[tuple, tuple[Contribution, float]] = {}  # announced bodies not yet arrived
 
     def _snapshot(self) -> list[tuple[np.ndarray, ...]]:
         out = []
@@ -70,7 +74,13 @@ class ClockRounds(RuleBasedStateMachine):
         for p in self.st.due_merges(self.now):
             rnd = self.st.rounds[p]
             opens = self.st.clock.time_of(round_opens(self.st.schedule, p, rnd.round))
+            hold = self.st.hold_s
             rec = self.st.merge(p, self.now)
+            unheld = self.now - rec.held_s  # quorum + grace: the round's merge time before waiting for bodies
+            for c, at in self.inflight.values():
+                if c.fragment == p and c.round <= rec.round and at <= unheld + 1e-9:
+                    assert self.now >= at + hold - 1e-9, \
+                        f"round {rec.round} of fragment {p} merged while {c.learner_id}'s announced body was due"
             assert (p, rec.round) not in self.merged, f"round {rec.round} of fragment {p} merged twice"
             assert opens is None or self.now >= opens - 1e-9, f"round {rec.round} merged before it opened"
             self.merged.add((p, rec.round))
@@ -92,17 +102,58 @@ class ClockRounds(RuleBasedStateMachine):
         self.now += dt
         self._merge_due()
 
-    @rule(lid=st.sampled_from(LEARNERS), frag=st.integers(0, 1), offset=st.sampled_from([-2, -1, 0, 0, 0, 1, 3]),
-          stale_base=st.booleans())
-    def upload(self, lid: str, frag: int, offset: int, stale_base: bool) -> None:
+    def _contribution(self, lid: str, frag: int, offset: int, stale_base: bool) -> Contribution:
         p = frag % len(self.st.fragments)
         r = max(self.st.current_round(p, self.now) + offset, 0)
         base = self.held[(lid, p)]
         if stale_base and base > 0:
             base -= 1
         self.seq += 1
-        c = Contribution(lid, "i", p, base, {n: np.full(self.st.params[n].shape, -0.01 * self.seq, np.float32)
-                                             for n in self.st.fragments[p].names}, 4, 256, round=r)
+        return Contribution(lid, "i", p, base, {n: np.full(self.st.params[n].shape, -0.01 * self.seq, np.float32)
+                                                for n in self.st.fragments[p].names}, 4, 256, round=r)
+
+    @rule(lid=st.sampled_from(LEARNERS), frag=st.integers(0, 1), offset=st.sampled_from([-2, -1, 0, 0, 0, 1, 3]),
+          stale_base=st.booleans())
+    def upload(self, lid: str, frag: int, offset: int, stale_base: bool) -> None:
+        self._submit(self._contribution(lid, frag, offset, stale_base))
+
+    @rule(lid=st.sampled_from(LEARNERS), frag=st.integers(0, 1), offset=st.sampled_from([-1, 0, 0, 0, 1]),
+          stale_base=st.booleans())
+    def header(self, lid: str, frag: int, offset: int, stale_base: bool) -> None:
+        """An upload's header arrives; its body comes later (``body``), or never (``body_lost``)."""
+        c = self._contribution(lid, frag, offset, stale_base)
+        before = (self._fingerprint(), dict(self.st.announced))
+        specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
+        try:
+            self.st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens,
+                             self.now, c.round)
+        except Rejected:
+            assert (self._fingerprint(), dict(self.st.announced)) == before, "a refused header changed the state"
+            return
+        assert self._fingerprint() == before[0], "a header changed the model, versions or rounds"
+        if c.key not in self.st.announced:  # the same upload again: acknowledged as a duplicate, nothing to wait for
+            rnd = self.st.rounds.get(c.fragment)
+            assert c.key in self.st.merged_keys or (rnd is not None and any(
+                x.key == c.key for x in rnd.contributions.values())), "an accepted new header was not announced"
+            return
+        self.inflight[c.key] = (c, self.now)
+
+    @rule(pick=st.integers(0, 100), lost=st.sampled_from([False, False, False, True]))
+    def body(self, pick: int, lost: bool) -> None:
+        if not self.inflight:
+            return
+        key = sorted(self.inflight)[pick % len(self.inflight)]
+        c, _ = self.inflight.pop(key)
+        if lost:  # its call failed: the shell withdraws it
+            self.st.withdraw(key)
+            assert key not in self.st.announced
+            return
+        self._submit(c)
+        assert key not in self.st.announced
+
+    def _submit(self, c: Contribution) -> None:
+        self.inflight.pop(c.key, None)  # the body of an announced upload with this key is here
+        lid, p, r, base = c.learner_id, c.fragment, c.round, c.base_version
         last = self.st.last_round[p]
         before = self._fingerprint()
         try:

@@ -96,6 +96,74 @@ def test_a_carried_late_upload_waits_for_the_next_rounds_opening() -> None:
     assert (rec.round, rec.late, rec.version) == (1, 1, 2) and st.late_carried == 1
 
 
+def announce(st: SyncerState, c: Contribution, now: float) -> None:
+    """The upload's header arrives (the gRPC service calls this before reading the body)."""
+    specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
+    st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens, now, c.round)
+
+
+def test_an_upload_whose_header_made_the_round_is_merged_in_it_though_its_body_is_slow() -> None:
+    # K = 1 without grace: round 0 (opens at t = 1) merges at a's arrival. b's header came before that, its
+    # body 0.1 s later (a slow link, a busy machine): the paper takes the fragment from the learners that made it.
+    st = clocked(grace=False)
+    announce(st, up("b", 0), now=1.005)
+    st.submit(up("a", 0), now=1.01)
+    assert st.due_merges(now=1.05) == [] and st.next_deadline(now=1.05) == pytest.approx(1.005 + st.hold_s)
+    st.submit(up("b", 0), now=1.1)
+    (rec,) = merge_due(st, now=1.1)  # every body it waited for is in: at once
+    assert sorted(p.learner_id for p in rec.participants) == ["a", "b"] and rec.held_s == pytest.approx(0.09)
+    assert st.announced == {}
+    # Negative control: without the header, b's body misses the round.
+    st = clocked(grace=False)
+    st.submit(up("a", 0), now=1.01)
+    (rec,) = merge_due(st, now=1.01)
+    with pytest.raises(Rejected) as err:
+        st.submit(up("b", 0), now=1.1)
+    assert len(rec.participants) == 1 and err.value.reason is RejectReason.LATE_ROUND
+
+
+def test_a_header_then_silence_costs_its_round_one_hold_and_no_more() -> None:
+    st = clocked(grace=False)
+    assert st.hold_s == pytest.approx(0.25)  # no upload measured yet: one step of the cluster's pace
+    announce(st, up("b", 0), now=1.005)
+    st.submit(up("a", 0), now=1.01)
+    assert st.due_merges(now=1.25) == []
+    (rec,) = merge_due(st, now=1.005 + st.hold_s)
+    assert [p.learner_id for p in rec.participants] == ["a"] and st.announced == {}  # the merge forgets it
+    with pytest.raises(Rejected) as err:  # its body, if it ever comes, is late
+        st.submit(up("b", 0), now=1.4)
+    assert err.value.reason is RejectReason.LATE_ROUND
+    # The next round is not held by it: nothing of b is in flight any more.
+    st.submit(up("a", 1, base=1), now=2.01)
+    assert [r.round for r in merge_due(st, now=2.01)] == [1]
+
+
+def test_a_header_after_the_merge_time_or_withdrawn_holds_nothing() -> None:
+    st = clocked(grace=False)
+    st.submit(up("a", 0), now=1.01)
+    announce(st, up("b", 0), now=1.02)  # after the round's merge time (1.01): it did not make it
+    assert [r.round for r in merge_due(st, now=1.02)] == [0]
+    st = clocked(grace=False)
+    announce(st, up("b", 0), now=1.005)
+    st.withdraw(up("b", 0).key)  # its call failed: the shell says so
+    st.submit(up("a", 0), now=1.01)
+    assert [len(r.participants) for r in merge_due(st, now=1.01)] == [1]
+    # A header for the next round does not hold this one.
+    st = clocked(grace=False)
+    announce(st, up("b", 1), now=1.005)
+    st.submit(up("a", 0), now=1.01)
+    assert [r.round for r in merge_due(st, now=1.01)] == [0] and list(st.announced) == [up("b", 1).key]
+
+
+def test_a_refused_header_is_not_announced() -> None:
+    st = clocked(grace=False)
+    st.submit(up("a", 0), now=1.01)
+    merge_due(st, now=1.01)
+    with pytest.raises(Rejected):
+        announce(st, up("b", 0), now=1.02)  # its round has merged
+    assert st.announced == {}
+
+
 def test_an_empty_round_takes_no_step_and_leaves_the_momentum_alone() -> None:
     st = clocked(grace=False)
     st.submit(up("a", 0), now=1.01)

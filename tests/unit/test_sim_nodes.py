@@ -116,8 +116,9 @@ def test_without_the_norm_guard_finite_garbage_reaches_the_model() -> None:
 
 def test_auto_overlap_gathers_rounds_over_slow_links() -> None:
     """Every link throttled for the whole run (a fragment round trip of many steps): with τ = 2 the grace window
-    is shut and rounds merge at their first upload; ``overlap_steps: auto`` sizes τ to the round and gathers the
-    others (the same core decides in the gRPC syncer)."""
+    is shut and rounds merge at their first upload's arrival, taking only uploads whose headers came by then;
+    ``overlap_steps: auto`` sizes τ to the round and gathers the others (the same core decides in the gRPC
+    syncer)."""
     slow = {"fault": "bandwidth", "targets": "all", "rate_kbps": 200, "at": 0, "duration": 10_000}
 
     def per_merge(overlap: int | str) -> float:
@@ -129,4 +130,5 @@ def test_auto_overlap_gathers_rounds_over_slow_links() -> None:
         return sum(len(m.participants) for m in merges) / len(merges)
 
     fixed, auto = per_merge(2), per_merge("auto")
-    assert auto > fixed + 1.0, (fixed, auto)  # measured: 1.18 and 3.0 of 3
+    # Measured: 2.0 and 3.0 of 3 (1.18 and 3.0 when a round counted bodies, not headers).
+    assert auto > fixed + 0.5, (fixed, auto)

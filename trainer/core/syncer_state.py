@@ -97,6 +97,7 @@ import numpy as np
 from trainer.core import claims
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
+from trainer.core.inflight import held_merge_time, hold_seconds
 from trainer.core.merge import MergeRule, fragment_norm, merge_fragment, merge_rule_label, token_weight
 from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, outer_step, progress_scale
 from trainer.core.reasons import RejectReason, Rejected
@@ -276,6 +277,7 @@ class MergeRecord:
     merges_total: int
     round: int = 0
     late: int = 0  # contributions carried in late (late_uploads="carry")
+    held_s: float = 0.0  # how long past quorum + grace it waited for bodies whose headers were in by then
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,10 @@ class SyncerState:
     last_round: list[int] = field(default_factory=list)  # per fragment: the last round merged (-1: none)
     late_carried: int = 0
     budget_reached_at: float | None = None  # when tokens_total first reached the budget (not checkpointed)
+    # Uploads whose header was accepted and whose body is in flight (rounds="clock"): key -> when the header came.
+    # A round waits a bounded hold for those announced by its merge time (trainer.core.inflight). Not
+    # checkpointed: a restarted syncer's in-flight calls died with it.
+    announced: dict[Key, float] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -586,6 +592,28 @@ class SyncerState:
                            f"round {r} of fragment {fragment} has merged (last merged round "
                            f"{self.last_round[fragment]}); a late upload misses its merge — fetch the current fragment")
 
+    def announce(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
+                 specs: Mapping[str, tuple[tuple[int, ...], str]], c_steps: int, c_tokens: int, now: float,
+                 round: int = 0) -> int:
+        """An upload's header arrived: check it (:meth:`check_header`, raises :class:`Rejected`) and, on the clock,
+        count it as made: its round's merge waits a bounded hold for its body (:mod:`trainer.core.inflight`).
+        The shell calls :meth:`submit` with the body, or :meth:`withdraw` if the body never comes. Returns the
+        fragment's current version."""
+        current = self.check_header(learner_id, incarnation, fragment, base_version, specs, c_steps, c_tokens, now,
+                                    round)
+        key = (learner_id, incarnation, fragment, base_version, round)
+        if self.policy.clocked and key not in self.merged_keys and not self._pending(key):
+            self.announced[key] = now
+        return current
+
+    def withdraw(self, key: Key) -> None:
+        """The body of an announced upload will not come (its call failed or was refused): stop waiting for it."""
+        self.announced.pop(key, None)
+
+    def _in_flight(self, rnd: Round) -> list[float]:
+        """When the headers of the uploads still in flight for ``rnd`` arrived (its round or an earlier one)."""
+        return [at for (lid, inc, p, base, r), at in self.announced.items() if p == rnd.fragment and r <= rnd.round]
+
     def _pending(self, key: Key) -> bool:
         rnd = self.rounds.get(key[2])
         c = rnd.contributions.get(key[0]) if rnd is not None else None
@@ -601,6 +629,7 @@ class SyncerState:
         if c.key in self.merged_keys or self._pending(c.key):
             self._touch(self.learners[c.learner_id], now)
             return SubmitResult(True, current, duplicate=True)
+        self.withdraw(c.key)  # its body is here (if it is refused below, nobody waits for it either)
         c = self._bounded(c, now)
         if self.policy.validate_uploads:
             for n, t in c.tensors.items():
@@ -678,14 +707,26 @@ class SyncerState:
 
     # ---- merging -------------------------------------------------------
     def merge_at(self, fragment: int, now: float) -> float | None:
-        """When the round of ``fragment`` should merge (None: not yet decidable)."""
+        """When the round of ``fragment`` should merge (None: not yet decidable): quorum and grace, then (on the
+        clock) the bodies of uploads announced by then, each for at most a hold (:mod:`trainer.core.inflight`)."""
         rnd = self.rounds.get(fragment)
         if rnd is None or not rnd.contributions:
             return None
         if self.finished:
             return min(rnd.opened_at, now)  # flush whatever arrived before the budget was reached
+        t = self._unheld_merge_at(rnd, now)
+        if t is None or not self.policy.clocked:
+            return t
+        return held_merge_time(t, self._in_flight(rnd), self.hold_s)
+
+    def _unheld_merge_at(self, rnd: Round, now: float) -> float | None:
         return merge_time(self.policy.quorum, self.timing, rnd.quorum_at, len(rnd.contributions),
                           len(self.active_learners(now)), rnd.opened_at if self.policy.clocked else None)
+
+    @property
+    def hold_s(self) -> float:
+        """How long a round waits for an announced upload's body."""
+        return hold_seconds(self.timing.t_upload.get(), self.timing.t_step.get())
 
     def due_merges(self, now: float) -> list[int]:
         return sorted(p for p in self.rounds if (t := self.merge_at(p, now)) is not None and t <= now)
@@ -699,6 +740,11 @@ class SyncerState:
     def merge(self, fragment: int, now: float) -> MergeRecord:
         """Merge the pending round of ``fragment``: weights, outer gradient, one outer step, version + 1."""
         rnd = self.rounds.pop(fragment)
+        unheld = self._unheld_merge_at(rnd, now)
+        held_s = max(now - unheld, 0.0) if unheld is not None and self.policy.clocked and not self.finished else 0.0
+        # Bodies announced for this round or an earlier one that are still out missed it: nobody waits for them now.
+        for key in [k for k in self.announced if k[2] == fragment and k[4] <= rnd.round]:
+            del self.announced[key]
         frag = self.fragments[fragment]
         glob = self._frag(self.params, frag)
         contribs = list(rnd.contributions.values())
@@ -738,7 +784,7 @@ class SyncerState:
         self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1}
         return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
                            rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total, rnd.round,
-                           rnd.late)
+                           rnd.late, held_s)
 
     def observe_merge_seconds(self, seconds: float) -> None:
         """The shell measured how long a merge took (part of t_sync)."""
