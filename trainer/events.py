@@ -123,7 +123,8 @@ class Merge(_Event):
     tokens_total: int
     round: int = 0  # the fragment's round this merge closed (rounds: clock; one merge per round)
     late: int = 0  # contributions carried in from rounds that had merged
-    held_s: float = 0.0  # waited past quorum + grace for bodies of uploads whose headers were in by then
+    held: int = 0  # participants whose body came after quorum + grace, their header before (a hold)
+    held_s: float = 0.0  # how long past quorum + grace the last of them came
 
 
 class Checkpoint(_Event):

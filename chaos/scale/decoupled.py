@@ -20,8 +20,14 @@ even without faults.
 Syncer. Per fragment, the pending round merges exactly once, when the
 trainer's :func:`~trainer.core.grace.merge_time` says (quorum K, adaptive
 grace window from the same moving averages counted from the round's opening,
-never before it opens, at once when every active learner is in). An upload
-for a round that has merged is late: refused (``late_round``) by default, or
+never before it opens, at once when every active learner is in), taking every
+upload whose *header* arrived by then and waiting for those bodies
+(:mod:`trainer.core.inflight`; here every body takes the same wire time, which
+is within the hold, so the merge is at the later of that time and the last
+member's body). The K-th member's body sets the quorum, members taken in
+header order. An upload whose header comes after the merge time is not in the
+round, even if the real syncer would still take its body while it waits for
+the others. An upload for a round that has merged is late: refused (``late_round``) by default, or
 with ``late_uploads: carry`` carried into the next round (it never opens one
 early: that round opens on the clock, as in the trainer); one whose base lags
 more than ``max_staleness`` versions is refused as stale; a refused learner
@@ -71,7 +77,8 @@ class Uploads:
     fragment: np.ndarray
     step: np.ndarray  # the learner's step (within its incarnation) the sync started after
     round: np.ndarray  # the fragment's round on the syncer's clock
-    arrival: np.ndarray  # wall time the upload reached the syncer
+    arrival: np.ndarray  # wall time the upload reached the syncer (its last byte)
+    header: np.ndarray  # wall time its header reached the syncer (its first byte: one latency after it left)
     incarnation: np.ndarray
     inc_starts: np.ndarray  # per incarnation: the wall time it began stepping
     lost_at: np.ndarray  # when a failure threw work away ...
@@ -162,6 +169,7 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
                     down: float, pace: float) -> Uploads:
     """Generate the uploads of every learner over the run (vectorised per incarnation), on a clock of
     ``pace`` seconds per cluster step."""
+    wire = max(up - cfg.network.latency, 0.0)  # a header arrives this long before its body's last byte
     horizon = float(cfg.duration)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__
                                          if not k.startswith(("lost", "link", "inc_starts"))}
@@ -197,7 +205,8 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
             for name, col in (("learner", np.full(len(steps), i, dtype=np.int32)),
                               ("fragment", frags.astype(np.int32)), ("step", steps.astype(np.int32)),
                               ("round", rounds.astype(np.int32)),
-                              ("arrival", arrival), ("incarnation", np.full(len(steps), inc_id, dtype=np.int32))):
+                              ("arrival", arrival), ("header", arrival - wire),
+                              ("incarnation", np.full(len(steps), inc_id, dtype=np.int32))):
                 cols[name].append(col[ok])
             inc_id += 1
             inc_starts.append(a)
@@ -262,18 +271,19 @@ class _Syncer:
         self.participants = self.skipped = self.refused = self.late = self.carried = 0
         self.carry = a.late_uploads == "carry"
 
-    def fragment(self, p: int, rows: Iterable[tuple[int, int, float, int, float, int]], horizon: float) -> None:
-        """Every upload of fragment ``p``, in arrival order: (learner, step, arrival, incarnation, its start,
-        round)."""
+    def fragment(self, p: int, rows: Iterable[tuple[int, int, float, float, int, float, int]],
+                 horizon: float) -> None:
+        """Every upload of fragment ``p``, in header order: (learner, step, header, arrival, incarnation, its
+        start, round)."""
         self.books: dict[int, _Book] = {}
         self.version = 0
         self.members: dict[int, int] = {}  # learner -> c_steps in the pending round (a newer upload replaces)
         self.p, self.round, self.last_round = p, -1, -1
         self.opened = self.last_arrival = 0.0
         self.quorum_at: float | None = None
-        for row in rows:
-            self._merge_due(before=row[2])
-            self._offer(*row)
+        for i, s, header, arr, inc, inc_start, r in rows:
+            self._merge_due(before=header)
+            self._offer(i, s, arr, inc, inc_start, r)
         self._merge_due(before=horizon)
 
     def opens_at(self, r: int) -> float:
@@ -283,8 +293,8 @@ class _Syncer:
         if self.members:
             mt = merge_time(self.policy, self.timing, self.quorum_at, len(self.members),
                             self.active.at(self.last_arrival), self.opened)
-            if mt is not None and max(mt, self.last_arrival) <= before:
-                self._close(max(mt, self.last_arrival))
+            if mt is not None and mt < before:  # the next header comes after the merge time: it missed the round
+                self._close(max(mt, self.last_arrival))  # the members' bodies are in (within the hold)
 
     def _offer(self, i: int, s: int, arr: float, inc: int, inc_start: float, r: int) -> None:
         b = self.books.get(i)
@@ -314,7 +324,7 @@ class _Syncer:
                 self.round, self.opened = target, self.opens_at(target)
             self.carried += late
             self.members[i] = max(0, s - b.ref_step)
-            self.last_arrival = arr
+            self.last_arrival = max(self.last_arrival, arr)
             if self.quorum_at is None and len(self.members) >= self.a.min_quorum:
                 self.quorum_at = arr
                 q = max(arr - self.opened, 0.0)
@@ -339,6 +349,7 @@ class _Syncer:
                 self._receive(b, i, at + self.down, self.version)
         self.members.clear()
         self.quorum_at = None
+        self.last_arrival = 0.0
 
     def _receive(self, b: _Book, learner: int, at: float, version: int, overlap: bool = True) -> None:
         """The learner got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
@@ -368,10 +379,10 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), schedule, pace)
     for p in range(nfrag):
         sel = np.flatnonzero(ups.fragment == p)
-        sel = sel[np.argsort(ups.arrival[sel], kind="stable")]
-        syncer.fragment(p, zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.arrival[sel].tolist(),
-                               ups.incarnation[sel].tolist(), ups.inc_starts[ups.incarnation[sel]].tolist(),
-                               ups.round[sel].tolist()), horizon)
+        sel = sel[np.argsort(ups.header[sel], kind="stable")]
+        syncer.fragment(p, zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.header[sel].tolist(),
+                               ups.arrival[sel].tolist(), ups.incarnation[sel].tolist(),
+                               ups.inc_starts[ups.incarnation[sel]].tolist(), ups.round[sel].tolist()), horizon)
         if progress is not None:
             progress((p + 1) / nfrag)
     merge_times, merge_tokens = syncer.merge_times, syncer.merge_tokens

@@ -84,12 +84,12 @@ def test_a_body_slower_than_the_grace_window_is_merged_in_the_round_its_header_m
     merge, reply, announced, opens = _round(tmp_path, body_after_s=0.3)
     assert announced < opens and reply.accepted and not reply.late, reply
     assert sorted(p.learner_id for p in merge.participants) == ["fast", "slow"]
-    assert merge.held_s >= 0.25, merge.held_s  # it waited past its merge time (the opening) for the body
+    assert merge.held == 1 and merge.held_s >= 0.25, merge  # it waited past its merge time (the opening) for the body
 
 
 def test_a_header_then_silence_costs_one_hold_then_the_round_merges_without_it(tmp_path):
     merge, reply, announced, opens = _round(tmp_path, body_after_s=None)
     assert [p.learner_id for p in merge.participants] == ["fast"]
     # The hold is at least one step (2 s) after the header, which came about 1 s before the opening.
-    assert merge.held_s >= announced + PACE - opens - 0.05, (merge.held_s, announced, opens)
+    assert merge.ts >= announced + PACE - 0.05 and merge.held == 0, (merge, announced)
     assert not reply.accepted and reply.reason == "late_round", reply

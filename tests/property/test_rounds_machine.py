@@ -75,10 +75,10 @@ class ClockRounds(RuleBasedStateMachine):
             rnd = self.st.rounds[p]
             opens = self.st.clock.time_of(round_opens(self.st.schedule, p, rnd.round))
             hold = self.st.hold_s
+            unheld = self.st._unheld_merge_at(rnd, self.now)  # quorum + grace, before waiting for any body
             rec = self.st.merge(p, self.now)
-            unheld = self.now - rec.held_s  # quorum + grace: the round's merge time before waiting for bodies
             for c, at in self.inflight.values():
-                if c.fragment == p and c.round <= rec.round and at <= unheld + 1e-9:
+                if c.fragment == p and c.round <= rec.round and unheld is not None and at <= unheld + 1e-9:
                     assert self.now >= at + hold - 1e-9, \
                         f"round {rec.round} of fragment {p} merged while {c.learner_id}'s announced body was due"
             assert (p, rec.round) not in self.merged, f"round {rec.round} of fragment {p} merged twice"

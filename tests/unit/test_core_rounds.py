@@ -111,7 +111,8 @@ def test_an_upload_whose_header_made_the_round_is_merged_in_it_though_its_body_i
     assert st.due_merges(now=1.05) == [] and st.next_deadline(now=1.05) == pytest.approx(1.005 + st.hold_s)
     st.submit(up("b", 0), now=1.1)
     (rec,) = merge_due(st, now=1.1)  # every body it waited for is in: at once
-    assert sorted(p.learner_id for p in rec.participants) == ["a", "b"] and rec.held_s == pytest.approx(0.09)
+    assert sorted(p.learner_id for p in rec.participants) == ["a", "b"]
+    assert (rec.held, rec.held_s) == (1, pytest.approx(0.09))
     assert st.announced == {}
     # Negative control: without the header, b's body misses the round.
     st = clocked(grace=False)

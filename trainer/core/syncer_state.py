@@ -240,6 +240,7 @@ class Round:
     quorum_at: float | None = None
     contributions: dict[str, Contribution] = field(default_factory=dict)
     late: int = 0  # contributions carried in from rounds that had already merged
+    arrived_at: dict[str, float] = field(default_factory=dict)  # learner -> when its contribution's body arrived
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,8 @@ class MergeRecord:
     merges_total: int
     round: int = 0
     late: int = 0  # contributions carried in late (late_uploads="carry")
-    held_s: float = 0.0  # how long past quorum + grace it waited for bodies whose headers were in by then
+    held: int = 0  # contributions whose body came after quorum + grace, their header before (trainer.core.inflight)
+    held_s: float = 0.0  # how long past quorum + grace the last of those came
 
 
 @dataclass(frozen=True)
@@ -652,6 +654,7 @@ class SyncerState:
         elif rnd is None:
             rnd = self.rounds[c.fragment] = Round(c.fragment, current, opened_at=now, round=c.round)
         rnd.contributions[c.learner_id] = c  # a learner's newer contribution (or incarnation's) replaces its older one
+        rnd.arrived_at[c.learner_id] = now
         if rnd.quorum_at is None and len(rnd.contributions) >= self.policy.min_quorum:
             rnd.quorum_at = now
             self.timing = self.timing.observe_quorum(max(now - rnd.opened_at, 0.0))
@@ -740,8 +743,10 @@ class SyncerState:
     def merge(self, fragment: int, now: float) -> MergeRecord:
         """Merge the pending round of ``fragment``: weights, outer gradient, one outer step, version + 1."""
         rnd = self.rounds.pop(fragment)
-        unheld = self._unheld_merge_at(rnd, now)
-        held_s = max(now - unheld, 0.0) if unheld is not None and self.policy.clocked and not self.finished else 0.0
+        # Bodies that came after quorum + grace made the round only because their headers had (the hold).
+        unheld = self._unheld_merge_at(rnd, now) if self.policy.clocked and not self.finished else None
+        waited = [t for t in rnd.arrived_at.values() if unheld is not None and t > unheld]
+        held_s = max(waited) - unheld if waited and unheld is not None else 0.0
         # Bodies announced for this round or an earlier one that are still out missed it: nobody waits for them now.
         for key in [k for k in self.announced if k[2] == fragment and k[4] <= rnd.round]:
             del self.announced[key]
@@ -784,7 +789,7 @@ class SyncerState:
         self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1}
         return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
                            rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total, rnd.round,
-                           rnd.late, held_s)
+                           rnd.late, len(waited), held_s)
 
     def observe_merge_seconds(self, seconds: float) -> None:
         """The shell measured how long a merge took (part of t_sync)."""
