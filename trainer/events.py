@@ -224,9 +224,11 @@ class SyncStartEvent(_Event):
     step: int
     round: int = 0
     # Clocked rounds, for diagnosing late uploads: the cluster step this learner read on its copy of the syncer's
-    # clock at the boundary, and how far ahead it looked for its next boundary (trainer.core.step_timer).
+    # clock at the boundary, how far ahead it looked for its next boundary (trainer.core.step_timer, including the
+    # margin below) and the margin for its header's lag, in cluster steps (trainer.core.header_lag).
     clock_step: float | None = None
     lookahead_s: float | None = None
+    lag_margin_steps: float | None = None
 
 
 class SyncResult(_Event):

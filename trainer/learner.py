@@ -44,6 +44,7 @@ from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
+from trainer.core.header_lag import HeaderLags
 from trainer.core.step_timer import StepTimes, lookahead_s
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
@@ -172,6 +173,7 @@ class Comm:
             if self.l.corrupt:
                 arrays = corrupted(arrays, self.l.corrupt, self._corrupt_rng)
             nbytes = sum(a.nbytes for a in arrays.values())
+            sent_step = self.l.clock.step_at(time.monotonic())
             try:
                 reply = self.client.upload(self.l.learner_id, self.l.incarnation, s.fragment, s.base_version, arrays,
                                            s.c_steps, s.c_tokens, s.step, round=s.round)
@@ -182,6 +184,7 @@ class Comm:
                 self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=False,
                                               reason=UNREACHABLE, seconds=time.monotonic() - t0, bytes=nbytes))
                 continue
+            self.l.heard_header(sent_step, reply.header_step)
             self.l.heard_clock(reply.cluster_step, reply.step_pace_s)
             self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=reply.accepted,
                                           reason=reply.reason, seconds=time.monotonic() - t0, bytes=nbytes))
@@ -259,6 +262,7 @@ class Learner:
         self.tokens = 0
         self.step_time_ema = 0.0  # compute time of a step: reported, sets the cluster's pace
         self.boundaries = StepTimes()  # boundary-to-boundary periods (learner.sync_lookahead: quantile)
+        self.header_lags = HeaderLags()  # how late its uploads' headers were counted (set by the upload thread)
         self.last_loss = float("nan")
         self.progress = 0.0  # the run's global token progress, as last reported by the syncer
         self.clock = StepClock()  # the syncer's step clock, on this process's monotonic clock (rounds: clock)
@@ -276,9 +280,16 @@ class Learner:
         self.clock = StepClock.received(time.monotonic(), cluster_step, pace_s)
 
     def lookahead_s(self) -> float:
-        """How far ahead this learner looks for its next step boundary (:mod:`trainer.core.step_timer`)."""
-        return lookahead_s(self.cfg.learner.sync_lookahead, self.boundaries, self.cfg.algorithm.sync_every,
-                           self.step_time_ema)
+        """How far ahead this learner looks for its next step boundary (:mod:`trainer.core.step_timer`), and for
+        its upload's header to be counted (:mod:`trainer.core.header_lag`)."""
+        rule, h = self.cfg.learner.sync_lookahead, self.cfg.algorithm.sync_every
+        return (lookahead_s(rule, self.boundaries, h, self.step_time_ema)
+                + self.header_lags.margin(rule, h) * self.clock.pace_s)
+
+    def heard_header(self, sent_step: float, header_step: float) -> None:
+        """An UploadReply said when its header arrived on the syncer's clock; ``sent_step`` was this learner's
+        reading when the upload left (both 0 while the clock is idle: nothing to learn)."""
+        self.header_lags = self.header_lags.heard(sent_step, header_step)
 
     def held_version(self, p: int) -> int:
         return self._held[p] if p < len(self._held) else -1
@@ -421,7 +432,9 @@ class Learner:
                 for s in self.book.on_step(self.step, per_step, sync_step(self.clock, now_m, ahead)):
                     self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                                                     c_tokens=s.c_tokens, step=s.step, round=s.round,
-                                                    clock_step=self.clock.step_at(now_m), lookahead_s=ahead))
+                                                    clock_step=self.clock.step_at(now_m), lookahead_s=ahead,
+                                                    lag_margin_steps=self.header_lags.margin(
+                                                        self.cfg.learner.sync_lookahead, self.cfg.algorithm.sync_every)))
                     names = self.fragments[s.fragment]
                     if data_parallel:
                         comm.uploads.put(_UploadJob(s, {n: grads[n] for n in names}, None))

@@ -262,6 +262,7 @@ class SyncerService(pbg.SyncerServicer):
         t0 = time.monotonic()
         h = None
         announced: tuple[str, str, int, int, int] | None = None
+        header_step = 0.0  # the step clock when the header was read: the learner's lag (trainer.core.header_lag)
         try:
             first = next(request_iterator, None)
             if first is None or not first.HasField("header"):
@@ -272,9 +273,11 @@ class SyncerService(pbg.SyncerServicer):
             asm = Assembler(specs, h.total_bytes, h.crc32, self.cfg.syncer.max_upload_bytes)
             spec_map = {s.name: (s.shape, s.dtype) for s in specs}
             with self.cond:
+                now = time.time()
+                header_step = self.state.cluster_step(now)
                 # The header made it: its round waits (a bounded hold) for the body (trainer.core.inflight).
                 self.state.announce(h.learner_id, h.incarnation, h.fragment, h.base_version, spec_map,
-                                    h.c_steps, h.c_tokens, time.time(), h.round)
+                                    h.c_steps, h.c_tokens, now, h.round)
                 announced = (h.learner_id, h.incarnation, h.fragment, h.base_version, h.round)
             for msg in request_iterator:
                 if not msg.HasField("data"):
@@ -301,14 +304,14 @@ class SyncerService(pbg.SyncerServicer):
                 current = self.state.versions[frag] if 0 <= frag < len(self.state.versions) else -1
                 step, pace = self.state.clock_reading(time.time())
             return pb.UploadReply(accepted=False, reason=r.reason.value, detail=r.detail, current_version=current,
-                                  cluster_step=step, step_pace_s=pace)
+                                  cluster_step=step, step_pace_s=pace, header_step=header_step)
         finally:
             if announced is not None:  # the body never came whole (refused, cut, cancelled): stop waiting for it
                 with self.cond:
                     self.state.withdraw(announced)
                     self.cond.notify_all()
         return pb.UploadReply(accepted=True, current_version=res.current_version, duplicate=res.duplicate,
-                              cluster_step=step, step_pace_s=pace, late=res.late)
+                              cluster_step=step, step_pace_s=pace, late=res.late, header_step=header_step)
 
     def _fragment_messages(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> Iterator[pb.FragmentChunk]:
         specs, payload = encode_tensors(tensors)

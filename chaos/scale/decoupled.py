@@ -6,9 +6,12 @@ outages; non-elastic: each restart begins a new incarnation after
 trainer (:mod:`trainer.core.rounds`): round r of fragment p opens at cluster
 step offset(p) + r·H, the cluster's pace being the lower median of the
 learners' step times, and a learner syncs p at its last step boundary at or
-before the opening (its steps have no jitter here, so either of the trainer's
-lookaheads, :mod:`trainer.core.step_timer`, is its step time; one sync for the
-newest round when a pause let several open; an incarnation syncs from the first round opening after it starts). Uploads
+before the opening less its header's lag (its steps have no jitter and its
+clock no error here, so either of the trainer's lookaheads,
+:mod:`trainer.core.step_timer`, is its step time and the lag
+:mod:`trainer.core.header_lag` measures is the link's latency; one sync for the
+newest round when a pause let several open; an incarnation syncs from the
+first round opening after it starts). Uploads
 queue on the learner's link (a link slower than the fragment rate falls
 behind). As in the trainer's :class:`~trainer.core.learner_book.LearnerBook`,
 a sync is skipped while the previous one of that fragment is unanswered, the
@@ -88,12 +91,13 @@ class Uploads:
 
 
 def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: np.ndarray,
-                 joined: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 joined: float, lag_s: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step, fragment, round) of every sync start, in step order, for a learner whose step k ends at
     ``walls[k - 1]`` and whose incarnation began at ``joined``.
 
     Round r of fragment p opens at wall time (offset(p) + r·H)·``pace``; the learner syncs at its last
-    boundary at or before the opening (:func:`~trainer.core.rounds.sync_step`), one sync per
+    boundary at or before the opening less its header's lag ``lag_s`` (:func:`~trainer.core.rounds.sync_step`,
+    :mod:`trainer.core.header_lag`: here the link's latency, the clocks being exact), one sync per
     boundary for the newest round, only for rounds opening after it joined.
 
     Example: a learner at half the cluster's pace still syncs every round, at its own steps 1, 2, 3, ...
@@ -115,11 +119,11 @@ def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: 
     out = []
     for p in range(schedule.num_fragments):
         first = round_at(schedule, p, joined / pace) + 1  # as LearnerBook: rounds open at its join are not its own
-        last = round_at(schedule, p, math.nextafter((walls[-1] + step_s) / pace, -math.inf))  # as sync_step
+        last = round_at(schedule, p, math.nextafter((walls[-1] + step_s + lag_s) / pace, -math.inf))  # as sync_step
         if last < first:
             continue
         r = np.arange(first, last + 1)
-        idx = np.searchsorted(walls, round_opens(schedule, p, r) * pace - step_s, side="right")
+        idx = np.searchsorted(walls, round_opens(schedule, p, r) * pace - step_s - lag_s, side="right")
         ok = idx < n
         r, idx = r[ok], idx[ok]
         newest = np.r_[idx[1:] != idx[:-1], True]  # several rounds at one boundary: the newest only
@@ -196,7 +200,7 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
             else:
                 n = int((min(b, horizon) - a) // step)
                 walls = a + np.arange(1, n + 1) * step
-            steps, frags, rounds = _clock_syncs(schedule, pace, step, walls, a)
+            steps, frags, rounds = _clock_syncs(schedule, pace, step, walls, a, lag_s=cfg.network.latency)
             start = walls[steps - 1] if len(steps) else np.empty(0)
             sent, arrival = _send(start, frags, up, down)
             ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainer import events as ev
+from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
@@ -63,6 +64,7 @@ class SyncerNode:
         self.incarnation = ""
         self.checkpoint: tuple[dict[str, np.ndarray], dict[str, Any]] | None = None
         self.waiters: list[_Waiter] = []
+        self.header_steps: dict[tuple[str, str, int, int, int], float] = {}  # upload key -> clock at its header
         self._merge_timer = None
         self.finalized = False
         self.exited = False
@@ -94,6 +96,7 @@ class SyncerNode:
     def crash(self) -> None:
         """SIGKILL: everything since the last checkpoint is lost; open long polls break."""
         self.up, self.state = False, None
+        self.header_steps = {}
         if self._merge_timer is not None:
             self._merge_timer.cancel()
             self._merge_timer = None
@@ -179,6 +182,7 @@ class SyncerNode:
         header changes nothing; the body's arrival answers the refusal, as the service does at the header."""
         st = self.state
         assert st is not None
+        self.header_steps[c.key] = st.cluster_step(self.sim.loop.now)
         specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
         try:
             st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens,
@@ -189,17 +193,18 @@ class SyncerNode:
     def handle_upload(self, c: Contribution, nbytes: int, respond: Respond, abort: Callable[[], None]) -> None:
         st = self.state
         assert st is not None
+        header_step = self.header_steps.pop(c.key, 0.0)
         try:
             res = st.submit(c, self.sim.loop.now)
         except Rejected as r:
             self._reject("Upload", r, c.learner_id, c.fragment, c.base_version)
             current = st.versions[c.fragment] if 0 <= c.fragment < len(st.versions) else -1
-            respond((False, r.reason.value, current, st.clock_reading(self.sim.loop.now)), SMALL_MESSAGE)
+            respond((False, r.reason.value, current, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE)
             return
         self.sim.emit("syncer", ev.Upload, learner_id=c.learner_id, learner_incarnation=c.incarnation,
                       fragment=c.fragment, base_version=c.base_version, bytes=nbytes, seconds=c.upload_seconds,
                       c_steps=c.c_steps, c_tokens=c.c_tokens, duplicate=res.duplicate, round=c.round, late=res.late)
-        respond((True, "", res.current_version, st.clock_reading(self.sim.loop.now)), SMALL_MESSAGE)
+        respond((True, "", res.current_version, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE)
         self.arm()
 
     def handle_fragment(self, fragment: int, want: int, respond: Respond, abort: Callable[[], None]) -> None:
@@ -362,6 +367,7 @@ class LearnerNode:
         self.waiting_since: float | None = None
         self.blocked_s = 0.0
         self.boundaries = StepTimes()  # as the trainer's learner: how far ahead to look when it syncs
+        self.header_lags = HeaderLags()  # ... and how late its uploads' headers were counted
         self.stepping_s = 0.0  # the duration of the step under way
         self.step_pending = False
         self.down_since: float | None = None
@@ -525,12 +531,13 @@ class LearnerNode:
         per = self.sim.tokens_per_step
         self.tokens += per
         self.boundaries = self.boundaries.update(self.stepping_s)
-        ahead = lookahead_s(cfg.learner.sync_lookahead, self.boundaries, cfg.algorithm.sync_every,
-                            self.nominal_step_time())
+        rule, h = cfg.learner.sync_lookahead, cfg.algorithm.sync_every
+        margin = self.header_lags.margin(rule, h)
+        ahead = lookahead_s(rule, self.boundaries, h, self.nominal_step_time()) + margin * self.clock.pace_s
         for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, ahead)):
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                       c_tokens=s.c_tokens, step=s.step, round=s.round, clock_step=self.clock.step_at(self.sim.loop.now),
-                      lookahead_s=ahead)
+                      lookahead_s=ahead, lag_margin_steps=margin)
             names = self.sim.fragment_names[s.fragment]
             arrays = {n: grads[n] if grads is not None else self.base[n] - self.params[n] for n in names}
             if self.corrupt:
@@ -579,16 +586,18 @@ class LearnerNode:
         s, syncer = job.start, self.sim.syncer
         nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[s.fragment])
         t0 = self.sim.loop.now
+        sent_step = self.clock.step_at(t0)
         c = Contribution(self.lid, self.incarnation, s.fragment, s.base_version, job.arrays, s.c_steps, s.c_tokens,
                          upload_seconds=self.sim.upload_seconds(self.lid, nbytes), round=s.round)
         self.rpc(nbytes, lambda r, a: syncer.handle_upload(c, nbytes, r, a),
-                 lambda reply: self._uploaded(s, nbytes, t0, *reply),
-                 lambda: self._uploaded(s, nbytes, t0, False, UNREACHABLE, -1, None),
+                 lambda reply: self._uploaded(s, nbytes, t0, sent_step, *reply),
+                 lambda: self._uploaded(s, nbytes, t0, sent_step, False, UNREACHABLE, -1, None, 0.0),
                  lambda: syncer.handle_upload_header(c))
 
-    def _uploaded(self, s: SyncStart, nbytes: int, t0: float, accepted: bool, reason: str, current: int,
-                  clock: tuple[float, float] | None) -> None:
+    def _uploaded(self, s: SyncStart, nbytes: int, t0: float, sent_step: float, accepted: bool, reason: str,
+                  current: int, clock: tuple[float, float] | None, header_step: float) -> None:
         self.uploading = False
+        self.header_lags = self.header_lags.heard(sent_step, header_step)  # as the trainer's learner
         if reason == UNREACHABLE:
             self._down()
         else:

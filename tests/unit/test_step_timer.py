@@ -68,7 +68,8 @@ def test_a_stall_widens_the_lookahead_by_at_most_clip_medians() -> None:
 
 def test_deterministic_mode_looks_ahead_as_the_config_says() -> None:
     """``learner.sync_lookahead``: the mean (default) is the nominal step time; the quantile of jittered steps is
-    above it (deterministic mode shares the rule with the trainer's learner)."""
+    above it (deterministic mode shares the rule with the trainer's learner). Both add the header-lag margin
+    (trainer.core.header_lag): here the clock reading's lag and the link's latency, 2 × 0.5 ms."""
     from chaos.scenario import ScenarioError, parse_scenario
     from chaos.sim import SimOptions, simulate
     from trainer import events as ev
@@ -77,11 +78,14 @@ def test_deterministic_mode_looks_ahead_as_the_config_says() -> None:
         s = parse_scenario({"name": "t", "cluster": {"token_budget": 300_000, "learner": {"sync_lookahead": rule}},
                             "schedule": []})
         r = simulate(s, SimOptions(baseline=False, step_jitter=0.5))
-        return [e.lookahead_s for e in r.history.events if isinstance(e, ev.SyncStartEvent)]
+        starts = [e for e in r.history.events if isinstance(e, ev.SyncStartEvent)]
+        margins = [e.lag_margin_steps for e in starts]
+        assert margins[0] == 0 and max(margins) == pytest.approx(2 * SimOptions().latency_s / nominal, rel=0.1)
+        return [e.lookahead_s - e.lag_margin_steps * nominal for e in starts]
 
     nominal = SimOptions().step_time_s
     mean, quantile = lookaheads("mean"), lookaheads("quantile")
-    assert mean and set(mean) == {nominal}
+    assert mean and all(x == pytest.approx(nominal, abs=1e-4) for x in mean)
     assert quantile and statistics.median(quantile) > 1.2 * nominal
     with pytest.raises(ScenarioError, match="sync_lookahead"):
         lookaheads("max")

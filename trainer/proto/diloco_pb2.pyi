@@ -171,7 +171,7 @@ class UploadChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[UploadHeader, _Mapping]] = ..., data: _Optional[_Union[DataChunk, _Mapping]] = ...) -> None: ...
 
 class UploadReply(_message.Message):
-    __slots__ = ("accepted", "reason", "detail", "current_version", "duplicate", "cluster_step", "step_pace_s", "late")
+    __slots__ = ("accepted", "reason", "detail", "current_version", "duplicate", "cluster_step", "step_pace_s", "late", "header_step")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,7 @@ class UploadReply(_message.Message):
     CLUSTER_STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_PACE_S_FIELD_NUMBER: _ClassVar[int]
     LATE_FIELD_NUMBER: _ClassVar[int]
+    HEADER_STEP_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     reason: str
     detail: str
@@ -188,7 +189,8 @@ class UploadReply(_message.Message):
     cluster_step: float
     step_pace_s: float
     late: bool
-    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., current_version: _Optional[int] = ..., duplicate: _Optional[bool] = ..., cluster_step: _Optional[float] = ..., step_pace_s: _Optional[float] = ..., late: _Optional[bool] = ...) -> None: ...
+    header_step: float
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., current_version: _Optional[int] = ..., duplicate: _Optional[bool] = ..., cluster_step: _Optional[float] = ..., step_pace_s: _Optional[float] = ..., late: _Optional[bool] = ..., header_step: _Optional[float] = ...) -> None: ...
 
 class FragmentRequest(_message.Message):
     __slots__ = ("learner_id", "fragment", "min_version", "wait_s")
