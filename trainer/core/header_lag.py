@@ -20,17 +20,21 @@ after the merge.
 So the learner looks ahead by its lag as well as its next step: with
 ``learner.sync_lookahead: mean`` by the mean lag, with ``quantile`` by the
 (1 − 1/H) quantile (the rule of :mod:`trainer.core.step_timer`: one boundary
-early costs a step of the fragment's progress, a missed round H steps), at
-most CLIP medians or one step, whichever is more, never below 0.
+early costs a step of the fragment's progress, a missed round H steps). Each
+lag counts as at most CLIP medians or one step, whichever is more (a learner
+paused with an upload in flight measures one lag of many steps: it must not
+make the learner sync far ahead for the next WINDOW uploads); never below 0.
 
 Example:
     >>> lags = HeaderLags()
     >>> for x in [0.2] * 30 + [1.5, 2.5]:
     ...     lags = lags.update(x)
-    >>> round(lags.margin("mean", sync_every=32), 3), lags.margin("quantile", sync_every=32)  # 1.5, clipped
-    (0.313, 1.0)
+    >>> round(lags.margin("mean", sync_every=32), 3), lags.margin("quantile", sync_every=32)  # 1.5, 2.5 count as 1
+    (0.25, 1.0)
     >>> HeaderLags().margin("quantile", sync_every=32), HeaderLags().update(-0.3).margin("mean", sync_every=32)
     (0.0, 0.0)
+    >>> round(lags.update(200.0).margin("mean", sync_every=32), 3)   # a 10 s pause at 50 ms steps counts as 1.0
+    0.273
 """
 
 from __future__ import annotations
@@ -63,9 +67,10 @@ class HeaderLags:
         """How many cluster steps earlier than the opening this learner aims its header (0 before any lag)."""
         if not self.lags:
             return 0.0
-        if rule == "mean":
-            return max(sum(self.lags) / len(self.lags), 0.0)
         s = sorted(self.lags)
+        cap = max(CLIP * s[(len(s) - 1) // 2], 1.0)
+        if rule == "mean":
+            return max(sum(min(x, cap) for x in s) / len(s), 0.0)
         q = 1.0 - 1.0 / max(sync_every, 1)
         rank = min(max(math.ceil(q * len(s)) - 1, 0), len(s) - 1)
-        return max(min(s[rank], max(CLIP * s[(len(s) - 1) // 2], 1.0)), 0.0)
+        return max(min(s[rank], cap), 0.0)
