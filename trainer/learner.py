@@ -40,11 +40,11 @@ import numpy as np
 from trainer import events as ev
 from trainer.client import FragmentValue, SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
-from trainer.core.header_lag import HeaderLags
 from trainer.core.step_timer import StepTimes, lookahead_s
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
@@ -282,9 +282,12 @@ class Learner:
     def lookahead_s(self) -> float:
         """How far ahead this learner looks for its next step boundary (:mod:`trainer.core.step_timer`), and for
         its upload's header to be counted (:mod:`trainer.core.header_lag`)."""
-        rule, h = self.cfg.learner.sync_lookahead, self.cfg.algorithm.sync_every
-        return (lookahead_s(rule, self.boundaries, h, self.step_time_ema)
-                + self.header_lags.margin(rule, h) * self.clock.pace_s)
+        return (lookahead_s(self.cfg.learner.sync_lookahead, self.boundaries, self.cfg.algorithm.sync_every,
+                            self.step_time_ema) + self.lag_margin() * self.clock.pace_s)
+
+    def lag_margin(self) -> float:
+        """How many cluster steps ahead of an opening this learner aims its upload's header."""
+        return self.header_lags.margin(self.cfg.learner.sync_lookahead, self.cfg.algorithm.sync_every)
 
     def heard_header(self, sent_step: float, header_step: float) -> None:
         """An UploadReply said when its header arrived on the syncer's clock; ``sent_step`` was this learner's
@@ -433,8 +436,7 @@ class Learner:
                     self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                                                     c_tokens=s.c_tokens, step=s.step, round=s.round,
                                                     clock_step=self.clock.step_at(now_m), lookahead_s=ahead,
-                                                    lag_margin_steps=self.header_lags.margin(
-                                                        self.cfg.learner.sync_lookahead, self.cfg.algorithm.sync_every)))
+                                                    lag_margin_steps=self.lag_margin()))
                     names = self.fragments[s.fragment]
                     if data_parallel:
                         comm.uploads.put(_UploadJob(s, {n: grads[n] for n in names}, None))

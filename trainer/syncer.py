@@ -86,7 +86,8 @@ def merge_fields(rec: MergeRecord, tokens_total: int) -> dict[str, Any]:
                                          c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version,
                                          round=x.round)
                       for x in rec.participants],
-        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at, round=rec.round, late=rec.late, held=rec.held, held_s=rec.held_s,
+        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at, round=rec.round, late=rec.late, held=rec.held,
+        held_s=rec.held_s,
         quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
         outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)
 
