@@ -40,7 +40,7 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 WINDOW = 64  # lags kept, as step_timer's periods
 CLIP = 4.0  # the quantile margin is at most this many median lags, or one step if that is more
@@ -51,6 +51,8 @@ class HeaderLags:
     """A learner's most recent header lags (cluster steps), oldest first."""
 
     lags: tuple[float, ...] = ()
+    # Learners ask for the margin at every step boundary, the lags change once per upload: computed once each.
+    _memo: dict[tuple[str, int], float] = field(default_factory=dict, compare=False, repr=False)
 
     def update(self, lag_steps: float) -> "HeaderLags":
         """Keep one more lag; a non-finite one is ignored."""
@@ -65,6 +67,12 @@ class HeaderLags:
 
     def margin(self, rule: str, sync_every: int) -> float:
         """How many cluster steps earlier than the opening this learner aims its header (0 before any lag)."""
+        key = (rule, sync_every)
+        if key not in self._memo:
+            self._memo[key] = self._margin(rule, sync_every)
+        return self._memo[key]
+
+    def _margin(self, rule: str, sync_every: int) -> float:
         if not self.lags:
             return 0.0
         s = sorted(self.lags)
