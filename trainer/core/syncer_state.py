@@ -612,9 +612,9 @@ class SyncerState:
         """The body of an announced upload will not come (its call failed or was refused): stop waiting for it."""
         self.announced.pop(key, None)
 
-    def _in_flight(self, rnd: Round) -> list[float]:
-        """When the headers of the uploads still in flight for ``rnd`` arrived (its round or an earlier one)."""
-        return [at for (lid, inc, p, base, r), at in self.announced.items() if p == rnd.fragment and r <= rnd.round]
+    def _in_flight(self, rnd: Round) -> list[Key]:
+        """The announced uploads still in flight for ``rnd`` (made for its round or an earlier one)."""
+        return [k for k in self.announced if k[2] == rnd.fragment and k[4] <= rnd.round]
 
     def _pending(self, key: Key) -> bool:
         rnd = self.rounds.get(key[2])
@@ -720,7 +720,7 @@ class SyncerState:
         t = self._unheld_merge_at(rnd, now)
         if t is None or not self.policy.clocked:
             return t
-        return held_merge_time(t, self._in_flight(rnd), self.hold_s)
+        return held_merge_time(t, [self.announced[k] for k in self._in_flight(rnd)], self.hold_s)
 
     def _unheld_merge_at(self, rnd: Round, now: float) -> float | None:
         return merge_time(self.policy.quorum, self.timing, rnd.quorum_at, len(rnd.contributions),
@@ -745,10 +745,10 @@ class SyncerState:
         rnd = self.rounds.pop(fragment)
         # Bodies that came after quorum + grace made the round only because their headers had (the hold).
         unheld = self._unheld_merge_at(rnd, now) if self.policy.clocked and not self.finished else None
-        waited = [t for t in rnd.arrived_at.values() if unheld is not None and t > unheld]
-        held_s = max(waited) - unheld if waited and unheld is not None else 0.0
+        waited = [] if unheld is None else [t for t in rnd.arrived_at.values() if t > unheld]
+        held_s = max(waited) - unheld if waited else 0.0
         # Bodies announced for this round or an earlier one that are still out missed it: nobody waits for them now.
-        for key in [k for k in self.announced if k[2] == fragment and k[4] <= rnd.round]:
+        for key in self._in_flight(rnd):
             del self.announced[key]
         frag = self.fragments[fragment]
         glob = self._frag(self.params, frag)
