@@ -422,9 +422,9 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
     not_run = history.phase("not_run")
     metrics = summarize_run(out_dir)
     injected = [w.start for w in history.fault_windows() if w.injected]
-    warnings = regime_warnings([(m.ts, len(m.participants)) for m in history.of(ev.Merge)],
-                               first_fault=min(injected, default=None), learners=cfg.algorithm.num_learners,
-                               mode=cfg.algorithm.mode)
+    warnings = regime_warnings(_merged_ids(history), first_fault=min(injected, default=None),
+                               learners=cfg.algorithm.num_learners, mode=cfg.algorithm.mode,
+                               baseline=_baseline_merges(baseline))
     report = {
         "scenario": scenario.name, "description": scenario.description, "status": status, "exit_code": code,
         "run_dir": str(out_dir), "seed": scenario.seed, "config_hash": cfg.config_hash(),
@@ -439,6 +439,18 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
     }
     _write_reports(out_dir, history, report)
     return RunResult(out_dir, code, status, verdicts, report)
+
+
+def _merged_ids(history: History) -> list[tuple[float, list[str]]]:
+    """Each merge as (time, the ids of the learners it took), in time order (what chaos.regime reads)."""
+    return [(m.ts, [p.learner_id for p in m.participants]) for m in history.of(ev.Merge)]
+
+
+def _baseline_merges(baseline: dict[str, Any] | None) -> list[tuple[float, list[str]]] | None:
+    """The same-seed baseline's merges, when its run directory is readable here (None: no baseline, or it is
+    not: a report re-run on another machine)."""
+    run_dir = Path(baseline["run_dir"]) if baseline and baseline.get("run_dir") else None
+    return _merged_ids(History.read(run_dir)) if run_dir and (run_dir / "events").is_dir() else None
 
 
 def _false_alarm(scenario: Scenario) -> dict[str, Any] | None:
