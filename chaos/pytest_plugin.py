@@ -208,8 +208,9 @@ def chaos_cluster(chaos_toxiproxy: Any, chaos_run_dir: Path) -> Iterator[Callabl
 
 @pytest.fixture
 def run_chaos(chaos_toxiproxy: Any, chaos_baseline_cache: Path, chaos_run_dir: Path) -> Callable[..., Any]:
-    """``run_chaos(scenario, baseline=True)``: a real chaos run on local processes; returns its RunResult."""
-    from chaos.controller import RunOptions, run_scenario
+    """``run_chaos(scenario, baseline=True)``: a real chaos run on local processes; returns its RunResult.
+    Ctrl-C (or SIGTERM) during the run heals and stops everything, then stops the whole pytest session."""
+    from chaos.controller import Interrupted, RunOptions, run_scenario
 
     def run(scenario: Any, baseline: bool = True) -> Any:
         out = chaos_run_dir / scenario.name
@@ -219,7 +220,10 @@ def run_chaos(chaos_toxiproxy: Any, chaos_baseline_cache: Path, chaos_run_dir: P
             out = chaos_run_dir / f"{scenario.name}-{n}"
         opts = RunOptions(out, toxiproxy_url=chaos_toxiproxy.url, baseline=baseline,
                           baseline_cache=chaos_baseline_cache, progress=lambda m: print(m, flush=True))
-        return run_scenario(scenario, opts)
+        try:
+            return run_scenario(scenario, opts)
+        except Interrupted as err:  # an ordinary exception would fail one test and go on to the next run
+            raise KeyboardInterrupt(str(err)) from err
 
     return run
 

@@ -54,3 +54,41 @@ def test_marked():
     pass
 ''')
     pytester.runpytest("-p", "no:cacheprovider", "--strict-markers").assert_outcomes(passed=1)
+
+
+INTERRUPTED = """
+import pytest
+import chaos.controller
+
+
+@pytest.fixture
+def chaos_toxiproxy():  # no server: the run below is interrupted before it would need one
+    class NoServer:
+        url = "http://127.0.0.1:1"
+    return NoServer()
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_mid_run(monkeypatch):
+    def interrupted(scenario, opts):
+        raise chaos.controller.Interrupted("interrupted; every fault was healed and every process stopped")
+    monkeypatch.setattr(chaos.controller, "run_scenario", interrupted)
+
+
+def test_interrupted_run(run_chaos):
+    from chaos.scenario import scenario_with
+    run_chaos(scenario_with("kill-and-rejoin"))
+
+
+def test_next_run():
+    pass
+"""
+
+
+def test_ctrl_c_during_a_chaos_run_stops_the_session(pytester: pytest.Pytester) -> None:
+    """The controller heals, stops and raises Interrupted; the session must stop there, not run the next test."""
+    pytester.makepyfile(INTERRUPTED)
+    r = pytester.runpytest("-p", "no:cacheprovider", no_reraise_ctrlc=True)  # (in process: not into this session)
+    assert r.ret == pytest.ExitCode.INTERRUPTED, r.stdout.str()
+    r.stdout.fnmatch_lines(["*KeyboardInterrupt*"])
+    assert "test_next_run" not in r.stdout.str() and r.parseoutcomes().get("passed", 0) == 0
