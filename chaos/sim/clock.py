@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(order=True)
+@dataclass
 class Timer:
     """A scheduled callback; :meth:`cancel` keeps it from running."""
 
     when: float
-    seq: int
+    seq: int  # ties in ``when`` run in scheduling order
     fn: Callable[..., Any] = field(compare=False)
     args: tuple[Any, ...] = field(compare=False, default=())
     cancelled: bool = field(compare=False, default=False)
@@ -42,7 +42,7 @@ class EventLoop:
 
     def __init__(self, start: float = 0.0) -> None:
         self.now = start
-        self._heap: list[Timer] = []
+        self._heap: list[tuple[float, int, Timer]] = []  # (when, seq, timer): compared as tuples, in C
         self._seq = 0
         self.stopped = False
         self.handled = 0
@@ -50,7 +50,7 @@ class EventLoop:
     def at(self, when: float, fn: Callable[..., Any], *args: Any) -> Timer:
         self._seq += 1
         t = Timer(max(when, self.now), self._seq, fn, args)
-        heapq.heappush(self._heap, t)
+        heapq.heappush(self._heap, (t.when, t.seq, t))
         return t
 
     def after(self, delay: float, fn: Callable[..., Any], *args: Any) -> Timer:
@@ -62,7 +62,7 @@ class EventLoop:
     def run(self, until: float) -> None:
         """Run callbacks until none is left, :meth:`stop` is called, or the clock would pass ``until``."""
         while self._heap and not self.stopped:
-            t = self._heap[0]
+            t = self._heap[0][2]
             if t.when > until:
                 self.now = until
                 return

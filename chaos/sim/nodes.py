@@ -32,7 +32,7 @@ from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s
-from trainer.core.syncer_state import Contribution, SyncerState
+from trainer.core.syncer_state import Contribution, SyncerState, tensor_specs
 from trainer.learner import corrupted
 from trainer.syncer import merge_fields
 from trainer.training import lr_scale
@@ -183,7 +183,7 @@ class SyncerNode:
         st = self.state
         assert st is not None
         self.header_steps[c.key] = st.cluster_step(self.sim.loop.now)
-        specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
+        specs = tensor_specs(c.tensors)
         try:
             st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens,
                         self.sim.loop.now, c.round)

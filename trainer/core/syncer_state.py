@@ -105,6 +105,21 @@ from trainer.core.rounds import StepClock, cluster_pace, round_at, round_opens
 from trainer.core.schedule import FragmentSchedule
 
 Tensors = dict[str, np.ndarray]
+Specs = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape, dtype name): what an upload's header declares
+
+
+@functools.cache
+def _dtype_name(dtype: np.dtype) -> str:
+    return str(dtype)  # numpy builds the name anew on every str(): cached, as the simulator asks ~10⁵ times a run
+
+
+def tensor_specs(tensors: Mapping[str, Any]) -> Specs:
+    """Each tensor's (shape, dtype name), as an upload's header declares them.
+
+    >>> tensor_specs({"w": np.zeros((2, 3), np.float32)})
+    {'w': ((2, 3), 'float32')}
+    """
+    return {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
 
 
 @dataclass(frozen=True)
@@ -570,7 +585,7 @@ class SyncerState:
             raise Rejected(RejectReason.STALE_VERSION,
                            f"fragment {fragment} is at version {current}; the syncer no longer holds base "
                            f"{base_version} to rebase onto (it restarted) — fetch the current fragment")
-        expected = {n: (tuple(self.params[n].shape), str(self.params[n].dtype)) for n in self.fragments[fragment].names}
+        expected = tensor_specs({n: self.params[n] for n in self.fragments[fragment].names})
         if set(specs) != set(expected):
             raise Rejected(RejectReason.BAD_SHAPE,
                            f"fragment {fragment} holds tensors {sorted(expected)}, upload names {sorted(specs)}")
@@ -625,7 +640,7 @@ class SyncerState:
         """Add a contribution to its fragment's round (or acknowledge a duplicate)."""
         if not self.policy.clocked and c.round:
             c = dataclasses.replace(c, round=0)  # arrival mode: an update is (learner, incarnation, fragment, base)
-        specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
+        specs = tensor_specs(c.tensors)
         current = self.check_header(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps,
                                     c.c_tokens, now, c.round)
         if c.key in self.merged_keys or self._pending(c.key):
