@@ -78,9 +78,6 @@ def add_run_arguments(ap: argparse.ArgumentParser, *, learners: int = 4, fragmen
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3, help="inner AdamW learning rate")
     ap.add_argument("--step-s", type=float, default=step_s, help="emulated step time of a (fast) learner")
-    ap.add_argument("--data-order", type=int, default=1, choices=[1, 2], help="Markov order of the data source")
-    ap.add_argument("--older-classes", type=int, default=None,
-                    help="order 2: the older token counts only mod this (trainer.data; 2 = one bit)")
     ap.add_argument("--seed", type=int, default=0, help="seeds every run (and any failure plan)")
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--keep-runs", type=Path, default=None, help="keep every run directory here")
@@ -88,9 +85,19 @@ def add_run_arguments(ap: argparse.ArgumentParser, *, learners: int = 4, fragmen
                                                          "running them again (recompute the table from artifacts)")
 
 
+def add_data_arguments(ap: argparse.ArgumentParser, *, vocab: int | None = None) -> None:
+    """The data source's flags, for a benchmark whose runs take their data section from :func:`data_of`."""
+    ap.add_argument("--data-order", type=int, default=1, choices=[1, 2], help="Markov order of the data source")
+    ap.add_argument("--older-classes", type=int, default=None,
+                    help="order 2: the older token counts only mod this (trainer.data; 2 = one bit)")
+    ap.add_argument("--vocab", type=int, default=vocab,
+                    help="tokens of the synthetic language (data.vocab_size; the model's embedding and output "
+                         "layer follow; default %(default)s; the tiny model's own vocabulary is 64)")
+
+
 def data_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The run config's data section from :func:`add_run_arguments`' flags."""
-    return {"order": args.data_order, "older_classes": args.older_classes}
+    """The run config's data section from :func:`add_data_arguments`' flags."""
+    return {"order": args.data_order, "older_classes": args.older_classes, "vocab_size": args.vocab}
 
 
 def config_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -58,7 +58,7 @@ from benchmarks.harness import add_run_arguments, config_of, quiet_progress, run
 from chaos.history import History
 from trainer import events as ev
 from trainer.config import merge_trees
-from trainer.model import MODEL_SIZES, param_shapes
+from trainer.model import param_shapes, sized
 
 HUGE = 10**6  # seconds: a fault that lasts the whole run
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cap = int(args.dp_budget * args.cap_factor)
     slow = slow_link_faults(args.rate_kbps, args.latency_ms)
-    model_bytes = 4 * sum(math.prod(s) for s in param_shapes(MODEL_SIZES[args.size]).values())  # float32
+    model_bytes = 4 * sum(math.prod(s) for s in param_shapes(sized(args.size)).values())  # float32
     transfer_steps = model_bytes / (args.rate_kbps * 1000) / args.step_s
     print(f"model {model_bytes / 1e3:.0f} KB: one full transfer = {transfer_steps:.0f} inner steps at "
           f"{args.rate_kbps} KB/s (+{args.latency_ms} ms each way)", flush=True)

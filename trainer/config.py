@@ -60,6 +60,10 @@ class ModelSection(_Strict):
     size: Literal["tiny", "small"] = "tiny"
 
 
+# A source's [V**order, V] float64 transition table lives in every learner and the syncer: 4M entries = 32 MB.
+MAX_TRANSITION_ENTRIES = 1 << 22
+
+
 class DataSection(_Strict):
     order: int = Field(1, ge=1, le=2, description="Markov order of the synthetic language")
     concentration: float = Field(0.1, gt=0, description="Dirichlet concentration of transition rows")
@@ -68,11 +72,21 @@ class DataSection(_Strict):
                                 "this (trainer.data; 2 = one bit, an excess loss a benchmark's budget can still "
                                 "reduce); unset = the full context")
 
+    vocab_size: int | None = Field(
+        None, ge=2, description="tokens of the synthetic language; the model's embedding and output layer follow "
+                                "it. Unset = the model size's own (64 for tiny). 256 with the tiny model: a bigram "
+                                "its 64-wide embedding learns gradually, still ~0.45 nats above the floor at 1.5M "
+                                "tokens (the quality benchmark's source)")
+
     @model_validator(mode="after")
     def _older_classes_needs_order_2(self) -> "DataSection":
         if self.order == 1 and self.older_classes is not None:
             raise ValueError("older_classes groups the older token of an order-2 context: set data.order: 2, "
                              "or drop it")
+        if self.vocab_size is not None and self.vocab_size ** (self.order + 1) > MAX_TRANSITION_ENTRIES:
+            raise ValueError(f"vocab_size {self.vocab_size} with order {self.order} needs a transition table of "
+                             f"{self.vocab_size}^{self.order + 1} entries in every process (at most "
+                             f"{MAX_TRANSITION_ENTRIES:,}): lower vocab_size or the order")
         return self
     eval_tokens: int = Field(
         65_536, ge=64, description="held-out eval tokens (batches of 64 sequences): at 64k tokens the eval loss's "

@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -97,6 +98,17 @@ MODEL_SIZES: dict[str, ModelConfig] = {
         vocab_size=256, seq_len=128, d_model=256, n_layers=4, n_heads=8, d_ff=1024
     ),
 }
+
+
+def sized(size: str, vocab_size: int | None = None) -> ModelConfig:
+    """A named model size, its vocabulary replaced by the data's when the run sets one (``data.vocab_size``).
+
+    Example:
+        >>> sized("tiny").vocab_size, sized("tiny", 256).vocab_size, sized("tiny", 256).d_model
+        (64, 256, 64)
+    """
+    base = MODEL_SIZES[size]
+    return base if vocab_size is None else dataclasses.replace(base, vocab_size=vocab_size)
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

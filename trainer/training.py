@@ -73,7 +73,7 @@ class TrainingSetup:
 
     @classmethod
     def from_config(cls, config: RunConfig) -> "TrainingSetup":
-        mcfg = model_mod.MODEL_SIZES[config.model.size]
+        mcfg = model_mod.sized(config.model.size, config.data.vocab_size)
         source = data_mod.MarkovSource.create(mcfg.vocab_size, config.data.order, config.data.concentration,
                                               seed=config.seed, older_classes=config.data.older_classes)
         return cls(config, mcfg, source, inner_optimizer(config.inner))

@@ -126,9 +126,9 @@ class SimResult:
 
 
 @functools.lru_cache(maxsize=8)
-def model_shapes(size: str) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of a model size, without computing any parameter."""
-    return model_mod.param_shapes(model_mod.MODEL_SIZES[size])
+def model_shapes(size: str, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a model size (and the data's vocabulary), without computing any parameter."""
+    return model_mod.param_shapes(model_mod.sized(size, vocab_size))
 
 
 class _Call:
@@ -196,7 +196,7 @@ class Simulation:
         self.loop = EventLoop()
         self.rng = np.random.default_rng([scenario.seed, self.cfg.seed, 0x5EED])
         learners = scenario.learner_ids()
-        self.problem = QuadraticProblem.create(model_shapes(self.cfg.model.size), self.cfg.seed,
+        self.problem = QuadraticProblem.create(model_shapes(self.cfg.model.size, self.cfg.data.vocab_size), self.cfg.seed,
                                                dims=opts.surrogate_dims, learners=max(len(learners), 1))
         self.fragments = partition_tensors(self.problem.real_sizes(), self.cfg.algorithm.num_fragments)
         self.fragment_names = [list(f.names) for f in self.fragments]
