@@ -153,6 +153,8 @@ def test_unknown_fields_are_rejected_naming_the_field(data, path):
         ({"token_budget": "lots"}, "token_budget"),
         ({"data": {"order": 2, "older_classes": 1}}, "data.older_classes"),
         ({"data": {"older_classes": 2}}, "data"),  # order 1: no older token
+        ({"data": {"vocab_size": 1}}, "data.vocab_size"),
+        ({"data": {"order": 2, "vocab_size": 256}}, "data"),  # a 256^3 transition table in every process
     ],
 )
 def test_bad_values_name_the_field(data, path):

@@ -219,3 +219,20 @@ def test_short_adamw_run_approaches_loss_floor() -> None:
     assert final - floor < log_v - final
     # And it cannot beat the floor by more than evaluation noise.
     assert final > floor - 0.1
+
+
+def test_the_data_vocabulary_sizes_the_model_in_training_and_in_the_simulator() -> None:
+    # data.vocab_size replaces the size's vocabulary wherever a model is built: the trainer's setup (params,
+    # source, batches) and the simulator's tensor shapes must agree, or uploads would not match the syncer's specs.
+    from chaos.sim.runner import model_shapes
+    from trainer.config import build_config
+    from trainer.training import TrainingSetup
+
+    setup = TrainingSetup.from_config(build_config({"data": {"vocab_size": 256}}))
+    params = setup.init_params()
+    assert setup.model.vocab_size == setup.source.vocab_size == 256
+    assert params["embed"].shape == (256, 64) and params["unembed"].shape == (64, 256)
+    assert {k: v.shape for k, v in params.items()} == model_shapes("tiny", 256)
+    batch = next(setup.batches("learner-0", 0))
+    assert batch.max() < 256 and batch.max() >= 64  # tokens beyond the tiny model's own 64 occur
+    assert TrainingSetup.from_config(build_config({})).model == MODEL_SIZES["tiny"]
