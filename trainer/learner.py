@@ -45,7 +45,7 @@ from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
-from trainer.core.step_timer import CLIP, StepTimes, lookahead_s
+from trainer.core.step_timer import StepTimes, lookahead_s, reported_step_time
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
@@ -260,9 +260,7 @@ class Learner:
         self.client = SyncClient(syncer, token, timeout_s=cfg.learner.rpc_timeout_s, tls_ca=tls_ca)
         self.step = 0
         self.tokens = 0
-        # Seconds per step as the cluster sees them: boundary to boundary, time spent waiting for a merge excluded
-        # (a merge's wait is the algorithm's, not the learner's speed). Reported: it sets the cluster's pace.
-        self.step_time_ema = 0.0
+        self.step_time_ema = 0.0  # reported, paces the cluster's clock (step_timer.reported_step_time)
         self.boundaries = StepTimes()  # boundary-to-boundary periods (learner.sync_lookahead: quantile)
         self.header_lags = HeaderLags()  # how late its uploads' headers were counted (set by the upload thread)
         self.last_loss = float("nan")
@@ -428,12 +426,8 @@ class Learner:
                 if self.step == 2:  # step 1 includes JIT compilation: not a step time
                     self.step_time_ema = now_b - t0
                 elif boundary_at is not None and self.step > 2:
-                    # The period, not the step's compute alone: what happens between boundaries (starting syncs,
-                    # applying merges) is part of how fast this learner steps, and a clock paced by compute
-                    # alone opened ~5% more rounds than H steps of the learners (benchmarks.reference_parity).
-                    # A stall (SIGSTOP, GC) moves it by at most CLIP steps' worth, as in the lookahead's quantile.
                     period = now_b - boundary_at - waited
-                    self.step_time_ema = 0.9 * self.step_time_ema + 0.1 * min(period, CLIP * self.step_time_ema)
+                    self.step_time_ema = reported_step_time(self.step_time_ema, period)
                     self.boundaries = self.boundaries.update(period)
                 boundary_at, waited = now_b, 0.0
                 now_m, ahead = time.monotonic(), self.lookahead_s()
