@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs[slug][seed] = summarise(h, args, mode)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     ref = runs.get("sync", {})
-    header = ["configuration", "final eval loss", "excess over the floor", "vs sync DiLoCo, same seed (%)", "outer steps / round",
-              "participants / merge", "late uploads refused / carried per run",
+    header = ["configuration", "final eval loss", "excess over the floor", "vs sync DiLoCo, same seed (%)",
+              "outer steps / round", "participants / merge", "late uploads refused / carried per run",
               "runs with a later eval above the first"]
     rows = []
     for slug, label, mode, _ in variants:

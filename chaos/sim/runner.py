@@ -196,8 +196,9 @@ class Simulation:
         self.loop = EventLoop()
         self.rng = np.random.default_rng([scenario.seed, self.cfg.seed, 0x5EED])
         learners = scenario.learner_ids()
-        self.problem = QuadraticProblem.create(model_shapes(self.cfg.model.size, self.cfg.data.vocab_size), self.cfg.seed,
-                                               dims=opts.surrogate_dims, learners=max(len(learners), 1))
+        shapes = model_shapes(self.cfg.model.size, self.cfg.data.vocab_size)
+        self.problem = QuadraticProblem.create(shapes, self.cfg.seed, dims=opts.surrogate_dims,
+                                               learners=max(len(learners), 1))
         self.fragments = partition_tensors(self.problem.real_sizes(), self.cfg.algorithm.num_fragments)
         self.fragment_names = [list(f.names) for f in self.fragments]
         # The surrogate learners take SGD steps on a quadratic, not AdamW steps on the model: the bound one inner
