@@ -83,6 +83,10 @@ class DataSection(_Strict):
         if self.order == 1 and self.older_classes is not None:
             raise ValueError("older_classes groups the older token of an order-2 context: set data.order: 2, "
                              "or drop it")
+        return self
+
+    @model_validator(mode="after")
+    def _transition_table_fits(self) -> "DataSection":
         if self.vocab_size is not None and self.vocab_size ** (self.order + 1) > MAX_TRANSITION_ENTRIES:
             raise ValueError(f"vocab_size {self.vocab_size} with order {self.order} needs a transition table of "
                              f"{self.vocab_size}^{self.order + 1} entries in every process (at most "
