@@ -67,3 +67,10 @@ def test_the_reader_sees_nightly_marks_as_the_tiers_do() -> None:
                                                                           for n in nodes}
     assert nightly_only, "no covering test is in the nightly tier: this reader cannot be shown to filter"
     assert all(any(m.name == "nightly" for m in marks) for node, marks in marked_tests() if node in nightly_only)
+
+
+def test_container_tests_live_in_one_module() -> None:
+    """scripts/test's parallel workers keep a module on one worker (``--dist loadfile``); the container tests share
+    one Docker engine and the compose project's names, so they must stay in one module."""
+    modules = {node.split("::")[0] for node, marks in marked_tests() if any(m.name == "docker" for m in marks)}
+    assert len(modules) == 1, f"container tests in {sorted(modules)}: keep them in one module (see scripts/test)"
