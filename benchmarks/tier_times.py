@@ -1,0 +1,94 @@
+"""Where a test tier's time goes: a JUnit file summed per test folder (README: "CI tiers").
+
+    scripts/test -p no:cacheprovider --junitxml J      # or scripts/test --quick ..., scripts/nightly
+    .venv/bin/python -m benchmarks.tier_times J [--slowest 3]
+
+Each row is a folder's tests summed (doctests: one row, by package): how many, how many did not pass, the sum of
+their durations and the slowest. Under parallel workers (``-n 2``) the sums are per-test times, which add up to
+more than the wall time; the wall time is the script's ``tier:`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.common import markdown_table
+
+
+@dataclass
+class FolderTime:
+    """One folder's tests: count, how many did not pass, seconds summed, and (seconds, test) of each."""
+
+    tests: int = 0
+    not_passed: int = 0
+    seconds: float = 0.0
+    each: list[tuple[float, str]] = field(default_factory=list)
+
+
+def folder_of(classname: str) -> str:
+    """The row a JUnit ``classname`` is counted in: ``tests/<folder>`` or ``doctests (<package>)``.
+
+    >>> folder_of("tests.property.test_search"), folder_of("tests.chaos.test_under_load.TestX")
+    ('tests/property', 'tests/chaos')
+    >>> folder_of("trainer.core.grace")
+    'doctests (trainer)'
+    """
+    parts = classname.split(".")
+    if parts[0] == "tests" and len(parts) > 2:
+        return f"tests/{parts[1]}"
+    return f"doctests ({parts[0]})"
+
+
+def tier_times(junit: str) -> dict[str, FolderTime]:
+    """Per-folder times of a JUnit XML document (pytest's ``--junitxml``), folders in name order.
+
+    >>> doc = '''<testsuites><testsuite>
+    ... <testcase classname="tests.unit.test_a" name="test_x" time="1.5"/>
+    ... <testcase classname="tests.unit.test_b" name="test_y" time="0.5"><failure message="no"/></testcase>
+    ... <testcase classname="chaos.report" name="chaos.report.table" time="0.1"/>
+    ... </testsuite></testsuites>'''
+    >>> t = tier_times(doc)
+    >>> list(t), t["tests/unit"].tests, t["tests/unit"].not_passed, t["tests/unit"].seconds
+    (['doctests (chaos)', 'tests/unit'], 2, 1, 2.0)
+    """
+    out: dict[str, FolderTime] = {}
+    for case in ET.fromstring(junit).iter("testcase"):
+        row = out.setdefault(folder_of(case.get("classname", "")), FolderTime())
+        secs = float(case.get("time", "0") or 0)
+        row.tests += 1
+        row.seconds += secs
+        row.not_passed += any(case.find(tag) is not None for tag in ("failure", "error"))
+        row.each.append((secs, f"{case.get('classname', '')}::{case.get('name', '')}"))
+    return dict(sorted(out.items()))
+
+
+def table(times: dict[str, FolderTime], slowest: int = 3) -> str:
+    rows = [[name, t.tests, t.not_passed, f"{t.seconds / 60:.1f}",
+             "; ".join(f"{name.rsplit('.', 1)[-1]} {s:.0f} s" for s, name in sorted(t.each, reverse=True)[:slowest])]
+            for name, t in times.items()]
+    total = sum(t.seconds for t in times.values())
+    rows.append(["**sum**", sum(t.tests for t in times.values()), sum(t.not_passed for t in times.values()),
+                 f"{total / 60:.1f}", ""])
+    return markdown_table(["folder", "tests", "not passed", "minutes (summed)", "slowest"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("junit", type=Path, help="pytest's --junitxml file")
+    ap.add_argument("--slowest", type=int, default=3, help="name this many slowest tests per folder")
+    args = ap.parse_args(argv)
+    try:
+        times = tier_times(args.junit.read_text(encoding="utf-8"))
+    except (OSError, ET.ParseError) as err:
+        print(f"error: cannot read {args.junit} as a JUnit XML file: {err}", file=sys.stderr)
+        return 2
+    print(table(times, args.slowest))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
