@@ -21,12 +21,18 @@ from benchmarks.common import markdown_table
 
 @dataclass
 class FolderTime:
-    """One folder's tests: count, how many did not pass, seconds summed, and (seconds, test) of each."""
+    """One folder's tests: (seconds, test) of each, and how many did not pass."""
 
-    tests: int = 0
-    not_passed: int = 0
-    seconds: float = 0.0
     each: list[tuple[float, str]] = field(default_factory=list)
+    not_passed: int = 0
+
+    @property
+    def tests(self) -> int:
+        return len(self.each)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s for s, _ in self.each)
 
 
 def folder_of(classname: str) -> str:
@@ -58,17 +64,14 @@ def tier_times(junit: str) -> dict[str, FolderTime]:
     out: dict[str, FolderTime] = {}
     for case in ET.fromstring(junit).iter("testcase"):
         row = out.setdefault(folder_of(case.get("classname", "")), FolderTime())
-        secs = float(case.get("time", "0") or 0)
-        row.tests += 1
-        row.seconds += secs
         row.not_passed += any(case.find(tag) is not None for tag in ("failure", "error"))
-        row.each.append((secs, f"{case.get('classname', '')}::{case.get('name', '')}"))
+        row.each.append((float(case.get("time", "0") or 0), f"{case.get('classname', '')}::{case.get('name', '')}"))
     return dict(sorted(out.items()))
 
 
 def table(times: dict[str, FolderTime], slowest: int = 3) -> str:
     rows = [[name, t.tests, t.not_passed, f"{t.seconds / 60:.1f}",
-             "; ".join(f"{name.rsplit('.', 1)[-1]} {s:.0f} s" for s, name in sorted(t.each, reverse=True)[:slowest])]
+             "; ".join(f"{test.rsplit('.', 1)[-1]} {s:.0f} s" for s, test in sorted(t.each, reverse=True)[:slowest])]
             for name, t in times.items()]
     total = sum(t.seconds for t in times.values())
     rows.append(["**sum**", sum(t.tests for t in times.values()), sum(t.not_passed for t in times.values()),
