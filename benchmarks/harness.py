@@ -68,6 +68,25 @@ def run_cluster(label: str, cluster: dict[str, Any], out_root: Path, *, schedule
     return History.read(out)
 
 
+WHOLE_RUN = 10**6  # seconds: a fault that lasts the whole run
+
+
+def link_faults(*, rate_kbps: int | None = None, latency_ms: int = 0, jitter_ms: int = 0) -> list[dict[str, Any]]:
+    """Scenario fault specs that make every learner's link slower for the whole run (empty: links as they are).
+
+    >>> [f["fault"] for f in link_faults(rate_kbps=200, latency_ms=25)], link_faults()
+    (['bandwidth', 'latency'], [])
+    """
+    faults: list[dict[str, Any]] = []
+    if rate_kbps:
+        faults.append({"fault": "bandwidth", "id": "bw", "targets": "all", "rate_kbps": rate_kbps, "at": 0,
+                       "duration": WHOLE_RUN})
+    if latency_ms:
+        faults.append({"fault": "latency", "id": "lat", "targets": "all", "latency_ms": latency_ms,
+                       "jitter_ms": jitter_ms, "at": 0, "duration": WHOLE_RUN})
+    return faults
+
+
 def add_run_arguments(ap: argparse.ArgumentParser, *, learners: int = 4, fragments: int = 4, sync_every: int = 32,
                       step_s: float = 0.05) -> None:
     """The arguments every cluster benchmark shares: cluster shape, emulated step, seed and where runs go."""

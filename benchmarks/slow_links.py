@@ -54,14 +54,11 @@ from typing import Any
 
 from benchmarks import measures as m
 from benchmarks.common import markdown_table, new_figure, save_figure, write_results
-from benchmarks.harness import add_run_arguments, config_of, quiet_progress, run_cluster
+from benchmarks.harness import add_run_arguments, config_of, link_faults, quiet_progress, run_cluster
 from chaos.history import History
 from trainer import events as ev
 from trainer.config import merge_trees
 from trainer.model import param_shapes, sized
-
-HUGE = 10**6  # seconds: a fault that lasts the whole run
-
 
 @dataclass
 class Outcome:
@@ -102,11 +99,6 @@ def mode_cluster(args: argparse.Namespace, mode: str, budget: int, **algo: Any) 
         a["num_fragments"] = 1  # one AdamW on the whole mean gradient (global-norm clipping), as data-parallel does
         syncer["eval_every_merges"] = 4  # every 4 steps
     return merge_trees(base_cluster(args), {"token_budget": budget, "algorithm": a, "syncer": syncer})
-
-
-def slow_link_faults(rate_kbps: int, latency_ms: int) -> list[dict[str, Any]]:
-    return [{"fault": "bandwidth", "id": "bw", "targets": "all", "rate_kbps": rate_kbps, "at": 0, "duration": HUGE},
-            {"fault": "latency", "id": "lat", "targets": "all", "latency_ms": latency_ms, "at": 0, "duration": HUGE}]
 
 
 def stop_at(target: float | None, wall_cap_s: float | None):
@@ -157,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     cap = int(args.dp_budget * args.cap_factor)
-    slow = slow_link_faults(args.rate_kbps, args.latency_ms)
+    slow = link_faults(rate_kbps=args.rate_kbps, latency_ms=args.latency_ms)
     model_bytes = 4 * sum(math.prod(s) for s in param_shapes(sized(args.size)).values())  # float32
     transfer_steps = model_bytes / (args.rate_kbps * 1000) / args.step_s
     print(f"model {model_bytes / 1e3:.0f} KB: one full transfer = {transfer_steps:.0f} inner steps at "
