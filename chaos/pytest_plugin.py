@@ -6,13 +6,15 @@ depends on diloco-chaos gets it. It adds
 markers
     ``chaos`` (whole scenarios on local processes, minutes), ``docker``
     (containers), ``nightly`` (the long tier: deselected unless
-    ``--chaos-nightly``), ``simulation`` (deterministic mode).
+    ``--chaos-nightly``), ``simulation`` (deterministic mode), ``rotate(per_night=k)``
+    (a nightly parametrized family runs k members a night, in turn: :mod:`chaos.rotation`).
 options
     ``--chaos-examples N`` generated schedules per property test (default 25);
     ``--chaos-seed N`` the seed of generated schedules (default 0: the
     per-change tier always explores the same schedules; the nightly tier
     passes a fresh seed and the header prints it, so any failure replays with
     that seed); ``--chaos-nightly`` run the nightly tier too;
+    ``--chaos-no-rotation`` every member of a rotated family, not tonight's;
     ``--chaos-reports DIR`` keep every chaos run directory (reports,
     timelines, histories) under DIR instead of pytest's tmp dirs.
 fixtures
@@ -58,11 +60,15 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from chaos.rotation import night_of, tonight
+
 MARKERS = {
     "chaos": "whole chaos scenarios on local processes with the real Toxiproxy (minutes)",
     "docker": "the compose deployment in real containers (needs Docker and the images)",
     "nightly": "the nightly tier: long scenarios, full-size parity; deselected unless --chaos-nightly",
     "simulation": "deterministic mode: generated schedules on the virtual clock",
+    "rotate": "rotate(per_night=k): a nightly parametrized family runs k members a night, in turn by the "
+              "nightly seed's date (chaos.rotation); --chaos-no-rotation runs them all",
 }
 
 
@@ -71,6 +77,7 @@ class ChaosOptions:
     examples: int = 25
     seed: int = 0
     nightly: bool = False
+    rotation: bool = True
     reports: Path | None = None
 
 
@@ -82,6 +89,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--chaos-examples", type=int, default=25, help="generated schedules per property test (default 25)")
     g.addoption("--chaos-seed", type=int, default=0, help="seed of generated schedules (default 0)")
     g.addoption("--chaos-nightly", action="store_true", help="also run tests marked nightly")
+    g.addoption("--chaos-no-rotation", action="store_true",
+                help="nightly: run every member of a family marked rotate, not tonight's slice")
     g.addoption("--chaos-reports", default=None, help="keep chaos run directories under this folder")
 
 
@@ -91,23 +100,46 @@ def pytest_configure(config: pytest.Config) -> None:
     OPTIONS.examples = max(int(config.getoption("--chaos-examples", 25)), 1)
     OPTIONS.seed = int(config.getoption("--chaos-seed", 0))
     OPTIONS.nightly = bool(config.getoption("--chaos-nightly", False))
+    OPTIONS.rotation = not config.getoption("--chaos-no-rotation", False)
     reports = config.getoption("--chaos-reports", None)
     OPTIONS.reports = Path(reports) if reports else None
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     tier = "nightly" if OPTIONS.nightly else "per-change (nightly tests deselected)"
+    if OPTIONS.nightly:
+        tier += f", rotated families: night {night_of(OPTIONS.seed)}" if OPTIONS.rotation else ", no rotation"
     return f"diloco-chaos: {tier}; --chaos-examples {OPTIONS.examples} --chaos-seed {OPTIONS.seed}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if OPTIONS.nightly:
+        if OPTIONS.rotation:
+            _rotate(config, items)
         return
     keep = [i for i in items if i.get_closest_marker("nightly") is None]
     dropped = [i for i in items if i.get_closest_marker("nightly") is not None]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def _rotate(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep tonight's slice of each family marked ``rotate`` (one test function's parametrized members)."""
+    families: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        mark = item.get_closest_marker("rotate")
+        if mark is not None:
+            families.setdefault((item.path.as_posix(), getattr(item, "originalname", item.name)), []).append(item)
+    dropped: list[pytest.Item] = []
+    for members in families.values():
+        per_night = int(members[0].get_closest_marker("rotate").kwargs["per_night"])
+        keep = set(tonight([i.nodeid for i in members], per_night, OPTIONS.seed))
+        dropped += [i for i in members if i.nodeid not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [i for i in items if id(i) not in gone]
 
 
 def chaos_settings(examples: int | None = None, **kwargs: Any) -> Callable[[Any], Any]:

@@ -44,12 +44,43 @@ def test_chaos_nightly_runs_them_with_the_given_seed(pytester: pytest.Pytester) 
     r.stdout.fnmatch_lines(["*diloco-chaos: nightly*--chaos-examples 3 --chaos-seed 42*"])
 
 
+ROTATED = '''
+import pytest
+
+@pytest.mark.nightly
+@pytest.mark.rotate(per_night=2)
+@pytest.mark.parametrize("n", range(5))
+def test_member(n):
+    pass
+
+@pytest.mark.nightly
+def test_whole():
+    pass
+'''
+
+
+@pytest.mark.parametrize(("seed", "members"), [(20261203, "01"), (20261204, "23"), (20261205, "4")])
+def test_a_rotated_family_runs_tonights_slice(pytester: pytest.Pytester, seed: int, members: str) -> None:
+    pytester.makepyfile(ROTATED)
+    r = pytester.runpytest("-p", "no:cacheprovider", "-v", "--chaos-nightly", "--chaos-seed", str(seed))
+    r.assert_outcomes(passed=len(members) + 1, deselected=5 - len(members))
+    r.stdout.fnmatch_lines([f"*test_member?{m}? PASSED*" for m in members])
+
+
+def test_no_rotation_runs_every_member(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(ROTATED)
+    r = pytester.runpytest("-p", "no:cacheprovider", "--chaos-nightly", "--chaos-no-rotation")
+    r.assert_outcomes(passed=6)
+    r.stdout.fnmatch_lines(["*diloco-chaos: nightly, no rotation*"])
+
+
 def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
     pytester.makepyfile('''
 import pytest
 @pytest.mark.chaos
 @pytest.mark.docker
 @pytest.mark.simulation
+@pytest.mark.rotate(per_night=1)
 def test_marked():
     pass
 ''')

@@ -25,9 +25,9 @@ def _marks(obj: Any) -> list[Any]:
     return list(marks) if isinstance(marks, list) else [marks]
 
 
-def marked_tests() -> Iterator[tuple[str, list[Any]]]:
-    """(node id, every mark: the module's and the function's) for each test function under REAL."""
-    for folder in REAL:
+def marked_tests(folders: tuple[str, ...] = REAL) -> Iterator[tuple[str, list[Any]]]:
+    """(node id, every mark: the module's and the function's) for each test function under ``folders``."""
+    for folder in folders:
         for path in sorted((TESTS / folder).glob("test_*.py")):
             module = importlib.import_module(f"tests.{folder}.{path.stem}")
             for name, fn in vars(module).items():

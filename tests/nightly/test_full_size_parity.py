@@ -1,0 +1,26 @@
+"""Nightly: parity at full model size (the small model), one scenario a night in turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.scenario import scenario_with
+
+pytestmark = pytest.mark.nightly
+
+# The small model (3.3M parameters) at ~3k tokens/s on the 2-core CI machine: ~11 min per run. At 2M tokens it
+# is far from converged (eval 5.59 -> ~4.3) and runs differ by timing alone: kill-and-rejoin ended 0.16 below
+# its baseline (measured 2026-11-30). The tolerance is set above that spread: this catches gross regressions.
+FULL_SIZE = {"cluster": {"model": {"size": "small"}, "token_budget": 2_000_000}, "timeout_s": 2400,
+             "checks": {"parity": {"tolerance": 0.3}}}
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(7200)
+@pytest.mark.rotate(per_night=1)
+@pytest.mark.parametrize("name", ["kill-and-rejoin", "syncer-crash", "partition-majority"])
+def test_parity_at_full_model_size(name: str, run_chaos) -> None:
+    """The small model (3.3M parameters): same final loss as its fault-free baseline, within the tolerance."""
+    result = run_chaos(scenario_with(name, **FULL_SIZE))
+    failed = [f"{v.name}: {v.summary}" for v in result.verdicts if v.status != "pass"]
+    assert result.exit_code == 0, failed

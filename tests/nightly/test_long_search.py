@@ -1,0 +1,33 @@
+"""Nightly: many generated schedules (--chaos-examples × 4, seed --chaos-seed) against the healthy trainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.pytest_plugin import OPTIONS
+from chaos.scenario import scenario_with
+from chaos.search import find_failure
+from chaos.strategies import LOCAL_KINDS, fault_schedules
+
+pytestmark = pytest.mark.nightly
+
+
+@pytest.mark.simulation
+@pytest.mark.timeout(7200)
+@pytest.mark.parametrize("max_down", [None, 3], ids=["admissible", "any"])
+def test_long_search_finds_no_failing_schedule(max_down: int | None, chaos_run_dir: Path) -> None:
+    """Many generated schedules (--chaos-examples × 4, seed --chaos-seed) against the healthy trainer.
+
+    Admissible schedules must keep every check; schedules that take every
+    learner out may stall liveness and reintegration, never safety or durability.
+    """
+    template = scenario_with("kill-and-rejoin", name="nightly", schedule=[], cluster={"token_budget": 2_400_000})
+    checks = ("liveness", "reintegration", "durability", "safety") if max_down is None else ("durability", "safety")
+    found = find_failure(template, schedules=fault_schedules(kinds=LOCAL_KINDS, max_faults=6, max_down=max_down),
+                         checks=checks, max_examples=OPTIONS.examples * 4, seed=OPTIONS.seed)
+    if found is not None:
+        path = found.write(chaos_run_dir / "repro.yaml")
+        pytest.fail(f"seed {OPTIONS.seed}: {found.schedule.describe()} fails "
+                    f"{[v.summary for v in found.result.failed(*checks)]}; repro: {path}")
