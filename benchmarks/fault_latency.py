@@ -105,9 +105,10 @@ from benchmarks.common import (
     save_figure,
     write_results,
 )
+from faults.base import SYNCER
+from faults import kinds as fault_kinds
 
 NAME = "fault_latency"
-SYNCER = "syncer"
 LEARNERS = ("learner-0", "learner-1")
 
 PROC_POLL_S = 0.002
@@ -145,8 +146,9 @@ class KindSpec:
         return self.kind in NETWORK_KINDS
 
 
-NETWORK_KINDS = frozenset({"partition", "link_down", "bandwidth", "latency", "reset_peer", "data_limit"})
-RESTART_KINDS = frozenset({"kill", "stop", "corrupt"})  # recovery: a new learner incarnation
+# The kinds this benchmark times: every kind local processes and the real Toxiproxy can inject.
+NETWORK_KINDS = frozenset(k for k in fault_kinds.LOCAL_KINDS if fault_kinds.KINDS[k].family == "network")
+RESTART_KINDS = frozenset(k for k in fault_kinds.LOCAL_KINDS if fault_kinds.KINDS[k].restarts) - {"syncer_crash"}  # a new learner incarnation
 
 KINDS: dict[str, KindSpec] = {k.kind: k for k in (
     # Restarts import JAX: ~1 s on an idle machine, 3-10 s under load (measured here); a syncer restart also

@@ -116,7 +116,7 @@ def _execute(s: Any, args: argparse.Namespace) -> int:
     """Run a validated scenario on the chosen backend (shared by run and replay)."""
     from chaos.controller import RunOptions, run_scenario
     from chaos.schedules import plan
-    from faults.base import CONTAINER_KINDS
+    from faults.kinds import CONTAINER_KINDS
 
     if args.backend == "sim":
         return _simulate(s, args)
@@ -173,13 +173,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from chaos.search import DEFAULT_CHECKS, find_failure
-    from chaos.strategies import LOCAL_KINDS, fault_schedules
+    from chaos.strategies import fault_schedules
+    from faults.kinds import LOCAL_KINDS
 
     s = _load(args.template, None, args.set)
     kinds = tuple(args.kinds.split(",")) if args.kinds else LOCAL_KINDS
     unknown = sorted(set(kinds) - set(LOCAL_KINDS))
     if unknown:
-        raise ScenarioError(f"--kinds: {unknown} cannot be simulated; choose from {', '.join(LOCAL_KINDS)}")
+        raise ScenarioError(f"--kinds: {unknown} cannot run on local processes, where a repro must replay; "
+                            f"choose from {', '.join(LOCAL_KINDS)}")
     checks = tuple(args.checks.split(",")) if args.checks else DEFAULT_CHECKS
     a = s.cluster.algorithm
     strategy = fault_schedules(learners=a.num_learners, kinds=kinds, max_faults=args.max_faults,

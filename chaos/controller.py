@@ -47,6 +47,7 @@ from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError
+from faults.kinds import KINDS
 from faults.toxiproxy import Toxiproxy, ToxiproxyServer
 from trainer import events as ev
 from trainer.config import RunConfig
@@ -54,8 +55,6 @@ from trainer.errors import TrainerError
 from trainer.launch import see_log
 from trainer.metrics import summarize_run
 
-# Faults whose heal (re)starts processes: once training has finished there is nothing to restart into.
-RESTARTING = frozenset({"kill", "stop", "corrupt", "syncer_crash"})
 DEFAULT_CACHE = Path(".cache/diloco-chaos/baselines")
 
 
@@ -183,7 +182,7 @@ class _Execution:
         p, fault = a.planned, a.fault
         self.active.pop(p.fault_id, None)
         self._record(p, fault, "heal", "invoke", {"why": why} if why else None)
-        if why == "run finished" and p.kind in RESTARTING:
+        if why == "run finished" and KINDS[p.kind].restarts:
             self._record(p, fault, "heal", "ok", {"skipped": "training finished; teardown stops every process"})
             return
         try:
@@ -313,7 +312,7 @@ class _Execution:
         interrupted = bool(self.active)
         for a in list(self.active.values()):
             # Restarting a unit now would only make a process to stop again; network and pause faults must heal.
-            self.heal(a, why="run finished" if a.planned.kind in RESTARTING else "teardown")
+            self.heal(a, why="run finished" if KINDS[a.planned.kind].restarts else "teardown")
         result = self.backend.teardown()
         proxies_left = self._proxies_left()
         processes_left = self.backend.running_units()

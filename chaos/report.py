@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history import FaultWindow, History, Phase
-from faults.base import PROCESS_KINDS, SYNCER
+from faults.base import SYNCER
+from faults.kinds import KINDS
 from trainer import events as ev
 
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "indeterminate": "INDETERMINATE", "error": "ERROR"}
@@ -52,13 +53,15 @@ def status_word(status: str | None) -> str:
 
 
 def fault_family(kind: str) -> str:
-    """``"process"`` for process faults (kill, stop, pause, slow, syncer_crash, corrupt), else ``"network"``.
+    """What a fault acts on (:data:`faults.kinds.KINDS`): ``"process"`` or ``"network"`` (also for a kind this
+    version does not know, e.g. in an older run's history).
 
     Example:
-        >>> fault_family("kill"), fault_family("partition")
-        ('process', 'network')
+        >>> fault_family("kill"), fault_family("partition"), fault_family("disconnect")
+        ('process', 'network', 'network')
     """
-    return "process" if kind in PROCESS_KINDS else "network"
+    k = KINDS.get(kind)
+    return k.family if k else "network"
 
 
 def _finite(x: Any) -> bool:

@@ -32,7 +32,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chaos.errors import ScenarioError
-from faults.base import PROCESS_KINDS, SYNCER
+from faults.base import SYNCER
+from faults.kinds import FAULT_KINDS, KINDS
 from trainer.config import RunConfig, format_validation_error, merge_trees, read_yaml_mapping
 from trainer.launch import learner_ids
 
@@ -165,8 +166,6 @@ FaultSpec = Annotated[
           BandwidthSpec, LatencySpec, ResetPeerSpec, DataLimitSpec, CpuLimitSpec, DisconnectSpec],
     Field(discriminator="fault"),
 ]
-FAULT_KINDS: tuple[str, ...] = ("kill", "stop", "pause", "slow", "syncer_crash", "corrupt", "partition", "link_down",
-                                "bandwidth", "latency", "reset_peer", "data_limit", "cpu_limit", "disconnect")
 
 
 
@@ -314,7 +313,7 @@ class Scenario(_Strict):
             elif isinstance(f.targets, list):
                 if not f.targets:
                     raise ValueError(f"{where}.targets: empty; name learners, 'all' or {{random: n}}")
-                allowed = known + ([SYNCER] if f.fault in PROCESS_KINDS - {"corrupt"} else [])
+                allowed = known + ([SYNCER] if KINDS[f.fault].on_syncer else [])
                 bad = [t for t in f.targets if t not in allowed]
                 if bad:
                     raise ValueError(f"{where}.targets: unknown {bad}; this cluster has {allowed}")

@@ -33,15 +33,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from chaos.checkers.base import REMOVES_LEARNER
 from chaos.scenario import Scenario, parse_scenario
 from faults.base import SYNCER
-
-# Kinds a local or simulated run supports (container kinds need --backend docker).
-LOCAL_KINDS: tuple[str, ...] = ("kill", "stop", "pause", "slow", "syncer_crash", "corrupt", "partition", "link_down",
-                                "bandwidth", "latency", "reset_peer")
-# Kinds that take a learner out of training whatever their settings (partition: unless one-way from the syncer).
-_REMOVES = REMOVES_LEARNER
+from faults.kinds import LOCAL_KINDS, removed_learners
 
 
 @dataclass(frozen=True)
@@ -60,11 +54,7 @@ class GeneratedFault:
 
     def removes(self) -> tuple[str, ...]:
         """The learners this fault keeps from contributing while it lasts."""
-        if self.kind == "syncer_crash" or self.kind not in _REMOVES:
-            return ()
-        if self.kind in ("partition", "data_limit") and self.params.get("direction") == "from_syncer":
-            return ()
-        return tuple(t for t in self.targets if t != SYNCER)
+        return removed_learners(self.kind, self.targets, self.params)
 
     def spec(self, outer_step_s: float) -> dict[str, Any]:
         """The scenario entry, times converted to seconds."""
@@ -99,6 +89,9 @@ def max_down_at_once(schedule: FaultSchedule) -> int:
 def _params(draw: Any, kind: str) -> dict[str, Any]:
     if kind == "partition":
         return {"direction": draw(st.sampled_from(["both", "to_syncer", "from_syncer"]))}
+    if kind == "data_limit":
+        return {"bytes": draw(st.sampled_from([500, 100_000])),
+                "direction": draw(st.sampled_from(["both", "to_syncer", "from_syncer"]))}
     if kind == "bandwidth":
         return {"rate_kbps": draw(st.sampled_from([50, 200, 1000, 5000]))}
     if kind == "latency":

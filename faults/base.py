@@ -30,11 +30,6 @@ def require_targets(fault_id: str, targets: tuple[str, ...]) -> None:
         raise FaultError(f"fault {fault_id}: field 'targets' is empty; name at least one unit")
 
 
-# Fault families by what they act on (scenario kinds, see chaos.scenario).
-PROCESS_KINDS = frozenset({"kill", "stop", "pause", "slow", "syncer_crash", "corrupt", "cpu_limit", "disconnect"})
-CONTAINER_KINDS = frozenset({"cpu_limit", "disconnect"})  # need a container backend
-
-
 @runtime_checkable
 class Cluster(Protocol):
     """What faults act on; a backend (local processes, containers) implements it.

@@ -15,16 +15,11 @@ from typing import Any, Literal
 from chaos.checkers.bounds import RunPace, run_pace
 from chaos.history import FaultWindow, History, Phase
 from chaos.scenario import Checks, Scenario
-from faults.base import SYNCER
+from faults.kinds import removes, stops_training
 from trainer import events as ev
 
 Status = Literal["pass", "fail", "indeterminate"]
 
-# Faults that take a learner out of training until it uploads again.
-# Faults on the syncer that stop all training until it is back.
-SYNCER_DOWN = frozenset({"syncer_crash", "kill", "stop", "pause", "disconnect"})
-REMOVES_LEARNER = frozenset({"kill", "stop", "pause", "partition", "link_down", "corrupt", "data_limit", "reset_peer",
-                             "disconnect"})
 
 
 @dataclass(frozen=True)
@@ -89,11 +84,8 @@ class CheckInput:
 
 
 def removes_learner(w: FaultWindow) -> bool:
-    if not w.injected or w.kind not in REMOVES_LEARNER:  # a failed inject took nobody out
-        return False
-    # One-way loss of replies still delivers uploads: the learner keeps contributing.
-    direction = w.params.get("direction")
-    return not (w.kind in ("partition", "data_limit") and direction == "from_syncer")
+    """Whether the window took a learner out of training (a failed inject took nobody out)."""
+    return w.injected and removes(w.kind, w.params)
 
 
 def first_upload_after(history: History, learner: str, t: float) -> float | None:
@@ -112,7 +104,7 @@ def unavailable_intervals(history: History, learners: tuple[str, ...]) -> tuple[
     syncer: list[tuple[float, float]] = []
     starts = [e.ts for e in history.of(ev.SyncerStart)]
     for w in history.fault_windows():
-        if w.injected and (w.kind == "syncer_crash" or (w.kind in SYNCER_DOWN and SYNCER in w.targets)):
+        if w.injected and stops_training(w.kind, w.targets):
             back = next((t for t in starts if w.end is not None and t >= w.end), end) if w.end is not None else end
             syncer.append((w.start, back))
         if not removes_learner(w):

@@ -8,9 +8,9 @@ learner never came back.
 
 from __future__ import annotations
 
-from chaos.checkers.base import SYNCER_DOWN, CheckInput, Verdict, removes_learner
+from chaos.checkers.base import CheckInput, Verdict, removes_learner
 from chaos.checkers.bounds import derive_bound
-from faults.base import SYNCER
+from faults.kinds import stops_training
 from trainer import events as ev
 
 
@@ -24,7 +24,7 @@ def check_reintegration(inp: CheckInput) -> Verdict:
     finish = inp.training_end  # a settle phase after the budget gives healed learners their chance to be merged
     rows: list[dict] = []
     for w in inp.history.fault_windows():
-        if w.kind == "syncer_crash" or (SYNCER in w.targets and w.kind in SYNCER_DOWN):
+        if stops_training(w.kind, w.targets):
             who = list(inp.facts.learners)
         elif removes_learner(w):
             who = [t for t in w.targets if t in inp.facts.learners]

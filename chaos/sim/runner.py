@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
-from chaos.controller import RESTARTING, overall
+from chaos.controller import overall
 from chaos.history import FaultOp, History, Phase, PlanRecord
 from chaos.scenario import Scenario
 from chaos.schedules import Planned, plan
@@ -50,6 +50,7 @@ from chaos.sim.network import Link
 from chaos.sim.nodes import LearnerNode, SyncerNode
 from chaos.sim.problem import QuadraticProblem
 from faults.base import SYNCER
+from faults.kinds import KINDS
 from trainer import events as ev
 from trainer import model as model_mod
 from trainer.core.fragments import partition_tensors
@@ -292,7 +293,7 @@ class Simulation:
         params = p.to_json()["params"]
         self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="heal", outcome="invoke",
                     targets=list(p.targets), params=params, evidence={"why": why} if why else {})
-        if why == "run finished" and p.kind in RESTARTING:
+        if why == "run finished" and KINDS[p.kind].restarts:
             evidence: dict[str, Any] = {"skipped": "training finished; teardown stops every process"}
         else:
             evidence = self._effect(p, inject=False)

@@ -9,7 +9,8 @@ import pytest
 from chaos.pytest_plugin import OPTIONS
 from chaos.scenario import scenario_with
 from chaos.search import find_failure
-from chaos.strategies import LOCAL_KINDS, fault_schedules
+from chaos.strategies import fault_schedules
+from faults.kinds import LOCAL_KINDS
 
 pytestmark = pytest.mark.nightly
 

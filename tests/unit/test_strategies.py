@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from chaos.scenario import parse_scenario
 from chaos.schedules import plan
-from chaos.strategies import (LOCAL_KINDS, FaultSchedule, GeneratedFault, fault_schedules, max_down_at_once,
+from chaos.strategies import (FaultSchedule, GeneratedFault, fault_schedules, max_down_at_once,
                               outer_step_seconds, to_scenario)
+from faults.kinds import LOCAL_KINDS
 
 BASE = parse_scenario({"name": "base", "cluster": {"algorithm": {"num_learners": 4, "sync_every": 8}}})
 

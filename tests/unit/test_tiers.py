@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checkers import CHECKERS
-from chaos.scenario import FAULT_KINDS
+from faults.kinds import FAULT_KINDS
 
 TESTS = Path(__file__).resolve().parents[1]
 REAL = ("integration", "chaos", "docker")  # the folders whose tests touch real processes, proxies or containers
