@@ -21,8 +21,8 @@ from typing import Any
 
 from chaos.errors import ScenarioError
 from chaos.scenario import FaultSpec, RandomTargets, Scenario
-from faults import container, network, process
 from faults.base import SYNCER, Fault
+from faults.injectors import build
 
 
 @dataclass(frozen=True)
@@ -44,45 +44,19 @@ class Planned:
         return build_fault(self.spec, self.fault_id, self.targets)
 
     def to_json(self) -> dict[str, Any]:
-        params = self.spec.model_dump(mode="json", exclude={"id", "targets", "at", "at_merge", "duration", "repeat",
-                                                            "fault"})
+        params = fault_params(self.spec, mode="json")
         return {"fault_id": self.fault_id, "kind": self.kind, "targets": list(self.targets), "at": self.at,
                 "at_merge": self.at_merge, "duration": self.duration, "params": params}
 
 
 def build_fault(spec: FaultSpec, fault_id: str, targets: tuple[str, ...]) -> Fault:
-    """The injector object for one spec."""
-    k = spec.fault
-    if k == "kill":
-        return process.Kill(fault_id, targets, restart=spec.restart)
-    if k == "stop":
-        return process.GracefulStop(fault_id, targets)
-    if k == "pause":
-        return process.Pause(fault_id, targets)
-    if k == "slow":
-        return process.Slow(fault_id, targets, fraction=spec.fraction, period_s=spec.period_s)
-    if k == "syncer_crash":
-        return process.SyncerCrash(fault_id, (SYNCER,))
-    if k == "corrupt":
-        return process.Corrupt(fault_id, targets, mode=spec.mode)
-    if k == "partition":
-        return network.Partition(fault_id, targets, direction=spec.direction)
-    if k == "link_down":
-        return network.LinkDown(fault_id, targets)
-    if k == "bandwidth":
-        return network.Bandwidth(fault_id, targets, rate_kbps=spec.rate_kbps, direction=spec.direction)
-    if k == "latency":
-        return network.Latency(fault_id, targets, latency_ms=spec.latency_ms, jitter_ms=spec.jitter_ms,
-                               direction=spec.direction)
-    if k == "reset_peer":
-        return network.ResetPeer(fault_id, targets, timeout_ms=spec.timeout_ms)
-    if k == "cpu_limit":
-        return container.CpuLimit(fault_id, targets, cpus=spec.cpus)
-    if k == "disconnect":
-        return container.Disconnect(fault_id, targets)
-    if k == "data_limit":
-        return network.DataLimit(fault_id, targets, bytes=spec.bytes, direction=spec.direction)
-    raise AssertionError(f"unhandled fault kind {k}")  # the scenario schema lists every kind
+    """The injector object for one spec (:mod:`faults.injectors`)."""
+    return build(spec.fault, fault_id, (SYNCER,) if spec.fault == "syncer_crash" else targets, fault_params(spec))
+
+
+def fault_params(spec: FaultSpec, mode: str = "python") -> dict[str, Any]:
+    """A spec's own parameters: everything but its kind, id, targets and timing."""
+    return spec.model_dump(mode=mode, exclude={"id", "targets", "at", "at_merge", "duration", "repeat", "fault"})
 
 
 def _targets(spec: FaultSpec, learners: list[str], rng: random.Random) -> tuple[str, ...]:

@@ -108,3 +108,6 @@ class Disconnect:
 
     def describe(self) -> str:
         return f"disconnect {', '.join(self.targets)} from the network"
+
+
+FAULTS: tuple[type, ...] = (CpuLimit, Disconnect)  # see faults.injectors

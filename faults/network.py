@@ -296,5 +296,4 @@ class DataLimit(_ToxicFault):
         return f"close connections after {self.bytes} bytes on {self._where()}"
 
 
-NETWORK_FAULTS: dict[str, type] = {cls.kind: cls for cls in (Partition, LinkDown, Bandwidth, Latency, ResetPeer,
-                                                               DataLimit)}
+FAULTS: tuple[type, ...] = (Partition, LinkDown, Bandwidth, Latency, ResetPeer, DataLimit)  # see faults.injectors

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from faults.base import SYNCER, Cluster, Evidence, require_targets
 from faults.errors import FaultError, TargetError
+from faults.kinds import KINDS
 
 CORRUPT_MODES = ("nan", "garbage")
 
@@ -33,8 +34,8 @@ def _wait_dead(cluster: Cluster, units: list[str], timeout_s: float = 10.0) -> N
         time.sleep(0.01)
 
 
-def _check_targets(fault_id: str, targets: tuple[str, ...], cluster: Cluster, allow_syncer: bool) -> None:
-    known = set(cluster.learners()) | ({SYNCER} if allow_syncer else set())
+def _check_targets(fault_id: str, kind: str, targets: tuple[str, ...], cluster: Cluster) -> None:
+    known = set(cluster.learners()) | ({SYNCER} if KINDS[kind].on_syncer else set())
     unknown = [t for t in targets if t not in known]
     if unknown:
         raise TargetError(f"fault {fault_id}: unknown target(s) {unknown}; this cluster has {sorted(known)}")
@@ -53,7 +54,7 @@ class Kill:
         require_targets(self.fault_id, self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
-        _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
+        _check_targets(self.fault_id, self.kind, self.targets, cluster)
         killed = [t for t in self.targets if cluster.signal(t, signal.SIGKILL)]
         _wait_dead(cluster, killed)
         return {"killed": killed}
@@ -85,7 +86,7 @@ class GracefulStop:
         require_targets(self.fault_id, self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
-        _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
+        _check_targets(self.fault_id, self.kind, self.targets, cluster)
         stopped = [t for t in self.targets if cluster.alive(t)]
         for t in stopped:
             cluster.stop(t, self.timeout_s)
@@ -113,7 +114,7 @@ class Pause:
         require_targets(self.fault_id, self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
-        _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
+        _check_targets(self.fault_id, self.kind, self.targets, cluster)
         return {"paused": [t for t in self.targets if cluster.signal(t, signal.SIGSTOP)]}
 
     def heal(self, cluster: Cluster) -> Evidence:
@@ -162,7 +163,7 @@ class Slow:
                 cluster.signal(t, signal.SIGCONT)
 
     def inject(self, cluster: Cluster) -> Evidence:
-        _check_targets(self.fault_id, self.targets, cluster, allow_syncer=True)
+        _check_targets(self.fault_id, self.kind, self.targets, cluster)
         if self._thread and self._thread[0].is_alive():
             return {"slowed": list(self.targets), "already": True}
         self._stop.clear()
@@ -237,7 +238,7 @@ class Corrupt:
         return list(self.targets)
 
     def inject(self, cluster: Cluster) -> Evidence:
-        _check_targets(self.fault_id, self.targets, cluster, allow_syncer=False)
+        _check_targets(self.fault_id, self.kind, self.targets, cluster)
         if self._injected:
             return {"corrupt": list(self.targets), "mode": self.mode, "already": True}
         self._injected.append(True)
@@ -251,3 +252,6 @@ class Corrupt:
 
     def describe(self) -> str:
         return f"restart {', '.join(self.targets)} uploading {self.mode}; heal restarts healthy"
+
+
+FAULTS: tuple[type, ...] = (Kill, GracefulStop, Pause, Slow, SyncerCrash, Corrupt)  # see faults.injectors

@@ -20,7 +20,7 @@ import pytest
 from faults.base import Cluster, Fault
 from faults.errors import FaultError, TargetError
 from faults.network import (
-    NETWORK_FAULTS,
+    FAULTS,
     Bandwidth,
     DataLimit,
     Latency,
@@ -207,7 +207,7 @@ def _heal_twice(fault, cluster: FakeCluster) -> None:
 
 def test_fake_cluster_satisfies_the_network_part_of_the_protocol(make_cluster) -> None:
     cluster = make_cluster("echo")
-    assert set(NETWORK_FAULTS) == {"partition", "link_down", "bandwidth", "latency", "reset_peer", "data_limit"}
+    assert {cls.kind for cls in FAULTS} == {"partition", "link_down", "bandwidth", "latency", "reset_peer", "data_limit"}
     assert {"learners", "proxy", "toxiproxy"} <= set(dir(Cluster))
     assert all(isinstance(cls("f", (L0,), **args), Fault) for cls, args in [
         (Partition, {}), (LinkDown, {}), (Bandwidth, {"rate_kbps": 1}), (Latency, {"latency_ms": 1}),
@@ -425,7 +425,7 @@ def test_faults_describe_themselves_and_accept_lists(make_cluster) -> None:
     assert "20 ± 5 ms" in fault.describe() and "from syncer" in fault.describe()
     for f in (Partition("a", (L0,)), LinkDown("b", (L0,)), Bandwidth("c", (L0,), rate_kbps=5),
               ResetPeer("e", (L0,)), DataLimit("g", (L0,), bytes=10)):
-        assert L0 in f.describe() and f.kind in NETWORK_FAULTS
+        assert L0 in f.describe() and type(f) in FAULTS
 
 
 def test_heal_removes_only_its_own_toxics(make_cluster) -> None:

@@ -12,6 +12,7 @@ from chaos.report import fault_family
 from chaos.scenario import FaultSpec, ScenarioError, parse_scenario
 from chaos.schedules import plan
 from faults.base import SYNCER
+from faults.injectors import INJECTORS
 from faults.kinds import CONTAINER_KINDS, KINDS, LOCAL_KINDS, removed_learners, stops_training
 
 REQUIRED = {"bandwidth": {"rate_kbps": 100}, "latency": {"latency_ms": 10}, "data_limit": {"bytes": 500}}
@@ -28,6 +29,10 @@ def test_the_scenario_schema_has_one_entry_per_kind() -> None:
     members = typing.get_args(typing.get_args(FaultSpec)[0])
     tags = {typing.get_args(m.model_fields["fault"].annotation)[0] for m in members}
     assert tags == set(KINDS)
+
+
+def test_every_kind_has_one_injector() -> None:
+    assert set(INJECTORS) == set(KINDS)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -1,0 +1,28 @@
+"""The injector of every fault kind, by name: how a scenario's fault entry becomes a :class:`faults.base.Fault`.
+
+Each injector module lists its classes in ``FAULTS``; a class's ``kind`` names
+its entry in :data:`faults.kinds.KINDS`, and its constructor takes the
+scenario entry's parameters by their names (``rate_kbps``, ``direction`` ...),
+so building one needs no code per kind.
+
+Example:
+    >>> build("latency", "f0", ("learner-0",), {"latency_ms": 50, "jitter_ms": 0, "direction": "both"}).describe()
+    'latency +50 ms one way on learner-0'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from faults import container, network, process
+from faults.base import Fault
+
+INJECTORS: Mapping[str, type] = {cls.kind: cls for cls in (*process.FAULTS, *network.FAULTS, *container.FAULTS)}
+
+
+def build(kind: str, fault_id: str, targets: tuple[str, ...], params: Mapping[str, Any]) -> Fault:
+    """The injector for one fault: ``INJECTORS[kind](fault_id, targets, **params)``."""
+    if kind not in INJECTORS:
+        raise KeyError(f"fault kind {kind!r} has no injector; known: {', '.join(INJECTORS)}")
+    return INJECTORS[kind](fault_id, targets, **params)
