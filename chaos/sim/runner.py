@@ -46,10 +46,10 @@ from chaos.history import FaultOp, History, Phase, PlanRecord
 from chaos.scenario import Scenario
 from chaos.schedules import Planned, plan
 from chaos.sim.clock import EventLoop
+from chaos.sim.effects import play
 from chaos.sim.network import Link
 from chaos.sim.nodes import LearnerNode, SyncerNode
 from chaos.sim.problem import QuadraticProblem
-from faults.base import SYNCER
 from faults.kinds import KINDS
 from trainer import events as ev
 from trainer import model as model_mod
@@ -57,10 +57,6 @@ from trainer.core.fragments import partition_tensors
 from trainer.syncer import policy_from_config
 
 T0 = 1_700_000_000.0  # virtual epoch: event stamps look like Unix times, as real ones do
-# Faults that cut a link: (direction, mode). None: the fault's own direction. Closing faults refuse
-# (the connection is gone, calls fail at once); a partition or a pulled cable drops silently.
-CUTTING_FAULTS = {"partition": (None, "drop"), "disconnect": ("both", "drop"), "link_down": ("both", "refuse"),
-                  "reset_peer": ("both", "refuse"), "data_limit": ("both", "refuse")}
 
 
 @dataclass(frozen=True)
@@ -280,7 +276,7 @@ class Simulation:
         params = p.to_json()["params"]
         self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="inject", outcome="invoke",
                     targets=list(p.targets), params=params)
-        evidence = self._effect(p, inject=True)
+        evidence = play(self, p, inject=True)
         self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="inject", outcome="ok",
                     targets=list(p.targets), params=params, evidence=evidence)
         self.active[p.fault_id] = (p, self.loop.now)
@@ -296,79 +292,17 @@ class Simulation:
         if why == "run finished" and KINDS[p.kind].restarts:
             evidence: dict[str, Any] = {"skipped": "training finished; teardown stops every process"}
         else:
-            evidence = self._effect(p, inject=False)
+            evidence = play(self, p, inject=False)
         self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="heal", outcome="ok",
                     targets=list(p.targets), params=params, evidence=evidence)
 
-    def _restart_learner(self, lid: str, corrupt: str = "") -> None:
+    def restart_learner(self, lid: str, corrupt: str = "") -> None:
         node = self.learners[lid]
         node.kill()
         self.loop.after(self.opts.restart_delay_s, lambda: self.done or node.start(corrupt))
 
-    def _restart_syncer(self) -> None:
+    def restart_syncer(self) -> None:
         self.loop.after(self.opts.syncer_restart_delay_s, lambda: self.done or self.syncer.up or self.syncer.start())
-
-    def _effect(self, p: Planned, inject: bool) -> dict[str, Any]:
-        """Apply (or undo) one fault; returns the evidence a real injector would report."""
-        k, spec, fid = p.kind, p.spec, p.fault_id
-        touched: list[str] = []
-        notes: list[str] = []
-        for t in p.targets:
-            if t == SYNCER or k == "syncer_crash":
-                s = self.syncer
-                if k in ("kill", "syncer_crash"):
-                    if inject:
-                        s.crash()
-                    elif getattr(spec, "restart", True):
-                        self._restart_syncer()
-                elif k == "stop":
-                    s.graceful_stop("signal") if inject else self._restart_syncer()
-                elif k == "pause":
-                    s.pause() if inject else s.resume()
-                else:
-                    notes.append(f"{k} of the syncer is not modelled: no effect on it")
-                    continue
-                touched.append(SYNCER)
-                continue
-            node = self.learners[t]
-            if k == "kill":
-                if inject:
-                    node.kill()
-                elif spec.restart:
-                    self._restart_learner(t)
-            elif k == "stop":
-                node.graceful_stop("signal") if inject else self._restart_learner(t)
-            elif k == "corrupt":
-                self._restart_learner(t, spec.mode if inject else "")
-            elif k == "pause":
-                node.pause() if inject else node.resume()
-            elif k in ("slow", "cpu_limit"):
-                factor = 1.0 / (1.0 - spec.fraction) if k == "slow" else max(1.0, 1.0 / spec.cpus)
-                if inject:
-                    node.slow[fid] = factor
-                else:
-                    node.slow.pop(fid, None)
-            elif k in CUTTING_FAULTS:
-                direction, mode = CUTTING_FAULTS[k]
-                if inject:
-                    self.links[t].block(fid, direction or spec.direction, mode)
-                else:
-                    self.links[t].heal(fid)
-                # Closing faults cut live connections at once; a partition's heal closes the silent ones.
-                if (mode == "refuse") == inject:
-                    self.reset_link(t)
-            elif k == "latency":
-                if inject:
-                    self.links[t].add_latency(fid, spec.direction, spec.latency_ms / 1000, spec.jitter_ms / 1000)
-                else:
-                    self.links[t].heal(fid)
-            elif k == "bandwidth":
-                if inject:
-                    self.links[t].set_rate(fid, spec.direction, spec.rate_kbps)
-                else:
-                    self.links[t].heal(fid)
-            touched.append(t)
-        return {"simulated": k, "targets": touched, **({"notes": notes} if notes else {})}
 
     def _finish(self) -> None:
         if self.done:

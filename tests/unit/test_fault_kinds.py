@@ -11,6 +11,7 @@ import pytest
 from chaos.report import fault_family
 from chaos.scenario import FaultSpec, ScenarioError, parse_scenario
 from chaos.schedules import plan
+from chaos.sim.effects import EFFECTS
 from faults.base import SYNCER
 from faults.injectors import INJECTORS
 from faults.kinds import CONTAINER_KINDS, KINDS, LOCAL_KINDS, removed_learners, stops_training
@@ -31,8 +32,10 @@ def test_the_scenario_schema_has_one_entry_per_kind() -> None:
     assert tags == set(KINDS)
 
 
-def test_every_kind_has_one_injector() -> None:
-    assert set(INJECTORS) == set(KINDS)
+def test_every_kind_has_one_injector_and_one_deterministic_effect() -> None:
+    assert set(INJECTORS) == set(KINDS) == set(EFFECTS)
+    # deterministic mode plays a kind on the syncer only where the table lets it target the syncer
+    assert all(KINDS[k].on_syncer for k, e in EFFECTS.items() if e.syncer is not None)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
