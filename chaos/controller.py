@@ -42,12 +42,12 @@ from chaos.checkers.false_alarm import cluster_key, measured_rate
 from chaos.errors import ChaosError, RunError
 from chaos.exit_codes import for_status
 from chaos.history import FaultOp, History, Phase, PlanRecord, Recorder
+from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.regime import regime_warnings
 from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError
-from faults.kinds import KINDS
 from faults.toxiproxy import Toxiproxy, ToxiproxyServer
 from trainer import events as ev
 from trainer.config import RunConfig
@@ -83,13 +83,6 @@ class RunResult:
     status: str
     verdicts: list[Verdict] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Active:
-    planned: Planned
-    fault: Fault
-    started: float  # seconds after steady
 
 
 class Interrupted(ChaosError):
@@ -149,7 +142,8 @@ class _Execution:
         tag = f"{scenario.name}-{label}-{uuid.uuid4().hex[:6]}"
         self.backend: Backend = opts.backend(scenario.cluster, run_dir, toxi, tag)
         self.toxi = toxi
-        self.active: dict[str, _Active] = {}
+        self.interp = PlanInterpreter(planned, origin=0.0)  # re-made with the steady time as its origin
+        self.faults: dict[str, Fault] = {}  # the injector of each active fault
         self.steady_at: float | None = None
         self.merges = 0
         self.status_line = ""
@@ -168,7 +162,7 @@ class _Execution:
     def inject(self, p: Planned, rel: float) -> None:
         fault = p.build()
         self._record(p, fault, "inject", "invoke")
-        self.active[p.fault_id] = _Active(p, fault, rel)
+        self.faults[p.fault_id] = fault
         try:
             evidence = fault.inject(self.backend)
         except (FaultError, TrainerError, ChaosError) as err:
@@ -178,11 +172,11 @@ class _Execution:
         self._record(p, fault, "inject", "ok", evidence)
         self.say(f"+{rel:.1f}s inject {p.fault_id}: {fault.describe()}")
 
-    def heal(self, a: _Active, why: str = "") -> None:
-        p, fault = a.planned, a.fault
-        self.active.pop(p.fault_id, None)
+    def heal(self, step: Heal) -> None:
+        p, why = step.planned, step.why
+        fault = self.faults.pop(p.fault_id)
         self._record(p, fault, "heal", "invoke", {"why": why} if why else None)
-        if why == "run finished" and KINDS[p.kind].restarts:
+        if step.skip:
             self._record(p, fault, "heal", "ok", {"skipped": "training finished; teardown stops every process"})
             return
         try:
@@ -234,22 +228,23 @@ class _Execution:
                                    f"see {self.run_dir / 'logs'}")
                 time.sleep(0.2)
         self.steady_at = time.time()
+        self.interp = PlanInterpreter(self.planned, origin=self.steady_at)
         self.recorder.add(Phase(name="steady", detail={"merges": self.merges}))
         self.say("steady: first merge seen; schedule clock starts")
 
     def _syncer_fault_active(self) -> bool:
-        return any(a.planned.kind == "syncer_crash" or "syncer" in a.planned.targets for a in self.active.values())
+        return any(p.kind == "syncer_crash" or "syncer" in p.targets for p, _ in self.interp.active.values())
 
     def _loop(self) -> None:
         assert self.steady_at is not None
-        pending = list(self.planned)
         deadline = time.monotonic() + self.scenario.timeout_s
         stopped_early = False
         result_fixed = False  # the syncer reached the budget: a settle phase may follow, no new faults start
         last_status = last_say = 0.0
         with self.backend.client() as client:
             while True:
-                rel = time.time() - self.steady_at
+                now = time.time()
+                rel = now - self.steady_at
                 if time.monotonic() - last_status > 0.5:
                     last_status = time.monotonic()
                     st = self._poll_status(client)
@@ -261,13 +256,8 @@ class _Execution:
                             stopped_early = True
                             self.say(f"stop condition met: {self.status_line}")
                             break
-                for p in [] if result_fixed else list(pending):
-                    if (p.at is not None and rel >= p.at) or (p.at_merge is not None and self.merges >= p.at_merge):
-                        pending.remove(p)
-                        self.inject(p, rel)
-                for a in list(self.active.values()):
-                    if rel >= a.started + a.planned.duration:
-                        self.heal(a)
+                for step in self.interp.due(now, self.merges, result_fixed):
+                    self.inject(step.planned, rel) if isinstance(step, Inject) else self.heal(step)
                 if not self.backend.alive("syncer") and not self._syncer_fault_active():
                     code = self.backend.exit_code("syncer")
                     if code != 0:
@@ -278,14 +268,14 @@ class _Execution:
                     raise RunError(f"the run did not finish within timeout_s = {self.scenario.timeout_s}s")
                 if time.monotonic() - last_say > 3.0:
                     last_say = time.monotonic()
-                    act = ", ".join(f"{a.planned.fault_id}:{a.planned.kind}" for a in self.active.values())
+                    act = ", ".join(f"{fid}:{p.kind}" for fid, (p, _) in self.interp.active.items())
                     self.say(f"+{rel:.0f}s {self.status_line}" + (f" | active {act}" if act else ""))
                 time.sleep(self.opts.poll_s)
         self.recorder.add(Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early}))
-        if pending:
-            self.recorder.add(Phase(name="not_run", detail={"faults": [p.fault_id for p in pending]}))
-        for a in list(self.active.values()):
-            self.heal(a, why="run finished")
+        if self.interp.not_run():
+            self.recorder.add(Phase(name="not_run", detail={"faults": self.interp.not_run()}))
+        for heal in self.interp.finish():
+            self.heal(heal)
         if not stopped_early:
             self._wait_learners_exit(30.0)
 
@@ -309,10 +299,9 @@ class _Execution:
 
     def _teardown(self) -> None:
         """Heal every active fault, delete this run's proxies, stop every process; record what was left."""
-        interrupted = bool(self.active)
-        for a in list(self.active.values()):
-            # Restarting a unit now would only make a process to stop again; network and pause faults must heal.
-            self.heal(a, why="run finished" if KINDS[a.planned.kind].restarts else "teardown")
+        interrupted = bool(self.interp.active)
+        for heal in self.interp.finish(why="teardown"):  # restarting a unit now would only make a process to stop
+            self.heal(heal)
         result = self.backend.teardown()
         proxies_left = self._proxies_left()
         processes_left = self.backend.running_units()

@@ -43,6 +43,7 @@ import numpy as np
 from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
 from chaos.controller import overall
 from chaos.history import FaultOp, History, Phase, PlanRecord
+from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.scenario import Scenario
 from chaos.schedules import Planned, plan
 from chaos.sim.clock import EventLoop
@@ -50,7 +51,6 @@ from chaos.sim.effects import play
 from chaos.sim.network import Link
 from chaos.sim.nodes import LearnerNode, SyncerNode
 from chaos.sim.problem import QuadraticProblem
-from faults.kinds import KINDS
 from trainer import events as ev
 from trainer import model as model_mod
 from trainer.core.fragments import partition_tensors
@@ -212,8 +212,9 @@ class Simulation:
         # depend on object addresses, or a reset would fail them in a different order from run to run).
         self.inflight: dict[str, dict[_Call, None]] = {lid: {} for lid in learners}
         self.steady_at: float | None = None
-        self.active: dict[str, tuple[Planned, float]] = {}
-        self.pending = list(planned)
+        self.merges_total = 0
+        self.interp = PlanInterpreter(planned, origin=0.0)  # re-made with the steady time as its origin
+        self._wakes: set[float] = set()  # times a _tick is scheduled for
         self.done = False
 
     # ---- recording ----------------------------------------------------------------------
@@ -256,45 +257,41 @@ class Simulation:
 
     # ---- the controller's part ----------------------------------------------------------------
     def on_merge(self, merges_total: int) -> None:
+        self.merges_total = merges_total
         if self.steady_at is None:
             self.steady_at = self.loop.now
+            self.interp = PlanInterpreter(self.planned, origin=self.steady_at)
             self.record(Phase, name="steady", detail={"merges": merges_total})
-            for p in self.pending:
-                if p.at is not None:
-                    self.loop.at(self.steady_at + p.at, self._inject, p)
-        for p in [p for p in self.pending if p.at_merge is not None and merges_total >= p.at_merge]:
-            self.loop.after(0.0, self._inject, p)
+        self.loop.after(0.0, self._tick)  # an at_merge fault starts just after the merge, as the controller polls
 
     def on_syncer_exit(self) -> None:
         self.loop.after(0.0, self._finish)
 
-    def _inject(self, p: Planned) -> None:
-        st = self.syncer.state
-        if self.done or p not in self.pending or (st is not None and st.budget_reached):
-            return  # as the controller: once the budget is reached (a settle phase may follow) no fault starts
-        self.pending.remove(p)
-        params = p.to_json()["params"]
-        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="inject", outcome="invoke",
-                    targets=list(p.targets), params=params)
-        evidence = play(self, p, inject=True)
-        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="inject", outcome="ok",
-                    targets=list(p.targets), params=params, evidence=evidence)
-        self.active[p.fault_id] = (p, self.loop.now)
-        self.loop.after(p.duration, self._heal, p, "")
-
-    def _heal(self, p: Planned, why: str) -> None:
-        if p.fault_id not in self.active:
+    def _tick(self) -> None:
+        """Take the fault plan's steps that are due now (chaos.interpreter), and wake when the next one is."""
+        if self.done:
             return
-        del self.active[p.fault_id]
-        params = p.to_json()["params"]
-        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="heal", outcome="invoke",
-                    targets=list(p.targets), params=params, evidence={"why": why} if why else {})
-        if why == "run finished" and KINDS[p.kind].restarts:
-            evidence: dict[str, Any] = {"skipped": "training finished; teardown stops every process"}
-        else:
-            evidence = play(self, p, inject=False)
-        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action="heal", outcome="ok",
-                    targets=list(p.targets), params=params, evidence=evidence)
+        st = self.syncer.state
+        for step in self.interp.due(self.loop.now, self.merges_total, st is not None and st.budget_reached):
+            self._inject(step.planned) if isinstance(step, Inject) else self._heal(step)
+        t = self.interp.next_time()
+        if t is not None and t not in self._wakes:
+            self._wakes.add(t)
+            self.loop.at(t, self._tick)
+
+    def _op(self, p: Planned, action: str, outcome: str, evidence: dict[str, Any]) -> None:
+        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
+                    targets=list(p.targets), params=p.to_json()["params"], evidence=evidence)
+
+    def _inject(self, p: Planned) -> None:
+        self._op(p, "inject", "invoke", {})
+        self._op(p, "inject", "ok", play(self, p, inject=True))
+
+    def _heal(self, step: Heal) -> None:
+        p = step.planned
+        self._op(p, "heal", "invoke", {"why": step.why} if step.why else {})
+        skipped = {"skipped": "training finished; teardown stops every process"}
+        self._op(p, "heal", "ok", skipped if step.skip else play(self, p, inject=False))
 
     def restart_learner(self, lid: str, corrupt: str = "") -> None:
         node = self.learners[lid]
@@ -308,10 +305,10 @@ class Simulation:
         if self.done:
             return
         self.record(Phase, name="finished", detail={"merges": max((m.merges_total for m in self._merges()), default=0)})
-        if self.pending:
-            self.record(Phase, name="not_run", detail={"faults": [p.fault_id for p in self.pending]})
-        for p, _ in list(self.active.values()):
-            self._heal(p, "run finished")
+        if self.interp.not_run():
+            self.record(Phase, name="not_run", detail={"faults": self.interp.not_run()})
+        for heal in self.interp.finish():
+            self._heal(heal)
         self._teardown()
 
     def _merges(self) -> list[ev.Merge]:
@@ -339,8 +336,8 @@ class Simulation:
             node.start()
         self.loop.run(until=self.scenario.timeout_s)
         if not self.done:
-            for p, _ in list(self.active.values()):
-                self._heal(p, "teardown")
+            for heal in self.interp.finish(why="teardown"):
+                self._heal(heal)
             self._teardown()
             return True
         return False
