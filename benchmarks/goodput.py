@@ -48,8 +48,7 @@ from benchmarks.harness import (
     run_cluster,
 )
 from chaos.history import FaultOp, History
-from trainer.config import build_config
-from trainer.launch import learner_ids
+from trainer.config import build_config, learner_ids
 from trainer.training import TrainingSetup
 
 

@@ -46,8 +46,7 @@ from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
 from benchmarks.harness import add_run_arguments, config_of, link_faults, quiet_progress, run_cluster
 from chaos.history import History
-from trainer.config import build_config
-from trainer.launch import learner_ids
+from trainer.config import build_config, learner_ids
 from trainer.training import TrainingSetup
 
 

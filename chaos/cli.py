@@ -202,7 +202,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chaos.controller import analyse
+    from chaos.analysis import analyse
     from chaos.scenario import parse_scenario
 
     run_dir = Path(args.run_dir)

@@ -31,25 +31,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
-from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
-from chaos.checkers.false_alarm import cluster_key, measured_rate
+from chaos.analysis import RunResult, analyse
 from chaos.errors import ChaosError, RunError
-from chaos.exit_codes import for_status
-from chaos.history import FaultOp, History, Phase, PlanRecord, Recorder
+from chaos.history import FaultOp, Phase, PlanRecord, Recorder
 from chaos.interpreter import Heal, Inject, PlanInterpreter
-from chaos.regime import regime_warnings
 from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError
 from faults.toxiproxy import Toxiproxy, ToxiproxyServer
-from trainer import events as ev
 from trainer.config import RunConfig
 from trainer.errors import TrainerError
 from trainer.launch import see_log
@@ -74,15 +70,6 @@ class RunOptions:
     # Benchmarks end a run early (e.g. on reaching a target eval loss): called with each polled syncer
     # Status; True ends the run as if the budget were reached, except that nothing waits for learners to leave.
     stop_when: Callable[[Any], bool] | None = None
-
-
-@dataclass
-class RunResult:
-    out_dir: Path
-    exit_code: int
-    status: str
-    verdicts: list[Verdict] = field(default_factory=list)
-    report: dict[str, Any] = field(default_factory=dict)
 
 
 class Interrupted(ChaosError):
@@ -376,86 +363,6 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[st
             # No floor known (not a synthetic source): no band; parity then compares with the same-seed run.
             "excess": [loss - f for loss, f in zip(losses, floors)] if None not in floors else []}
     return {**runs[0], "band": band, "runs": runs[1:]}
-
-
-def _relative_faults(history: History, steady: float) -> list[dict[str, Any]]:
-    return [{"fault_id": w.fault_id, "kind": w.kind, "targets": list(w.targets), "start_s": round(w.start - steady, 3),
-             "end_s": None if w.end is None else round(w.end - steady, 3), "injected": w.injected,
-             "healed": w.healed, "params": w.params} for w in history.fault_windows()]
-
-
-def overall(verdicts: list[Verdict]) -> tuple[str, int]:
-    """The run's status and exit code (chaos.exit_codes): any failure fails it; else any undecided check
-    leaves it indeterminate."""
-    status = ("fail" if any(v.status == "fail" for v in verdicts) else
-              "indeterminate" if any(v.status == "indeterminate" for v in verdicts) else "pass")
-    return status, int(for_status(status))
-
-
-def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
-            reference: dict[str, Any] | None = None) -> RunResult:
-    """Checks and reports over a finished run directory (also what ``diloco-chaos report`` re-runs)."""
-    history = History.read(out_dir)
-    history.write_merged(out_dir / "history.jsonl")
-    cfg = scenario.cluster
-    facts = RunFacts.of(scenario)
-    base_loss = baseline["final_eval_loss"] if baseline else None
-    band = tuple((baseline or {}).get("band", {}).get("excess", ()))  # a run directory from before bands: just one
-    ref_loss = reference["final_eval_loss"] if reference else None
-    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band))
-    status, code = overall(verdicts)
-    steady_phase = history.phase("steady")
-    steady = steady_phase.ts if steady_phase else history.start
-    teardown = history.phase("teardown")
-    not_run = history.phase("not_run")
-    metrics = summarize_run(out_dir)
-    injected = [w.start for w in history.fault_windows() if w.injected]
-    warnings = regime_warnings(_merged_ids(history), first_fault=min(injected, default=None),
-                               learners=cfg.algorithm.num_learners, mode=cfg.algorithm.mode,
-                               baseline=_baseline_merges(baseline))
-    report = {
-        "scenario": scenario.name, "description": scenario.description, "status": status, "exit_code": code,
-        "run_dir": str(out_dir), "seed": scenario.seed, "config_hash": cfg.config_hash(),
-        "started_at": history.start, "wall_s": round(history.end - history.start, 3),
-        "verdicts": [v.to_json() for v in verdicts], "warnings": warnings,
-        "plan": (history.plan().faults if history.plan() else []),
-        "faults": _relative_faults(history, steady),
-        "not_run": not_run.detail.get("faults", []) if not_run else [],
-        "baseline": baseline, "reference": reference, "parity_false_alarm": _false_alarm(scenario),
-        "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
-        "teardown": teardown.detail if teardown else {},
-    }
-    _write_reports(out_dir, history, report)
-    return RunResult(out_dir, code, status, verdicts, report)
-
-
-def _merged_ids(history: History) -> list[tuple[float, list[str]]]:
-    """Each merge as (time, the ids of the learners it took), in time order (what chaos.regime reads)."""
-    return [(m.ts, [p.learner_id for p in m.participants]) for m in history.of(ev.Merge)]
-
-
-def _baseline_merges(baseline: dict[str, Any] | None) -> list[tuple[float, list[str]]] | None:
-    """The same-seed baseline's merges, when its run directory is readable here (None: no baseline, or it is
-    not: a report re-run on another machine)."""
-    run_dir = Path(baseline["run_dir"]) if baseline and baseline.get("run_dir") else None
-    return _merged_ids(History.read(run_dir)) if run_dir and (run_dir / "events").is_dir() else None
-
-
-def _false_alarm(scenario: Scenario) -> dict[str, Any] | None:
-    """The measured rate at which parity fails a fault-free run at this scenario's tolerance (None: parity off)."""
-    parity = scenario.checks.parity
-    if not parity.enabled:
-        return None
-    return measured_rate(tolerance=parity.tolerance, baseline_seeds=parity.baseline_seeds,
-                         cluster=cluster_key(scenario.cluster))
-
-
-def _write_reports(out_dir: Path, history: History, report: dict[str, Any]) -> None:
-    from chaos.report import write_markdown, write_timeline  # matplotlib is slow to import: only when reporting
-
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
-    write_markdown(report, out_dir / "report.md")
-    write_timeline(history, report, out_dir / "timeline.png")
 
 
 def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:

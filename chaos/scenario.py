@@ -34,8 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from chaos.errors import ScenarioError
 from faults.base import SYNCER
 from faults.kinds import FAULT_KINDS, KINDS
-from trainer.config import RunConfig, format_validation_error, merge_trees, read_yaml_mapping
-from trainer.launch import learner_ids
+from trainer.config import RunConfig, format_validation_error, learner_ids, merge_trees, read_yaml_mapping
 
 Direction = Literal["both", "to_syncer", "from_syncer"]
 

@@ -21,8 +21,8 @@ from typing import ClassVar
 from faults.base import SYNCER, Cluster, Evidence, require_targets
 from faults.errors import FaultError, TargetError
 from faults.kinds import KINDS
+from trainer.core.corruption import CORRUPT_MODES
 
-CORRUPT_MODES = ("nan", "garbage")
 
 
 def _wait_dead(cluster: Cluster, units: list[str], timeout_s: float = 10.0) -> None:

@@ -254,6 +254,15 @@ class LearnerSection(_Strict):
         return self.step_delay_overrides.get(learner_id, self.step_delay_s)
 
 
+def learner_ids(n: int) -> list[str]:
+    """The ids of a cluster's ``n`` learners.
+
+    >>> learner_ids(2)
+    ['learner-0', 'learner-1']
+    """
+    return [f"learner-{i}" for i in range(n)]
+
+
 class RunConfig(_Strict):
     """Everything a run needs; shared verbatim by the syncer and the learners."""
 

@@ -37,7 +37,7 @@ import grpc
 
 from trainer.checkpoint import result_checkpoint
 from trainer.client import SyncClient
-from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.config import RunConfig, add_config_arguments, config_from_arguments, learner_ids
 from trainer.core.credentials import learner_credential
 from trainer.errors import AddressInUse, TrainerError
 from trainer.lifeline import guarded
@@ -68,10 +68,6 @@ def see_log(path: Path, lines: int = 12) -> str:
         tail = []
     body = "".join(f"\n    | {line}" for line in tail if line.strip())
     return f"see {path}" + (f"; its last lines:{body}" if body else "")
-
-
-def learner_ids(n: int) -> list[str]:
-    return [f"learner-{i}" for i in range(n)]
 
 
 def prepare_run_dir(config: RunConfig, run_dir: Path) -> None:

@@ -40,6 +40,7 @@ import numpy as np
 from trainer import events as ev
 from trainer.client import FragmentValue, SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.corruption import CORRUPT_MODES, corrupted
 from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
@@ -50,26 +51,6 @@ from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
 
-CORRUPT_MODES = ("nan", "garbage")
-
-
-def corrupted(arrays: dict[str, np.ndarray], mode: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """What a broken learner would send instead of ``arrays`` (fault injection for chaos tests).
-
-    ``nan`` fills every value with NaN (a diverged learner); ``garbage`` sends
-    random bit patterns of the right shape and dtype (corrupted memory: mostly
-    absurd magnitudes, some NaN/Inf).
-
-    >>> out = corrupted({"w": np.zeros(3, np.float32)}, "nan", np.random.default_rng(0))
-    >>> bool(np.isnan(out["w"]).all())
-    True
-    """
-    if mode == "nan":
-        return {n: np.full_like(a, np.nan) for n, a in arrays.items()}
-    if mode == "garbage":
-        return {n: rng.integers(0, 256, a.nbytes, dtype=np.uint8).view(a.dtype).reshape(a.shape)
-                for n, a in arrays.items()}
-    raise ValueError(f"unknown corrupt mode {mode!r}; expected one of {CORRUPT_MODES}")
 
 
 @dataclass

@@ -16,7 +16,7 @@ from faults.base import SYNCER, Cluster
 from faults.errors import FaultError, TargetError
 from faults.toxiproxy import Toxiproxy
 from trainer.client import SyncClient
-from trainer.launch import learner_ids
+from trainer.config import learner_ids
 
 
 class ProxiedUnits:

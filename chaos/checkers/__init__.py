@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chaos.checkers.base import CheckInput, RunFacts, Verdict
+from chaos.checkers.base import CheckInput, RunFacts, Verdict, overall
 from chaos.checkers.durability import check_durability
 from chaos.checkers.goodput import check_goodput
 from chaos.checkers.liveness import check_liveness
@@ -33,4 +33,4 @@ def run_checks(inp: CheckInput) -> list[Verdict]:
     return [fn(inp) for name, fn in CHECKERS.items() if getattr(inp.checks, name).enabled]
 
 
-__all__ = ["CHECKERS", "CheckInput", "RunFacts", "Verdict", "run_checks"]
+__all__ = ["CHECKERS", "CheckInput", "RunFacts", "Verdict", "overall", "run_checks"]

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from chaos.checkers.bounds import RunPace, run_pace
+from chaos.exit_codes import for_status
 from chaos.history import FaultWindow, History, Phase
 from chaos.scenario import Checks, Scenario
 from faults.kinds import removes, stops_training
@@ -119,3 +120,11 @@ def unavailable_intervals(history: History, learners: tuple[str, ...]) -> tuple[
 
 def covered(t: float, intervals: list[tuple[float, float]]) -> bool:
     return any(a <= t < b for a, b in intervals)
+
+
+def overall(verdicts: list[Verdict]) -> tuple[str, int]:
+    """The run's status and exit code (chaos.exit_codes): any failure fails it; else any undecided check
+    leaves it indeterminate."""
+    status = ("fail" if any(v.status == "fail" for v in verdicts) else
+              "indeterminate" if any(v.status == "indeterminate" for v in verdicts) else "pass")
+    return status, int(for_status(status))

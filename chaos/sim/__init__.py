@@ -7,6 +7,7 @@
 - :mod:`chaos.sim.runner` — :func:`simulate`: scenario in, judged history out.
 """
 
-from chaos.sim.runner import SimOptions, SimResult, simulate
+from chaos.sim.options import SimOptions
+from chaos.sim.runner import SimResult, simulate
 
 __all__ = ["SimOptions", "SimResult", "simulate"]

@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from trainer import events as ev
+from trainer.core.corruption import corrupted
 from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason, Rejected
@@ -33,14 +34,55 @@ from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s
 from trainer.core.syncer_state import Contribution, SyncerState, tensor_specs
-from trainer.learner import corrupted
-from trainer.syncer import merge_fields
+from trainer.policy import merge_fields
 from trainer.training import lr_scale
 
 if TYPE_CHECKING:
-    from chaos.sim.runner import Simulation
+    from chaos.sim.clock import EventLoop
+    from chaos.sim.options import SimOptions
+    from chaos.sim.problem import QuadraticProblem
+    from trainer.config import RunConfig
+    from trainer.core.fragments import Fragment
+    from trainer.core.syncer_state import SyncerPolicy
 
 Respond = Callable[[Any, int], None]  # (reply, reply bytes)
+
+
+class SimHost(Protocol):
+    """What the nodes need of the simulation that drives them (:class:`chaos.sim.runner.Simulation`)."""
+
+    cfg: "RunConfig"
+    config_hash: str
+    opts: "SimOptions"
+    loop: "EventLoop"
+    rng: "np.random.Generator"
+    problem: "QuadraticProblem"
+    policy: "SyncerPolicy"
+    fragments: "tuple[Fragment, ...]"
+    fragment_names: list[list[str]]
+    tokens_per_step: int
+    syncer: "SyncerNode"
+
+    def emit(self, source: str, kind: type, **fields: Any) -> None:
+        """Write one event, stamped with virtual time."""
+        ...
+
+    def rpc(self, node: "LearnerNode", req_bytes: int, handler: Callable[..., None], on_reply: Callable[[Any], None],
+            on_fail: Callable[[], None], on_header: Callable[[], None] | None = None) -> None:
+        """A unary call from a learner to the syncer over its link."""
+        ...
+
+    def upload_seconds(self, lid: str, nbytes: int) -> float:
+        """How long ``nbytes`` take over the learner's link to the syncer."""
+        ...
+
+    def on_merge(self, merges_total: int) -> None:
+        """The syncer merged (the fault plan may start an at_merge fault)."""
+        ...
+
+    def on_syncer_exit(self) -> None:
+        """The syncer finished and exited: the run ends."""
+        ...
 SMALL_MESSAGE = 200  # bytes of a request or reply without tensors
 
 
@@ -55,7 +97,7 @@ class _Waiter:
 class SyncerNode:
     """The syncer process: up, paused or down; its state survives a crash only through checkpoints."""
 
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, sim: SimHost) -> None:
         self.sim = sim
         self.state: SyncerState | None = None
         self.up = False
@@ -332,7 +374,7 @@ class _Job:
 class LearnerNode:
     """One learner id across its incarnations: alive or dead, running or paused."""
 
-    def __init__(self, sim: "Simulation", learner_id: str, index: int) -> None:
+    def __init__(self, sim: SimHost, learner_id: str, index: int) -> None:
         self.sim = sim
         self.lid = learner_id
         self.index = index

@@ -34,19 +34,19 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chaos.checkers import CheckInput, RunFacts, Verdict, run_checks
-from chaos.controller import overall
+from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.history import FaultOp, History, Phase, PlanRecord
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.scenario import Scenario
 from chaos.schedules import Planned, plan
 from chaos.sim.clock import EventLoop
+from chaos.sim.options import SimOptions
 from chaos.sim.effects import play
 from chaos.sim.network import Link
 from chaos.sim.nodes import LearnerNode, SyncerNode
@@ -54,28 +54,9 @@ from chaos.sim.problem import QuadraticProblem
 from trainer import events as ev
 from trainer import model as model_mod
 from trainer.core.fragments import partition_tensors
-from trainer.syncer import policy_from_config
+from trainer.policy import policy_from_config
 
 T0 = 1_700_000_000.0  # virtual epoch: event stamps look like Unix times, as real ones do
-
-
-@dataclass(frozen=True)
-class SimOptions:
-    """How the simulated machines behave. Defaults approximate the tiny model on this project's CI machine."""
-
-    step_time_s: float = 0.03  # seconds per inner step (3 tiny learners sharing 2 cores)
-    step_times: dict[str, float] = field(default_factory=dict)  # per learner: heterogeneous hardware
-    step_jitter: float = 0.05  # ± fraction, seeded
-    restart_delay_s: float = 3.0  # process start, imports and JIT before a restarted learner joins
-    syncer_restart_delay_s: float = 2.0
-    latency_s: float = 0.0005  # one way, per message
-    bandwidth_Bps: float = 1.25e9  # 10 Gbit/s
-    inner_lr: float = 0.1
-    surrogate_dims: int = 16
-    baseline: bool = True  # also simulate the fault-free run, for the parity check
-
-    def key(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True, default=str)
 
 
 @dataclass
@@ -102,7 +83,7 @@ class SimResult:
 
     def write(self, out_dir: str | Path) -> Any:
         """Write the run directory a real run would leave, and its reports; returns the controller's RunResult."""
-        from chaos.controller import analyse
+        from chaos.analysis import analyse
 
         out = Path(out_dir)
         (out / "events").mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,8 @@ from tests.support import tiny_config, wait_until
 from trainer import events as ev
 from trainer.client import SyncClient, specs_to_pb, upload_messages
 from trainer.proto import diloco_pb2 as pb
-from trainer.syncer import policy_from_config, serve
+from trainer.policy import policy_from_config
+from trainer.syncer import serve
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support import tiny_config, wait_until
-from trainer.launch import LocalCluster, learner_ids
+from trainer.config import learner_ids
+from trainer.launch import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from trainer import events as ev
 from trainer.client import SyncClient, specs_to_pb
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import policy_from_config
+from trainer.policy import policy_from_config
 from trainer.wire import crc32, encode_tensors, split_chunks
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,7 @@ from trainer.core.credentials import learner_credential
 from trainer.core.syncer_state import STEP_SLACK
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import policy_from_config
+from trainer.policy import policy_from_config
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration

@@ -46,7 +46,8 @@ from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import policy_from_config, serve
+from trainer.policy import policy_from_config
+from trainer.syncer import serve
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.checkers import Verdict
+from chaos.checkers import Verdict, overall
 from chaos.cli import main
-from chaos.controller import overall
 from chaos.exit_codes import ExitCode
 
 
