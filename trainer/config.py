@@ -45,6 +45,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainer.core.grace import QuorumPolicy
 from trainer.errors import ConfigError
 
 Mode = Literal["decoupled", "sync-diloco", "data-parallel"]
@@ -195,6 +196,15 @@ class AlgorithmSection(_Strict):
     def overlap_auto(self) -> bool:
         """τ follows the measured round trip (``overlap_steps: auto``)."""
         return self.overlap_steps == "auto"
+
+    def quorum_policy(self) -> QuorumPolicy:
+        """Minimum quorum and the grace window's parameters, as the syncer and both simulators use them.
+
+        >>> AlgorithmSection(mode="decoupled", num_learners=4).quorum_policy().min_quorum
+        1
+        """
+        return QuorumPolicy(self.min_quorum, bool(self.grace), self.grace_gamma, self.grace_cap_steps,
+                            self.overlap_floor, self.overlap_auto)
 
     @property
     def overlap_floor(self) -> int:

@@ -43,7 +43,7 @@ from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
-from trainer.core.syncer_state import Contribution, SyncerState
+from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip
 from trainer.errors import AddressInUse, ConfigError
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
@@ -123,9 +123,8 @@ class SyncerService(pbg.SyncerServicer):
             if meta.get("config_hash") not in (None, self.config_hash):
                 raise ConfigError(f"{path}: checkpoint was written by config {meta.get('config_hash')}, "
                                   f"this run's is {self.config_hash}; use a fresh run directory")
-            # Each newer checkpoint that could not be read is another interval of merges lost: skip past them too.
             unreadable = sum(1 for p in list_checkpoints(self.ckpt_dir) if p.name > path.name)
-            skip = cfg.syncer.checkpoint_every_merges * (1 + unreadable)
+            skip = restore_version_skip(cfg.syncer.checkpoint_every_merges, unreadable)
             self.state = SyncerState.from_checkpoint(policy, self.fragments, arrays, meta, version_skip=skip)
             self.log.emit(ev.Restore(merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
                                      versions=list(self.state.versions), version_skip=skip, path=str(path)))

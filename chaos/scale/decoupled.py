@@ -65,7 +65,7 @@ from chaos.scale.links import comm_times
 from chaos.scale.outages import Outages
 from chaos.scale.result import Timeline, Trace
 from trainer.core.ema import Ema
-from trainer.core.grace import QuorumPolicy, Timing, merge_time
+from trainer.core.grace import Timing, merge_time
 from trainer.core.reasons import RejectReason
 from trainer.core.rounds import cluster_pace, round_at, round_opens
 from trainer.core.replies import upload_outcome
@@ -265,8 +265,7 @@ class _Syncer:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
         self.schedule, self.pace = schedule, pace
-        self.policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_floor,
-                                   a.overlap_auto)
+        self.policy = a.quorum_policy()
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
         self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments

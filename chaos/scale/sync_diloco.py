@@ -31,7 +31,7 @@ from chaos.scale.links import comm_times, transfer_s
 from chaos.scale.outages import Outages
 from chaos.scale.result import COMM, WAIT, Timeline, Trace
 from trainer.core.ema import Ema
-from trainer.core.grace import QuorumPolicy, Timing, merge_time
+from trainer.core.grace import Timing, merge_time
 from trainer.core.schedule import FragmentSchedule
 
 
@@ -61,7 +61,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered))
     sync_step = max(schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
     work = [sync_step * cfg.step_s(i) for i in range(m)]
-    policy = QuorumPolicy(a.min_quorum, bool(a.grace), a.grace_gamma, a.grace_cap_steps, a.overlap_floor)
+    policy = a.quorum_policy()
     timing = Timing(t_step=Ema(value=w.step_s))
     up = transfer_s(cfg.model_bytes, cfg.network.bandwidth, cfg.network.latency)
     down = comm_times(cfg).round_s - up

@@ -33,7 +33,7 @@ from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s
-from trainer.core.syncer_state import Contribution, SyncerState, tensor_specs
+from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip, tensor_specs
 from trainer.policy import merge_fields
 from trainer.training import lr_scale
 
@@ -121,7 +121,7 @@ class SyncerNode:
             self.state = SyncerState.create(sim.policy, sim.fragments, sim.problem.init_params())
         else:
             arrays, meta = self.checkpoint
-            skip = cfg.syncer.checkpoint_every_merges
+            skip = restore_version_skip(cfg.syncer.checkpoint_every_merges)  # a simulated checkpoint is always readable
             self.state = SyncerState.from_checkpoint(sim.policy, sim.fragments, arrays, meta, version_skip=skip)
             sim.emit("syncer", ev.Restore, merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
                      versions=list(self.state.versions), version_skip=skip, path="sim")

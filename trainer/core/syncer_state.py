@@ -122,6 +122,17 @@ def tensor_specs(tensors: Mapping[str, Any]) -> Specs:
     return {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
 
 
+def restore_version_skip(checkpoint_every_merges: int, unreadable_newer: int = 0) -> int:
+    """How far a restored syncer moves every version ahead: one checkpoint interval of merges that may have been
+    lost, plus one interval per newer checkpoint that could not be read (those merges are lost too), so versions
+    never go backwards.
+
+    >>> restore_version_skip(20), restore_version_skip(20, unreadable_newer=2)
+    (20, 60)
+    """
+    return checkpoint_every_merges * (1 + unreadable_newer)
+
+
 @dataclass(frozen=True)
 class SyncerPolicy:
     """Everything that decides the syncer's behaviour (see the run config for meanings)."""
