@@ -1,4 +1,4 @@
-"""Where a test tier's time goes: a JUnit file summed per test folder (README: "CI tiers").
+"""Where a test tier's time goes: a JUnit file summed per test folder (docs/ci-tiers.md).
 
     scripts/test -p no:cacheprovider --junitxml J      # or scripts/test --quick ..., scripts/nightly
     .venv/bin/python -m benchmarks.tier_times J [--slowest 3]

@@ -67,4 +67,4 @@ def regime_warnings(merges: Merges, *, first_fault: float | None, learners: int,
     return [f"outside the regime: {per_merge:.1f} of {learners} learners per merge {where} "
             f"({len(calm)} merges after start-up). Uploads spread over more than the grace window, so the checks "
             f"measure the harness rather than Decoupled DiLoCo; emulate accelerator steps with "
-            f"cluster.learner.step_delay_s (README: \"emulated accelerators\") or give the machine fewer learners."]
+            f"cluster.learner.step_delay_s (docs/benchmarks.md: \"emulated accelerators\") or give the machine fewer learners."]

@@ -7,7 +7,7 @@ scale (decoupled, M = 8, P = H = 24). Durations and counts take units
 (``7d``, ``1y``, ``500ms``, ``2.4M``, ``12B``, ``5Gbps``).
 
 The recovery defaults are this project's calibration against the paper's
-goodput table (README, "Scale simulator"): a failure costs a non-elastic job
+goodput table (docs/scale-simulator.md): a failure costs a non-elastic job
 ``detect_s + restart_s`` = 74 s of global downtime (plus the step in flight) and an elastic one
 ``detect_s + reconfigure_s`` = 22 s; the paper's own text puts these at
 60–85 s and 20–30 s.

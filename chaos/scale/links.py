@@ -1,6 +1,6 @@
 """How long communication takes, and how much of it a step can hide.
 
-Assumptions (stated in the README's scale-simulator section):
+Assumptions (stated in docs/scale-simulator.md):
 
 - **Data-parallel** all-reduces the gradients (``params × bytes_per_param``)
   every step. Inside a site the interconnect keeps up (its cost is part of

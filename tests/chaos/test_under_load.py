@@ -5,7 +5,7 @@ cluster (kill-and-rejoin's) with a learner killed and restarted, then another le
 the syncer killed and restarted, each healed before the next, with busy processes on every core
 (chaos.load.CpuLoad, seeded) for the whole run, baselines included when they are not cached yet. One run
 instead of one per fault: the 3-seed baseline band is computed once either way and is most of the cost; every
-built-in alone, three times under load, is `benchmarks.under_load` (README: "Verdicts under load").
+built-in alone, three times under load, is `benchmarks.under_load` (docs/scenarios-and-checks.md: "Verdicts under load").
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from chaos.scenario import scenario_with
 
 pytestmark = pytest.mark.chaos
 
-# Spaced by the faults' own reintegration times under load (README's under-load table: ~25 s after a heal).
+# Spaced by the faults' own reintegration times under load (docs/scenarios-and-checks.md's under-load table: ~25 s after a heal).
 COMPOUND = [
     {"fault": "kill", "targets": ["learner-1"], "at": 3, "duration": 8},
     {"fault": "partition", "targets": ["learner-0"], "at": 25, "duration": 10},

@@ -1,4 +1,4 @@
-"""The README's example of a user's own chaos property test, verbatim: it must keep working."""
+"""docs/pytest-plugin.md's example of a user's own chaos property test, verbatim: it must keep working."""
 
 from hypothesis import given
 

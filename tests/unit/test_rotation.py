@@ -1,4 +1,4 @@
-"""The nightly rotation: every member of every rotated family runs within a week of nights (README: "CI tiers")."""
+"""The nightly rotation: every member of every rotated family runs within a week of nights (docs/ci-tiers.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-change tier still runs every fault kind and every check for real (README: "CI tiers").
+"""The per-change tier still runs every fault kind and every check for real (docs/ci-tiers.md).
 
 Tests that inject a fault kind into real processes, the real Toxiproxy or real containers, or that judge a whole
 real run with a check, say so with ``@pytest.mark.covers("kill", "liveness", ...)``. Moving such a test to the

@@ -28,7 +28,7 @@ their syncs spread over more than a step; over slow links, where every upload
 arrives after the opening and a round merges at its first arrival plus the
 grace window, the spread is what makes uploads late: one run in five of
 ``benchmarks.slow_links`` merged 2.0 learners per round and needed 1.5× the
-tokens (README, "Choices").
+tokens (docs/trainer.md, "Choices").
 
 Example:
     >>> t = StepTimes()
