@@ -45,7 +45,8 @@ from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError
-from faults.toxiproxy import Toxiproxy, ToxiproxyServer
+from faults.toxiproxy import Toxiproxy
+from faults.toxiproxy_server import ToxiproxyServer
 from trainer.config import RunConfig
 from trainer.errors import TrainerError
 from trainer.launch import see_log

@@ -173,7 +173,7 @@ def chaos_seed() -> int:
 @pytest.fixture(scope="session")
 def chaos_toxiproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real Toxiproxy server for the whole session (fails, naming scripts/install-toxiproxy, if missing)."""
-    from faults.toxiproxy import ToxiproxyServer
+    from faults.toxiproxy_server import ToxiproxyServer
 
     with ToxiproxyServer(log_path=tmp_path_factory.mktemp("toxiproxy") / "toxiproxy.log") as server:
         yield server

@@ -12,7 +12,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from hypothesis import settings  # noqa: E402
 
-from faults.toxiproxy import ToxiproxyServer  # noqa: E402 - after the JAX environment is set
+from faults.toxiproxy_server import ToxiproxyServer  # noqa: E402 - after the JAX environment is set
 
 # No per-example deadline: the machine is shared and noisy, and a slow example is not a failure.
 settings.register_profile("diloco", deadline=None)

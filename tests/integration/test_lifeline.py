@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from chaos.load import CpuLoad
-from faults.toxiproxy import ToxiproxyServer
+from faults.toxiproxy_server import ToxiproxyServer
 from trainer.config import RunConfig
 from trainer.launch import LocalCluster
 from trainer.lifeline import guarded

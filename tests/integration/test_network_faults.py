@@ -29,7 +29,8 @@ from faults.network import (
     ResetPeer,
     toxic_name,
 )
-from faults.toxiproxy import Toxiproxy, ToxiproxyServer
+from faults.toxiproxy import Toxiproxy
+from faults.toxiproxy_server import ToxiproxyServer
 from tests.support import EchoHandler, wait_until
 
 pytestmark = pytest.mark.integration

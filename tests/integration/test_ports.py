@@ -8,7 +8,7 @@ import pytest
 
 from chaos.backends.local import LocalBackend
 from faults.base import SYNCER
-from faults.toxiproxy import ToxiproxyServer
+from faults.toxiproxy_server import ToxiproxyServer
 from tests.support import tiny_config, wait_until
 from trainer.client import SyncClient
 from trainer.errors import AddressInUse

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import faults.toxiproxy as toxiproxy_module
+import faults.toxiproxy_server as toxiproxy_server_module
 from faults.errors import ToxiproxyError, ToxiproxyNotInstalled
-from faults.toxiproxy import ProxySpec, Toxic, Toxiproxy, ToxiproxyApiError, ToxiproxyServer
+from faults.toxiproxy import ProxySpec, Toxic, Toxiproxy, ToxiproxyApiError
+from faults.toxiproxy_server import ToxiproxyServer
 from tests.support import EchoHandler, wait_until
 
 pytestmark = pytest.mark.integration
@@ -248,7 +249,7 @@ def test_find_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_pa
     with pytest.raises(ToxiproxyNotInstalled, match="scripts/install-toxiproxy"):
         ToxiproxyServer.find_binary()
     monkeypatch.delenv("TOXIPROXY_SERVER")
-    monkeypatch.setattr(toxiproxy_module, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(toxiproxy_server_module, "REPO_ROOT", tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToxiproxyNotInstalled, match="scripts/install-toxiproxy"):
         ToxiproxyServer.find_binary()
@@ -264,7 +265,7 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_server_dies_with_its_parent_even_on_sigkill() -> None:
-    code = ("import time; from faults.toxiproxy import ToxiproxyServer; s = ToxiproxyServer().start(); "
+    code = ("import time; from faults.toxiproxy_server import ToxiproxyServer; s = ToxiproxyServer().start(); "
             "print(s.pid, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
