@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from chaos import report
+from chaos import formatting
 
 RESULTS = Path("benchmarks/results")
 
@@ -58,7 +58,7 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """The chaos reports' Markdown table, with benchmark cells (:func:`fmt`)."""
-    return report.markdown_table(header, rows, fmt)
+    return formatting.markdown_table(header, rows, fmt)
 
 
 def median_or_none(values: Sequence[float]) -> float | None:
@@ -83,9 +83,9 @@ def write_results(name: str, *, config: dict[str, Any], results: dict[str, Any],
     return path
 
 
-new_figure = report.new_figure
+new_figure = formatting.new_figure
 
 
 def save_figure(fig: Any, name: str, out_dir: Path = RESULTS) -> Path:
     """``<out_dir>/<name>.png``."""
-    return report.save_figure(fig, out_dir / f"{name}.png")
+    return formatting.save_figure(fig, out_dir / f"{name}.png")

@@ -95,7 +95,8 @@ def _false_alarm(scenario: Scenario) -> dict[str, Any] | None:
 
 
 def _write_reports(out_dir: Path, history: History, report: dict[str, Any]) -> None:
-    from chaos.report import write_markdown, write_timeline  # matplotlib is slow to import: only when reporting
+    from chaos.report import write_markdown
+    from chaos.timeline import write_timeline  # matplotlib is slow to import: only when reporting
 
     (out_dir / "report.json").write_text(json.dumps(report, indent=2))
     write_markdown(report, out_dir / "report.md")

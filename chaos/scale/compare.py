@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chaos.report import markdown_table
+from chaos.formatting import markdown_table
 from chaos.scale.config import ScaleConfig, build_scale_config
 from chaos.scale.quantities import format_count, format_duration
 from chaos.scale.result import ScaleResult

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from chaos.report import new_figure, save_figure
+from chaos.formatting import new_figure, save_figure
 from chaos.scale.result import COMM, DOWN, PAUSED, TRAIN, WAIT, ScaleResult
 
 COLOURS = {TRAIN: "#4c9a2a", WAIT: "#f2c14e", COMM: "#5b8def", PAUSED: "#f08a24", DOWN: "#c0392b"}

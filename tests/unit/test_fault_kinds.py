@@ -8,7 +8,7 @@ import typing
 
 import pytest
 
-from chaos.report import fault_family
+from chaos.timeline import fault_family
 from chaos.scenario import FaultSpec, ScenarioError, parse_scenario
 from chaos.schedules import plan
 from chaos.sim.effects import EFFECTS

@@ -1,4 +1,4 @@
-"""chaos.report: the Markdown report and the timeline PNG, from a synthetic history and report."""
+"""chaos.report and chaos.timeline: the Markdown report and the timeline PNG, from a synthetic history and report."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from chaos import report as rep
+from chaos import timeline as tl
 from chaos.history import FaultOp, History, Phase, PlanRecord
 from trainer import events as ev
 
@@ -179,18 +180,18 @@ def test_write_markdown(tmp_path: Path) -> None:
 # ---- timeline -----------------------------------------------------------------
 def test_times_are_relative_to_steady() -> None:
     h = _history()
-    assert rep.timeline_origin(h) == T0
-    assert rep.relative_times(h, [T0 - 8.0, T0 + 5.1]) == pytest.approx([-8.0, 5.1])
+    assert tl.timeline_origin(h) == T0
+    assert tl.relative_times(h, [T0 - 8.0, T0 + 5.1]) == pytest.approx([-8.0, 5.1])
     no_steady = History(records=[r for r in h.records if not (isinstance(r, Phase) and r.name == "steady")],
                         events=h.events)
-    assert rep.timeline_origin(no_steady) == h.start == T0 - 8.0
-    assert rep.timeline_origin(History(records=[], events=[])) == 0.0
+    assert tl.timeline_origin(no_steady) == h.start == T0 - 8.0
+    assert tl.timeline_origin(History(records=[], events=[])) == 0.0
 
 
 def test_lanes_and_families() -> None:
-    assert rep.learner_lanes(_history()) == ["learner-0", "learner-1"]
-    assert rep.fault_family("kill") == "process" and rep.fault_family("latency") == "network"
-    assert rep.fault_family("cpu_limit") == "process"
+    assert tl.learner_lanes(_history()) == ["learner-0", "learner-1"]
+    assert tl.fault_family("kill") == "process" and tl.fault_family("latency") == "network"
+    assert tl.fault_family("cpu_limit") == "process"
 
 
 def _assert_png(path: Path) -> None:
@@ -201,7 +202,7 @@ def _assert_png(path: Path) -> None:
 
 def test_timeline_png(tmp_path: Path) -> None:
     out = tmp_path / "timeline.png"
-    rep.write_timeline(_history(), _failing(), out)
+    tl.write_timeline(_history(), _failing(), out)
     _assert_png(out)
     # 12 x 7 in at 100 dpi
     import struct
@@ -212,10 +213,10 @@ def test_timeline_png(tmp_path: Path) -> None:
 
 def test_timeline_png_empty_history(tmp_path: Path) -> None:
     out = tmp_path / "empty.png"
-    rep.write_timeline(History(records=[], events=[]), {}, out)
+    tl.write_timeline(History(records=[], events=[]), {}, out)
     _assert_png(out)
     out2 = tmp_path / "error.png"
-    rep.write_timeline(History(records=[Phase(ts=T0, name="bring_up")], events=[]),
+    tl.write_timeline(History(records=[Phase(ts=T0, name="bring_up")], events=[]),
                        {"scenario": "x", "status": "error", "baseline": None}, out2)
     _assert_png(out2)
 
@@ -228,7 +229,7 @@ def test_timeline_syncer_faults_and_no_steady(tmp_path: Path) -> None:
                              targets=["syncer"], params={"ms": 100}))
     h.records = [r for r in h.records if not (isinstance(r, Phase) and r.name == "steady")]
     out = tmp_path / "t.png"
-    rep.write_timeline(h, REPORT, out)
+    tl.write_timeline(h, REPORT, out)
     _assert_png(out)
 
 
