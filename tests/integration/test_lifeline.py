@@ -21,7 +21,8 @@ from trainer.config import RunConfig
 from trainer.launch import LocalCluster
 from trainer.lifeline import guarded
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")]
 
 
 def test_guarded_runs_the_program_with_its_arguments() -> None:

@@ -74,3 +74,20 @@ def test_container_tests_live_in_one_module() -> None:
     one Docker engine and the compose project's names, so they must stay in one module."""
     modules = {node.split("::")[0] for node, marks in marked_tests() if any(m.name == "docker" for m in marks)}
     assert len(modules) == 1, f"container tests in {sorted(modules)}: keep them in one module (see scripts/test)"
+
+
+SLOW_MARKERS = ("integration", "chaos", "docker", "nightly")
+
+
+def test_folders_and_markers_match() -> None:
+    """A module under tests/<folder>/ for real parts carries that folder's marker (the tiers select by marker), and
+    the fast folders carry none of the real parts' markers at module level."""
+    wrong = []
+    for folder in (*SLOW_MARKERS, "unit", "property"):
+        for path in sorted((TESTS / folder).glob("test_*.py")):
+            names = {m.name for m in _marks(importlib.import_module(f"tests.{folder}.{path.stem}"))}
+            if folder in SLOW_MARKERS and folder not in names:
+                wrong.append(f"tests/{folder}/{path.name} lacks pytestmark {folder}")
+            if folder not in SLOW_MARKERS and names & {"integration", "chaos", "docker"}:
+                wrong.append(f"tests/{folder}/{path.name} is marked {sorted(names)}: move it to that folder")
+    assert not wrong, wrong
