@@ -11,16 +11,18 @@ import random
 import pytest
 
 import benchmarks.fault_latency as fl
-from benchmarks.fault_latency import (
-    KINDS,
-    NETWORK_KINDS,
+import benchmarks.fault_latency_observers as fl_observers
+import benchmarks.fault_latency_plan as fl_plan
+import benchmarks.fault_latency_reading as fl_reading
+from benchmarks.fault_latency import scenario_tree
+from benchmarks.fault_latency_plan import KINDS, NETWORK_KINDS, build_schedule
+from benchmarks.fault_latency_reading import (
     FaultTimes,
     NetRule,
     Obs,
     ProbeSample,
     ProcState,
     StatusSample,
-    build_schedule,
     classify_probe,
     fault_times,
     last_ok,
@@ -31,15 +33,15 @@ from benchmarks.fault_latency import (
     proc_class,
     proc_intervals,
     recovery,
-    scenario_tree,
     scheduling_lags,
     state_at,
     summarize,
 )
 
 
-def test_doctests() -> None:
-    assert doctest.testmod(fl).failed == 0
+@pytest.mark.parametrize("module", [fl, fl_plan, fl_reading, fl_observers])
+def test_doctests(module) -> None:
+    assert doctest.testmod(module).failed == 0
 
 
 # ---- onset / recovery --------------------------------------------------------------------------------------
@@ -201,14 +203,14 @@ def test_schedule_is_seeded_back_to_back_and_complete() -> None:
     assert sorted(s.kind for s in a) == sorted(kinds * 3)
     b = build_schedule(kinds, 3, random.Random(5), repeats_of={"corrupt": 1, "kill": 0})
     assert [s.kind for s in b].count("corrupt") == 1 and "kill" not in {s.kind for s in b}
-    assert a[0].start_s == fl.FIRST_SLOT_S
+    assert a[0].start_s == fl_plan.FIRST_SLOT_S
     for prev, nxt in zip(a, a[1:]):
         assert nxt.start_s == prev.end_s
     for s in a:
         spec = KINDS[s.kind]
-        assert s.start_s + fl.LEAD_S <= s.at <= s.start_s + fl.LEAD_S + fl.JITTER_S
+        assert s.start_s + fl_plan.LEAD_S <= s.at <= s.start_s + fl_plan.LEAD_S + fl_plan.JITTER_S
         assert s.at + s.duration < s.end_s  # the heal falls inside the slot
-        assert s.target == ("syncer" if not spec.learner_target else s.target) and s.target in (*fl.LEARNERS, "syncer")
+        assert s.target == ("syncer" if not spec.learner_target else s.target) and s.target in (*fl_plan.LEARNERS, "syncer")
 
 
 def test_scenario_tree_is_a_valid_scenario() -> None:
@@ -221,7 +223,7 @@ def test_scenario_tree_is_a_valid_scenario() -> None:
     assert [p.fault_id for p in planned] == [s.fault_id for s in slots]
     assert [(p.at, p.duration, p.targets) for p in planned] == [(s.at, s.duration, (s.target,)) for s in slots]
     assert sc.timeout_s > slots[-1].end_s
-    assert sc.cluster.algorithm.num_learners == len(fl.LEARNERS)
+    assert sc.cluster.algorithm.num_learners == len(fl_plan.LEARNERS)
     for p in planned:  # the controller builds the project's own fault classes from them
         assert p.build().kind == p.kind
 
@@ -249,7 +251,7 @@ def test_fault_times_and_lags() -> None:
 
 
 def test_measure_a_pause_from_fake_observations() -> None:
-    slot = fl.Slot(0, "s00-pause", "pause", "learner-0", 1.0, 1.35, 0.5, 2.5)
+    slot = fl_plan.Slot(0, "s00-pause", "pause", "learner-0", 1.0, 1.35, 0.5, 2.5)
     ft = FaultTimes("s00-pause", "pause", 1.35, 0.5, inject_invoke=101.36, inject_done=101.361, inject_ok=True,
                     heal_invoke=101.87, heal_done=101.871, heal_ok=True)
     obs = fl.Observer([slot])
@@ -262,7 +264,7 @@ def test_measure_a_pause_from_fake_observations() -> None:
 
 
 def test_measure_a_network_fault_without_baseline_says_so() -> None:
-    slot = fl.Slot(0, "s00-link_down", "link_down", "learner-1", 1.0, 1.3, 0.5, 2.8)
+    slot = fl_plan.Slot(0, "s00-link_down", "link_down", "learner-1", 1.0, 1.3, 0.5, 2.8)
     ft = FaultTimes("s00-link_down", "link_down", 1.3, 0.5, inject_invoke=101.3, inject_ok=True, heal_invoke=101.8)
     obs = fl.Observer([slot])
     obs.probes = {"s00-link_down": [ProbeSample(101.31, 101.32, "UNAVAILABLE")]}
@@ -273,8 +275,8 @@ def test_measure_a_network_fault_without_baseline_says_so() -> None:
 # ---- summaries -----------------------------------------------------------------------------------------------
 
 def test_summarize_and_periods() -> None:
-    assert summarize([]) == fl.Summary(0, None, None)
-    assert summarize([None, 5.0]) == fl.Summary(1, 5.0, 5.0)
+    assert summarize([]) == fl_reading.Summary(0, None, None)
+    assert summarize([None, 5.0]) == fl_reading.Summary(1, 5.0, 5.0)
     assert period_ms([0.0, 0.001, 0.003, 10.0]) == [1.0, 2.0]
     assert fl.percentile([5.0] * 99 + [100.0], 0.99) == 5.0
     assert fl.percentile(list(range(1, 101)), 0.99) == 99
@@ -294,8 +296,8 @@ def test_table_rows_report_missed_and_overlapped_repeats() -> None:
 
 
 def test_measure_all_ends_windows_at_the_next_inject_and_flags_overlap() -> None:
-    slots = [fl.Slot(0, "a", "pause", "learner-0", 1.0, 1.3, 0.5, 2.5),
-             fl.Slot(1, "b", "pause", "learner-0", 2.5, 2.8, 0.5, 4.0)]
+    slots = [fl_plan.Slot(0, "a", "pause", "learner-0", 1.0, 1.3, 0.5, 2.5),
+             fl_plan.Slot(1, "b", "pause", "learner-0", 2.5, 2.8, 0.5, 4.0)]
     times = {"a": FaultTimes("a", "pause", 1.3, 0.5, inject_invoke=101.3, inject_done=101.3, inject_ok=True,
                              heal_invoke=101.8, heal_done=101.8, heal_ok=True),
              # b injected before a's heal returned (a late controller): overlapped
