@@ -44,9 +44,10 @@ class KindSpec:
         return self.kind in NETWORK_KINDS
 
 
-# The kinds this benchmark times: every kind local processes and the real Toxiproxy can inject.
+# Of the kinds local processes and the real Toxiproxy can inject: those on a learner's link, and those whose
+# recovery is a new learner incarnation.
 NETWORK_KINDS = frozenset(k for k in fault_kinds.LOCAL_KINDS if fault_kinds.KINDS[k].family == "network")
-RESTART_KINDS = frozenset(k for k in fault_kinds.LOCAL_KINDS if fault_kinds.KINDS[k].restarts) - {"syncer_crash"}  # a new learner incarnation
+RESTART_KINDS = frozenset(k for k in fault_kinds.LOCAL_KINDS if fault_kinds.KINDS[k].restarts) - {"syncer_crash"}
 
 KINDS: dict[str, KindSpec] = {k.kind: k for k in (
     # Restarts import JAX: ~1 s on an idle machine, 3-10 s under load (measured here); a syncer restart also
