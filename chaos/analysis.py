@@ -20,6 +20,9 @@ from chaos.scenario import Scenario
 from trainer import events as ev
 from trainer.metrics import summarize_run
 
+# report.json's layout: raised when a field changes meaning or goes away (readers check it), not when one is added.
+REPORT_SCHEMA_VERSION = 1
+
 
 @dataclass
 class RunResult:
@@ -58,6 +61,7 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
                                learners=cfg.algorithm.num_learners, mode=cfg.algorithm.mode,
                                baseline=_baseline_merges(baseline))
     report = {
+        "schema_version": REPORT_SCHEMA_VERSION,
         "scenario": scenario.name, "description": scenario.description, "status": status, "exit_code": code,
         "run_dir": str(out_dir), "seed": scenario.seed, "config_hash": cfg.config_hash(),
         "started_at": history.start, "wall_s": round(history.end - history.start, 3),
