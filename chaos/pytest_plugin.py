@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,9 @@ class ChaosOptions:
 
 
 OPTIONS = ChaosOptions()  # set from the command line at configure time, read when test modules are imported
+# What OPTIONS held before this session configured it: an in-process inner session (pytester's runpytest) must not
+# leave its options behind for the outer session's later tests (it reset a nightly's seed and examples).
+_OUTER = pytest.StashKey[ChaosOptions]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -95,6 +98,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_OUTER] = replace(OPTIONS)
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     OPTIONS.examples = max(int(config.getoption("--chaos-examples", 25)), 1)
@@ -103,6 +107,13 @@ def pytest_configure(config: pytest.Config) -> None:
     OPTIONS.rotation = not config.getoption("--chaos-no-rotation", False)
     reports = config.getoption("--chaos-reports", None)
     OPTIONS.reports = Path(reports) if reports else None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    outer = config.stash.get(_OUTER, None)
+    if outer is not None:
+        for f in fields(ChaosOptions):
+            setattr(OPTIONS, f.name, getattr(outer, f.name))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -72,6 +74,15 @@ def test_no_rotation_runs_every_member(pytester: pytest.Pytester) -> None:
     r = pytester.runpytest("-p", "no:cacheprovider", "--chaos-nightly", "--chaos-no-rotation")
     r.assert_outcomes(passed=6)
     r.stdout.fnmatch_lines(["*diloco-chaos: nightly, no rotation*"])
+
+
+def test_an_inner_session_leaves_the_outer_sessions_options_alone(pytester: pytest.Pytester) -> None:
+    from chaos.pytest_plugin import OPTIONS
+
+    before = replace(OPTIONS)
+    pytester.makepyfile(TESTS)
+    pytester.runpytest("-p", "no:cacheprovider", "--chaos-seed", "4242", "--chaos-examples", "7", "--chaos-nightly")
+    assert OPTIONS == before
 
 
 def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
