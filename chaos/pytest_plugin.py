@@ -127,6 +127,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if OPTIONS.nightly:
         if OPTIONS.rotation:
             _rotate(config, items)
+        # The long tests first (a stable sort keeps the rest in order): parallel workers then finish close together.
+        items.sort(key=lambda i: i.get_closest_marker("nightly") is None)
         return
     keep = [i for i in items if i.get_closest_marker("nightly") is None]
     dropped = [i for i in items if i.get_closest_marker("nightly") is not None]

@@ -49,6 +49,9 @@ def test_chaos_nightly_runs_them_with_the_given_seed(pytester: pytest.Pytester) 
 ROTATED = '''
 import pytest
 
+def test_per_change():
+    pass
+
 @pytest.mark.nightly
 @pytest.mark.rotate(per_night=2)
 @pytest.mark.parametrize("n", range(5))
@@ -65,15 +68,16 @@ def test_whole():
 def test_a_rotated_family_runs_tonights_slice(pytester: pytest.Pytester, seed: int, members: str) -> None:
     pytester.makepyfile(ROTATED)
     r = pytester.runpytest("-p", "no:cacheprovider", "-v", "--chaos-nightly", "--chaos-seed", str(seed))
-    r.assert_outcomes(passed=len(members) + 1, deselected=5 - len(members))
+    r.assert_outcomes(passed=len(members) + 2, deselected=5 - len(members))
     r.stdout.fnmatch_lines([f"*test_member?{m}? PASSED*" for m in members])
 
 
 def test_no_rotation_runs_every_member(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(ROTATED)
-    r = pytester.runpytest("-p", "no:cacheprovider", "--chaos-nightly", "--chaos-no-rotation")
-    r.assert_outcomes(passed=6)
+    r = pytester.runpytest("-p", "no:cacheprovider", "-v", "--chaos-nightly", "--chaos-no-rotation")
+    r.assert_outcomes(passed=7)
     r.stdout.fnmatch_lines(["*diloco-chaos: nightly, no rotation*"])
+    r.stdout.fnmatch_lines(["*test_member?4? PASSED*", "*test_whole PASSED*", "*test_per_change PASSED*"])  # long first
 
 
 def test_an_inner_session_leaves_the_outer_sessions_options_alone(pytester: pytest.Pytester) -> None:
