@@ -162,7 +162,9 @@ class _Execution:
 
     def heal(self, step: Heal) -> None:
         p, why = step.planned, step.why
-        fault = self.faults.pop(p.fault_id)
+        fault = self.faults.pop(p.fault_id, None)
+        if fault is None:  # its injector could not even be built: nothing was injected, nothing to heal
+            return
         self._record(p, fault, "heal", "invoke", {"why": why} if why else None)
         if step.skip:
             self._record(p, fault, "heal", "ok", {"skipped": "training finished; teardown stops every process"})
