@@ -46,10 +46,10 @@ from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.scenario import Scenario
 from chaos.schedules import Planned, plan
 from chaos.sim.clock import EventLoop
-from chaos.sim.options import SimOptions
 from chaos.sim.effects import play
 from chaos.sim.network import Link
 from chaos.sim.nodes import LearnerNode, SyncerNode
+from chaos.sim.options import SimOptions
 from chaos.sim.problem import QuadraticProblem
 from trainer import events as ev
 from trainer import model as model_mod
