@@ -7,8 +7,6 @@ syncer; the simulation (:class:`SimCluster`) is what it acts on, as
 does not model on the syncer has ``syncer=None``: the run's evidence notes it.
 
 Example:
-    >>> sorted(EFFECTS) == sorted(KINDS)
-    True
     >>> EFFECTS["slow"].syncer is None, EFFECTS["syncer_crash"].learner is None
     (True, True)
 """
@@ -18,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
-
-from faults.kinds import KINDS
 
 if TYPE_CHECKING:
     from chaos.schedules import Planned
