@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 Tensors = dict[str, np.ndarray]
+MAX_CURVATURE = 1.0  # the largest per-coordinate curvature: an SGD step moves θ by at most lr·(|θ − c| + noise)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class QuadraticProblem:
                heterogeneity: float = 0.3, noise: float = 0.5, floor: float = 2.0) -> "QuadraticProblem":
         rng = np.random.default_rng([seed, 0x51])
         names = sorted(shapes)
-        curvature = {n: np.exp(rng.uniform(np.log(1e-3), 0.0, dims)).astype(np.float32) for n in names}
+        curvature = {n: np.exp(rng.uniform(np.log(1e-3), np.log(MAX_CURVATURE), dims)).astype(np.float32)
+                     for n in names}
         center = {n: rng.normal(0.0, 3.0, dims).astype(np.float32) for n in names}
         offsets = tuple({n: (heterogeneity * rng.normal(0.0, 1.0, dims)).astype(np.float32) for n in names}
                         for _ in range(learners))

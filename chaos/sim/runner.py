@@ -50,7 +50,7 @@ from chaos.sim.effects import play
 from chaos.sim.network import Link
 from chaos.sim.nodes import LearnerNode, SyncerNode
 from chaos.sim.options import SimOptions
-from chaos.sim.problem import QuadraticProblem
+from chaos.sim.problem import MAX_CURVATURE, QuadraticProblem
 from trainer import events as ev
 from trainer import model as model_mod
 from trainer.core.fragments import partition_tensors
@@ -179,10 +179,15 @@ class Simulation:
                                                learners=max(len(learners), 1))
         self.fragments = partition_tensors(self.problem.real_sizes(), self.cfg.algorithm.num_fragments)
         self.fragment_names = [list(f.names) for f in self.fragments]
-        # The surrogate learners take SGD steps on a quadratic, not AdamW steps on the model: the bound one inner
-        # AdamW step puts on an update (trainer.core.claims) does not describe them, and refused most honest
-        # uploads (72 outlier_norm refusals in a fault-free run). The merged-norm median guard stays on.
-        self.policy = replace(policy_from_config(self.cfg), inner_lr=0.0)
+        # The syncer bounds one inner step's update (trainer.core.claims) by lr·(K·√n + wd·‖Θ‖), written for
+        # AdamW. The surrogate learners take SGD steps on a quadratic instead, lr·(a⊙(θ − c) + noise) with
+        # curvature a ≤ 1: the same form with the simulator's lr and twice the curvature in the decay's place
+        # (K = 10 covers ‖c‖ + noise ≈ 3.8·√n; the 2 covers a learner's θ drifting from the current Θ). Without that bound a learner sending garbage from the first round had
+        # nothing to compare against (the merged-norm median needs a history) and blew the model up (nightly,
+        # 2026-12-02). Data-parallel uploads gradients: no step bound there, as in the trainer.
+        policy = policy_from_config(self.cfg)
+        self.policy = replace(policy, inner_lr=opts.inner_lr if policy.inner_lr > 0 else 0.0,
+                              inner_weight_decay=2 * MAX_CURVATURE)
         self.tokens_per_step = self.policy.tokens_per_step
         self.records: list[Any] = []
         self.events: list[ev.Event] = []

@@ -105,6 +105,16 @@ def test_corrupt_learner_is_refused_and_parameters_stay_finite() -> None:
         assert [v.status for v in r.verdicts if v.name == "safety"] == ["pass"]
 
 
+def test_a_majority_sending_garbage_from_the_first_round_is_refused() -> None:
+    """Before any merge there is no merged-norm history to compare against, and a majority of corrupt learners
+    owns the median anyway: only the per-step bound the syncer derives from the config stands between their
+    garbage and the model (found by the nightly search: eval loss inf from 60 merges on)."""
+    r = simulate(scenario({"fault": "corrupt", "targets": ["learner-0", "learner-1"], "mode": "garbage", "at": 0,
+                           "duration": 2.64}))
+    refused = [e for e in of(r, ev.Reject) if e.reason == "outlier_norm"]
+    assert refused and {e.learner_id for e in refused} == {"learner-0", "learner-1"}
+    assert [v.status for v in r.verdicts if v.name in ("safety", "parity")] == ["pass", "pass"]
+
 def test_without_the_norm_guard_finite_garbage_reaches_the_model() -> None:
     """Negative control for the guard above: safety can fail."""
     r = simulate(parse_scenario({"name": "t", "cluster": {"token_budget": 1_200_000,
