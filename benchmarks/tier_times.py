@@ -1,7 +1,7 @@
 """Where a test tier's time goes: a JUnit file summed per test folder (docs/ci-tiers.md).
 
-    scripts/test -p no:cacheprovider --junitxml J      # or scripts/test --quick ..., scripts/nightly
-    .venv/bin/python -m benchmarks.tier_times J [--slowest 3]
+    DILOCO_JUNIT_DIR=J scripts/test -p no:cacheprovider     # or scripts/test --quick ..., scripts/nightly
+    .venv/bin/python -m benchmarks.tier_times J/*.xml [--slowest 3]
 
 Each row is a folder's tests summed (doctests: one row, by package): how many, how many did not pass, the sum of
 their durations and the slowest. Under parallel workers (``-n 2``) the sums are per-test times, which add up to
@@ -49,8 +49,8 @@ def folder_of(classname: str) -> str:
     return f"doctests ({parts[0]})"
 
 
-def tier_times(junit: str) -> dict[str, FolderTime]:
-    """Per-folder times of a JUnit XML document (pytest's ``--junitxml``), folders in name order.
+def tier_times(*junits: str) -> dict[str, FolderTime]:
+    """Per-folder times of JUnit XML documents (pytest's ``--junitxml``) taken together, folders in name order.
 
     >>> doc = '''<testsuites><testsuite>
     ... <testcase classname="tests.unit.test_a" name="test_x" time="1.5"/>
@@ -60,9 +60,11 @@ def tier_times(junit: str) -> dict[str, FolderTime]:
     >>> t = tier_times(doc)
     >>> list(t), t["tests/unit"].tests, t["tests/unit"].not_passed, t["tests/unit"].seconds
     (['doctests (chaos)', 'tests/unit'], 2, 1, 2.0)
+    >>> tier_times(doc, doc)["tests/unit"].tests  # one file per phase of scripts/test
+    4
     """
     out: dict[str, FolderTime] = {}
-    for case in ET.fromstring(junit).iter("testcase"):
+    for case in (c for junit in junits for c in ET.fromstring(junit).iter("testcase")):
         row = out.setdefault(folder_of(case.get("classname", "")), FolderTime())
         row.not_passed += any(case.find(tag) is not None for tag in ("failure", "error"))
         row.each.append((float(case.get("time", "0") or 0), f"{case.get('classname', '')}::{case.get('name', '')}"))
@@ -81,13 +83,14 @@ def table(times: dict[str, FolderTime], slowest: int = 3) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("junit", type=Path, help="pytest's --junitxml file")
+    ap.add_argument("junit", type=Path, nargs="+", help="pytest's --junitxml files (scripts/test writes one per "
+                    "phase with DILOCO_JUNIT_DIR=<dir>): their folders summed together")
     ap.add_argument("--slowest", type=int, default=3, help="name this many slowest tests per folder")
     args = ap.parse_args(argv)
     try:
-        times = tier_times(args.junit.read_text(encoding="utf-8"))
+        times = tier_times(*(path.read_text(encoding="utf-8") for path in args.junit))
     except (OSError, ET.ParseError) as err:
-        print(f"error: cannot read {args.junit} as a JUnit XML file: {err}", file=sys.stderr)
+        print(f"error: cannot read {' '.join(map(str, args.junit))} as JUnit XML files: {err}", file=sys.stderr)
         return 2
     print(table(times, args.slowest))
     return 0

@@ -142,3 +142,30 @@ def test_auto_overlap_gathers_rounds_over_slow_links() -> None:
     fixed, auto = per_merge(2), per_merge("auto")
     # Measured: 2.0 and 3.0 of 3 (1.18 and 3.0 when a round counted bodies, not headers).
     assert auto > fixed + 0.5, (fixed, auto)
+
+
+def _back_after_a_partition_while_the_cluster_slowed() -> float:
+    """Seconds from the heal to learner-3's first merge. Cut off, learner-3 extrapolates the syncer's clock at the
+    pace it last heard (0.01 s a step: the lower median of 0.005, 0.01, 0.05, 0.05); without it the syncer's pace
+    is 0.05 s, so over 20 s learner-3's copy of the clock runs ~1,600 cluster steps ahead (a compose run lost
+    40 s to this: docs/ci-tiers.md)."""
+    s = parse_scenario({"name": "t", "cluster": {"token_budget": 4_000_000, "algorithm": {"num_learners": 4},
+                                                 "syncer": {"checkpoint_every_merges": 10, "settle_s": 30}},
+                        "schedule": [{"fault": "partition", "targets": ["learner-3"], "at": 3, "duration": 20}]})
+    opts = SimOptions(baseline=False, step_times={"learner-0": 0.01, "learner-1": 0.05, "learner-2": 0.05,
+                                                  "learner-3": 0.005})
+    r = simulate(s, opts)
+    heal = window(r)[1]
+    back = [m.ts for m in of(r, ev.Merge) if m.ts > heal and any(p.learner_id == "learner-3" for p in m.participants)]
+    assert back, "learner-3 never merged again"
+    return back[0] - heal
+
+
+def test_a_learner_whose_clock_ran_ahead_rejoins_the_cluster_schedule_at_once() -> None:
+    assert _back_after_a_partition_while_the_cluster_slowed() < 0.5  # measured: 0.05 s
+
+
+def test_without_the_rewind_it_waits_for_the_cluster_to_reach_its_own_rounds(monkeypatch) -> None:
+    """Negative control for the test above."""
+    monkeypatch.setattr("trainer.core.learner_book.REWIND_AFTER_ROUNDS", 10**9)
+    assert _back_after_a_partition_while_the_cluster_slowed() > 5.0  # measured: 10.1 s

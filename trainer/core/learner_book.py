@@ -36,6 +36,17 @@ On the clock, the cluster step decides (here 3 own steps cover 4 cluster steps):
     []
     >>> [(s.fragment, s.round, s.c_steps) for s in c.on_step(step=2, tokens=64, cluster_step=2.1)]
     [(0, 0, 2), (1, 0, 2)]
+
+Cut off from the syncer, a learner's copy of its clock ran ahead to round 4 (the upload was refused); the
+syncer's clock, heard again, is in round 0: the learner syncs at round 1's opening, not at round 5's:
+    >>> d = LearnerBook(FragmentSchedule(1, 4, 1, staggered=True), versions=[0], blocking=False, clocked=True)
+    >>> [s.round for s in d.on_step(step=1, tokens=64, cluster_step=21.0)]
+    [4]
+    >>> d.sync_failed(0, base_version=0)
+    >>> d.on_step(step=2, tokens=64, cluster_step=5.0), d.rewound
+    ([], 1)
+    >>> [(s.round, s.c_steps) for s in d.on_step(step=3, tokens=64, cluster_step=8.5)]
+    [(1, 3)]
 """
 
 from __future__ import annotations
@@ -45,6 +56,11 @@ from typing import Any
 
 from trainer.core.rounds import round_at
 from trainer.core.schedule import FragmentSchedule
+
+
+# A clock heard from the syncer may be a little behind this learner's extrapolation of it (a round it has just
+# claimed by the lookahead): one round ahead is normal; more means the clock this learner followed ran ahead.
+REWIND_AFTER_ROUNDS = 1
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,7 @@ class LearnerBook:
         self._in_flight: dict[int, _InFlight] = {}
         self._inbox: dict[int, tuple[int, Any]] = {}
         self.skipped = 0  # syncs not started because the previous one of that fragment was in flight
+        self.rewound = 0  # fragments whose claimed round was put back onto the cluster's clock (see _due)
 
     def counters(self, fragment: int) -> tuple[int, int]:
         return self._steps[fragment], self._tokens[fragment]
@@ -96,6 +113,13 @@ class LearnerBook:
         due = []
         for p in range(self.schedule.num_fragments):
             r = round_at(self.schedule, p, cluster_step)
+            if self._round[p] > r + REWIND_AFTER_ROUNDS:
+                # Rounds claimed on a clock that ran ahead: a learner cut off from the syncer extrapolates at the
+                # last pace it heard, and the cluster may have slowed since (or a restored syncer's clock is
+                # behind). The syncer refuses them as future rounds; keeping them would make this learner wait
+                # until the cluster reaches its own count (40 s in a compose run) — rejoin the cluster's schedule.
+                self._round[p] = r
+                self.rewound += 1
             if r > self._round[p]:  # one sync for the newest open round, however many opened since the last step
                 self._round[p] = r
                 due.append((p, r))
