@@ -7,7 +7,8 @@ markers
     ``chaos`` (whole scenarios on local processes, minutes), ``docker``
     (containers), ``nightly`` (the long tier: deselected unless
     ``--chaos-nightly``), ``simulation`` (deterministic mode), ``rotate(per_night=k)``
-    (a nightly parametrized family runs k members a night, in turn: :mod:`chaos.rotation`).
+    (a nightly parametrized family runs k members a night, in turn: :mod:`chaos.rotation`;
+    ``family="name"`` makes a module's tests that name it one family).
 options
     ``--chaos-examples N`` generated schedules per property test (default 25);
     ``--chaos-seed N`` the seed of generated schedules (default 0: the
@@ -67,8 +68,9 @@ MARKERS = {
     "docker": "the compose deployment in real containers (needs Docker and the images)",
     "nightly": "the nightly tier: long scenarios, full-size parity; deselected unless --chaos-nightly",
     "simulation": "deterministic mode: generated schedules on the virtual clock",
-    "rotate": "rotate(per_night=k): a nightly parametrized family runs k members a night, in turn by the "
-              "nightly seed's date (chaos.rotation); --chaos-no-rotation runs them all",
+    "rotate": "rotate(per_night=k, family=None): a nightly parametrized family (or a module's tests naming one "
+              "family) runs k members a night, in turn by the nightly seed's date (chaos.rotation); "
+              "--chaos-no-rotation runs them all",
 }
 
 
@@ -138,12 +140,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _rotate(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep tonight's slice of each family marked ``rotate`` (one test function's parametrized members)."""
+    """Keep tonight's slice of each family marked ``rotate``: one test function's parametrized members, or the
+    tests of a module that name the same ``family``."""
     families: dict[tuple[str, str], list[pytest.Item]] = {}
     for item in items:
         mark = item.get_closest_marker("rotate")
         if mark is not None:
-            families.setdefault((item.path.as_posix(), getattr(item, "originalname", item.name)), []).append(item)
+            family = mark.kwargs.get("family") or getattr(item, "originalname", item.name)
+            families.setdefault((item.path.as_posix(), family), []).append(item)
     dropped: list[pytest.Item] = []
     for members in families.values():
         per_night = int(members[0].get_closest_marker("rotate").kwargs["per_night"])

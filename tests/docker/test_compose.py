@@ -88,6 +88,11 @@ def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Pa
     return out, report
 
 
+# The nightly fault runs on the compose deployment, one a night in turn (5 min each at most; every kind they
+# inject also runs per change on local processes, and the container kinds in the per-change compose run below).
+ROTATED = pytest.mark.rotate(per_night=1, family="container faults")
+
+
 @pytest.mark.nightly
 def test_compose_up_runs_the_default_scenario_and_reports_on_the_host() -> None:
     _, report = compose_up_run("kill-and-rejoin-", {"DILOCO_LEARNERS": "3"}, timeout=1500)
@@ -95,6 +100,7 @@ def test_compose_up_runs_the_default_scenario_and_reports_on_the_host() -> None:
 
 
 @pytest.mark.nightly
+@ROTATED
 def test_container_kill_restart_rejoins(deployment, tmp_path) -> None:
     report = run_on_docker("kill-and-rejoin", tmp_path / "kill")
     _passed(report)
@@ -105,6 +111,7 @@ def test_container_kill_restart_rejoins(deployment, tmp_path) -> None:
 
 
 @pytest.mark.nightly
+@ROTATED
 def test_syncer_container_resumes_from_its_checkpoint_volume(deployment, tmp_path) -> None:
     # A container restart stalls training longer than a local process restart (measured 2026-11-30: 13.6 s
     # without merges, +0.061 final loss in a 71 s run, against ~4 s and ≤ 0.02 locally), so parity gets
@@ -115,6 +122,7 @@ def test_syncer_container_resumes_from_its_checkpoint_volume(deployment, tmp_pat
 
 
 @pytest.mark.nightly
+@ROTATED
 def test_toxiproxy_partition_and_bandwidth_between_containers(deployment, tmp_path) -> None:
     for name, effect in (("partition-one", partition_stops_uploads), ("throttle-all", throttle_slows_uploads)):
         report = run_on_docker(name, tmp_path / name)
@@ -182,6 +190,7 @@ def test_compose_up_runs_a_scenario_file_with_container_faults_end_to_end() -> N
 
 
 @pytest.mark.nightly
+@ROTATED
 def test_shrunk_schedule_replays_on_containers(deployment, tmp_path) -> None:
     """The repro a deterministic-mode search writes fails the same way on the compose deployment."""
     from tests.chaos.test_replay import planted_repro

@@ -13,19 +13,26 @@ WEEK = 7
 
 
 def rotated_families() -> dict[str, tuple[int, int]]:
-    """Node id of each test function marked rotate -> (its parametrized members, per_night)."""
-    families = {}
+    """Each rotated family -> (its members, per_night): a test function marked rotate by node id (its
+    parametrized members), or ``<module>::<family>`` for a module's tests that name one family."""
+    families: dict[str, tuple[int, int]] = {}
     for node, marks in marked_tests(("integration", "chaos", "docker", "nightly")):
         rotate = [m for m in marks if m.name == "rotate"]
         if rotate:
             sizes = [len(list(m.args[1])) for m in marks if m.name == "parametrize"]
-            families[node] = (sizes[0] if sizes else 1, int(rotate[0].kwargs["per_night"]))
+            family = rotate[0].kwargs.get("family")
+            key = f"{node.split('::')[0]}::{family}" if family else node
+            members, per_night = families.get(key, (0, int(rotate[0].kwargs["per_night"])))
+            assert per_night == int(rotate[0].kwargs["per_night"]), f"{key}: one per_night for the whole family"
+            families[key] = (members + (sizes[0] if sizes else 1), per_night)
     return families
 
 
 def test_the_long_nightly_families_rotate() -> None:
     assert {n.split("::")[1] for n in rotated_families()} >= {
-        "test_builtin_scenario", "test_builtin_scenario_at_four_times_the_budget", "test_parity_at_full_model_size"}
+        "test_builtin_scenario", "test_builtin_scenario_at_four_times_the_budget", "test_parity_at_full_model_size",
+        "container faults"}
+    assert rotated_families()["tests/docker/test_compose.py::container faults"][0] == 4
 
 
 @pytest.mark.parametrize("node", sorted(rotated_families()))
