@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_scenario(scenario, RunOptions(root / f"run-{i}", baseline_cache=root / "baselines",
                                                       progress=None))
             p = next(v for v in r.verdicts if v.name == "parity").evidence
-            band = {**p["band"], **r.report["baseline"]["band"]}  # where it lies, and the seeds' losses and floors
+            seeds = r.report.baseline.band if r.report.baseline else None  # parity ran: its baseline has a band
+            band = {**p["band"], **(seeds.model_dump() if seeds else {})}  # where it lies; the seeds' losses, floors
             rows_runs.append({"run": i, "final_eval_loss": p["final_eval_loss"], "delta_same_seed": p["delta"],
                               "outside_band": p["outside_band"], "seconds": round(time.monotonic() - t, 1)})
             print(f"  run {i}: {rows_runs[-1]}", flush=True)

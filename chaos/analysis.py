@@ -7,21 +7,19 @@ a run directory gathered from anywhere: it reads files, never a process.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
-from chaos.checkers.false_alarm import cluster_key, measured_rate
-from chaos.history import History
+from chaos.checkers.false_alarm import FalseAlarmQuote, cluster_key, measured_rate
+from chaos.history import History, Teardown
 from chaos.regime import regime_warnings
+from chaos.run_report import REPORT_SCHEMA_VERSION, Baseline, FaultRow, RunReport
 from chaos.scenario import Scenario
 from trainer import events as ev
 from trainer.metrics import summarize_run
 
-# report.json's layout: raised when a field changes meaning or goes away (readers check it), not when one is added.
-REPORT_SCHEMA_VERSION = 1
+__all__ = ["REPORT_SCHEMA_VERSION", "RunResult", "analyse"]  # the version's home: chaos.run_report
 
 
 @dataclass
@@ -29,50 +27,44 @@ class RunResult:
     out_dir: Path
     exit_code: int
     status: str
-    verdicts: list[Verdict] = field(default_factory=list)
-    report: dict[str, Any] = field(default_factory=dict)
+    verdicts: list[Verdict]
+    report: RunReport
 
 
-def _relative_faults(history: History, steady: float) -> list[dict[str, Any]]:
-    return [{"fault_id": w.fault_id, "kind": w.kind, "targets": list(w.targets), "start_s": round(w.start - steady, 3),
-             "end_s": None if w.end is None else round(w.end - steady, 3), "injected": w.injected,
-             "healed": w.healed, "params": w.params} for w in history.fault_windows()]
+def _relative_faults(history: History, steady: float) -> list[FaultRow]:
+    return [FaultRow(fault_id=w.fault_id, kind=w.kind, targets=list(w.targets), start_s=round(w.start - steady, 3),
+                     end_s=None if w.end is None else round(w.end - steady, 3), injected=w.injected,
+                     healed=w.healed, params=w.params) for w in history.fault_windows()]
 
 
-def analyse(scenario: Scenario, out_dir: Path, baseline: dict[str, Any] | None,
-            reference: dict[str, Any] | None = None) -> RunResult:
+def analyse(scenario: Scenario, out_dir: Path, baseline: Baseline | None,
+            reference: Baseline | None = None) -> RunResult:
     """Checks and reports over a finished run directory (also what ``diloco-chaos report`` re-runs)."""
     history = History.read(out_dir)
     history.write_merged(out_dir / "history.jsonl")
     cfg = scenario.cluster
     facts = RunFacts.of(scenario)
-    base_loss = baseline["final_eval_loss"] if baseline else None
-    band = tuple((baseline or {}).get("band", {}).get("excess", ()))  # a run directory from before bands: just one
-    ref_loss = reference["final_eval_loss"] if reference else None
+    base_loss = baseline.final_eval_loss if baseline else None
+    band = tuple(baseline.band.excess) if baseline and baseline.band else ()  # a run directory from before bands
+    ref_loss = reference.final_eval_loss if reference else None
     verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band))
     status, code = overall(verdicts)
     steady_phase = history.phase("steady")
     steady = steady_phase.ts if steady_phase else history.start
-    teardown = history.phase("teardown")
-    not_run = history.phase("not_run")
-    metrics = summarize_run(out_dir)
+    plan = history.plan()
     injected = [w.start for w in history.fault_windows() if w.injected]
     warnings = regime_warnings(_merged_ids(history), first_fault=min(injected, default=None),
                                learners=cfg.algorithm.num_learners, mode=cfg.algorithm.mode,
                                baseline=_baseline_merges(baseline))
-    report = {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "scenario": scenario.name, "description": scenario.description, "status": status, "exit_code": code,
-        "run_dir": str(out_dir), "seed": scenario.seed, "config_hash": cfg.config_hash(),
-        "started_at": history.start, "wall_s": round(history.end - history.start, 3),
-        "verdicts": [v.to_json() for v in verdicts], "warnings": warnings,
-        "plan": (history.plan().faults if history.plan() else []),
-        "faults": _relative_faults(history, steady),
-        "not_run": not_run.detail.get("faults", []) if not_run else [],
-        "baseline": baseline, "reference": reference, "parity_false_alarm": _false_alarm(scenario),
-        "metrics": {k: v for k, v in metrics.items() if k != "eval_curve"},
-        "teardown": teardown.detail if teardown else {},
-    }
+    report = RunReport(
+        scenario=scenario.name, description=scenario.description, status=status, exit_code=code,
+        run_dir=str(out_dir), seed=scenario.seed, config_hash=cfg.config_hash(),
+        started_at=history.start, wall_s=round(history.end - history.start, 3),
+        verdicts=verdicts, warnings=warnings, plan=plan.faults if plan else [],
+        faults=_relative_faults(history, steady), not_run=history.not_run(),
+        baseline=baseline, reference=reference, parity_false_alarm=_false_alarm(scenario),
+        metrics=summarize_run(out_dir).summary(), teardown=history.teardown() or Teardown(),
+    )
     _write_reports(out_dir, history, report)
     return RunResult(out_dir, code, status, verdicts, report)
 
@@ -82,14 +74,14 @@ def _merged_ids(history: History) -> list[tuple[float, list[str]]]:
     return [(m.ts, [p.learner_id for p in m.participants]) for m in history.of(ev.Merge)]
 
 
-def _baseline_merges(baseline: dict[str, Any] | None) -> list[tuple[float, list[str]]] | None:
+def _baseline_merges(baseline: Baseline | None) -> list[tuple[float, list[str]]] | None:
     """The same-seed baseline's merges, when its run directory is readable here (None: no baseline, or it is
     not: a report re-run on another machine)."""
-    run_dir = Path(baseline["run_dir"]) if baseline and baseline.get("run_dir") else None
+    run_dir = Path(baseline.run_dir) if baseline and baseline.run_dir else None
     return _merged_ids(History.read(run_dir)) if run_dir and (run_dir / "events").is_dir() else None
 
 
-def _false_alarm(scenario: Scenario) -> dict[str, Any] | None:
+def _false_alarm(scenario: Scenario) -> FalseAlarmQuote | None:
     """The measured rate at which parity fails a fault-free run at this scenario's tolerance (None: parity off)."""
     parity = scenario.checks.parity
     if not parity.enabled:
@@ -98,10 +90,10 @@ def _false_alarm(scenario: Scenario) -> dict[str, Any] | None:
                          cluster=cluster_key(scenario.cluster))
 
 
-def _write_reports(out_dir: Path, history: History, report: dict[str, Any]) -> None:
+def _write_reports(out_dir: Path, history: History, report: RunReport) -> None:
     from chaos.report import write_markdown
     from chaos.timeline import write_timeline  # matplotlib is slow to import: only when reporting
 
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    report.write(out_dir / "report.json")
     write_markdown(report, out_dir / "report.md")
     write_timeline(history, report, out_dir / "timeline.png")

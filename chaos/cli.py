@@ -25,12 +25,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from chaos.errors import ChaosError, ScenarioError
 from chaos.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from chaos.run_report import RunReport  # imported where used: the CLI starts fast
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = ExitCode.PASS, ExitCode.FAIL, ExitCode.ERROR
 
@@ -81,16 +84,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return code
 
 
-def _print_verdicts(report: dict[str, Any]) -> None:
-    for v in report["verdicts"]:
-        print(f"  {v['status'].upper():13s} {v['name']:14s} {v['summary']}")
-    for w in report.get("warnings") or []:
+def _print_verdicts(report: RunReport) -> None:
+    for v in report.verdicts:
+        print(f"  {v.status.upper():13s} {v.name:14s} {v.summary}")
+    for w in report.warnings:
         print(f"  warning: {w}")
-    where = f"{report['run_dir']}/report.md"
+    where = f"{report.run_dir}/report.md"
     host = os.environ.get("DILOCO_HOST_RUNS_DIR")  # inside compose: where the host sees DILOCO_RUNS_DIR
     if host and os.environ.get("DILOCO_RUNS_DIR") and where.startswith(os.environ["DILOCO_RUNS_DIR"]):
         where = host + where[len(os.environ["DILOCO_RUNS_DIR"]):]
-    print(f"{report['status'].upper()}: {where}")
+    print(f"{report.status.upper()}: {where}")
 
 
 def _default_out(root_env: str, default_root: str, name: str) -> Path:
@@ -203,6 +206,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from chaos.analysis import analyse
+    from chaos.run_report import Baseline
     from chaos.scenario import parse_scenario
 
     run_dir = Path(args.run_dir)
@@ -210,10 +214,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not spath.exists():
         raise ChaosError(f"{run_dir}: no scenario.json; is this a diloco-chaos run directory?")
     scenario = parse_scenario(json.loads(spath.read_text()), str(spath))
-    bpath = run_dir / "baseline.json"
-    baseline = json.loads(bpath.read_text()) if bpath.exists() else None
-    rpath = run_dir / "reference.json"
-    reference = json.loads(rpath.read_text()) if rpath.exists() else None
+    bpath, rpath = run_dir / "baseline.json", run_dir / "reference.json"
+    baseline = Baseline.read(bpath) if bpath.exists() else None
+    reference = Baseline.read(rpath) if rpath.exists() else None
     result = analyse(scenario, run_dir, baseline, reference)
     _print_verdicts(result.report)
     return result.exit_code

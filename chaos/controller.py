@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import shutil
 import signal
 import threading
@@ -39,8 +38,9 @@ from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
 from chaos.analysis import RunResult, analyse
 from chaos.errors import ChaosError, RunError
-from chaos.history import FaultOp, Phase, PlanRecord, Recorder
+from chaos.history import FaultOp, NotRun, NotRunPhase, Phase, PlanRecord, Recorder, Teardown, TeardownPhase
 from chaos.interpreter import Heal, Inject, PlanInterpreter
+from chaos.run_report import Band, Baseline
 from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
@@ -50,7 +50,7 @@ from faults.toxiproxy_server import ToxiproxyServer
 from trainer.config import RunConfig
 from trainer.errors import TrainerError
 from trainer.launch import see_log
-from trainer.metrics import summarize_run
+from trainer.metrics import RunMetrics, summarize_run
 
 DEFAULT_CACHE = Path(".cache/diloco-chaos/baselines")
 
@@ -144,7 +144,7 @@ class _Execution:
     def _record(self, p: Planned, fault: Fault, action: str, outcome: str, evidence: dict | None = None,
                 error: str = "") -> None:
         self.recorder.add(FaultOp(fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
-                                  targets=list(p.targets), params=p.to_json()["params"], evidence=evidence or {},
+                                  targets=list(p.targets), params=p.params, evidence=evidence or {},
                                   error=error, description=fault.describe()))
 
     def inject(self, p: Planned, rel: float) -> None:
@@ -181,7 +181,7 @@ class _Execution:
     # ---- the run -------------------------------------------------------------------
     def execute(self) -> None:
         self.recorder.add(PlanRecord(scenario=self.scenario.name, seed=self.scenario.seed,
-                                     faults=[p.to_json() for p in self.planned]))
+                                     faults=[p.record() for p in self.planned]))
         try:
             self.recorder.add(Phase(name="bring_up", detail={"proxy_prefix": self.backend.tag,
                                                              "toxiproxy": self.toxi.url}))
@@ -263,7 +263,7 @@ class _Execution:
                 time.sleep(self.opts.poll_s)
         self.recorder.add(Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early}))
         if self.interp.not_run():
-            self.recorder.add(Phase(name="not_run", detail={"faults": self.interp.not_run()}))
+            self.recorder.add(NotRunPhase(detail=NotRun(faults=self.interp.not_run())))
         for heal in self.interp.finish():
             self.heal(heal)
         if not stopped_early:
@@ -293,11 +293,9 @@ class _Execution:
         for heal in self.interp.finish(why="teardown"):  # restarting a unit now would only make a process to stop
             self.heal(heal)
         result = self.backend.teardown()
-        proxies_left = self._proxies_left()
-        processes_left = self.backend.running_units()
-        self.recorder.add(Phase(name="teardown", detail={"proxies_left": proxies_left,
-                                                         "processes_left": processes_left,
-                                                         "healed_on_teardown": interrupted, **result}))
+        self.recorder.add(TeardownPhase(detail=Teardown(
+            proxies_left=self._proxies_left(), processes_left=self.backend.running_units(),
+            healed_on_teardown=interrupted, exit_codes=result.exit_codes, problems=result.problems)))
         self.recorder.close()
 
 
@@ -310,7 +308,7 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
         yield
 
 
-def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:
+def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baseline:
     """The fault-free run's record (final eval loss, floor, where), from the cache when the same config ran before.
 
     Runs that share a cache (parallel test workers, two CLI runs) compute each baseline once: the others wait on
@@ -320,14 +318,14 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str
     cached = opts.baseline_cache / key
     metrics_path = cached / "metrics.json"
 
-    def record(m: dict[str, Any], was_cached: bool) -> dict[str, Any]:
-        return {"final_eval_loss": m["final_eval_loss"], "loss_floor": m.get("loss_floor"), "run_dir": str(cached),
-                "cached": was_cached, "config_hash": key}
+    def record(m: RunMetrics, was_cached: bool) -> Baseline:
+        return Baseline(final_eval_loss=m.final_eval_loss, loss_floor=m.loss_floor, run_dir=str(cached),
+                        cached=was_cached, config_hash=key)
 
     with _exclusive(opts.baseline_cache / f"{key}.lock"):
         if metrics_path.exists():
-            m = json.loads(metrics_path.read_text())
-            if m.get("final_eval_is_final"):
+            m = RunMetrics.read(metrics_path)
+            if m.final_eval_is_final:
                 return record(m, True)
         if cached.exists():
             shutil.rmtree(cached)
@@ -337,14 +335,14 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str
         tmp.mkdir(parents=True)
         _Execution(scenario, tmp, toxi, [], opts, "baseline").execute()
         m = summarize_run(tmp)
-        (tmp / "metrics.json").write_text(json.dumps(m, indent=2))
-        if not m["final_eval_is_final"]:
+        m.write(tmp / "metrics.json")
+        if not m.final_eval_is_final:
             raise RunError(f"the baseline did not reach its token budget; see {tmp / 'logs'}")
         tmp.rename(cached)  # only a complete baseline enters the cache
         return record(m, False)
 
 
-def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[str, Any]:
+def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baseline:
     """The fault-free runs over ``checks.parity.baseline_seeds`` cluster seeds, the run's own first (each cached).
 
     The same-seed run's record, plus ``band``: every seed's final loss, entropy floor and excess over that floor
@@ -359,13 +357,13 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> dict[st
         if opts.progress:
             opts.progress(f"baseline {k + 1}/{n}: fault-free run at cluster seed {seed + k}")
         one = scenario.model_copy(update={"cluster": scenario.cluster.fault_free_at(seed + k)})
-        runs.append({"seed": seed + k, **_baseline(one, toxi, opts)})
-    losses = [r["final_eval_loss"] for r in runs]
-    floors = [r["loss_floor"] for r in runs]
-    band = {"seeds": [r["seed"] for r in runs], "losses": losses, "floors": floors,
-            # No floor known (not a synthetic source): no band; parity then compares with the same-seed run.
-            "excess": [loss - f for loss, f in zip(losses, floors)] if None not in floors else []}
-    return {**runs[0], "band": band, "runs": runs[1:]}
+        runs.append(_baseline(one, toxi, opts).model_copy(update={"seed": seed + k}))
+    losses = [r.final_eval_loss for r in runs]
+    floors = [r.loss_floor for r in runs]
+    # No floor known (not a synthetic source): no band; parity then compares with the same-seed run.
+    excess = [] if None in floors else [loss - f for loss, f in zip(losses, floors) if f is not None]
+    band = Band(seeds=[seed + k for k in range(n)], losses=losses, floors=floors, excess=excess)
+    return runs[0].model_copy(update={"band": band, "runs": runs[1:]})
 
 
 def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
@@ -378,16 +376,16 @@ def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
     planned = plan(scenario)
     try:
         with _signals_interrupt(), toxiproxy_for(opts, out / "logs" / "toxiproxy.log") as toxi:
-            baseline: dict[str, Any] | None = None
-            reference: dict[str, Any] | None = None
+            baseline: Baseline | None = None
+            reference: Baseline | None = None
             if opts.baseline:
                 baseline = _baselines(scenario, toxi, opts)
-                (out / "baseline.json").write_text(json.dumps(baseline, indent=2))
+                baseline.write(out / "baseline.json")
                 if scenario.checks.reference.enabled:
                     ref = scenario.cluster.fault_free_at(scenario.cluster.seed).sync_diloco_reference()
                     ref_scenario = scenario.model_copy(update={"cluster": ref})
                     reference = _baseline(ref_scenario, toxi, opts)
-                    (out / "reference.json").write_text(json.dumps(reference, indent=2))
+                    reference.write(out / "reference.json")
             _Execution(scenario, out, toxi, planned, opts, "chaos").execute()
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; every fault was healed and every process stopped. Partial run: {out}") \

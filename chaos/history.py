@@ -22,15 +22,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from chaos.records import JsonObject, Record, SparseRecord
 from trainer import events as ev
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(ser_json_inf_nan="constants")
+class _Record(Record):
     ts: float = Field(default_factory=time.time)
     source: str = "controller"
+
+
+class PlannedFault(Record):
+    """One fault of the plan as written (chaos.schedules.Planned.record): seconds after steady state or a merge count."""
+
+    fault_id: str
+    kind: str
+    targets: list[str]
+    at: float | None
+    at_merge: int | None
+    duration: float
+    params: JsonObject  # the fault's own settings (direction, rate, ...)
 
 
 class PlanRecord(_Record):
@@ -39,15 +51,49 @@ class PlanRecord(_Record):
     kind: Literal["plan"] = "plan"
     scenario: str
     seed: int
-    faults: list[dict[str, Any]]
+    faults: list[PlannedFault]
 
 
 class Phase(_Record):
-    """A lifecycle step: bring_up, steady (first merge seen), schedule_done, finished, teardown."""
+    """A lifecycle step: bring_up, steady (first merge seen), schedule_done, finished; not_run and teardown
+    have their own records below (what a report reads), the others a free-form detail."""
 
     kind: Literal["phase"] = "phase"
     name: str
-    detail: dict[str, Any] = {}
+    detail: JsonObject = {}
+
+
+class Teardown(SparseRecord):
+    """What teardown left: a clean one leaves no proxies, no processes and no problems.
+
+    A backend gives the exit codes and problems, the controller what it found left afterwards, deterministic mode
+    says it was simulated; each writes only its own fields.
+    """
+
+    proxies_left: list[str] = []
+    processes_left: list[str] = []
+    healed_on_teardown: bool = False  # faults were still active: the run ended by an error or a signal
+    exit_codes: dict[str, int | None] = {}  # None: the unit never exited (or never ran)
+    problems: list[str] = []
+    simulated: bool = False
+
+
+class TeardownPhase(Phase):
+    name: Literal["teardown"] = "teardown"
+    detail: Teardown = Teardown()  # type: ignore[assignment]
+
+
+class NotRun(Record):
+    faults: list[str]  # ids of the planned faults that never started
+
+
+class NotRunPhase(Phase):
+    name: Literal["not_run"] = "not_run"
+    detail: NotRun  # type: ignore[assignment]
+
+
+# Phases whose detail has a record of its own (read by name: history.jsonl's layout is the same for every phase).
+TYPED_PHASES: dict[str, type[Phase]] = {"teardown": TeardownPhase, "not_run": NotRunPhase}
 
 
 class FaultOp(_Record):
@@ -59,8 +105,8 @@ class FaultOp(_Record):
     action: Literal["inject", "heal"]
     outcome: Literal["invoke", "ok", "fail"]
     targets: list[str]
-    params: dict[str, Any] = {}  # the fault's own settings (direction, rate, ...)
-    evidence: dict[str, Any] = {}
+    params: JsonObject = {}  # the fault's own settings (direction, rate, ...)
+    evidence: JsonObject = {}
     error: str = ""
     description: str = ""
 
@@ -72,6 +118,8 @@ CONTROLLER_KINDS = {"plan": PlanRecord, "phase": Phase, "fault": FaultOp}
 def parse_record(line: str) -> ControllerRecord | ev.Event:
     data = json.loads(line)
     cls = CONTROLLER_KINDS.get(data.get("kind", ""))
+    if cls is Phase:
+        cls = TYPED_PHASES.get(data.get("name", ""), Phase)
     if cls is not None:
         return cls.model_validate(data)
     return ev.parse_event(line)
@@ -111,8 +159,8 @@ class FaultWindow:
     end: float | None
     injected: bool  # inject reported ok
     healed: bool  # heal reported ok
-    params: dict[str, Any]
-    evidence: dict[str, Any]
+    params: JsonObject
+    evidence: JsonObject
 
 
 @dataclass
@@ -157,6 +205,14 @@ class History:
 
     def plan(self) -> PlanRecord | None:
         return next((r for r in self.records if isinstance(r, PlanRecord)), None)
+
+    def teardown(self) -> Teardown | None:
+        """What teardown left (None: the run never got there)."""
+        return next((r.detail for r in self.records if isinstance(r, TeardownPhase)), None)
+
+    def not_run(self) -> list[str]:
+        """The ids of the planned faults that never started."""
+        return next((r.detail.faults for r in self.records if isinstance(r, NotRunPhase)), [])
 
     @property
     def start(self) -> float:

@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from chaos.errors import ScenarioError
-from chaos.history import PlanRecord, parse_record
+from chaos.history import PlannedFault, PlanRecord, parse_record
 from trainer.events import jsonl_lines
 from chaos.scenario import Scenario, load_scenario, parse_scenario, resolve
 
 
-def _spec(fault: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"fault": fault["kind"], "id": fault["fault_id"], "duration": fault["duration"],
-                           **fault.get("params", {})}
-    if fault["kind"] != "syncer_crash":
-        out["targets"] = list(fault["targets"])
-    if fault.get("at_merge") is not None:
-        out["at_merge"] = fault["at_merge"]
+def _spec(fault: PlannedFault) -> dict[str, object]:
+    """A planned fault as the scenario file's fault spec (its tree: the scenario parser validates it)."""
+    out: dict[str, object] = {"fault": fault.kind, "id": fault.fault_id, "duration": fault.duration, **fault.params}
+    if fault.kind != "syncer_crash":
+        out["targets"] = list(fault.targets)
+    if fault.at_merge is not None:
+        out["at_merge"] = fault.at_merge
     else:
-        out["at"] = fault["at"]
+        out["at"] = fault.at
     return out
 
 

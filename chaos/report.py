@@ -1,15 +1,15 @@
-"""The human-readable report of a chaos run, ``report.md``, rendered from the parsed ``report.json``.
+"""The human-readable report of a chaos run, ``report.md``, rendered from its :class:`~chaos.run_report.RunReport`.
 
 Pure rendering: it reads the report the analysis built (:mod:`chaos.analysis`); nothing starts, stops or heals
 anything. The timeline figure beside it: :mod:`chaos.timeline`.
 
 Example:
-    import json
     from pathlib import Path
     from chaos.report import write_markdown
+    from chaos.run_report import RunReport
 
     run_dir = Path("runs/chaos/kill-one-learner")
-    write_markdown(json.loads((run_dir / "report.json").read_text()), run_dir / "report.md")
+    write_markdown(RunReport.read(run_dir / "report.json"), run_dir / "report.md")
 """
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from chaos.checkers.base import Verdict
+from chaos.checkers.false_alarm import FalseAlarmQuote
 from chaos.formatting import finite, num, status_word
+from chaos.history import PlannedFault, Teardown
+from chaos.run_report import RunReport
 
 TIMELINE_NAME = "timeline.png"
 HISTORY_NAME = "history.jsonl"
@@ -48,62 +52,54 @@ def _json_block(obj: Any) -> list[str]:
     return ["```json", *text.splitlines(), "```"]
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: RunReport) -> str:
     """The run's report as Markdown: outcome, checks, faults, key numbers, teardown, how to reproduce.
 
-    ``report`` is the parsed ``report.json``; optional keys may be missing or null.
     The evidence of every check that did not pass is shown as JSON under the
     checks table, so a reader sees why.
 
     Example:
-        >>> md = render_markdown({"scenario": "kill-one-learner", "status": "pass", "seed": 1})
+        >>> md = render_markdown(RunReport(scenario="kill-one-learner", status="pass", exit_code=0, run_dir="r",
+        ...                                seed=1, config_hash="abc", started_at=0.0, wall_s=1.0))
         >>> md.splitlines()[0]
         '# Chaos run: kill-one-learner'
         >>> "diloco-chaos run kill-one-learner --seed 1" in md
         True
     """
-    name = str(report.get("scenario") or "unnamed scenario")
-    status = str(report.get("status") or "unknown")
-    verdicts: list[dict[str, Any]] = list(report.get("verdicts") or [])
+    name = report.scenario or "unnamed scenario"
+    verdicts = report.verdicts
     out: list[str] = [f"# Chaos run: {name}", ""]
 
-    counts = {s: sum(1 for v in verdicts if v.get("status") == s) for s in ("pass", "fail", "indeterminate")}
+    counts = {s: sum(1 for v in verdicts if v.status == s) for s in ("pass", "fail", "indeterminate")}
     tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks ran"
-    out += [f"## Result: {status_word(status)}", ""]
-    exit_code = report.get("exit_code")
-    out += [f"{len(verdicts)} checks: {tally}" + (f" (exit code {exit_code})" if exit_code is not None else "") + ".",
-            ""]
-    for w in report.get("warnings") or []:
+    out += [f"## Result: {status_word(report.status)}", ""]
+    out += [f"{len(verdicts)} checks: {tally} (exit code {report.exit_code}).", ""]
+    for w in report.warnings:
         out += [f"> **Warning:** {w}", ""]
-    if report.get("description"):
-        out += [str(report["description"]).strip(), ""]
-    if status == "error" or report.get("error"):
-        out += ["**The run did not complete:**", "", "```text", *str(report.get("error") or "(no error recorded)")
-                .splitlines(), "```", ""]
+    if report.description:
+        out += [report.description.strip(), ""]
+    if report.status == "error" or report.error:
+        out += ["**The run did not complete:**", "", "```text", *(report.error or "(no error recorded)").splitlines(),
+                "```", ""]
 
-    facts = []
-    if report.get("seed") is not None:
-        facts.append(f"seed `{report['seed']}`")
-    if report.get("config_hash"):
-        facts.append(f"config `{report['config_hash']}`")
-    if finite(report.get("started_at")):
-        started = datetime.fromtimestamp(report["started_at"], tz=timezone.utc)
+    facts = [f"seed `{report.seed}`"]
+    if report.config_hash:
+        facts.append(f"config `{report.config_hash}`")
+    if finite(report.started_at):
+        started = datetime.fromtimestamp(report.started_at, tz=timezone.utc)
         facts.append(f"started {started.strftime('%Y-%m-%d %H:%M:%S')} UTC")
-    if finite(report.get("wall_s")):
-        facts.append(f"wall time {report['wall_s']:.1f} s")
-    if report.get("run_dir"):
-        facts.append(f"run dir `{report['run_dir']}`")
-    if facts:
-        out += ["Run: " + ", ".join(facts) + ".", ""]
+    if finite(report.wall_s):
+        facts.append(f"wall time {report.wall_s:.1f} s")
+    if report.run_dir:
+        facts.append(f"run dir `{report.run_dir}`")
+    out += ["Run: " + ", ".join(facts) + ".", ""]
 
     out += _checks_section(verdicts)
     out += _faults_section(report)
     out += _numbers_section(report)
-    out += _teardown_section(report.get("teardown"))
+    out += _teardown_section(report.teardown)
 
-    seed = report.get("seed")
-    out += ["## How to reproduce", "", "```sh",
-            f"diloco-chaos run {name}" + (f" --seed {seed}" if seed is not None else ""), "```", ""]
+    out += ["## How to reproduce", "", "```sh", f"diloco-chaos run {name} --seed {report.seed}", "```", ""]
     out += ["## Artifacts", "",
             f"- [{TIMELINE_NAME}]({TIMELINE_NAME}): eval loss, fault windows and per-learner activity over time",
             f"- [{HISTORY_NAME}]({HISTORY_NAME}): every controller record and trainer event, by time", "",
@@ -111,141 +107,120 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _checks_section(verdicts: list[dict[str, Any]]) -> list[str]:
+def _checks_section(verdicts: list[Verdict]) -> list[str]:
     out = ["## Checks", ""]
     if not verdicts:
         return out + ["No checks ran.", ""]
     out += ["| check | status | summary |", "|---|---|---|"]
     for v in verdicts:
-        out.append(f"| {_cell(v.get('name', '?'))} | {status_word(v.get('status'))} | {_cell(v.get('summary', ''))} |")
+        out.append(f"| {_cell(v.name)} | {status_word(v.status)} | {_cell(v.summary)} |")
     out.append("")
     for v in verdicts:
-        if v.get("status") in ("pass", None):
+        if v.status == "pass":
             continue
-        out += [f"### Why `{v.get('name', '?')}` is {status_word(v.get('status'))}", ""]
-        if v.get("summary"):
-            out += [str(v["summary"]), ""]
-        out += [*_json_block(v.get("evidence") or {}), ""]
+        out += [f"### Why `{v.name}` is {status_word(v.status)}", ""]
+        if v.summary:
+            out += [v.summary, ""]
+        out += [*_json_block(v.evidence), ""]
     return out
 
 
-def _faults_section(report: dict[str, Any]) -> list[str]:
-    out = ["## Faults", "", "Times are seconds after steady state (the first merge)."]
-    plan = {str(p.get("fault_id")): p for p in (report.get("plan") or []) if isinstance(p, dict)}
-    faults: list[dict[str, Any]] = list(report.get("faults") or [])
-    out.append("")
-    if faults:
+def _faults_section(report: RunReport) -> list[str]:
+    out = ["## Faults", "", "Times are seconds after steady state (the first merge).", ""]
+    plan: dict[str, PlannedFault] = {p.fault_id: p for p in report.plan}
+    if report.faults:
         out += ["| id | kind | targets | injected at s | healed at s | params |", "|---|---|---|---|---|---|"]
-        for f in faults:
-            fid = str(f.get("fault_id", "?"))
-            planned = plan.get(fid, {})
-            params = f.get("params", planned.get("params")) or {}
-            injected = _secs(f.get("start_s"))
-            if f.get("injected") is False:
-                injected += " (inject failed)"
-            if finite(f.get("end_s")):
-                healed = _secs(f.get("end_s")) + (" (heal failed)" if f.get("healed") is False else "")
+        for f in report.faults:
+            planned = plan.get(f.fault_id)
+            params = f.params or (planned.params if planned else {})
+            injected = _secs(f.start_s) + ("" if f.injected else " (inject failed)")
+            if finite(f.end_s):
+                healed = _secs(f.end_s) + ("" if f.healed else " (heal failed)")
             else:
                 healed = "never healed"
-            targets = ", ".join(str(t) for t in (f.get("targets") or planned.get("targets") or [])) or "-"
-            kind = f.get("kind") or planned.get("kind") or "?"
-            out.append(f"| {_cell(fid)} | {_cell(kind)} | {_cell(targets)} | {injected} | {healed} "
+            targets = ", ".join(f.targets) or "-"
+            out.append(f"| {_cell(f.fault_id)} | {_cell(f.kind)} | {_cell(targets)} | {injected} | {healed} "
                        f"| {_cell(_compact(params)) or '-'} |")
         out.append("")
     else:
         out += ["No fault was injected.", ""]
-    not_run = [str(x) for x in (report.get("not_run") or [])]
-    if not_run:
+    if report.not_run:
         out += ["Planned but not run:", ""]
-        for fid in not_run:
-            p = plan.get(fid, {})
-            when = (f"at merge {p['at_merge']}" if p.get("at_merge") is not None
-                    else f"at {_secs(p.get('at'))} s" if p.get("at") is not None else "")
-            what = " ".join(x for x in (str(p.get("kind") or ""), ", ".join(map(str, p.get("targets") or [])), when)
-                            if x)
-            out.append(f"- `{fid}`" + (f": {what}" if what else ""))
+        for fid in report.not_run:
+            out.append(f"- `{fid}`" + (f": {_when(plan[fid])}" if fid in plan else ""))
         out.append("")
     return out
 
 
-def _numbers_section(report: dict[str, Any]) -> list[str]:
-    m: dict[str, Any] = dict(report.get("metrics") or {})
-    baseline = report.get("baseline") or None
+def _when(p: PlannedFault) -> str:
+    """What a planned fault would have been: its kind, its targets, and when it was due."""
+    when = f"at merge {p.at_merge}" if p.at_merge is not None else f"at {_secs(p.at)} s" if p.at is not None else ""
+    return " ".join(x for x in (p.kind, ", ".join(p.targets), when) if x)
+
+
+def _numbers_section(report: RunReport) -> list[str]:
+    m, baseline = report.metrics, report.baseline
     out = ["## Key numbers", ""]
-    if not m and not baseline:
-        return out + ["No metrics recorded.", ""]
-    final = m.get("final_eval_loss")
-    base = baseline.get("final_eval_loss") if isinstance(baseline, dict) else None
-    if finite(final) and finite(base):
+    final = m.final_eval_loss
+    base = baseline.final_eval_loss if baseline else None
+    if baseline is None:
+        vs = "no baseline"
+    elif finite(final) and finite(base):
         delta = final - base
         rel = f", {delta / base:+.1%}" if base else ""
         vs = f"{num(base)} (delta {delta:+.3f}{rel})"
-    elif isinstance(baseline, dict):
-        vs = num(base)
     else:
-        vs = "no baseline"
-    if isinstance(baseline, dict) and baseline.get("cached"):
+        vs = num(base)
+    if baseline is not None and baseline.cached:
         vs += ", cached"
-    parity = next((v.get("evidence") or {} for v in report.get("verdicts") or [] if v.get("name") == "parity"), {})
-    band = parity.get("band") if isinstance(parity, dict) else None
-    seeds = ((baseline.get("band") or {}).get("seeds") or []) if isinstance(baseline, dict) else []
+    parity = next((v.evidence for v in report.verdicts if v.name == "parity"), {})
+    band = parity.get("band")
+    seeds = baseline.band.seeds if baseline and baseline.band else []
     if isinstance(band, dict) and finite(band.get("low")) and finite(band.get("high")) and len(seeds) > 1:
         band_cell = (f"{num(band['low'])} – {num(band['high'])} (this run's floor + the fault-free excess at "
                      f"cluster seeds {', '.join(map(str, seeds))})")
     else:
-        band_cell = "one baseline" if isinstance(baseline, dict) else "n/a"
-    goodput = m.get("goodput_tokens")
-    rejections = m.get("rejections")
-    if isinstance(rejections, dict):
-        rej = ", ".join(f"{k}: {v}" for k, v in sorted(rejections.items())) or "none"
-    else:
-        rej = num(rejections)
-    wall = m.get("wall_s", report.get("wall_s"))
+        band_cell = "one baseline" if baseline is not None else "n/a"
+    rej = ", ".join(f"{k}: {v}" for k, v in sorted(m.rejections.items())) or "none"
     rows = [
         ("final eval loss", num(final)),
         ("baseline final eval loss", vs),
         ("fault-free band (parity)", band_cell),
-        ("parity false-alarm rate", _false_alarm_cell(report.get("parity_false_alarm"))),
-        ("loss floor", num(m.get("loss_floor"))),
-        ("merges", num(m.get("merges"))),
-        ("tokens merged", num(m.get("tokens_total"))),
-        ("uploads merged (merged / uploaded tokens)", f"{goodput:.1%}" if finite(goodput) else "n/a"),
+        ("parity false-alarm rate", _false_alarm_cell(report.parity_false_alarm)),
+        ("loss floor", num(m.loss_floor)),
+        ("merges", num(m.merges)),
+        ("tokens merged", num(m.tokens_total)),
+        ("uploads merged (merged / uploaded tokens)", f"{m.goodput_tokens:.1%}" if finite(m.goodput_tokens) else "n/a"),
         ("rejections", rej),
-        ("wall time", f"{wall:.1f} s" if finite(wall) else "n/a"),
+        ("wall time", f"{m.wall_s:.1f} s" if finite(m.wall_s) else "n/a"),
     ]
     out += ["| metric | value |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in rows), ""]
     return out
 
 
-def _false_alarm_cell(rate: Any) -> str:
+def _false_alarm_cell(rate: FalseAlarmQuote | None) -> str:
     """chaos.checkers.false_alarm's text, with the benchmark named so a reader can measure it again."""
-    if not isinstance(rate, dict):
-        return "n/a (parity off)" if rate is None else "n/a"
-    text = str(rate.get("text", "n/a"))
-    return f"{text}, {rate['measured']} (benchmarks/parity_false_alarm.py)" if rate.get("measured") else text
+    if rate is None:
+        return "n/a (parity off)"
+    return f"{rate.text}, {rate.measured} (benchmarks/parity_false_alarm.py)" if rate.measured else rate.text
 
 
-def _teardown_section(teardown: Any) -> list[str]:
+def _teardown_section(teardown: Teardown) -> list[str]:
     out = ["## Teardown", ""]
-    if not isinstance(teardown, dict):
-        return out + ["Not recorded.", ""]
-    labels = (("proxies_left", "proxies left"), ("processes_left", "processes left"), ("problems", "problems"))
-    left = [(label, list(teardown.get(key) or [])) for key, label in labels]
+    left = [("proxies left", teardown.proxies_left), ("processes left", teardown.processes_left),
+            ("problems", teardown.problems)]
     if not any(items for _, items in left):
         return out + ["Clean: no proxies or processes were left, no problems.", ""]
     out += ["**Not clean:**", ""]
-    for label, items in left:
-        if items:
-            out.append(f"- {label}: " + "; ".join(x if isinstance(x, str) else json.dumps(x, default=str)
-                                                  for x in items))
+    out += [f"- {label}: " + "; ".join(items) for label, items in left if items]
     return out + [""]
 
 
-def write_markdown(report: dict[str, Any], path: Path) -> None:
+def write_markdown(report: RunReport, path: Path) -> None:
     """Write :func:`render_markdown` of ``report`` to ``path`` (parents created).
 
     Example:
-        write_markdown(json.loads(Path("runs/x/report.json").read_text()), Path("runs/x/report.md"))
+        write_markdown(RunReport.read(Path("runs/x/report.json")), Path("runs/x/report.md"))
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

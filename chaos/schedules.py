@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.errors import ScenarioError
+from chaos.history import PlannedFault
+from chaos.records import JsonObject
 from chaos.scenario import FaultSpec, RandomTargets, Scenario
 from faults.base import SYNCER, Fault
 from faults.injectors import build
@@ -43,10 +45,15 @@ class Planned:
     def build(self) -> Fault:
         return build_fault(self.spec, self.fault_id, self.targets)
 
-    def to_json(self) -> dict[str, Any]:
-        params = fault_params(self.spec, mode="json")
-        return {"fault_id": self.fault_id, "kind": self.kind, "targets": list(self.targets), "at": self.at,
-                "at_merge": self.at_merge, "duration": self.duration, "params": params}
+    @property
+    def params(self) -> JsonObject:
+        """The spec's own settings as JSON (what the history records with each step of the fault)."""
+        return fault_params(self.spec, mode="json")
+
+    def record(self) -> PlannedFault:
+        """This fault as the plan record writes it (replay reads it back)."""
+        return PlannedFault(fault_id=self.fault_id, kind=self.kind, targets=list(self.targets), at=self.at,
+                            at_merge=self.at_merge, duration=self.duration, params=self.params)
 
 
 def build_fault(spec: FaultSpec, fault_id: str, targets: tuple[str, ...]) -> Fault:

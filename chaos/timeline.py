@@ -14,6 +14,7 @@ from typing import Any
 
 from chaos.formatting import STATUS_COLOURS, finite, natural_key, status_word
 from chaos.history import FaultWindow, History, Phase
+from chaos.run_report import RunReport
 from faults.base import SYNCER
 from faults.kinds import KINDS
 from trainer import events as ev
@@ -91,17 +92,17 @@ def _lanes_of(w: FaultWindow, learners: list[str]) -> list[str]:
     return [t for t in w.targets if t == SYNCER or t in learners]
 
 
-def write_timeline(history: History, report: dict[str, Any], path: Path) -> None:
+def write_timeline(history: History, report: RunReport | None, path: Path) -> None:
     """Draw the run's timeline as a PNG: eval loss with fault windows (top) and per-learner activity lanes (bottom).
 
     The x axis is seconds after steady state (:func:`timeline_origin`). Top: eval
     loss (final eval starred), the loss floor (dashed), the baseline's final
-    loss (dotted, when ``report["baseline"]`` has one), fault windows shaded red
+    loss (dotted, when the report has a baseline), fault windows shaded red
     (process faults) or blue (network faults); an un-healed fault shades to the
     end. Bottom: one lane per learner plus the syncer: uploads (ticks), merges
     the learner took part in (dots), rejections (red x), (re)starts (triangles),
     the syncer's merges, and hatched bars where a fault took a lane down.
-    Works on an empty history.
+    Works on an empty history, and without a report (None: the title is the plan's scenario).
 
     Example:
         write_timeline(History.read(run_dir), report, run_dir / "timeline.png")
@@ -126,8 +127,9 @@ def write_timeline(history: History, report: dict[str, Any], path: Path) -> None
 
     fig = Figure(figsize=(12, 7), dpi=100)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-    name = str(report.get("scenario") or (history.plan().scenario if history.plan() else "chaos run"))
-    status = str(report.get("status") or "unknown")
+    plan = history.plan()
+    name = (report.scenario if report else "") or (plan.scenario if plan else "chaos run")
+    status = report.status if report else "unknown"
     fig.suptitle(f"{name}: {status_word(status)}", color=STATUS_COLOURS.get(status, "black"), fontweight="bold")
 
     # ---- top: eval loss, floor, baseline, fault windows
@@ -141,11 +143,10 @@ def write_timeline(history: History, report: dict[str, Any], path: Path) -> None
                             label=f"final eval {last.loss:.3f}" if last.final else f"last eval {last.loss:.3f}")
     else:
         top.text(0.5, 0.5, "no eval events", transform=top.transAxes, ha="center", va="center", color="grey")
-    floor = evals[-1].loss_floor if evals else (report.get("metrics") or {}).get("loss_floor")
+    floor = evals[-1].loss_floor if evals else report.metrics.loss_floor if report else None
     if finite(floor):
         handles.append(top.axhline(floor, linestyle="--", color="grey", linewidth=1, label=f"loss floor {floor:.3f}"))
-    baseline = report.get("baseline")
-    base = baseline.get("final_eval_loss") if isinstance(baseline, dict) else None
+    base = report.baseline.final_eval_loss if report and report.baseline else None
     if finite(base):
         handles.append(top.axhline(base, linestyle=":", color="tab:purple", linewidth=1.5,
                                    label=f"baseline final {base:.3f}"))

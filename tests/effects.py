@@ -105,7 +105,7 @@ def rolling_reintegrates_all(h: History, r: RunResult) -> None:
 def plan_is_replayable(h: History, r: RunResult) -> None:
     recorded = h.plan()
     assert recorded is not None
-    assert recorded.faults == [p.to_json() for p in plan(load_scenario(builtin_scenarios()["random-mix"]))]
+    assert recorded.faults == [p.record() for p in plan(load_scenario(builtin_scenarios()["random-mix"]))]
 
 
 EFFECTS: dict[str, Callable[[History, RunResult], None]] = {

@@ -199,8 +199,7 @@ class LocalCluster:
         if result is not None:
             final = self.run_dir / "final.npz"
             shutil.copyfile(result, final)
-        metrics = summarize_run(self.run_dir)
-        (self.run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        summarize_run(self.run_dir).write(self.run_dir / "metrics.json")
         return final
 
 

@@ -2,18 +2,63 @@
 
 Example:
     metrics = summarize_run("runs/demo")
-    print(metrics["final_eval_loss"], metrics["loss_floor"])
+    print(metrics.final_eval_loss, metrics.loss_floor)
+    metrics.write(Path("runs/demo/metrics.json"))
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from trainer import events as ev
+
+
+class RunSummary(BaseModel):
+    """A run's key numbers, what a chaos report quotes. The defaults are a run with no events: NaN where a number
+    needs an eval or a merge, zero where it counts them.
+
+    >>> RunSummary(merges=3).model_dump()["merges"], math.isnan(RunSummary().final_eval_loss)
+    (3, True)
+    """
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")  # NaN stays NaN in the JSON, as json.dumps writes it
+    final_eval_loss: float = math.nan
+    final_eval_is_final: bool = False  # False: the run stopped before its final eval; the last one is quoted
+    loss_floor: float = math.nan
+    gap_to_floor: float = math.nan
+    merges: int = 0
+    tokens_total: int = 0
+    learner_steps: int = 0
+    goodput_tokens: float = math.nan  # merged / uploaded tokens
+    rejections: dict[str, int] = {}  # by reason
+    # Rounds: one merge per (fragment, round) on the clock; late uploads refused (late_round) or carried.
+    rounds_merged: int = 0
+    participants_per_merge: float = math.nan
+    late_carried: int = 0
+    wall_s: float = 0.0
+
+
+class RunMetrics(RunSummary):
+    """The summary and the eval curve: a run's ``metrics.json``."""
+
+    eval_curve: list[tuple[int, float]] = []  # (merges so far, eval loss) of every eval
+
+    def summary(self) -> RunSummary:
+        return RunSummary.model_validate(self.model_dump(exclude={"eval_curve"}))
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2))
+
+    @classmethod
+    def read(cls, path: Path) -> "RunMetrics":
+        return cls.model_validate(json.loads(path.read_text()))  # json.loads: NaN as written
 
 
 def final_eval(events: Iterable[Any]) -> ev.Eval | None:
@@ -23,7 +68,7 @@ def final_eval(events: Iterable[Any]) -> ev.Eval | None:
     return (finals or evals)[-1] if evals else None
 
 
-def summarize_run(run_dir: str | Path) -> dict[str, Any]:
+def summarize_run(run_dir: str | Path) -> RunMetrics:
     """Final eval loss, loss floor, merges, tokens, goodput and rejections of a run."""
     events = list(ev.iter_run_events(run_dir))
     evals = [e for e in events if isinstance(e, ev.Eval)]
@@ -35,20 +80,19 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     last = final_eval(evals)
     t0 = min((e.ts for e in events), default=0.0)
     t1 = max((e.ts for e in events), default=0.0)
-    return {
-        "final_eval_loss": last.loss if last else math.nan,
-        "final_eval_is_final": bool(last and last.final),
-        "loss_floor": last.loss_floor if last else math.nan,
-        "gap_to_floor": (last.loss - last.loss_floor) if last else math.nan,
-        "merges": len(merges),
-        "tokens_total": max((e.tokens_total for e in events if isinstance(e, (ev.Merge, ev.Eval, ev.Finished))), default=0),
-        "learner_steps": sum(e.step for e in steps),
-        "goodput_tokens": merged_tokens / started_tokens if started_tokens else math.nan,
-        "rejections": dict(Counter(e.reason for e in events if isinstance(e, ev.Reject))),
-        # Rounds: one merge per (fragment, round) on the clock; late uploads refused (late_round) or carried.
-        "rounds_merged": len({(m.fragment, m.round) for m in merges}),
-        "participants_per_merge": (sum(len(m.participants) for m in merges) / len(merges)) if merges else math.nan,
-        "late_carried": sum(m.late for m in merges),
-        "eval_curve": [(e.merges_total, e.loss) for e in evals],
-        "wall_s": t1 - t0,
-    }
+    return RunMetrics(
+        final_eval_loss=last.loss if last else math.nan,
+        final_eval_is_final=bool(last and last.final),
+        loss_floor=last.loss_floor if last else math.nan,
+        gap_to_floor=(last.loss - last.loss_floor) if last else math.nan,
+        merges=len(merges),
+        tokens_total=max((e.tokens_total for e in events if isinstance(e, (ev.Merge, ev.Eval, ev.Finished))), default=0),
+        learner_steps=sum(e.step for e in steps),
+        goodput_tokens=merged_tokens / started_tokens if started_tokens else math.nan,
+        rejections=dict(Counter(e.reason for e in events if isinstance(e, ev.Reject))),
+        rounds_merged=len({(m.fragment, m.round) for m in merges}),
+        participants_per_merge=(sum(len(m.participants) for m in merges) / len(merges)) if merges else math.nan,
+        late_carried=sum(m.late for m in merges),
+        eval_curve=[(e.merges_total, e.loss) for e in evals],
+        wall_s=t1 - t0,
+    )

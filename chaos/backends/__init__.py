@@ -10,8 +10,9 @@ implements the same protocol, so scenarios, faults and checkers do not change.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from chaos.history import Teardown
 from faults.base import SYNCER, Cluster
 from faults.errors import FaultError, TargetError
 from faults.toxiproxy import Toxiproxy
@@ -75,6 +76,6 @@ class Backend(Cluster, Protocol):
         """Units still running (after teardown this must be empty)."""
         ...
 
-    def teardown(self) -> dict[str, Any]:
+    def teardown(self) -> Teardown:
         """Remove this run's proxies, stop every unit, collect logs; never raises."""
         ...

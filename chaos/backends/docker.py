@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import json
 import os
 import secrets
 import shutil
@@ -41,6 +40,7 @@ from typing import Any
 from chaos.backends import ProxiedUnits
 from chaos.backends.unit import SYNCER_PORT, ActiveRun
 from chaos.errors import RunError
+from chaos.history import Teardown
 from faults.base import SYNCER
 from faults.errors import TargetError
 from faults.toxiproxy import ProxySpec, Toxiproxy
@@ -232,7 +232,7 @@ class DockerBackend(ProxiedUnits):
     def running_units(self) -> list[str]:
         return [u for u in [SYNCER, *self._ids] if self.alive(u)]
 
-    def teardown(self) -> dict[str, Any]:
+    def teardown(self) -> Teardown:
         problems = self._delete_proxies()
         codes: dict[str, int | None] = {}
         for unit in [*self._ids, SYNCER]:
@@ -242,7 +242,7 @@ class DockerBackend(ProxiedUnits):
             except Exception as err:  # noqa: BLE001 - teardown never raises; it reports
                 problems.append(f"stopping {unit}: {err}")
         self._collect(problems)
-        return {"exit_codes": codes, "problems": problems}
+        return Teardown(exit_codes=codes, problems=problems)
 
     def __enter__(self) -> "DockerBackend":
         return self
@@ -301,4 +301,4 @@ class DockerBackend(ProxiedUnits):
         result = result_checkpoint(self.work_local / "checkpoints")
         if result is not None:
             shutil.copyfile(result, self.run_dir / "final.npz")
-        (self.run_dir / "metrics.json").write_text(json.dumps(summarize_run(self.run_dir), indent=2))
+        summarize_run(self.run_dir).write(self.run_dir / "metrics.json")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from chaos.backends import ProxiedUnits
 from chaos.errors import RunError
+from chaos.history import Teardown
 from faults.base import SYNCER
 from faults.errors import FaultError
 from faults.toxiproxy import ProxySpec, Toxiproxy
@@ -128,12 +129,12 @@ class LocalBackend(ProxiedUnits):
     def running_units(self) -> list[str]:
         return [n for n, p in self.procs.procs.items() if p.poll() is None]
 
-    def teardown(self) -> dict[str, object]:
+    def teardown(self) -> Teardown:
         """Remove this run's proxies (with their toxics) and stop every process; never raises."""
         problems = self._delete_proxies()
         codes = self.procs.stop_all()
         self.procs.finalize()
-        return {"exit_codes": codes, "problems": problems}
+        return Teardown(exit_codes=codes, problems=problems)
 
     def __enter__(self) -> "LocalBackend":
         return self

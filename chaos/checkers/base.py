@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
 from chaos.checkers.bounds import RunPace, run_pace
 from chaos.exit_codes import for_status
 from chaos.history import FaultWindow, History, Phase
+from chaos.records import JsonObject
 from chaos.scenario import Checks, Scenario
 from faults.kinds import removes, stops_training
 from trainer import events as ev
@@ -28,9 +29,9 @@ class Verdict:
     name: str
     status: Status
     summary: str
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: JsonObject = field(default_factory=dict)  # the check's own, free-form: what it saw and measured
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "status": self.status, "summary": self.summary, "evidence": self.evidence}
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from chaos.records import SparseRecord
 
 # Where benchmarks/parity_false_alarm.py writes its results (committed with the repository); an installed copy
 # (the image: docker/Dockerfile) finds them under its environment's share/ instead.
@@ -81,8 +83,24 @@ class FalseAlarmRate:
                 f"(95% CI {self.low:.0%}–{self.high:.0%}), measured{' under load' if self.under_load else ''} "
                 f"on {where}")
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "text": self.describe()}
+    def quote(self) -> FalseAlarmQuote:
+        return FalseAlarmQuote(alarms=self.alarms, runs=self.runs, low=self.low, high=self.high,
+                               tolerance=self.tolerance, under_load=self.under_load, same_cluster=self.same_cluster,
+                               measured=self.measured, text=self.describe())
+
+
+class FalseAlarmQuote(SparseRecord):
+    """What a report says about the rate: the measured numbers and their text, or only the text saying why none."""
+
+    alarms: int | None = None
+    runs: int | None = None
+    low: float | None = None
+    high: float | None = None
+    tolerance: float | None = None
+    under_load: bool | None = None
+    same_cluster: bool | None = None
+    measured: str | None = None  # when the benchmark finished (UTC, ISO 8601)
+    text: str
 
 
 def rate_at(results: dict[str, Any], config: dict[str, Any], *, tolerance: float, baseline_seeds: int,
@@ -100,7 +118,7 @@ def rate_at(results: dict[str, Any], config: dict[str, Any], *, tolerance: float
 
 
 def measured_rate(*, tolerance: float, baseline_seeds: int, cluster: str,
-                  path: Path | None = None) -> dict[str, Any]:
+                  path: Path | None = None) -> FalseAlarmQuote:
     """What a report says about the false-alarm rate: the measured rate, or why there is none."""
     path = path or (MEASURED if MEASURED.exists() else INSTALLED)
     try:
@@ -109,10 +127,10 @@ def measured_rate(*, tolerance: float, baseline_seeds: int, cluster: str,
         rate = rate_at({**results, "finished": doc.get("finished", "")}, config, tolerance=tolerance,
                        baseline_seeds=baseline_seeds, cluster=cluster)
     except (OSError, ValueError, KeyError, TypeError) as err:
-        return {"text": f"not measured here ({path.name}: {type(err).__name__}); run "
-                        "benchmarks/parity_false_alarm.py --load"}
+        return FalseAlarmQuote(text=f"not measured here ({path.name}: {type(err).__name__}); run "
+                                    "benchmarks/parity_false_alarm.py --load")
     if rate is None:
-        return {"text": f"not measured for a band over {baseline_seeds} seed(s) (measured: "
-                        f"{config.get('baseline_seeds')}); run benchmarks/parity_false_alarm.py --load "
-                        f"--baseline-seeds {baseline_seeds}"}
-    return rate.to_json()
+        return FalseAlarmQuote(text=f"not measured for a band over {baseline_seeds} seed(s) (measured: "
+                                    f"{config.get('baseline_seeds')}); run benchmarks/parity_false_alarm.py --load "
+                                    f"--baseline-seeds {baseline_seeds}")
+    return rate.quote()

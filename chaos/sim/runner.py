@@ -32,16 +32,15 @@ Example:
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
-from chaos.history import FaultOp, History, Phase, PlanRecord
+from chaos.history import FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Teardown, TeardownPhase
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.scenario import Scenario
 from chaos.schedules import Planned, plan
@@ -55,6 +54,9 @@ from trainer import events as ev
 from trainer import model as model_mod
 from trainer.core.fragments import partition_tensors
 from trainer.policy import policy_from_config
+
+if TYPE_CHECKING:
+    from chaos.analysis import RunResult
 
 T0 = 1_700_000_000.0  # virtual epoch: event stamps look like Unix times, as real ones do
 
@@ -81,9 +83,10 @@ class SimResult:
     def history_json(self) -> str:
         return "\n".join(self.history.json_lines())
 
-    def write(self, out_dir: str | Path) -> Any:
+    def write(self, out_dir: str | Path) -> RunResult:
         """Write the run directory a real run would leave, and its reports; returns the controller's RunResult."""
         from chaos.analysis import analyse
+        from chaos.run_report import Baseline
 
         out = Path(out_dir)
         (out / "events").mkdir(parents=True, exist_ok=True)
@@ -98,8 +101,8 @@ class SimResult:
             (out / "events" / f"{source}.jsonl").write_text("\n".join(lines) + "\n")
         baseline = None
         if self.baseline_final_loss is not None:
-            baseline = {"final_eval_loss": self.baseline_final_loss, "simulated": True}
-            (out / "baseline.json").write_text(json.dumps(baseline, indent=2))
+            baseline = Baseline(final_eval_loss=self.baseline_final_loss, simulated=True)
+            baseline.write(out / "baseline.json")
         return analyse(self.scenario, out, baseline)
 
 
@@ -267,7 +270,7 @@ class Simulation:
 
     def _op(self, p: Planned, action: str, outcome: str, evidence: dict[str, Any]) -> None:
         self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
-                    targets=list(p.targets), params=p.to_json()["params"], evidence=evidence)
+                    targets=list(p.targets), params=p.params, evidence=evidence)
 
     def _inject(self, p: Planned) -> None:
         self._op(p, "inject", "invoke", {})
@@ -292,7 +295,7 @@ class Simulation:
             return
         self.record(Phase, name="finished", detail={"merges": max((m.merges_total for m in self._merges()), default=0)})
         if self.interp.not_run():
-            self.record(Phase, name="not_run", detail={"faults": self.interp.not_run()})
+            self.record(NotRunPhase, detail=NotRun(faults=self.interp.not_run()))
         for heal in self.interp.finish():
             self._heal(heal)
         self._teardown()
@@ -306,8 +309,8 @@ class Simulation:
                 node.paused = False
                 node.emit(ev.LearnerStop, why="signal", step=node.step, tokens=node.tokens)
                 node.kill()
-        self.record(Phase, name="teardown", detail={"proxies_left": [], "processes_left": [],
-                                                    "healed_on_teardown": False, "simulated": True})
+        self.record(TeardownPhase, detail=Teardown(proxies_left=[], processes_left=[], healed_on_teardown=False,
+                                                   simulated=True))
         self.done = True
         self.loop.stop()
 
@@ -315,7 +318,7 @@ class Simulation:
     def run(self) -> bool:
         """Run to the end (or the scenario's timeout, in virtual seconds); returns whether it timed out."""
         self.record(PlanRecord, scenario=self.scenario.name, seed=self.scenario.seed,
-                    faults=[p.to_json() for p in self.planned])
+                    faults=[p.record() for p in self.planned])
         self.record(Phase, name="bring_up", detail={"simulated": True})
         self.syncer.start()
         for node in self.learners.values():

@@ -54,7 +54,7 @@ def test_seed_override_changes_the_random_plan(capsys: pytest.CaptureFixture[str
     from chaos.cli import _load
     from chaos.schedules import plan
 
-    a = [p.to_json() for p in plan(_load("random-mix"))]
-    b = [p.to_json() for p in plan(_load("random-mix", seed=7))]
+    a = [p.record().model_dump(mode="json") for p in plan(_load("random-mix"))]
+    b = [p.record().model_dump(mode="json") for p in plan(_load("random-mix", seed=7))]
     assert a != b
-    assert json.dumps(a) == json.dumps([p.to_json() for p in plan(_load("random-mix"))])
+    assert json.dumps(a) == json.dumps([p.record().model_dump(mode="json") for p in plan(_load("random-mix"))])

@@ -184,8 +184,8 @@ def test_plan_is_deterministic() -> None:
             "schedule": [_kill(targets={"random": 2}), {"fault": "pause", "targets": {"random": 1}, "at": 4,
                                                         "duration": 1, "repeat": {"count": 3, "every": 2}}],
             "random": _random(count=6, min_gap_s=0.5)}
-    first = [p.to_json() for p in plan(parse_scenario(data))]
-    again = [p.to_json() for p in plan(parse_scenario(data))]
+    first = [p.record() for p in plan(parse_scenario(data))]
+    again = [p.record() for p in plan(parse_scenario(data))]
     assert first == again
     assert len(first) == 1 + 3 + 6
 
@@ -282,7 +282,7 @@ def test_to_json_round_trips_the_params() -> None:
     spec = {"fault": "bandwidth", "id": "bw", "targets": ["learner-1"], "rate_kbps": 123, "direction": "from_syncer",
             "at": 2.5, "duration": 4}
     (p,) = plan(_scenario(spec))
-    data = json.loads(json.dumps(p.to_json()))
+    data = json.loads(json.dumps(p.record().model_dump(mode="json")))
     assert data == {"fault_id": "bw", "kind": "bandwidth", "targets": ["learner-1"], "at": 2.5, "at_merge": None,
                     "duration": 4.0, "params": {"rate_kbps": 123, "direction": "from_syncer"}}
     # the params rebuild the same spec
@@ -308,7 +308,7 @@ def _random_schedules(draw: st.DrawFn) -> dict:
 def test_random_schedule_property(random: dict, seed: int) -> None:
     data = {"name": "t", "seed": seed, "random": random}
     faults = plan(parse_scenario(data))
-    assert [p.to_json() for p in faults] == [p.to_json() for p in plan(parse_scenario(data))]
+    assert [p.record() for p in faults] == [p.record() for p in plan(parse_scenario(data))]
     assert len(faults) == random["count"]
     lo, _ = random["window"]
     dlo, dhi = random["duration"]
@@ -317,5 +317,5 @@ def test_random_schedule_property(random: dict, seed: int) -> None:
         assert p.at >= lo - 0.05 - 1e-9  # drawn starts are rounded to 0.1 s
         assert dlo - 0.05 - 1e-9 <= p.duration <= dhi + 0.05 + 1e-9
     for prev, nxt in zip(faults, faults[1:]):
-        assert nxt.at >= prev.at + prev.duration - 1e-9, ("overlap", prev.to_json(), nxt.to_json())
-        assert nxt.at >= prev.at + prev.duration + gap - 0.1, (prev.to_json(), nxt.to_json())
+        assert nxt.at >= prev.at + prev.duration - 1e-9, ("overlap", prev.record(), nxt.record())
+        assert nxt.at >= prev.at + prev.duration + gap - 0.1, (prev.record(), nxt.record())
