@@ -277,6 +277,7 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[di
     """The chaos run with the observers attached; returns them, the controller's records and the wall time."""
     from chaos.backends.local import LocalBackend
     from chaos.controller import RunOptions, run_scenario
+    from chaos.history import History
     from chaos.scenario import parse_scenario
 
     scenario = parse_scenario(scenario_tree(slots, seed), "benchmarks.fault_latency")
@@ -305,9 +306,9 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[di
     finally:
         obs.close()  # the controller has already healed, deleted its proxies and stopped every process
     records = [json.loads(line) for line in (out / "controller.jsonl").read_text().splitlines() if line.strip()]
-    teardown = [r for r in records if r.get("kind") == "phase" and r.get("name") == "teardown"]
-    if teardown and (teardown[-1]["detail"].get("proxies_left") or teardown[-1]["detail"].get("processes_left")):
-        obs.errors.append(f"teardown left something: {teardown[-1]['detail']}")
+    teardown = History.read(out).teardown()
+    if teardown and (teardown.proxies_left or teardown.processes_left):
+        obs.errors.append(f"teardown left something: {teardown.model_dump()}")
     return obs, records, time.monotonic() - t0
 
 

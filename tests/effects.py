@@ -46,7 +46,7 @@ def kill_one_keeps_training(h: History, r: RunResult) -> None:
     assert [m for m in h.of(ev.Merge) if m.ts > a + 1.0], "no merges after the kill"
     starts = [e for e in h.of(ev.LearnerStart) if e.learner_id == "learner-1"]
     assert len(starts) == 1, "learner-1 was restarted although the scenario never restarts it"
-    assert r.report["teardown"]["exit_codes"]["learner-1"] == -9
+    assert r.report.teardown.exit_codes["learner-1"] == -9
 
 
 def throttle_slows_uploads(h: History, r: RunResult) -> None:

@@ -38,9 +38,9 @@ def test_builtin_scenario(name: str, run_chaos) -> None:
     failed = [f"{v.name}: {v.status}: {v.summary}" for v in result.verdicts if v.status != "pass"]
     assert not failed, f"{name}: " + "; ".join(failed)
     assert result.exit_code == 0
-    teardown = result.report["teardown"]
-    assert teardown["proxies_left"] == [] and teardown["processes_left"] == []
-    assert not result.report["not_run"], "a planned fault never ran: the run ended too early"
+    teardown = result.report.teardown
+    assert teardown.proxies_left == [] and teardown.processes_left == []
+    assert not result.report.not_run, "a planned fault never ran: the run ended too early"
     history = History.read(result.out_dir)
     for w in history.fault_windows():
         assert w.injected and w.healed, f"{w.fault_id} not injected and healed: {w}"

@@ -86,6 +86,6 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
     heals = {r.fault_id: r.outcome for r in history.records if isinstance(r, FaultOp) and r.action == "heal"
              and r.outcome != "invoke"}
     assert heals == {"cut": "ok", "slow-links": "ok", "frozen": "ok", "down": "ok"}
-    teardown = history.phase("teardown")
+    teardown = history.teardown()
     assert teardown is not None
-    assert teardown.detail["proxies_left"] == [] and teardown.detail["processes_left"] == []
+    assert teardown.proxies_left == [] and teardown.processes_left == []

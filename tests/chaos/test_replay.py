@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from chaos.cli import main
+from chaos.run_report import RunReport
 from chaos.scenario import scenario_with
 from chaos.search import find_failure
 from chaos.strategies import fault_schedules
@@ -32,8 +32,8 @@ def test_shrunk_schedule_replays_on_local_processes(chaos_toxiproxy, chaos_run_d
     out = chaos_run_dir / "replay"
     code = main(["replay", str(repro), "--backend", "local", "--no-baseline", "--quiet",
                  "--toxiproxy-url", chaos_toxiproxy.url, "--out", str(out)])
-    report = json.loads((out / "report.json").read_text())
-    verdicts = {v["name"]: v["status"] for v in report["verdicts"]}
+    report = RunReport.read(out / "report.json")
+    verdicts = {v.name: v.status for v in report.verdicts}
     assert code == 1 and verdicts["reintegration"] == "fail", verdicts
     assert verdicts["safety"] == "pass" and verdicts["liveness"] == "pass", verdicts
-    assert report["teardown"]["proxies_left"] == [] and report["teardown"]["processes_left"] == []
+    assert report.teardown.proxies_left == [] and report.teardown.processes_left == []

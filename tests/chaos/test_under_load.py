@@ -39,6 +39,6 @@ def test_a_kill_a_partition_and_a_syncer_crash_pass_under_cpu_load(run_chaos) ->
     verdicts = {v.name: f"{v.status}: {v.summary}" for v in result.verdicts}
     assert result.exit_code == 0, f"kill, partition and syncer crash under load: {verdicts}"
     # Each fault was injected and healed, none skipped because the run ended first.
-    assert not result.report["not_run"], f"a planned fault never ran: {result.report['not_run']}"
+    assert not result.report.not_run, f"a planned fault never ran: {result.report.not_run}"
     windows = History.read(result.out_dir).fault_windows()
     assert sorted(w.kind for w in windows if w.injected and w.healed) == ["kill", "partition", "syncer_crash"], windows

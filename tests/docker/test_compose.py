@@ -134,10 +134,10 @@ class _Result:
     """The slice of chaos.controller.RunResult the effect checks read, rebuilt from report.json."""
 
     def __init__(self, report: dict) -> None:
-        from chaos.checkers import Verdict
+        from chaos.run_report import RunReport
 
-        self.report = report
-        self.verdicts = [Verdict(v["name"], v["status"], v["summary"], v["evidence"]) for v in report["verdicts"]]
+        self.report = RunReport.model_validate(report)  # run_on_docker's own keys (_exit, _output) are ignored
+        self.verdicts = self.report.verdicts
 
 
 CONTAINER_FAULTS = """

@@ -8,7 +8,6 @@ import pytest
 
 from benchmarks import measures as m
 from benchmarks.harness import run_cluster
-from chaos.history import Phase
 from trainer import events as ev
 
 pytestmark = pytest.mark.integration
@@ -23,9 +22,9 @@ def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed
 
     finished = h.phase("finished")
     assert finished is not None and finished.detail["stopped_early"] is True
-    teardown = h.phase("teardown")
-    assert isinstance(teardown, Phase)
-    assert teardown.detail["proxies_left"] == [] and teardown.detail["processes_left"] == []
+    teardown = h.teardown()
+    assert teardown is not None
+    assert teardown.proxies_left == [] and teardown.processes_left == []
 
     # Both learners compiled, then waited for each other: both saw the whole cluster joined.
     together = h.of(ev.StartTogether)

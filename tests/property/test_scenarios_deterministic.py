@@ -35,7 +35,7 @@ def test_builtin_scenario_in_deterministic_mode(name: str, tmp_path: Path) -> No
     failed = [f"{v.name}: {v.status}: {v.summary}" for v in r.verdicts if v.status != "pass"]
     assert not failed and not r.timed_out, f"{name}: " + "; ".join(failed or ["timed out"])
     result = r.write(tmp_path)
-    assert result.exit_code == 0 and not result.report["not_run"], "a planned fault never ran"
+    assert result.exit_code == 0 and not result.report.not_run, "a planned fault never ran"
     for w in r.history.fault_windows():
         assert w.injected and w.healed, f"{w.fault_id} not injected and healed: {w}"
     if name in SIMULATED_EFFECTS:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from chaos.analysis import REPORT_SCHEMA_VERSION
 from chaos.cli import main
 from chaos.replay import replay_scenario
+from chaos.run_report import RunReport
 from chaos.scenario import load_scenario, scenario_with
 from chaos.search import find_failure
 from chaos.sim import simulate
@@ -55,9 +55,9 @@ def test_replay_of_a_run_directory_reuses_its_recorded_plan(tmp_path: Path) -> N
     s = scenario_with("random-mix", cluster={"token_budget": 1_200_000})
     first = simulate(s)
     first.write(tmp_path / "run")
-    assert json.loads((tmp_path / "run" / "report.json").read_text())["schema_version"] == REPORT_SCHEMA_VERSION
+    assert RunReport.read(tmp_path / "run" / "report.json").schema_version == REPORT_SCHEMA_VERSION
     again = replay_scenario(tmp_path / "run")
-    assert [f.id for f in again.schedule] == [f["fault_id"] for f in first.history.plan().faults]
+    assert [f.id for f in again.schedule] == [f.fault_id for f in first.history.plan().faults]
     assert again.random is None
     assert simulate(again).history_json().count('"action":"inject"') == first.history_json().count(
         '"action":"inject"')

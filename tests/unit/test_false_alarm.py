@@ -22,31 +22,31 @@ def _write(tmp_path: Path, runs=RUNS, seeds: int = 3, cluster: str = "c1") -> Pa
 def test_rate_is_judged_at_the_reports_own_tolerance(tmp_path: Path) -> None:
     p = _write(tmp_path)
     at = {t: measured_rate(tolerance=t, baseline_seeds=3, cluster="c1", path=p) for t in (0.01, 0.05, 0.15)}
-    assert [at[t]["alarms"] for t in (0.01, 0.05, 0.15)] == [2, 1, 0]
-    assert at[0.15]["runs"] == 5 and at[0.15]["low"] == 0.0 and 0.4 < at[0.15]["high"] < 0.5
-    assert at[0.05]["text"].startswith("1 of 5 fault-free runs outside the band by more than ±0.05")
-    assert at[0.05]["same_cluster"] and "on this cluster" in at[0.05]["text"]
-    assert at[0.05]["measured"] == "2026-12-01T00:00:00+00:00"
+    assert [at[t].alarms for t in (0.01, 0.05, 0.15)] == [2, 1, 0]
+    assert at[0.15].runs == 5 and at[0.15].low == 0.0 and 0.4 < at[0.15].high < 0.5
+    assert at[0.05].text.startswith("1 of 5 fault-free runs outside the band by more than ±0.05")
+    assert at[0.05].same_cluster and "on this cluster" in at[0.05].text
+    assert at[0.05].measured == "2026-12-01T00:00:00+00:00"
 
 
 def test_another_cluster_or_band_size_or_no_file_is_said_not_hidden(tmp_path: Path) -> None:
     other = measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c2", path=_write(tmp_path))
-    assert not other["same_cluster"] and "the built-ins' cluster, not this run's" in other["text"]
+    assert not other.same_cluster and "the built-ins' cluster, not this run's" in other.text
     seeds = measured_rate(tolerance=0.05, baseline_seeds=5, cluster="c1", path=_write(tmp_path))
-    assert seeds == {"text": "not measured for a band over 5 seed(s) (measured: 3); run "
-                             "benchmarks/parity_false_alarm.py --load --baseline-seeds 5"}
+    assert seeds.model_dump() == {"text": "not measured for a band over 5 seed(s) (measured: 3); run "
+                                          "benchmarks/parity_false_alarm.py --load --baseline-seeds 5"}
     missing = measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1", path=tmp_path / "absent.json")
-    assert missing["text"].startswith("not measured here (absent.json: FileNotFoundError)")
+    assert missing.text.startswith("not measured here (absent.json: FileNotFoundError)")
     (tmp_path / "bad.json").write_text("{not json")
     assert "JSONDecodeError" in measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1",
-                                              path=tmp_path / "bad.json")["text"]
+                                              path=tmp_path / "bad.json").text
     empty = measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1", path=_write(tmp_path, runs=[]))
-    assert empty["text"].startswith("not measured")
+    assert empty.text.startswith("not measured")
 
 
 def test_a_non_finite_distance_is_always_a_false_alarm(tmp_path: Path) -> None:
     p = _write(tmp_path, runs=[{"outside_band": float("inf")}, {"outside_band": 0.0}])
-    assert measured_rate(tolerance=10.0, baseline_seeds=3, cluster="c1", path=p)["alarms"] == 1
+    assert measured_rate(tolerance=10.0, baseline_seeds=3, cluster="c1", path=p).alarms == 1
 
 
 def test_the_committed_measurement_covers_every_built_in() -> None:
@@ -58,4 +58,4 @@ def test_the_committed_measurement_covers_every_built_in() -> None:
         s = load_scenario(path)
         r = measured_rate(tolerance=s.checks.parity.tolerance, baseline_seeds=s.checks.parity.baseline_seeds,
                           cluster=cluster_key(s.cluster))
-        assert r["same_cluster"] and r["runs"] >= 8, (s.name, r)
+        assert r.same_cluster and r.runs >= 8, (s.name, r)

@@ -11,6 +11,7 @@ import pytest
 from chaos import report as rep
 from chaos import timeline as tl
 from chaos.history import FaultOp, History, Phase, PlanRecord
+from chaos.run_report import RunReport
 from trainer import events as ev
 
 T0 = 1_764_451_200.0  # the steady phase
@@ -70,7 +71,7 @@ def _history() -> History:
     return History(records=records, events=sorted(events, key=lambda e: e.ts))
 
 
-REPORT: dict[str, Any] = {
+TREE: dict[str, Any] = {
     "scenario": "kill-one-learner",
     "description": "SIGKILL one learner mid-run, restart it after 10 s.",
     "status": "pass",
@@ -99,16 +100,26 @@ REPORT: dict[str, Any] = {
                 "goodput_tokens": 0.93, "rejections": {"non_finite": 3}, "wall_s": 70.0},
     "teardown": {"proxies_left": [], "processes_left": [], "problems": []},
 }
+REPORT = RunReport.model_validate(TREE)
 
 
-def _failing() -> dict[str, Any]:
-    r = copy.deepcopy(REPORT)
+def _report(tree: dict[str, Any]) -> RunReport:
+    return RunReport.model_validate(tree)
+
+
+# A run that tells nothing but who it was (what a report says when everything else is empty).
+BARE = {"scenario": "", "status": "pass", "exit_code": 0, "run_dir": "", "seed": 0, "config_hash": "",
+        "started_at": float("nan"), "wall_s": float("nan")}
+
+
+def _failing() -> RunReport:
+    r = copy.deepcopy(TREE)
     r["status"] = "fail"
     r["exit_code"] = 1
     r["verdicts"].append({"name": "reintegration", "status": "fail",
                           "summary": "learner-1 never uploaded after its restart",
                           "evidence": {"learner": "learner-1", "healed_at_s": 15.2, "first_upload_after_s": None}})
-    return r
+    return _report(r)
 
 
 # ---- Markdown ---------------------------------------------------------------
@@ -116,9 +127,9 @@ def test_markdown_has_the_essentials() -> None:
     md = rep.render_markdown(REPORT)
     assert md.startswith("# Chaos run: kill-one-learner")
     assert "## Result: PASS" in md
-    assert REPORT["description"] in md
-    for v in REPORT["verdicts"]:
-        assert f"| {v['name']} | {v['status'].upper()} |" in md
+    assert REPORT.description in md
+    for v in REPORT.verdicts:
+        assert f"| {v.name} | {v.status.upper()} |" in md
     assert "| f0 | kill | learner-1 | 5.1 | 15.2 | restart=true |" in md
     assert "`f3`: pause learner-2 at 60.0 s" in md  # planned, not run
     assert "diloco-chaos run kill-one-learner --seed 0" in md
@@ -130,12 +141,12 @@ def test_markdown_has_the_essentials() -> None:
 
 
 def test_markdown_shows_the_parity_band_and_its_seeds() -> None:
-    r = copy.deepcopy(REPORT)
-    assert "| fault-free band (parity) | one baseline |" in rep.render_markdown(r)
+    r = copy.deepcopy(TREE)
+    assert "| fault-free band (parity) | one baseline |" in rep.render_markdown(_report(r))
     r["baseline"]["band"] = {"seeds": [0, 1, 2], "excess": [0.32, 0.30, 0.35]}
     r["verdicts"][1]["evidence"] = {"band": {"low": 2.69, "high": 2.74}}
     assert ("| fault-free band (parity) | 2.690 – 2.740 (this run's floor + the fault-free excess at cluster seeds "
-            "0, 1, 2) |") in rep.render_markdown(r)
+            "0, 1, 2) |") in rep.render_markdown(_report(r))
 
 
 def test_failing_report_says_fail_and_shows_evidence() -> None:
@@ -149,24 +160,26 @@ def test_failing_report_says_fail_and_shows_evidence() -> None:
 
 
 def test_error_report_and_missing_keys() -> None:
-    md = rep.render_markdown({"scenario": "syncer-crash", "status": "error", "error": "toxiproxy not reachable"})
+    md = rep.render_markdown(_report({**BARE, "scenario": "syncer-crash", "status": "error",
+                                      "error": "toxiproxy not reachable"}))
     assert "## Result: ERROR" in md and "toxiproxy not reachable" in md
     assert "No checks ran." in md and "No fault was injected." in md and "Teardown" in md
     assert "diloco-chaos run syncer-crash" in md
-    assert rep.render_markdown({}).startswith("# Chaos run:")
+    assert rep.render_markdown(_report(BARE)).startswith("# Chaos run:")
 
 
 def test_markdown_escapes_cells_and_reports_dirty_teardown() -> None:
-    r = copy.deepcopy(REPORT)
+    r = copy.deepcopy(TREE)
     r["verdicts"][0]["summary"] = "a | b\nc"
-    r["teardown"] = {"proxies_left": ["learner-0-link"], "processes_left": [{"name": "learner-1", "pid": 42}],
-                     "problems": []}
+    r["teardown"] = {"proxies_left": ["learner-0-link"], "processes_left": ["learner-1"],
+                     "problems": ["stopping learner-1: no such container"]}
     r["baseline"] = None
     r["metrics"]["goodput_tokens"] = float("nan")
     r["faults"][0].update(end_s=None, healed=False)
-    md = rep.render_markdown(r)
+    md = rep.render_markdown(_report(r))
     assert "a \\| b c" in md
-    assert "**Not clean:**" in md and "learner-0-link" in md and '"pid": 42' in md
+    assert "**Not clean:**" in md and "learner-0-link" in md and "- processes left: learner-1" in md
+    assert "- problems: stopping learner-1: no such container" in md
     assert "no baseline" in md and "| uploads merged (merged / uploaded tokens) | n/a |" in md
     assert "never healed" in md
 
@@ -213,11 +226,11 @@ def test_timeline_png(tmp_path: Path) -> None:
 
 def test_timeline_png_empty_history(tmp_path: Path) -> None:
     out = tmp_path / "empty.png"
-    tl.write_timeline(History(records=[], events=[]), {}, out)
+    tl.write_timeline(History(records=[], events=[]), None, out)
     _assert_png(out)
     out2 = tmp_path / "error.png"
     tl.write_timeline(History(records=[Phase(ts=T0, name="bring_up")], events=[]),
-                       {"scenario": "x", "status": "error", "baseline": None}, out2)
+                       _report({**BARE, "scenario": "x", "status": "error", "baseline": None}), out2)
     _assert_png(out2)
 
 
@@ -234,17 +247,17 @@ def test_timeline_syncer_faults_and_no_steady(tmp_path: Path) -> None:
 
 
 def test_regime_warnings_lead_the_report():
-    md = rep.render_markdown({"scenario": "s", "status": "pass", "warnings": ["outside the regime: 1.2 of 3 learners"]})
+    md = rep.render_markdown(_report({**BARE, "scenario": "s", "warnings": ["outside the regime: 1.2 of 3 learners"]}))
     assert "> **Warning:** outside the regime: 1.2 of 3 learners" in md
-    assert "Warning" not in rep.render_markdown({"scenario": "s", "status": "pass", "warnings": []})
+    assert "Warning" not in rep.render_markdown(_report({**BARE, "scenario": "s", "warnings": []}))
 
 
 def test_markdown_quotes_the_parity_false_alarm_rate_or_why_there_is_none() -> None:
-    r = copy.deepcopy(REPORT)
+    r = copy.deepcopy(TREE)
     r["parity_false_alarm"] = None
-    assert "| parity false-alarm rate | n/a (parity off) |" in rep.render_markdown(r)
+    assert "| parity false-alarm rate | n/a (parity off) |" in rep.render_markdown(_report(r))
     r["parity_false_alarm"] = {"text": "0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
                                        "measured under load on this cluster", "measured": "2026-12-01T02:55:02+00:00"}
     assert ("| parity false-alarm rate | 0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
             "measured under load on this cluster, 2026-12-01T02:55:02+00:00 (benchmarks/parity_false_alarm.py) |"
-            ) in rep.render_markdown(r)
+            ) in rep.render_markdown(_report(r))
