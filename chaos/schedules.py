@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
 
 from chaos.errors import ScenarioError
 from chaos.history import PlannedFault
@@ -61,7 +60,7 @@ def build_fault(spec: FaultSpec, fault_id: str, targets: tuple[str, ...]) -> Fau
     return build(spec.fault, fault_id, (SYNCER,) if spec.fault == "syncer_crash" else targets, fault_params(spec))
 
 
-def fault_params(spec: FaultSpec, mode: str = "python") -> dict[str, Any]:
+def fault_params(spec: FaultSpec, mode: str = "python") -> dict[str, object]:
     """A spec's own parameters: everything but its kind, id, targets and timing."""
     return spec.model_dump(mode=mode, exclude={"id", "targets", "at", "at_merge", "duration", "repeat", "fault"})
 

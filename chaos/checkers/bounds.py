@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from chaos.history import History, Phase
+from chaos.records import JsonObject
 from trainer import events as ev
 
 MIN_INTERVALS = 3  # fewer fault-free round intervals than this and the round time is not measured
@@ -45,7 +45,7 @@ class RunPace:
     round_s: float | None  # None: fewer than MIN_INTERVALS fault-free intervals
     intervals: int  # how many fault-free intervals the median was taken over
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"startup_s": _r(self.startup_s), "round_s": _r(self.round_s), "intervals": self.intervals}
 
 
@@ -54,7 +54,7 @@ class Bound:
     seconds: float | None  # None: the run's pace could not be measured
     how: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"seconds": _r(self.seconds), "how": self.how}
 
 

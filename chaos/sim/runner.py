@@ -42,6 +42,7 @@ import numpy as np
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.history import FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Teardown, TeardownPhase
 from chaos.interpreter import Heal, Inject, PlanInterpreter
+from chaos.records import JsonObject
 from chaos.scenario import Scenario
 from chaos.schedules import Planned, plan
 from chaos.sim.clock import EventLoop
@@ -268,7 +269,7 @@ class Simulation:
             self._wakes.add(t)
             self.loop.at(t, self._tick)
 
-    def _op(self, p: Planned, action: str, outcome: str, evidence: dict[str, Any]) -> None:
+    def _op(self, p: Planned, action: str, outcome: str, evidence: JsonObject) -> None:
         self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
                     targets=list(p.targets), params=p.params, evidence=evidence)
 
