@@ -72,4 +72,4 @@ def test_a_restarted_syncer_whose_port_was_taken_moves_and_the_proxies_follow(tm
                         assert wait_until(lambda: via_proxy.status(), 60, f"the syncer through {lid}'s proxy")
         finally:
             result = backend.teardown()
-    assert all(code is not None for code in result["exit_codes"].values())
+    assert all(code is not None for code in result.exit_codes.values())
