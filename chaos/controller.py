@@ -45,6 +45,7 @@ from chaos.schedules import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError
+from faults.kinds import syncer_only
 from faults.toxiproxy import Toxiproxy
 from faults.toxiproxy_server import ToxiproxyServer
 from trainer.config import RunConfig
@@ -223,7 +224,7 @@ class _Execution:
         self.say("steady: first merge seen; schedule clock starts")
 
     def _syncer_fault_active(self) -> bool:
-        return any(p.kind == "syncer_crash" or "syncer" in p.targets for p, _ in self.interp.active.values())
+        return any(syncer_only(p.kind) or "syncer" in p.targets for p, _ in self.interp.active.values())
 
     def _loop(self) -> None:
         assert self.steady_at is not None

@@ -19,12 +19,13 @@ from chaos.errors import ScenarioError
 from chaos.history import PlannedFault, PlanRecord, parse_record
 from trainer.events import jsonl_lines
 from chaos.scenario import Scenario, load_scenario, parse_scenario, resolve
+from faults.kinds import syncer_only
 
 
 def _spec(fault: PlannedFault) -> dict[str, object]:
     """A planned fault as the scenario file's fault spec (its tree: the scenario parser validates it)."""
     out: dict[str, object] = {"fault": fault.kind, "id": fault.fault_id, "duration": fault.duration, **fault.params}
-    if fault.kind != "syncer_crash":
+    if not syncer_only(fault.kind):
         out["targets"] = list(fault.targets)
     if fault.at_merge is not None:
         out["at_merge"] = fault.at_merge

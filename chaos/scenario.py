@@ -24,20 +24,20 @@ triggers on the syncer's total merge count instead.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter, ValidationError, create_model,
+                      model_validator)
+from pydantic_core import core_schema
 
 from chaos.errors import ScenarioError
 from faults.base import SYNCER
-from faults.kinds import FAULT_KINDS, KINDS
+from faults.injectors import INJECTORS, params_of
+from faults.kinds import FAULT_KINDS, KINDS, FaultKind
 from trainer.config import RunConfig, format_validation_error, learner_ids, merge_trees, read_yaml_mapping
-
-Direction = Literal["both", "to_syncer", "from_syncer"]
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinite numbers
@@ -66,6 +66,7 @@ class _FaultSpec(_Strict):
     at_merge: int | None = Field(None, ge=0, description="when the syncer's total merge count reaches this")
     duration: float | None = Field(None, ge=0, description="seconds until heal")
     repeat: Repeat | None = None
+    fault: str  # the kind; each kind's entry class narrows it to its name
 
     @model_validator(mode="after")
     def _timing(self) -> "_FaultSpec":
@@ -79,100 +80,73 @@ class _FaultSpec(_Strict):
         return self
 
 
-class KillSpec(_FaultSpec):
-    fault: Literal["kill"]
-    restart: bool = True
+def _title(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
 
 
-class StopSpec(_FaultSpec):
-    fault: Literal["stop"]
+@functools.lru_cache(maxsize=None)
+def _entry_class(kind: FaultKind, injector: type) -> type[_FaultSpec]:
+    """One kind's scenario entry: the common timing above, the kind's tag and its injector's ``Params``
+    (:mod:`faults.params`), e.g. ``SlowSpec``: ``fraction`` and ``period_s``."""
+    params = params_of(injector)
+    clash = sorted(set(params.model_fields) & set(_FaultSpec.model_fields))
+    if clash:
+        raise TypeError(f"{injector.__name__}.Params: fields {clash} are every fault's timing and targets; "
+                        "rename them")
+    where = " Containers only (--backend docker)." if kind.containers else ""
+    extra: dict[str, Any] = {"targets": (Targets, [SYNCER])} if kind.syncer_only else {}
+    return create_model(f"{_title(kind.name)}Spec", __base__=(params, _FaultSpec), __module__=__name__,
+                        __doc__=f"A {kind.name} fault's scenario entry.{where}",
+                        fault=(Literal[kind.name], ...), **extra)
 
 
-class PauseSpec(_FaultSpec):
-    fault: Literal["pause"]
+def entry_classes() -> dict[str, type[_FaultSpec]]:
+    """Every kind's scenario entry class, by kind, as the table (:data:`faults.kinds.KINDS`) has them now.
+
+    >>> sorted(entry_classes()["slow"].model_fields)[-3:]
+    ['period_s', 'repeat', 'targets']
+    """
+    return {name: _entry_class(k, INJECTORS[name]) for name, k in KINDS.items()}
 
 
-class SlowSpec(_FaultSpec):
-    fault: Literal["slow"]
-    fraction: float = Field(0.5, gt=0, lt=1)
-    period_s: float = Field(0.1, ge=0.01, le=10)
+@functools.lru_cache(maxsize=8)
+def _union(entries: tuple[type[_FaultSpec], ...]) -> Any:
+    return Annotated[Union[entries], Field(discriminator="fault")]
 
 
-class SyncerCrashSpec(_FaultSpec):
-    fault: Literal["syncer_crash"]
-    targets: Targets = [SYNCER]
+@functools.lru_cache(maxsize=8)
+def _adapter(entries: tuple[type[_FaultSpec], ...]) -> TypeAdapter[Any]:
+    return TypeAdapter(_union(entries))
 
 
-class CorruptSpec(_FaultSpec):
-    fault: Literal["corrupt"]
-    mode: Literal["nan", "garbage"] = "nan"
+class _ByKind:
+    """Validates a fault entry as its kind's class, chosen when it is validated: a kind registered after this
+    module was imported (:mod:`chaos.registry`) is accepted like the rest, with the same errors pydantic gives
+    for a discriminated union (its tag in error paths: :func:`_is_tag` hides it)."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            lambda value: _adapter(tuple(entry_classes().values())).validate_python(value),
+            # dumped as its own class, parameters included (the declared type, _FaultSpec, has none)
+            serialization=core_schema.wrap_serializer_function_ser_schema(lambda v, h: h(v),
+                                                                         schema=core_schema.any_schema()))
 
 
-class PartitionSpec(_FaultSpec):
-    fault: Literal["partition"]
-    direction: Direction = "both"
+FaultEntry = Annotated[_FaultSpec, _ByKind()]
 
 
-class LinkDownSpec(_FaultSpec):
-    fault: Literal["link_down"]
-
-
-class BandwidthSpec(_FaultSpec):
-    fault: Literal["bandwidth"]
-    rate_kbps: int = Field(ge=1, description="KB/s per connection per direction (KB = 1000 bytes)")
-    direction: Direction = "both"
-
-
-class LatencySpec(_FaultSpec):
-    fault: Literal["latency"]
-    latency_ms: int = Field(ge=0)
-    jitter_ms: int = Field(0, ge=0)
-    direction: Direction = "both"
-
-    @model_validator(mode="after")
-    def _jitter(self) -> "LatencySpec":
-        if self.jitter_ms > self.latency_ms:
-            raise ValueError(f"jitter_ms ({self.jitter_ms}) cannot exceed latency_ms ({self.latency_ms})")
-        return self
-
-
-class ResetPeerSpec(_FaultSpec):
-    fault: Literal["reset_peer"]
-    timeout_ms: int = Field(0, ge=0)
-
-
-class DataLimitSpec(_FaultSpec):
-    fault: Literal["data_limit"]
-    bytes: int = Field(ge=1)
-    direction: Direction = "both"
-
-
-class CpuLimitSpec(_FaultSpec):
-    """Containers only (--backend docker): cap at ``cpus`` cores."""
-
-    fault: Literal["cpu_limit"]
-    cpus: float = Field(0.25, ge=0.01, le=64)
-
-
-class DisconnectSpec(_FaultSpec):
-    """Containers only (--backend docker): disconnect from the network."""
-
-    fault: Literal["disconnect"]
-
-
-FaultSpec = Annotated[
-    Union[KillSpec, StopSpec, PauseSpec, SlowSpec, SyncerCrashSpec, CorruptSpec, PartitionSpec, LinkDownSpec,
-          BandwidthSpec, LatencySpec, ResetPeerSpec, DataLimitSpec, CpuLimitSpec, DisconnectSpec],
-    Field(discriminator="fault"),
-]
-
+def __getattr__(name: str) -> Any:
+    """``FaultSpec``: the discriminated union of every kind's entry class, as the table has them when asked."""
+    if name == "FaultSpec":
+        return _union(tuple(entry_classes().values()))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RandomSchedule(_Strict):
     """Seeded random faults: ``count`` faults drawn from ``faults`` (templates without timing)."""
 
     count: int = Field(ge=1, le=1000)
-    faults: list[FaultSpec] = Field(min_length=1)
+    faults: list[FaultEntry] = Field(min_length=1)
     window: tuple[float, float] = Field(description="[first, last] start time, seconds after the first merge")
     duration: tuple[float, float] = Field(description="[min, max] seconds")
     min_gap_s: float = Field(0.0, ge=0, description="at least this long between one fault's heal and the next start")
@@ -284,7 +258,7 @@ class Scenario(_Strict):
     description: str = ""
     seed: int = Field(0, ge=0, description="seed of every random choice of the schedule")
     cluster: RunConfig = RunConfig()
-    schedule: list[FaultSpec] = []
+    schedule: list[FaultEntry] = []
     random: RandomSchedule | None = None
     checks: Checks = Checks()
     timeout_s: float = Field(900.0, gt=0, description="give up (exit 2) after this long")
@@ -302,9 +276,9 @@ class Scenario(_Strict):
         for where, f in specs:
             if where.startswith("schedule.") and (f.at is None and f.at_merge is None or f.duration is None):
                 raise ValueError(f"{where}: needs a start ('at' seconds or 'at_merge') and a 'duration'")
-            if f.fault == "syncer_crash":
+            if KINDS[f.fault].syncer_only:
                 if f.targets != [SYNCER]:
-                    raise ValueError(f"{where}.targets: a syncer_crash targets ['syncer'] only")
+                    raise ValueError(f"{where}.targets: a {f.fault} targets ['syncer'] only")
                 continue
             if isinstance(f.targets, RandomTargets):
                 if f.targets.random > m:

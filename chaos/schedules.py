@@ -24,6 +24,7 @@ from chaos.records import JsonObject
 from chaos.scenario import FaultSpec, RandomTargets, Scenario
 from faults.base import SYNCER, Fault
 from faults.injectors import build
+from faults.kinds import syncer_only
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Planned:
 
 def build_fault(spec: FaultSpec, fault_id: str, targets: tuple[str, ...]) -> Fault:
     """The injector object for one spec (:mod:`faults.injectors`)."""
-    return build(spec.fault, fault_id, (SYNCER,) if spec.fault == "syncer_crash" else targets, fault_params(spec))
+    return build(spec.fault, fault_id, (SYNCER,) if syncer_only(spec.fault) else targets, fault_params(spec))
 
 
 def fault_params(spec: FaultSpec, mode: str = "python") -> dict[str, object]:
@@ -67,7 +68,7 @@ def fault_params(spec: FaultSpec, mode: str = "python") -> dict[str, object]:
 
 def _targets(spec: FaultSpec, learners: list[str], rng: random.Random) -> tuple[str, ...]:
     t = spec.targets
-    if spec.fault == "syncer_crash":
+    if syncer_only(spec.fault):
         return (SYNCER,)
     if t == "all":
         return tuple(learners)

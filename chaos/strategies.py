@@ -35,7 +35,8 @@ from hypothesis import strategies as st
 
 from chaos.scenario import Scenario, parse_scenario
 from faults.base import SYNCER
-from faults.kinds import LOCAL_KINDS, removed_learners
+from faults.injectors import INJECTORS, params_of
+from faults.kinds import LOCAL_KINDS, removed_learners, syncer_only
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class GeneratedFault:
         """The scenario entry, times converted to seconds."""
         out: dict[str, Any] = {"fault": self.kind, "at": round(self.start * outer_step_s, 3),
                                "duration": round(self.duration * outer_step_s, 3), **self.params}
-        if self.kind != "syncer_crash":
+        if not syncer_only(self.kind):
             out["targets"] = list(self.targets)
         return out
 
@@ -84,24 +85,6 @@ def max_down_at_once(schedule: FaultSchedule) -> int:
         down = {lid for f in schedule.faults if f.start <= t < f.end for lid in f.removes()}
         worst = max(worst, len(down))
     return worst
-
-
-def _params(draw: Any, kind: str) -> dict[str, Any]:
-    if kind == "partition":
-        return {"direction": draw(st.sampled_from(["both", "to_syncer", "from_syncer"]))}
-    if kind == "data_limit":
-        return {"bytes": draw(st.sampled_from([500, 100_000])),
-                "direction": draw(st.sampled_from(["both", "to_syncer", "from_syncer"]))}
-    if kind == "bandwidth":
-        return {"rate_kbps": draw(st.sampled_from([50, 200, 1000, 5000]))}
-    if kind == "latency":
-        lat = draw(st.sampled_from([20, 100, 500]))
-        return {"latency_ms": lat, "jitter_ms": draw(st.sampled_from([0, lat // 2]))}
-    if kind == "slow":
-        return {"fraction": draw(st.sampled_from([0.5, 0.8]))}
-    if kind == "corrupt":
-        return {"mode": draw(st.sampled_from(["nan", "garbage"]))}
-    return {}
 
 
 def _learner_ids(learners: int | Sequence[str]) -> list[str]:
@@ -130,8 +113,9 @@ def fault_schedules(draw: Any, *, learners: int | Sequence[str] = 3, kinds: Sequ
         kind = draw(st.sampled_from(list(kinds)))
         start = float(draw(st.integers(0, max(int(horizon) - 1, 0))))
         duration = float(draw(st.integers(1, max(int(max_duration), 1))))
-        params = _params(draw, kind)
-        if kind == "syncer_crash":
+        # the example values its injector declares (faults.params)
+        params = params_of(INJECTORS[kind]).example(lambda options: draw(st.sampled_from(options)))
+        if syncer_only(kind):
             faults.append(GeneratedFault(kind, (SYNCER,), start, duration, params))
             continue
         count = draw(st.integers(1, len(ids)))

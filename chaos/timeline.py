@@ -16,7 +16,7 @@ from chaos.formatting import STATUS_COLOURS, finite, natural_key, status_word
 from chaos.history import FaultWindow, History, Phase
 from chaos.run_report import RunReport
 from faults.base import SYNCER
-from faults.kinds import KINDS
+from faults.kinds import KINDS, syncer_only
 from trainer import events as ev
 
 FAMILY_COLOURS = {"process": "tab:red", "network": "tab:blue"}
@@ -85,7 +85,7 @@ def learner_lanes(history: History) -> list[str]:
 
 def _lanes_of(w: FaultWindow, learners: list[str]) -> list[str]:
     """The lanes a fault window takes down: a syncer target of a network fault means every learner's link."""
-    if w.kind == "syncer_crash":
+    if syncer_only(w.kind):
         return [SYNCER]
     if SYNCER in w.targets and fault_family(w.kind) == "network":
         return list(learners)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from faults.base import Cluster, Evidence, require_targets
 from faults.errors import FaultError
+from faults.params import FaultParams, Field
 
 CPU_PERIOD_US = 100_000
 
@@ -47,6 +48,9 @@ class CpuLimit:
     targets: tuple[str, ...]
     cpus: float = 0.25
     kind: ClassVar[str] = "cpu_limit"
+
+    class Params(FaultParams):  # its scenario entry's parameters (faults.params)
+        cpus: float = Field(0.25, ge=0.01, le=64)
 
     def __post_init__(self) -> None:
         require_targets(self.fault_id, self.targets)

@@ -23,13 +23,14 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from faults.base import SYNCER, Cluster, Evidence
 from faults.errors import FaultError, TargetError
+from faults.params import Direction, FaultParams, Field, model_validator
 from faults.toxiproxy import Toxic
 
-DIRECTIONS = ("both", "to_syncer", "from_syncer")
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
 _STREAMS: dict[str, tuple[str, ...]] = {"both": ("upstream", "downstream"), "to_syncer": ("upstream",),
                                         "from_syncer": ("downstream",)}
 _SUFFIX = {"upstream": "up", "downstream": "down"}
@@ -135,6 +136,9 @@ class Partition(_ToxicFault):
     kind: ClassVar[str] = "partition"
     toxic_type: ClassVar[str] = "timeout"
 
+    class Params(FaultParams):  # its scenario entry's parameters (faults.params)
+        direction: Direction = Field("both", examples=list(DIRECTIONS))
+
     def __post_init__(self) -> None:
         _validate_common(self)
 
@@ -191,6 +195,11 @@ class Bandwidth(_ToxicFault):
     kind: ClassVar[str] = "bandwidth"
     toxic_type: ClassVar[str] = "bandwidth"
 
+    class Params(FaultParams):
+        rate_kbps: int = Field(ge=1, description="KB/s per connection per direction (KB = 1000 bytes)",
+                               examples=[50, 200, 1000, 5000])
+        direction: Direction = "both"
+
     def __post_init__(self) -> None:
         _validate_common(self)
         # The server accepts any rate: 0 stalls the link for good, a negative one crashes the whole server.
@@ -222,6 +231,22 @@ class Latency(_ToxicFault):
     direction: str = "both"
     kind: ClassVar[str] = "latency"
     toxic_type: ClassVar[str] = "latency"
+
+    class Params(FaultParams):
+        latency_ms: int = Field(ge=0)
+        jitter_ms: int = Field(0, ge=0)
+        direction: Direction = "both"
+
+        @model_validator(mode="after")
+        def _jitter(self) -> "Latency.Params":
+            if self.jitter_ms > self.latency_ms:
+                raise ValueError(f"jitter_ms ({self.jitter_ms}) cannot exceed latency_ms ({self.latency_ms})")
+            return self
+
+        @classmethod
+        def example(cls, pick: Any) -> dict[str, Any]:  # the jitter depends on the latency
+            latency = pick([20, 100, 500])
+            return {"latency_ms": latency, "jitter_ms": pick([0, latency // 2])}
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -257,6 +282,9 @@ class ResetPeer(_ToxicFault):
     kind: ClassVar[str] = "reset_peer"
     toxic_type: ClassVar[str] = "reset_peer"
 
+    class Params(FaultParams):
+        timeout_ms: int = Field(0, ge=0)
+
     def __post_init__(self) -> None:
         _validate_common(self)
         _int_field(self, "timeout_ms", 0)
@@ -284,6 +312,10 @@ class DataLimit(_ToxicFault):
     direction: str = "both"
     kind: ClassVar[str] = "data_limit"
     toxic_type: ClassVar[str] = "limit_data"
+
+    class Params(FaultParams):
+        bytes: int = Field(ge=1, examples=[500, 100_000])
+        direction: Direction = Field("both", examples=list(DIRECTIONS))
 
     def __post_init__(self) -> None:
         _validate_common(self)

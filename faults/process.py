@@ -16,11 +16,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from faults.base import SYNCER, Cluster, Evidence, require_targets
 from faults.errors import FaultError, TargetError
 from faults.kinds import KINDS
+from faults.params import FaultParams, Field
 from trainer.core.corruption import CORRUPT_MODES
 
 
@@ -49,6 +50,9 @@ class Kill:
     targets: tuple[str, ...]
     restart: bool = True
     kind: ClassVar[str] = "kill"
+
+    class Params(FaultParams):  # its scenario entry's parameters (faults.params)
+        restart: bool = True
 
     def __post_init__(self) -> None:
         require_targets(self.fault_id, self.targets)
@@ -81,6 +85,7 @@ class GracefulStop:
     targets: tuple[str, ...]
     timeout_s: float = 10.0
     kind: ClassVar[str] = "stop"
+    Params: ClassVar[type[FaultParams]] = FaultParams  # none: the timeout is not a scenario's to choose
 
     def __post_init__(self) -> None:
         require_targets(self.fault_id, self.targets)
@@ -140,6 +145,10 @@ class Slow:
     kind: ClassVar[str] = "slow"
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False, compare=False)
     _thread: list[threading.Thread] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    class Params(FaultParams):
+        fraction: float = Field(0.5, gt=0, lt=1, examples=[0.5, 0.8])
+        period_s: float = Field(0.1, ge=0.01, le=10)
 
     def __post_init__(self) -> None:
         require_targets(self.fault_id, self.targets)
@@ -221,6 +230,9 @@ class Corrupt:
     mode: str = "nan"
     kind: ClassVar[str] = "corrupt"
     _injected: list[bool] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    class Params(FaultParams):
+        mode: Literal["nan", "garbage"] = Field("nan", examples=["nan", "garbage"])
 
     def __post_init__(self) -> None:
         require_targets(self.fault_id, self.targets)
