@@ -1,17 +1,19 @@
 """Adding a fault kind is its table entry, its injector and its deterministic effect, nothing else: a throwaway
 kind registered here (chaos.registry) is in scenario files, plans, deterministic mode, generated schedules and the
-timeline like a built-in one, and gone again afterwards. The same kind is docs/scenarios-and-checks.md's worked
-example ("Adding a fault kind")."""
+timeline like a built-in one, and gone again afterwards. The kind is docs/scenarios-and-checks.md's worked example
+("Adding a fault kind"), run from the docs' own code."""
 
 from __future__ import annotations
 
+import re
 import signal
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from hypothesis import find, settings
 
 import chaos.scenario
@@ -19,53 +21,33 @@ from chaos.registry import fault_kind, register_fault_kind, unregister_fault_kin
 from chaos.scenario import ScenarioError, parse_scenario
 from chaos.schedules import plan
 from chaos.sim import SimOptions, simulate
-from chaos.sim.effects import EFFECTS, Effect, SimCluster
+from chaos.sim.effects import EFFECTS, Effect
 from chaos.strategies import fault_schedules, to_scenario
 from chaos.timeline import fault_family
-from faults.base import Cluster, Evidence, require_targets
 from faults.injectors import INJECTORS
 from faults.kinds import CONTAINER_KINDS, FAULT_KINDS, KINDS, LOCAL_KINDS, FaultKind
-from faults.params import FaultParams, Field
+from faults.params import FaultParams
 from trainer import events as ev
 
-# ---- the three pieces of a kind ------------------------------------------------------------------------------
+# ---- the three pieces of a kind: the docs' worked example, run ------------------------------------------------
 
-HICCUP = FaultKind("hiccup", "process", removes_learner=False)
-
-
-@dataclass(frozen=True)
-class Hiccup:
-    """Stop each target for ``stall_ms`` of every 100 ms: its steps take 100 / (100 - stall_ms) times as long."""
-
-    fault_id: str
-    targets: tuple[str, ...]
-    stall_ms: int = 50
-    kind: ClassVar[str] = "hiccup"
-
-    class Params(FaultParams):
-        stall_ms: int = Field(50, ge=1, le=90, examples=[20, 80])
-
-    def __post_init__(self) -> None:
-        require_targets(self.fault_id, self.targets)
-
-    def inject(self, cluster: Cluster) -> Evidence:  # (a real one would run a duty cycle: faults.process.Slow)
-        return {"stopped": [t for t in self.targets if cluster.signal(t, signal.SIGSTOP)]}
-
-    def heal(self, cluster: Cluster) -> Evidence:
-        return {"resumed": [t for t in self.targets if cluster.signal(t, signal.SIGCONT)]}
-
-    def describe(self) -> str:
-        return f"hiccup {', '.join(self.targets)}: stopped {self.stall_ms} ms of every 100 ms"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "scenarios-and-checks.md"
 
 
-def hiccup(sim: SimCluster, lid: str, p: Any, inject: bool) -> None:
-    if inject:
-        sim.learners[lid].slow[p.fault_id] = 100 / (100 - p.spec.stall_ms)
-    else:
-        sim.learners[lid].slow.pop(p.fault_id, None)
+def worked_example() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The code and the schedule entry of the docs' "Adding a fault kind", so the docs show what is tested."""
+    text = DOC.read_text()
+    section = text[text.index("### Adding a fault kind"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    entry = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert code and entry, f"{DOC.name}: 'Adding a fault kind' needs its python and yaml blocks"
+    pieces: dict[str, Any] = {"__name__": "worked_example"}
+    exec(compile(code.group(1), f"{DOC.name} (Adding a fault kind)", "exec", dont_inherit=True), pieces)
+    return pieces, yaml.safe_load(entry.group(1))["schedule"][0]
 
 
-HICCUP_EFFECT = Effect(hiccup)
+PIECES, ENTRY = worked_example()
+HICCUP, Hiccup, HICCUP_EFFECT = PIECES["HICCUP"], PIECES["Hiccup"], PIECES["HICCUP_EFFECT"]
 
 
 @pytest.fixture
@@ -75,8 +57,9 @@ def registered() -> Iterator[None]:
 
 
 def one_fault(**fault: Any) -> dict[str, Any]:
+    """A small run with the docs' schedule entry, some of its fields replaced."""
     return {"name": "t", "cluster": {"token_budget": 600_000, "syncer": {"checkpoint_every_merges": 10}},
-            "schedule": [{"fault": "hiccup", "targets": ["learner-1"], "at": 1, "duration": 3, **fault}]}
+            "schedule": [{**ENTRY, **fault}]}
 
 
 def tables() -> tuple[Any, ...]:
@@ -89,9 +72,11 @@ BEFORE = tables()
 # ---- where a kind shows up -----------------------------------------------------------------------------------
 
 def test_a_scenario_names_it_with_its_parameters_validated(registered: None) -> None:
-    (entry,) = parse_scenario(one_fault(stall_ms=80)).schedule
+    (entry,) = parse_scenario(one_fault()).schedule
     assert (entry.fault, entry.stall_ms, type(entry).__name__) == ("hiccup", 80, "HiccupSpec")
-    assert parse_scenario(one_fault()).schedule[0].stall_ms == 50
+    tree = one_fault()
+    del tree["schedule"][0]["stall_ms"]
+    assert parse_scenario(tree).schedule[0].stall_ms == 50
     with pytest.raises(ScenarioError, match=r"schedule\.0\.stall_ms: Input should be less than or equal to 90"):
         parse_scenario(one_fault(stall_ms=95))
     with pytest.raises(ScenarioError, match=r"schedule\.0\.rate_kbps"):
@@ -107,6 +92,23 @@ def test_the_plan_builds_its_injector(registered: None) -> None:
     fault = planned.build()
     assert isinstance(fault, Hiccup) and fault.stall_ms == 20 and planned.params == {"stall_ms": 20}
     assert fault.describe() == "hiccup learner-1: stopped 20 ms of every 100 ms"
+    cluster = SignalLog()
+    assert fault.inject(cluster) == {"slowed": ["learner-1"], "fraction": 0.8}
+    assert fault.heal(cluster) == {"resumed": ["learner-1"]} and cluster.sent[-1] == ("learner-1", signal.SIGCONT)
+
+
+class SignalLog:
+    """Just enough of a cluster for a signal-driven injector: the signals it sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int]] = []
+
+    def learners(self) -> list[str]:
+        return ["learner-0", "learner-1"]
+
+    def signal(self, unit: str, sig: int) -> bool:
+        self.sent.append((unit, sig))
+        return True
 
 
 def test_deterministic_mode_plays_its_effect(registered: None) -> None:
@@ -157,7 +159,7 @@ class Stray:
     (HICCUP, None, HICCUP_EFFECT, "'hiccup' needs its injector"),
     (HICCUP, Hiccup, None, "'hiccup' needs its deterministic effect"),
     (FaultKind("other", "process", removes_learner=False), Hiccup, HICCUP_EFFECT, "must say kind = 'other'"),
-    (HICCUP, Hiccup, Effect(hiccup, syncer=lambda sim, p, inject: None), "may not target it"),
+    (HICCUP, Hiccup, Effect(HICCUP_EFFECT.learner, syncer=lambda sim, p, inject: None), "may not target it"),
     (FaultKind("kill", "process", removes_learner=True), Hiccup, HICCUP_EFFECT, "already registered"),
     (FaultKind("Bad name", "process", removes_learner=True), Hiccup, HICCUP_EFFECT, "lower-case"),
 ])
