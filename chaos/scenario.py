@@ -20,6 +20,12 @@ error names the file and the field (``schedule.1.duration``). Example::
 Times are measured from the first merge (``steady state``), not from process
 start, so JIT compilation and start-up do not shift the schedule. ``at_merge``
 triggers on the syncer's total merge count instead.
+
+A fault entry is the fields every fault has (id, targets, at, at_merge,
+duration, repeat, fault) plus its kind's own parameters, which its injector
+declares (:mod:`faults.params`); each kind's entry class is built from the
+kind table and the injectors when a scenario is validated, so there is no
+per-kind code here (docs/scenarios-and-checks.md, "Adding a fault kind").
 """
 
 from __future__ import annotations
@@ -103,8 +109,8 @@ def _entry_class(kind: FaultKind, injector: type) -> type[_FaultSpec]:
 def entry_classes() -> dict[str, type[_FaultSpec]]:
     """Every kind's scenario entry class, by kind, as the table (:data:`faults.kinds.KINDS`) has them now.
 
-    >>> sorted(entry_classes()["slow"].model_fields)[-3:]
-    ['period_s', 'repeat', 'targets']
+    >>> list(entry_classes()["slow"].model_fields)[-4:]
+    ['repeat', 'fault', 'fraction', 'period_s']
     """
     return {name: _entry_class(k, INJECTORS[name]) for name, k in KINDS.items()}
 
