@@ -35,8 +35,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter, ValidationError, create_model,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, TypeAdapter,
+                      ValidationError, create_model, model_validator)
 from pydantic_core import core_schema
 
 from chaos.errors import ScenarioError
@@ -136,6 +136,9 @@ class _ByKind:
             # dumped as its own class, parameters included (the declared type, _FaultSpec, has none)
             serialization=core_schema.wrap_serializer_function_ser_schema(lambda v, h: h(v),
                                                                          schema=core_schema.any_schema()))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        return handler(_adapter(tuple(entry_classes().values())).core_schema)  # the union's, as the table is now
 
 
 FaultEntry = Annotated[_FaultSpec, _ByKind()]
