@@ -13,14 +13,14 @@ from chaos.scenario import FaultSpec, ScenarioError, parse_scenario
 from chaos.schedules import plan
 from chaos.sim.effects import EFFECTS
 from faults.base import SYNCER
-from faults.injectors import INJECTORS
+from faults.injectors import INJECTORS, params_of
 from faults.kinds import CONTAINER_KINDS, KINDS, LOCAL_KINDS, removed_learners, stops_training
 
 REQUIRED = {"bandwidth": {"rate_kbps": 100}, "latency": {"latency_ms": 10}, "data_limit": {"bytes": 500}}
 
 
-def scenario_with_fault(kind: str, targets: list[str] | None = None):
-    fault = {"fault": kind, "at": 1, "duration": 1, **REQUIRED.get(kind, {})}
+def scenario_with_fault(kind: str, targets: list[str] | None = None, **params):
+    fault = {"fault": kind, "at": 1, "duration": 1, **REQUIRED.get(kind, {}), **params}
     if targets is not None:
         fault["targets"] = targets
     return parse_scenario({"name": f"one-{kind}", "cluster": {"algorithm": {"num_learners": 2}}, "schedule": [fault]})
@@ -67,3 +67,11 @@ def test_who_a_fault_takes_out() -> None:
     assert removed_learners("no-such-kind", ("learner-0",), {}) == ()  # an older history's kind: no claim
     assert stops_training("syncer_crash", (SYNCER,)) and stops_training("pause", (SYNCER,))
     assert not stops_training("pause", ("learner-0",)) and not stops_training("slow", (SYNCER,))
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_the_example_values_its_injector_declares_make_a_valid_entry(kind: str) -> None:
+    for pick in (lambda options: options[0], lambda options: options[-1]):
+        example = params_of(INJECTORS[kind]).example(pick)
+        assert set(example) <= set(params_of(INJECTORS[kind]).model_fields)
+        assert plan(scenario_with_fault(kind, **example))[0].params.items() >= example.items()
