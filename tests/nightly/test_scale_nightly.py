@@ -9,7 +9,7 @@ import pytest
 from chaos.scale import simulate_scale
 from chaos.scale.paper import CHIPS, PAPER_GOODPUT, paper_plan
 
-pytestmark = pytest.mark.nightly
+pytestmark = pytest.mark.nightly(minutes=5)  # measured 2026-12-02, the longest member
 
 
 @pytest.mark.timeout(1800)
