@@ -78,7 +78,6 @@ KINDS: Mapping[str, FaultKind] = {k.name: k for k in (
 )}
 
 
-
 class KindNames(AbstractSet[str]):
     """The names of the kinds that pass ``test``, in table order, read from :data:`KINDS` on every use: a module
     that imported the view still sees a kind registered later (:mod:`chaos.registry`).

@@ -186,9 +186,10 @@ class Simulation:
         # The syncer bounds one inner step's update (trainer.core.claims) by lr·(K·√n + wd·‖Θ‖), written for
         # AdamW. The surrogate learners take SGD steps on a quadratic instead, lr·(a⊙(θ − c) + noise) with
         # curvature a ≤ 1: the same form with the simulator's lr and twice the curvature in the decay's place
-        # (K = 10 covers ‖c‖ + noise ≈ 3.8·√n; the 2 covers a learner's θ drifting from the current Θ). Without that bound a learner sending garbage from the first round had
-        # nothing to compare against (the merged-norm median needs a history) and blew the model up (nightly,
-        # 2026-12-02). Data-parallel uploads gradients: no step bound there, as in the trainer.
+        # (K = 10 covers ‖c‖ + noise ≈ 3.8·√n; the 2 covers a learner's θ drifting from the current Θ). Without
+        # that bound a learner sending garbage from the first round had nothing to compare against (the merged-norm
+        # median needs a history) and blew the model up (nightly, 2026-12-02). Data-parallel uploads gradients: no
+        # step bound there, as in the trainer.
         policy = policy_from_config(self.cfg)
         self.policy = replace(policy, inner_lr=opts.inner_lr if policy.inner_lr > 0 else 0.0,
                               inner_weight_decay=2 * MAX_CURVATURE)
