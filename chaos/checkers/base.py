@@ -123,6 +123,25 @@ def covered(t: float, intervals: list[tuple[float, float]]) -> bool:
     return any(a <= t < b for a, b in intervals)
 
 
+def uncovered_seconds(a: float, b: float, intervals: list[tuple[float, float]]) -> float:
+    """Seconds of ``[a, b]`` outside every interval (overlapping intervals count once).
+
+    >>> uncovered_seconds(0, 10, [(2, 4), (3, 5), (8, 20)])
+    5.0
+    >>> uncovered_seconds(0, 10, [])
+    10.0
+    """
+    free, t = 0.0, a
+    for lo, hi in sorted(intervals):
+        if hi <= t:
+            continue
+        if lo >= b:
+            break
+        free += max(lo - t, 0.0)
+        t = max(t, hi)
+    return float(free + max(b - t, 0.0))
+
+
 def overall(verdicts: list[Verdict]) -> tuple[str, int]:
     """The run's status and exit code (chaos.exit_codes): any failure fails it; else any undecided check
     leaves it indeterminate."""

@@ -322,9 +322,11 @@ class Simulation:
         self.record(PlanRecord, scenario=self.scenario.name, seed=self.scenario.seed,
                     faults=[p.record() for p in self.planned])
         self.record(Phase, name="bring_up", detail={"simulated": True})
-        self.syncer.start()
+        # A cold start costs what a restart costs (process start, imports, JIT), so the start-up the checks'
+        # bounds are measured from matches the restarts they judge, as it does for real processes.
+        self.loop.after(self.opts.syncer_restart_delay_s, self.syncer.start)
         for node in self.learners.values():
-            node.start()
+            self.loop.after(self.opts.restart_delay_s, node.start)
         self.loop.run(until=self.scenario.timeout_s)
         if not self.done:
             for heal in self.interp.finish(why="teardown"):

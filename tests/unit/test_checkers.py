@@ -288,6 +288,32 @@ def test_reintegration_too_slow_fails() -> None:
     assert "10.0s" in v.summary
 
 
+def test_reintegration_clock_stops_while_other_faults_act_on_the_learner() -> None:
+    """Killed, healed at 10, then throttled 11–20 and the syncer down 22–24: back at 30 is 20 s after the heal but
+    9 s of free time, inside a 10 s bound. The same faults on another learner stop no clock (negative control)."""
+    kill = fault("k", "kill", ["learner-1"], 5, 10)
+    later = [*fault("b", "bandwidth", ["learner-1"], 11, 20, {"rate_kbps": 50, "direction": "both"}),
+             *fault("c", "syncer_crash", ["syncer"], 22, 24)]
+    tight = Checks(reintegration=Reintegration(within_s=10))
+    h = history(who=_back_at("learner-1", 5, 30), gaps=[(22, 24.5)], records=[*kill, *later],
+                events=[syncer_start(24.2, restored=10)])
+    row = next(r for r in check(check_reintegration, h, tight).evidence["learners"] if r["fault_id"] == "k")
+    assert row["status"] == "pass" and row["seconds"] == pytest.approx(20.0) and row["free_s"] == pytest.approx(9.0)
+    elsewhere = [*fault("b", "bandwidth", ["learner-2"], 11, 20, {"rate_kbps": 50, "direction": "both"})]
+    v = check(check_reintegration, history(who=_back_at("learner-1", 5, 30), records=[*kill, *elsewhere]), tight)
+    assert v.status == "fail" and "merged again only after 20.0s" in v.summary, v.summary
+    assert v.evidence["learners"][0]["free_s"] == pytest.approx(20.0)
+
+
+def test_reintegration_undecided_while_other_faults_leave_too_little_free_time() -> None:
+    # Never back; the run ends 30 s after the heal but a partition held it for 25 of them: 5 s free < 10 s bound.
+    recs = [*fault("k", "kill", ["learner-1"], 5, 10), *fault("p", "partition", ["learner-1"], 12, 37)]
+    h = history(until=40, who=_back_at("learner-1", 5, 100), records=recs)
+    v = check(check_reintegration, h, Checks(reintegration=Reintegration(within_s=10)))
+    row = next(r for r in v.evidence["learners"] if r["fault_id"] == "k")
+    assert row["status"] == "indeterminate" and "free of other faults" in row["why"], row
+
+
 def test_reintegration_never_merged_again_fails() -> None:
     h = history(until=80, who=without("learner-1"), records=fault("k", "kill", ["learner-1"], 5, 10))
     v = check(check_reintegration, h)
@@ -343,9 +369,8 @@ def test_reintegration_ignores_faults_that_keep_the_learner_contributing(kind: s
 
 
 def test_reintegration_ignores_slowing_the_syncer() -> None:
-    """``slow`` on the syncer (allowed by the schema) takes no learner out, so nobody owes a reintegration.
-    KNOWN BUG: reintegration.py treats any fault with "syncer" among its targets like a syncer crash, so this
-    run (healed after the last merge, 0.15 s before the end) comes out indeterminate with three rows."""
+    """``slow`` on the syncer (allowed by the schema) takes no learner out, so nobody owes a reintegration
+    (healed after the last merge, 0.15 s before the end: a syncer-crash reading would be indeterminate)."""
     h = history(records=fault("s", "slow", ["syncer"], 5, 30.05, {"fraction": 0.5, "period_s": 0.1}))
     v = check(check_reintegration, h)
     assert v.evidence["learners"] == []
