@@ -68,7 +68,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from chaos.schedules import plan
+    from chaos.fault_plan import plan
 
     code = EXIT_PASS
     for item in args.scenarios:
@@ -118,7 +118,7 @@ def _simulate(s: Any, args: argparse.Namespace) -> int:
 def _execute(s: Any, args: argparse.Namespace) -> int:
     """Run a validated scenario on the chosen backend (shared by run and replay)."""
     from chaos.controller import RunOptions, run_scenario
-    from chaos.schedules import plan
+    from chaos.fault_plan import plan
     from faults.kinds import CONTAINER_KINDS
 
     if args.backend == "sim":

@@ -41,7 +41,7 @@ from chaos.errors import ChaosError, RunError
 from chaos.history import FaultOp, NotRun, NotRunPhase, Phase, PlanRecord, Recorder, Teardown, TeardownPhase
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.run_report import Band, Baseline
-from chaos.schedules import Planned, plan
+from chaos.fault_plan import Planned, plan
 from chaos.scenario import Scenario
 from faults.base import Fault
 from faults.errors import FaultError

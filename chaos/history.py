@@ -34,7 +34,7 @@ class _Record(Record):
 
 
 class PlannedFault(Record):
-    """One fault of the plan as written (chaos.schedules.Planned.record): what, on whom, when (seconds after
+    """One fault of the plan as written (chaos.fault_plan.Planned.record): what, on whom, when (seconds after
     steady state, or a merge count), for how long."""
 
     fault_id: str

@@ -17,7 +17,7 @@ finds the fault due.
 
 Example:
     >>> from chaos.scenario import parse_scenario
-    >>> from chaos.schedules import plan
+    >>> from chaos.fault_plan import plan
     >>> s = parse_scenario({"name": "x", "schedule": [{"fault": "kill", "targets": ["learner-0"], "at": 2,
     ...                                                 "duration": 3}]})
     >>> run = PlanInterpreter(plan(s), origin=100.0)
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chaos.schedules import Planned
+from chaos.fault_plan import Planned
 from faults.kinds import KINDS
 
 RUN_FINISHED = "run finished"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from chaos.controller import RunResult
 from chaos.history import History
 from chaos.scenario import builtin_scenarios, load_scenario
-from chaos.schedules import plan
+from chaos.fault_plan import plan
 from trainer import events as ev
 
 

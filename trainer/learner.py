@@ -45,7 +45,7 @@ from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s, reported_step_time
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb

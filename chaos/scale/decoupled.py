@@ -69,7 +69,7 @@ from trainer.core.grace import Timing, merge_time
 from trainer.core.reasons import RejectReason
 from trainer.core.rounds import cluster_pace, round_at, round_opens
 from trainer.core.replies import upload_outcome
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: 
     boundary for the newest round, only for rounds opening after it joined.
 
     Example: a learner at half the cluster's pace still syncs every round, at its own steps 1, 2, 3, ...
-        >>> from trainer.core.schedule import FragmentSchedule
+        >>> from trainer.core.fragment_schedule import FragmentSchedule
         >>> sch = FragmentSchedule(2, 4, 1, staggered=True)  # fragment 0 opens at cluster steps 2, 6, 10; 1 at 4, 8
         >>> k, p, r = _clock_syncs(sch, 1.0, 2.0, np.arange(1, 6) * 2.0, joined=0.0)
         >>> k.tolist(), p.tolist(), r.tolist()
@@ -264,7 +264,7 @@ class _Syncer:
                  schedule: FragmentSchedule, pace: float) -> None:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
-        self.schedule, self.pace = schedule, pace
+        self.fragment_schedule, self.pace = schedule, pace
         self.policy = a.quorum_policy()
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
@@ -290,7 +290,7 @@ class _Syncer:
         self._merge_due(before=horizon)
 
     def opens_at(self, r: int) -> float:
-        return round_opens(self.schedule, self.p, r) * self.pace
+        return round_opens(self.fragment_schedule, self.p, r) * self.pace
 
     def _merge_due(self, before: float) -> None:
         if self.members:

@@ -1,7 +1,7 @@
 """Synchronous DiLoCo at scale: M learners, every H steps a blocking round with all of them.
 
 Each learner computes H inner steps (the round's sync step comes from the
-trainer's :class:`~trainer.core.schedule.FragmentSchedule`), uploads the whole
+trainer's :class:`~trainer.core.fragment_schedule.FragmentSchedule`), uploads the whole
 model, and waits. The round merges when the trainer's quorum rule
 (:func:`~trainer.core.grace.merge_time`, K = M) says so — that is, when the
 last learner's upload is in — and everyone downloads the result. A learner
@@ -32,7 +32,7 @@ from chaos.scale.outages import Outages
 from chaos.scale.result import COMM, WAIT, Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.grace import Timing, merge_time
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 
 
 def _finish(o: Outages, k: int, t: float, work: float, lost: list[float]) -> tuple[float, int]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from chaos.schedules import Planned
+    from chaos.fault_plan import Planned
     from chaos.sim.network import Link
     from chaos.sim.nodes import LearnerNode, SyncerNode
 

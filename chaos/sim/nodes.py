@@ -31,7 +31,7 @@ from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s
 from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip, tensor_specs
 from trainer.policy import merge_fields

@@ -1,7 +1,7 @@
 """Deterministic mode: a whole chaos run in one process, on a virtual clock.
 
 :func:`simulate` takes the same :class:`~chaos.scenario.Scenario` the real
-controller runs, plans it with the same :func:`~chaos.schedules.plan`, drives
+controller runs, plans it with the same :func:`~chaos.fault_plan.plan`, drives
 the real syncer and learner cores (:mod:`chaos.sim.nodes`) with a
 discrete-event loop, applies faults as events, and judges the recorded history
 with the same checkers. Given a scenario (its seeds included) and
@@ -44,7 +44,7 @@ from chaos.history import FaultOp, History, NotRun, NotRunPhase, Phase, PlanReco
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.records import JsonObject
 from chaos.scenario import Scenario
-from chaos.schedules import Planned, plan
+from chaos.fault_plan import Planned, plan
 from chaos.sim.clock import EventLoop
 from chaos.sim.effects import play
 from chaos.sim.network import Link

@@ -73,7 +73,7 @@ class ClockRounds(RuleBasedStateMachine):
         merged_now: set[int] = set()
         for p in self.st.due_merges(self.now):
             rnd = self.st.rounds[p]
-            opens = self.st.clock.time_of(round_opens(self.st.schedule, p, rnd.round))
+            opens = self.st.clock.time_of(round_opens(self.st.fragment_schedule, p, rnd.round))
             hold = self.st.hold_s
             unheld = self.st._unheld_merge_at(rnd, self.now)  # quorum + grace, before waiting for any body
             rec = self.st.merge(p, self.now)
@@ -171,7 +171,7 @@ class ClockRounds(RuleBasedStateMachine):
         assert not late or self.st.policy.late_uploads == "carry", "a late upload was accepted under refuse"
         rnd = self.st.rounds[p]
         assert rnd.round > last, "a pending round is never one that has merged"
-        opens = self.st.clock.time_of(round_opens(self.st.schedule, p, rnd.round))
+        opens = self.st.clock.time_of(round_opens(self.st.fragment_schedule, p, rnd.round))
         assert opens is not None and (not late or opens > last), "a carried upload opened no round of its own"
         want = upload_outcome(True, "", base, res.current_version).want
         assert want is not None and want > self.st.versions[p], \

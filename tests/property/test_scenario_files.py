@@ -20,7 +20,7 @@ from chaos.cli import main
 from chaos.errors import ScenarioError
 from chaos.exit_codes import ExitCode
 from chaos.scenario import builtin_scenarios, parse_scenario
-from chaos.schedules import plan
+from chaos.fault_plan import plan
 from trainer.config import MAX_DEPTH, parse_yaml_mapping
 
 

@@ -52,7 +52,7 @@ def test_report_on_a_directory_that_is_not_a_run(tmp_path, capsys: pytest.Captur
 
 def test_seed_override_changes_the_random_plan(capsys: pytest.CaptureFixture[str]) -> None:
     from chaos.cli import _load
-    from chaos.schedules import plan
+    from chaos.fault_plan import plan
 
     a = [p.record().model_dump(mode="json") for p in plan(_load("random-mix"))]
     b = [p.record().model_dump(mode="json") for p in plan(_load("random-mix", seed=7))]

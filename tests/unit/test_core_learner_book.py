@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer.core.learner_book import LearnerBook, SyncStart
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 
 
 def book(p=2, h=4, tau=1, staggered=True, versions=None, blocking=False) -> LearnerBook:

@@ -15,7 +15,7 @@ from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import StepClock, cluster_pace, round_at, sync_step
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
 
 IDS = ("a", "b", "c")

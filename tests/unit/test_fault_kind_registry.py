@@ -19,7 +19,7 @@ from hypothesis import find, settings
 import chaos.scenario
 from chaos.registry import fault_kind, register_fault_kind, unregister_fault_kind
 from chaos.scenario import ScenarioError, parse_scenario
-from chaos.schedules import plan
+from chaos.fault_plan import plan
 from chaos.sim import SimOptions, simulate
 from chaos.sim.effects import EFFECTS, Effect
 from chaos.strategies import fault_schedules, to_scenario

@@ -10,7 +10,7 @@ import pytest
 
 from chaos.timeline import fault_family
 from chaos.scenario import FaultSpec, ScenarioError, parse_scenario
-from chaos.schedules import plan
+from chaos.fault_plan import plan
 from chaos.sim.effects import EFFECTS
 from faults.base import SYNCER
 from faults.injectors import INJECTORS, params_of

@@ -215,7 +215,7 @@ def test_schedule_is_seeded_back_to_back_and_complete() -> None:
 
 def test_scenario_tree_is_a_valid_scenario() -> None:
     from chaos.scenario import parse_scenario
-    from chaos.schedules import plan
+    from chaos.fault_plan import plan
 
     slots = build_schedule(list(KINDS), 1, random.Random(0))
     sc = parse_scenario(scenario_tree(slots, 0))

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from chaos.interpreter import RUN_FINISHED, Heal, Inject, PlanInterpreter
 from chaos.scenario import parse_scenario
-from chaos.schedules import Planned, plan
+from chaos.fault_plan import Planned, plan
 
 
 def planned(*faults: dict) -> list[Planned]:

@@ -95,7 +95,7 @@ def test_decoupled_counts_what_the_trainers_learner_book_counts(p: int, h: int, 
     """One learner, instant links: the simulator merges exactly the steps the trainer's own LearnerBook
     reports in its syncs (which syncs it skips, where counters reset, the τ overlap), driven step by step."""
     from trainer.core.learner_book import LearnerBook
-    from trainer.core.schedule import FragmentSchedule
+    from trainer.core.fragment_schedule import FragmentSchedule
 
     steps = 240
     book = LearnerBook(FragmentSchedule(p, h, tau, staggered=True), versions=[0] * p, blocking=False)

@@ -1,4 +1,4 @@
-"""chaos.scenario and chaos.schedules: built-ins load, malformed files fail with file + field, plans are replayable."""
+"""chaos.scenario and chaos.fault_plan: built-ins load, malformed files fail with file + field, plans are replayable."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from chaos.errors import ScenarioError
 from chaos.scenario import builtin_scenarios, load_scenario, parse_scenario, resolve
-from chaos.schedules import plan
+from chaos.fault_plan import plan
 from faults import network, process
 from faults.base import SYNCER
 

@@ -9,7 +9,7 @@ import pytest
 
 from trainer.core.learner_book import LearnerBook
 from trainer.core.rounds import StepClock, sync_step
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.step_timer import CLIP, StepTimes
 
 PACE = 0.1

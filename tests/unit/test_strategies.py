@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.scenario import parse_scenario
-from chaos.schedules import plan
+from chaos.fault_plan import plan
 from chaos.strategies import (FaultSchedule, GeneratedFault, fault_schedules, max_down_at_once,
                               outer_step_seconds, to_scenario)
 from faults.kinds import LOCAL_KINDS

@@ -7,7 +7,7 @@ virtual clock in tests, and inside the discrete-event simulator.
 Modules, one concept each:
 
 - :mod:`trainer.core.fragments` — balanced tensor fragmentation.
-- :mod:`trainer.core.schedule` — the staggered fragment schedule (H, τ).
+- :mod:`trainer.core.fragment_schedule` — the staggered fragment schedule (H, τ).
 - :mod:`trainer.core.ema` — exponential moving averages.
 - :mod:`trainer.core.grace` — minimum quorum and the adaptive grace window.
 - :mod:`trainer.core.merge` — token weights and merge rules (mean, RDA).

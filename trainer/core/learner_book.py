@@ -18,7 +18,7 @@ what it returns. The book decides
   step loop must wait for.
 
 Example:
-    >>> from trainer.core.schedule import FragmentSchedule
+    >>> from trainer.core.fragment_schedule import FragmentSchedule
     >>> b = LearnerBook(FragmentSchedule(2, 2, 1, staggered=True), versions=[0, 0], blocking=False)
     >>> b.on_step(step=1, tokens=64)
     [SyncStart(fragment=0, base_version=0, c_steps=1, c_tokens=64, step=1, round=0)]
@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.core.rounds import round_at
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 
 
 # A clock heard from the syncer may be a little behind this learner's extrapolation of it (a round it has just
@@ -89,7 +89,7 @@ class LearnerBook:
         before it are not this incarnation's: it syncs from the next opening on)."""
         if len(versions) != schedule.num_fragments:
             raise ValueError(f"{len(versions)} versions for {schedule.num_fragments} fragments")
-        self.schedule = schedule
+        self.fragment_schedule = schedule
         self.blocking = blocking
         self.clocked = clocked
         self._round = [round_at(schedule, p, start_step) if clocked else -1 for p in range(schedule.num_fragments)]
@@ -107,12 +107,12 @@ class LearnerBook:
     def _due(self, step: int, cluster_step: float | None) -> list[tuple[int, int]]:
         """(fragment, round) pairs whose sync starts after this step."""
         if not self.clocked:
-            return [(p, round_at(self.schedule, p, step)) for p in self.schedule.due(step)]
+            return [(p, round_at(self.fragment_schedule, p, step)) for p in self.fragment_schedule.due(step)]
         if cluster_step is None:
             raise ValueError("a clocked LearnerBook needs the cluster step at every step")
         due = []
-        for p in range(self.schedule.num_fragments):
-            r = round_at(self.schedule, p, cluster_step)
+        for p in range(self.fragment_schedule.num_fragments):
+            r = round_at(self.fragment_schedule, p, cluster_step)
             if self._round[p] > r + REWIND_AFTER_ROUNDS:
                 # Rounds claimed on a clock that ran ahead: a learner cut off from the syncer extrapolates at the
                 # last pace it heard, and the cluster may have slowed since (or a restored syncer's clock is
@@ -127,7 +127,7 @@ class LearnerBook:
 
     def on_step(self, step: int, tokens: int, cluster_step: float | None = None) -> list[SyncStart]:
         """Count one inner step of ``tokens`` tokens; return the syncs that start now."""
-        for p in range(self.schedule.num_fragments):
+        for p in range(self.fragment_schedule.num_fragments):
             self._steps[p] += 1
             self._tokens[p] += tokens
         starts = []
@@ -139,7 +139,7 @@ class LearnerBook:
                 self.skipped += 1
                 continue
             starts.append(SyncStart(p, self.held[p], self._steps[p], self._tokens[p], step, r))
-            self._in_flight[p] = _InFlight(self.held[p], self.schedule.apply_step(step))
+            self._in_flight[p] = _InFlight(self.held[p], self.fragment_schedule.apply_step(step))
         return starts
 
     def sync_failed(self, fragment: int, base_version: int) -> None:

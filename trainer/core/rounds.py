@@ -17,7 +17,7 @@ at its last step boundary at or before a round's opening (:func:`sync_step`):
 a slow learner covers fewer steps per round, and its token weight says so.
 
 Example:
-    >>> from trainer.core.schedule import FragmentSchedule
+    >>> from trainer.core.fragment_schedule import FragmentSchedule
     >>> s = FragmentSchedule(num_fragments=2, sync_every=4, overlap_steps=1, staggered=True)
     >>> c = StepClock().repaced(now=10.0, pace_s=0.5)     # the first step time starts the clock at S = 0
     >>> c.step_at(12.0)
@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 
 
 @dataclass(frozen=True)

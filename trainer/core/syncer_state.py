@@ -102,7 +102,7 @@ from trainer.core.merge import MergeRule, fragment_norm, merge_fragment, merge_r
 from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, outer_step, progress_scale
 from trainer.core.reasons import RejectReason, Rejected
 from trainer.core.rounds import StepClock, cluster_pace, round_at, round_opens
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 
 Tensors = dict[str, np.ndarray]
 Specs = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape, dtype name): what an upload's header declares
@@ -204,7 +204,7 @@ class SyncerPolicy:
         """Contributions are anchored at the value the merge applies to (always, on the clock)."""
         return self.clocked or self.outer_gradient == "current"
 
-    def schedule(self, num_fragments: int) -> FragmentSchedule:
+    def fragment_schedule(self, num_fragments: int) -> FragmentSchedule:
         return FragmentSchedule(num_fragments, self.sync_every, self.overlap_steps, self.staggered)
 
 
@@ -375,7 +375,7 @@ class SyncerState:
             timing=Timing.with_alpha(a),
             last_round=[-1] * len(fragments),
         )
-        policy.schedule(len(fragments))  # refuses an impossible schedule now, not at the first upload
+        policy.fragment_schedule(len(fragments))  # refuses an impossible one now, not at the first upload
         for fragment in range(len(fragments)):
             st._remember(fragment)
         return st
@@ -459,15 +459,15 @@ class SyncerState:
         return self.clock.step_at(now), self.clock.pace_s
 
     @functools.cached_property
-    def schedule(self) -> FragmentSchedule:
-        """The round schedule, built once: the policy and the fragments never change."""
-        return self.policy.schedule(len(self.fragments))
+    def fragment_schedule(self) -> FragmentSchedule:
+        """The fragment schedule, built once: the policy and the fragments never change."""
+        return self.policy.fragment_schedule(len(self.fragments))
 
     def current_round(self, fragment: int, now: float) -> int:
-        return round_at(self.schedule, fragment, self.clock.step_at(now))
+        return round_at(self.fragment_schedule, fragment, self.clock.step_at(now))
 
     def _opens_at(self, fragment: int, r: int, now: float) -> float:
-        t = self.clock.time_of(round_opens(self.schedule, fragment, r))
+        t = self.clock.time_of(round_opens(self.fragment_schedule, fragment, r))
         return now if t is None else t
 
     def _repace(self, now: float) -> None:

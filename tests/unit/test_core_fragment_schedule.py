@@ -1,4 +1,4 @@
-"""Unit tests for trainer.core.schedule (the staggered fragment schedule)."""
+"""Unit tests for trainer.core.fragment_schedule (the staggered fragment schedule)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.core.schedule import FragmentSchedule
+from trainer.core.fragment_schedule import FragmentSchedule
 
 SETTINGS = settings(max_examples=80, deadline=None)
 

@@ -1,4 +1,4 @@
-"""Schedules: turn a scenario's fixed and seeded-random fault specs into a concrete, replayable plan.
+"""The fault plan: a scenario's fault schedule (fixed and seeded-random specs) made concrete and replayable.
 
 The plan is a pure function of the scenario (its ``seed`` included): the same
 file always yields the same faults, targets and times, and the plan is written
