@@ -83,7 +83,6 @@ all processes share 2 cores, so the numbers include whatever else the machine ru
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
@@ -126,6 +125,7 @@ from benchmarks.fault_latency_reading import (
     summarize,
 )
 from benchmarks.measures import percentile
+from chaos.history import ControllerRecord, History
 
 
 NAME = "fault_latency"
@@ -273,11 +273,10 @@ def scenario_tree(slots: Sequence[Slot], seed: int) -> dict[str, Any]:
     }
 
 
-def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[dict[str, Any]], float]:
+def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[ControllerRecord], float]:
     """The chaos run with the observers attached; returns them, the controller's records and the wall time."""
     from chaos.backends.local import LocalBackend
     from chaos.controller import RunOptions, run_scenario
-    from chaos.history import History
     from chaos.scenario import parse_scenario
 
     scenario = parse_scenario(scenario_tree(slots, seed), "benchmarks.fault_latency")
@@ -305,8 +304,8 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[di
             raise RuntimeError("the chaos run finished training before its schedule ended")  # budget is 10^12
     finally:
         obs.close()  # the controller has already healed, deleted its proxies and stopped every process
-    records = [json.loads(line) for line in (out / "controller.jsonl").read_text().splitlines() if line.strip()]
-    teardown = History.read(out).teardown()
+    history = History.read(out)
+    records, teardown = history.records, history.teardown()
     if teardown and (teardown.proxies_left or teardown.processes_left):
         obs.errors.append(f"teardown left something: {teardown.model_dump()}")
     return obs, records, time.monotonic() - t0

@@ -3,7 +3,6 @@ through each learner's Toxiproxy link."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 
 from benchmarks.fault_latency_plan import KINDS, PROBE_DEADLINE_S, Slot
 from benchmarks.fault_latency_reading import ProbeSample, ProcState, StatusSample, proc_class
+from chaos.history import FaultOp, Phase, parse_record
 from faults.base import SYNCER
 
 
@@ -115,12 +115,12 @@ class Observer:
             data = f.read()
         done = data.rfind(b"\n") + 1  # a line still being written waits for the next read
         self._records_at += done
-        for line in data[:done].splitlines():
-            r = json.loads(line)
-            if r.get("kind") == "phase" and r.get("name") == "steady":
-                self.steady = float(r["ts"])
-            elif r.get("kind") == "fault" and r.get("action") == "heal" and r.get("outcome") == "invoke":
-                self.heal_invoked.setdefault(r["fault_id"], float(r["ts"]))
+        for line in data[:done].decode().splitlines():
+            r = parse_record(line)
+            if isinstance(r, Phase) and r.name == "steady":
+                self.steady = r.ts
+            elif isinstance(r, FaultOp) and r.action == "heal" and r.outcome == "invoke":
+                self.heal_invoked.setdefault(r.fault_id, r.ts)
 
     # probe: from each network slot's start until its heal + the recovery it needs, Status through the proxy
     def _probe_loop(self) -> None:

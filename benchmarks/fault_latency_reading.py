@@ -3,12 +3,14 @@ the controller's fault times, summaries."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.common import median_or_none
+from chaos.history import ControllerRecord, FaultOp, Phase, PlanRecord
 
 
 # ---- observations and their reading (pure) ----------------------------------------------------------------
@@ -234,32 +236,35 @@ class FaultTimes:
     heal_ok: bool = False
 
 
-def fault_times(records: Sequence[dict[str, Any]]) -> tuple[float | None, dict[str, FaultTimes]]:
+def fault_times(records: Sequence[ControllerRecord]) -> tuple[float | None, dict[str, FaultTimes]]:
     """The steady-state time and each planned fault's invoke / ok-or-fail times, from controller records.
 
     Example:
-        >>> recs = [{"kind": "plan", "faults": [{"fault_id": "a", "kind": "pause", "at": 1.0, "duration": 0.5}]},
-        ...         {"kind": "phase", "name": "steady", "ts": 100.0},
-        ...         {"kind": "fault", "fault_id": "a", "action": "inject", "outcome": "invoke", "ts": 101.03},
-        ...         {"kind": "fault", "fault_id": "a", "action": "inject", "outcome": "ok", "ts": 101.04}]
+        >>> from chaos.history import FaultOp, Phase, PlanRecord, PlannedFault
+        >>> op = dict(fault_id="a", fault_kind="pause", action="inject", targets=["learner-0"])
+        >>> recs = [PlanRecord(ts=99.0, scenario="s", seed=0, faults=[PlannedFault(
+        ...             fault_id="a", kind="pause", targets=["learner-0"], at=1.0, at_merge=None, duration=0.5,
+        ...             params={})]),
+        ...         Phase(ts=100.0, name="steady"),
+        ...         FaultOp(ts=101.03, outcome="invoke", **op), FaultOp(ts=101.04, outcome="ok", **op)]
         >>> steady, ft = fault_times(recs); steady, ft["a"].inject_invoke, ft["a"].inject_ok, ft["a"].heal_invoke
         (100.0, 101.03, True, None)
     """
     steady: float | None = None
     out: dict[str, FaultTimes] = {}
     for r in records:
-        if r.get("kind") == "plan":
-            for f in r["faults"]:
-                out[f["fault_id"]] = FaultTimes(f["fault_id"], f["kind"], float(f["at"]), float(f["duration"]))
-        elif r.get("kind") == "phase" and r.get("name") == "steady":
-            steady = float(r["ts"])
-        elif r.get("kind") == "fault" and r.get("fault_id") in out:
-            ft, ts = out[r["fault_id"]], float(r["ts"])
-            if r["outcome"] == "invoke":
-                setattr(ft, f"{r['action']}_invoke", ts)
+        if isinstance(r, PlanRecord):
+            for f in r.faults:
+                out[f.fault_id] = FaultTimes(f.fault_id, f.kind, math.nan if f.at is None else f.at, f.duration)
+        elif isinstance(r, Phase) and r.name == "steady":
+            steady = r.ts
+        elif isinstance(r, FaultOp) and r.fault_id in out:
+            ft = out[r.fault_id]
+            if r.outcome == "invoke":
+                setattr(ft, f"{r.action}_invoke", r.ts)
             else:
-                setattr(ft, f"{r['action']}_done", ts)
-                setattr(ft, f"{r['action']}_ok", r["outcome"] == "ok")
+                setattr(ft, f"{r.action}_done", r.ts)
+                setattr(ft, f"{r.action}_ok", r.outcome == "ok")
     return steady, out
 
 

@@ -47,7 +47,7 @@ class PlannedFault(Record):
 
 
 class PlanRecord(_Record):
-    """The concrete schedule, written before the first fault (replay reads it back)."""
+    """The fault plan (chaos.fault_plan), written before the first fault (replay reads it back)."""
 
     kind: Literal["plan"] = "plan"
     scenario: str

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from faults.toxiproxy import Toxiproxy
 
 SYNCER = "syncer"
-Evidence = dict[str, Any]
+Evidence = dict[str, object]  # a JSON object: what an inject or heal did, in the injector's own words
 
 def require_targets(fault_id: str, targets: tuple[str, ...]) -> None:
     """Every fault needs someone to act on; the error names the field."""

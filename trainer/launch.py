@@ -41,7 +41,7 @@ from trainer.config import RunConfig, add_config_arguments, config_from_argument
 from trainer.core.credentials import learner_credential
 from trainer.errors import AddressInUse, TrainerError
 from trainer.lifeline import guarded
-from trainer.metrics import summarize_run
+from trainer.metrics import RunMetrics, summarize_run
 from trainer.training import learner_seed_index
 
 # Several JAX processes share two cores: one thread each, or they thrash.
@@ -203,7 +203,7 @@ class LocalCluster:
         return final
 
 
-def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progress: bool = True) -> dict:
+def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progress: bool = True) -> RunMetrics:
     """Run the whole job on loopback; returns metrics. Children are always cleaned up."""
     cluster = LocalCluster(config, run_dir)
     try:
@@ -231,9 +231,8 @@ def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progre
     finally:
         codes = cluster.stop_all()
     cluster.finalize()
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    metrics["exit_codes"] = codes
-    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    metrics = RunMetrics.read(run_dir / "metrics.json").model_copy(update={"exit_codes": codes})
+    metrics.write(run_dir / "metrics.json")
     return metrics
 
 
@@ -260,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; every process was stopped. Partial run: {run_dir}", file=sys.stderr)
         return 130
-    print(json.dumps({k: m[k] for k in ("final_eval_loss", "loss_floor", "merges", "tokens_total", "wall_s")}, indent=2))
+    print(json.dumps(m.model_dump(mode="json", include={"final_eval_loss", "loss_floor", "merges", "tokens_total",
+                                                        "wall_s"}), indent=2))
     print(f"run directory: {run_dir}")
     return 0
 

@@ -49,6 +49,7 @@ class RunMetrics(RunSummary):
     """The summary and the eval curve: a run's ``metrics.json``."""
 
     eval_curve: list[tuple[int, float]] = []  # (merges so far, eval loss) of every eval
+    exit_codes: dict[str, int | None] = {}  # each process's, when trainer.launch ran them (None: still running)
 
     def summary(self) -> RunSummary:
         return RunSummary.model_validate(self.model_dump(exclude={"eval_curve"}))

@@ -32,7 +32,7 @@ def test_two_learner_data_parallel_equals_adamw_on_their_concatenated_batches(tm
                          "inner.decay": "constant", "inner.warmup_steps": 5})
     run_dir = tmp_path / "run"
     metrics = train(cfg, run_dir, timeout_s=300, progress=False)
-    assert set(metrics["exit_codes"].values()) == {0}, metrics["exit_codes"]
+    assert set(metrics.exit_codes.values()) == {0}, metrics.exit_codes
     arrays, meta = read_checkpoint(run_dir / "final.npz")
     (steps,) = meta["versions"]  # one fragment: one merge per step
     assert steps >= 20, steps

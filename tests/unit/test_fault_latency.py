@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import doctest
 import random
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +16,7 @@ import benchmarks.fault_latency as fl
 import benchmarks.fault_latency_observers as fl_observers
 import benchmarks.fault_latency_plan as fl_plan
 import benchmarks.fault_latency_reading as fl_reading
+from chaos.history import FaultOp, Phase, PlannedFault, PlanRecord, Recorder
 from benchmarks.fault_latency import scenario_tree
 from benchmarks.fault_latency_plan import KINDS, NETWORK_KINDS, build_schedule
 from benchmarks.fault_latency_reading import (
@@ -231,15 +234,17 @@ def test_scenario_tree_is_a_valid_scenario() -> None:
 # ---- the controller's records ----------------------------------------------------------------------------------
 
 def test_fault_times_and_lags() -> None:
+    op = dict(fault_id="a", fault_kind="kill", targets=["learner-0"])
     recs = [
-        {"kind": "plan", "faults": [{"fault_id": "a", "kind": "kill", "at": 2.0, "duration": 1.0}]},
-        {"kind": "phase", "name": "bring_up", "ts": 90.0},
-        {"kind": "phase", "name": "steady", "ts": 100.0},
-        {"kind": "fault", "fault_id": "a", "action": "inject", "outcome": "invoke", "ts": 102.05},
-        {"kind": "fault", "fault_id": "a", "action": "inject", "outcome": "ok", "ts": 102.15},
-        {"kind": "fault", "fault_id": "a", "action": "heal", "outcome": "invoke", "ts": 103.10},
-        {"kind": "fault", "fault_id": "a", "action": "heal", "outcome": "fail", "ts": 103.20},
-        {"kind": "fault", "fault_id": "zzz", "action": "heal", "outcome": "fail", "ts": 104.0},  # not planned
+        PlanRecord(ts=89.0, scenario="s", seed=0, faults=[PlannedFault(fault_id="a", kind="kill", targets=["learner-0"],
+                                                                       at=2.0, at_merge=None, duration=1.0, params={})]),
+        Phase(ts=90.0, name="bring_up"),
+        Phase(ts=100.0, name="steady"),
+        FaultOp(ts=102.05, action="inject", outcome="invoke", **op),
+        FaultOp(ts=102.15, action="inject", outcome="ok", **op),
+        FaultOp(ts=103.10, action="heal", outcome="invoke", **op),
+        FaultOp(ts=103.20, action="heal", outcome="fail", **op),
+        FaultOp(ts=104.0, action="heal", outcome="fail", **{**op, "fault_id": "zzz"}),  # not planned
     ]
     steady, ft = fault_times(recs)
     assert steady == 100.0 and set(ft) == {"a"}
@@ -248,6 +253,26 @@ def test_fault_times_and_lags() -> None:
     inj, heal = scheduling_lags(steady, a)
     assert inj == pytest.approx(0.05) and heal == pytest.approx(0.05)
     assert scheduling_lags(steady, FaultTimes("b", "kill", 1.0, 1.0)) == (None, None)
+
+
+def test_observer_reads_the_controllers_records_as_they_are_written(tmp_path: Path) -> None:
+    """The steady time and heal invokes come from controller.jsonl while the run writes it; a half-written line
+    waits for the next read."""
+    op = dict(fault_id="a", fault_kind="pause", targets=["learner-0"], action="heal")
+    rec = Recorder(tmp_path / "controller.jsonl")
+    rec.add(Phase(ts=100.0, name="steady"))
+    rec.add(FaultOp(ts=101.0, outcome="invoke", **op))
+    obs = fl.Observer([])
+    obs.backend = SimpleNamespace(run_dir=tmp_path)
+    with open(tmp_path / "controller.jsonl", "a") as f:
+        f.write(FaultOp(ts=102.0, outcome="invoke", **{**op, "fault_id": "b"}).model_dump_json()[:20])
+    obs._read_records()
+    assert obs.steady == 100.0 and obs.heal_invoked == {"a": 101.0}
+    rec.close()
+    with open(tmp_path / "controller.jsonl", "a") as f:
+        f.write(FaultOp(ts=102.0, outcome="invoke", **{**op, "fault_id": "b"}).model_dump_json()[20:] + "\n")
+    obs._read_records()
+    assert obs.heal_invoked == {"a": 101.0, "b": 102.0}
 
 
 def test_measure_a_pause_from_fake_observations() -> None:
