@@ -59,7 +59,7 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: Baseline | None,
     report = RunReport(
         scenario=scenario.name, description=scenario.description, status=status, exit_code=code,
         run_dir=str(out_dir), seed=scenario.seed, config_hash=cfg.config_hash(),
-        started_at=history.start, wall_s=round(history.end - history.start, 3),
+        started_at=history.start, wall_s=round(history.end - history.start, 3), backend=history.backend(),
         verdicts=verdicts, warnings=warnings, plan=plan.faults if plan else [],
         faults=_relative_faults(history, steady), not_run=history.not_run(),
         baseline=baseline, reference=reference, parity_false_alarm=_false_alarm(scenario),

@@ -9,9 +9,14 @@
     diloco-chaos search kill-and-rejoin --examples 200 --out repro.yaml
     diloco-chaos replay repro.yaml --backend local         # or a run directory; --backend docker|sim
 
+For CI: ``--junit PATH`` (run, replay, simulate, report) writes one JUnit test case per check; the report's
+Markdown is appended to ``$GITHUB_STEP_SUMMARY`` when that is set; ``--json [PATH]`` (list, validate, run,
+replay, simulate, report) prints the result as JSON (people's text then goes to stderr).
+
 Exit codes (chaos.exit_codes): 0 every check passed; 1 a check failed;
 2 the run could not be done: invalid scenario, a process would not start,
-the run timed out, or it was interrupted (everything is healed and stopped);
+the run timed out, or it was interrupted (everything is healed and stopped),
+or the reader of stdout went away (``| head``);
 3 no check failed but one could not decide (the report says which and why).
 """
 
@@ -31,6 +36,7 @@ import yaml
 
 from chaos.errors import ChaosError, ScenarioError
 from chaos.exit_codes import ExitCode
+from chaos.json_output import STDOUT, emit_json, json_mode
 
 if TYPE_CHECKING:
     from chaos.run_report import RunReport  # imported where used: the CLI starts fast
@@ -61,9 +67,12 @@ def _load(name_or_path: str, seed: int | None = None, sets: list[str] | None = N
 def cmd_list(args: argparse.Namespace) -> int:
     from chaos.scenario import builtin_scenarios, load_scenario
 
+    rows = []
     for name, path in builtin_scenarios().items():
         s = load_scenario(path)
-        print(f"{name:22s} {' '.join(s.description.split())}")
+        rows.append({"name": name, "description": " ".join(s.description.split()), "path": str(path)})
+        print(f"{name:22s} {rows[-1]['description']}")
+    emit_json(args.json, rows)
     return EXIT_PASS
 
 
@@ -71,17 +80,35 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from chaos.fault_plan import plan
 
     code = EXIT_PASS
+    rows: list[dict[str, Any]] = []
     for item in args.scenarios:
         try:
             s = _load(item)
         except ScenarioError as err:
             print(err, file=sys.stderr)
+            rows.append({"scenario": item, "ok": False, "error": str(err)})
             code = EXIT_ERROR
             continue
         faults = plan(s)
+        checks = [n for n, c in s.checks if c.enabled]
+        rows.append({"scenario": item, "ok": True, "name": s.name, "learners": s.cluster.algorithm.num_learners,
+                     "faults": len(faults), "checks": checks})
         print(f"{item}: ok — {s.cluster.algorithm.num_learners} learners, {len(faults)} fault(s), "
-              f"checks: {', '.join(n for n, c in s.checks if c.enabled)}")
+              f"checks: {', '.join(checks)}")
+    emit_json(args.json, rows)
     return code
+
+
+def _publish(report: RunReport, args: argparse.Namespace) -> None:
+    """What a finished run gives its reader: verdict lines, and for CI the JUnit file, the job summary, JSON."""
+    from chaos.ci_output import append_step_summary, write_junit
+
+    _print_verdicts(report)
+    if getattr(args, "junit", None):
+        print(f"junit: {write_junit(report, args.junit)}")
+    if summary := append_step_summary(report):
+        print(f"job summary: appended to {summary}")
+    emit_json(getattr(args, "json", None), report.model_dump(mode="json"))
 
 
 def _print_verdicts(report: RunReport) -> None:
@@ -109,7 +136,7 @@ def _simulate(s: Any, args: argparse.Namespace) -> int:
         raise ChaosError(f"{out} is not empty; choose a new output directory")
     result = simulate(s)
     report = result.write(out).report
-    _print_verdicts(report)
+    _publish(report, args)
     if result.timed_out:
         print(f"error: the simulated run did not finish within timeout_s = {s.timeout_s}s (virtual)", file=sys.stderr)
     return result.exit_code
@@ -145,7 +172,7 @@ def _execute(s: Any, args: argparse.Namespace) -> int:
     finally:
         if args.backend == "docker" and args.stop_deployment:
             deployment.stop_others()
-    _print_verdicts(result.report)
+    _publish(result.report, args)
     return result.exit_code
 
 
@@ -218,7 +245,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     baseline = Baseline.read(bpath) if bpath.exists() else None
     reference = Baseline.read(rpath) if rpath.exists() else None
     result = analyse(scenario, run_dir, baseline, reference)
-    _print_verdicts(result.report)
+    _publish(result.report, args)
     return result.exit_code
 
 
@@ -228,7 +255,16 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
                    help="override a scenario field, e.g. cluster.algorithm.min_quorum=3 (repeatable)")
 
 
+def _add_outputs(p: argparse.ArgumentParser, junit: bool = True) -> None:
+    """--json (and --junit) of a command; simulate's --json comes with the scale simulator's flags."""
+    p.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH",
+                   help="the result as JSON: on stdout (people's text goes to stderr), or in PATH")
+    if junit:
+        p.add_argument("--junit", metavar="PATH", help="write the checks as JUnit XML (one test case per check)")
+
+
 def _add_run_options(r: argparse.ArgumentParser) -> None:
+    _add_outputs(r)
     r.add_argument("--out", help="run directory (default runs/chaos/<name>-<time>)")
     r.add_argument("--toxiproxy-url", help="use this Toxiproxy server instead of starting one")
     r.add_argument("--no-baseline", action="store_true", help="skip the fault-free run (parity: indeterminate)")
@@ -248,10 +284,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="diloco-chaos", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.split("\n")[2:]))
+    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="the built-in scenarios").set_defaults(fn=cmd_list)
+    ls = sub.add_parser("list", help="the built-in scenarios")
+    _add_outputs(ls, junit=False)
+    ls.set_defaults(fn=cmd_list)
     v = sub.add_parser("validate", help="validate scenario files without running anything")
     v.add_argument("scenarios", nargs="+", metavar="SCENARIO")
+    _add_outputs(v, junit=False)
     v.set_defaults(fn=cmd_validate)
     r = sub.add_parser("run", help="run a scenario: baseline (cached), chaos run, checks, report")
     r.add_argument("scenario", metavar="SCENARIO", help="a built-in name (see list) or a scenario file")
@@ -268,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a scenario (built-in name or file); with --scale, an optional plan file")
     _add_overrides(sm)
     sm.add_argument("--out", help="run directory (default runs/sim/<name>-<time>)")
+    sm.add_argument("--junit", metavar="PATH", help="write the checks as JUnit XML (one test case per check)")
     from chaos.scale.command import add_scale_arguments
 
     add_scale_arguments(sm)
@@ -288,8 +329,18 @@ def build_parser() -> argparse.ArgumentParser:
     se.set_defaults(fn=cmd_search)
     rep = sub.add_parser("report", help="re-run the checks and rewrite the reports of a run directory")
     rep.add_argument("run_dir", metavar="RUN_DIR")
+    _add_outputs(rep)
     rep.set_defaults(fn=cmd_report)
     return ap
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("diloco-chaos")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,12 +350,18 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return args.fn(args)
+        with json_mode(getattr(args, "json", None)):
+            return args.fn(args)
     except ChaosError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader of stdout left (`| head`): no traceback. Point stdout at /dev/null so that the interpreter's
+        # own flush at exit does not fail again (the Python docs' recipe, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
 
 

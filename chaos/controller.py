@@ -184,7 +184,8 @@ class _Execution:
         self.recorder.add(PlanRecord(scenario=self.scenario.name, seed=self.scenario.seed,
                                      faults=[p.record() for p in self.planned]))
         try:
-            self.recorder.add(Phase(name="bring_up", detail={"proxy_prefix": self.backend.tag,
+            self.recorder.add(Phase(name="bring_up", detail={"backend": self.backend.name,
+                                                             "proxy_prefix": self.backend.tag,
                                                              "toxiproxy": self.toxi.url}))
             try:
                 self.backend.bring_up()

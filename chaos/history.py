@@ -211,6 +211,12 @@ class History:
         """What teardown left (None: the run never got there)."""
         return next((r.detail for r in self.records if isinstance(r, TeardownPhase)), None)
 
+    def backend(self) -> str:
+        """Which backend ran it, as its bring-up recorded ("" if it did not: an older run directory)."""
+        up = self.phase("bring_up")
+        detail = up.detail if up else {}
+        return str(detail.get("backend") or ("sim" if detail.get("simulated") else ""))
+
     def not_run(self) -> list[str]:
         """The ids of the planned faults that never started."""
         return next((r.detail.faults for r in self.records if isinstance(r, NotRunPhase)), [])

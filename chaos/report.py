@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,19 @@ def _json_block(obj: Any) -> list[str]:
     return ["```json", *text.splitlines(), "```"]
 
 
+def replay_command(report: RunReport) -> str:
+    """The command that runs this run again (``diloco-chaos replay``, on the backend it ran on).
+
+    Example:
+        >>> r = RunReport(scenario="x", status="pass", exit_code=0, run_dir="runs/sim/x 1", seed=1, config_hash="",
+        ...               started_at=0.0, wall_s=1.0, backend="sim")
+        >>> replay_command(r)
+        "diloco-chaos replay 'runs/sim/x 1' --backend sim"
+    """
+    backend = f" --backend {report.backend}" if report.backend and report.backend != "local" else ""
+    return f"diloco-chaos replay {shlex.quote(report.run_dir) if report.run_dir else 'RUN_DIR'}{backend}"
+
+
 def render_markdown(report: RunReport) -> str:
     """The run's report as Markdown: outcome, checks, faults, key numbers, teardown, how to reproduce.
 
@@ -63,7 +77,7 @@ def render_markdown(report: RunReport) -> str:
         ...                                seed=1, config_hash="abc", started_at=0.0, wall_s=1.0))
         >>> md.splitlines()[0]
         '# Chaos run: kill-one-learner'
-        >>> "diloco-chaos run kill-one-learner --seed 1" in md
+        >>> "diloco-chaos replay r" in md
         True
     """
     name = report.scenario or "unnamed scenario"
@@ -85,11 +99,19 @@ def render_markdown(report: RunReport) -> str:
     facts = [f"seed `{report.seed}`"]
     if report.config_hash:
         facts.append(f"config `{report.config_hash}`")
-    if finite(report.started_at):
-        started = datetime.fromtimestamp(report.started_at, tz=timezone.utc)
-        facts.append(f"started {started.strftime('%Y-%m-%d %H:%M:%S')} UTC")
-    if finite(report.wall_s):
-        facts.append(f"wall time {report.wall_s:.1f} s")
+    if report.simulated:
+        facts.insert(0, "**simulated** in deterministic mode (surrogate learners on a virtual clock: no process "
+                        "ran, and its times are not dates)")
+        if finite(report.wall_s):
+            facts.append(f"virtual time {report.wall_s:.1f} s")
+    else:
+        if report.backend:
+            facts.append(f"backend `{report.backend}`")
+        if finite(report.started_at):
+            started = datetime.fromtimestamp(report.started_at, tz=timezone.utc)
+            facts.append(f"started {started.strftime('%Y-%m-%d %H:%M:%S')} UTC")
+        if finite(report.wall_s):
+            facts.append(f"wall time {report.wall_s:.1f} s")
     if report.run_dir:
         facts.append(f"run dir `{report.run_dir}`")
     out += ["Run: " + ", ".join(facts) + ".", ""]
@@ -99,7 +121,8 @@ def render_markdown(report: RunReport) -> str:
     out += _numbers_section(report)
     out += _teardown_section(report.teardown)
 
-    out += ["## How to reproduce", "", "```sh", f"diloco-chaos run {name} --seed {report.seed}", "```", ""]
+    out += ["## How to reproduce", "", "The same faults on the same targets at the same times, from this run "
+            "directory's scenario and recorded plan:", "", "```sh", replay_command(report), "```", ""]
     out += ["## Artifacts", "",
             f"- [{TIMELINE_NAME}]({TIMELINE_NAME}): eval loss, fault windows and per-learner activity over time",
             f"- [{HISTORY_NAME}]({HISTORY_NAME}): every controller record and trainer event, by time", "",

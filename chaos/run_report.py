@@ -82,8 +82,9 @@ class RunReport(Record):
     run_dir: str
     seed: int
     config_hash: str
-    started_at: float  # Unix time of the run's first record
+    started_at: float  # Unix time of the run's first record (simulated: the virtual clock's, not a date)
     wall_s: float
+    backend: str = ""  # local, docker or sim (deterministic mode); "" for a run directory that did not record it
     verdicts: list[Verdict] = []
     warnings: list[str] = []  # outside the regime the checks were calibrated for (chaos.regime)
     plan: list[PlannedFault] = []
@@ -95,6 +96,11 @@ class RunReport(Record):
     metrics: RunSummary = RunSummary()
     teardown: Teardown = Teardown()
     error: str | None = None  # why a run did not complete, when one is recorded; not written when None
+
+    @property
+    def simulated(self) -> bool:
+        """Deterministic mode: a virtual clock, surrogate learners; no process ran."""
+        return self.backend == "sim"
 
     @field_validator("schema_version")
     @classmethod

@@ -43,7 +43,8 @@ from chaos.errors import ScenarioError
 from faults.base import SYNCER
 from faults.injectors import INJECTORS, params_of
 from faults.kinds import FAULT_KINDS, KINDS, FaultKind
-from trainer.config import RunConfig, format_validation_error, learner_ids, merge_trees, read_yaml_mapping
+from trainer.config import (RunConfig, did_you_mean, format_validation_error, learner_ids, merge_trees,
+                            read_yaml_mapping)
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinite numbers
@@ -318,7 +319,8 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
-        raise ScenarioError(format_validation_error(err, source, "scenario", hide=_is_tag)) from None
+        raise ScenarioError(format_validation_error(err, source, "scenario", hide=_is_tag, model=Scenario,
+                                                    tag_models=entry_classes())) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -355,5 +357,6 @@ def resolve(name_or_path: str) -> Path:
     builtins = builtin_scenarios()
     if name_or_path in builtins:
         return builtins[name_or_path]
-    raise ScenarioError(f"{name_or_path}: no such file and no built-in scenario of that name; "
-                        f"built-ins: {', '.join(builtins)} (see `diloco-chaos list`)")
+    raise ScenarioError(f"{name_or_path}: no such file and no built-in scenario of that name"
+                        f"{did_you_mean(name_or_path, builtins)}; built-ins: {', '.join(builtins)} "
+                        "(see `diloco-chaos list`)")

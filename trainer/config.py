@@ -35,12 +35,13 @@ Example:
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import sys
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -359,13 +360,54 @@ def merge_trees(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def format_validation_error(err: ValidationError, source: str, what: str = "configuration",
-                            hide: Callable[[Any], bool] = lambda part: False) -> str:
-    """One line per bad field, ``path.to.field: message``; ``hide`` drops path parts the user never wrote."""
+                            hide: Callable[[Any], bool] = lambda part: False,
+                            model: type[BaseModel] | None = None,
+                            tag_models: Mapping[str, type[BaseModel]] | None = None) -> str:
+    """One line per bad field, ``path.to.field: message``; ``hide`` drops path parts the user never wrote. Given
+    the ``model`` validated (and the model each union tag in a path picks), a misspelt field name gets the
+    closest real one (``did you mean min_quorum?``)."""
     lines = [f"{source}: invalid {what}"]
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"] if not hide(x)) or "(top level)"
-        lines.append(f"  {loc}: {e['msg'].removeprefix('Value error, ')}")
+        hint = ""
+        if model is not None and e["type"] == "extra_forbidden" and e["loc"]:
+            hint = did_you_mean(str(e["loc"][-1]), fields_at(model, tuple(e["loc"][:-1]), tag_models or {}))
+        lines.append(f"  {loc}: {e['msg'].removeprefix('Value error, ')}{hint}")
     return "\n".join(lines)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the closest of ``choices``, or nothing when none is close.
+
+    >>> did_you_mean("min_quorom", ["min_quorum", "grace"]), did_you_mean("zzz", ["grace"])
+    (' (did you mean min_quorum?)', '')
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def fields_at(model: type[BaseModel], path: tuple[Any, ...],
+              tag_models: Mapping[str, type[BaseModel]] | None = None) -> set[str]:
+    """The field names a model accepts at ``path``: list indexes pass through, a union tag picks its member from
+    ``tag_models`` (a union without one offers the fields of all its members)."""
+    here: list[type[BaseModel]] = [model]
+    for part in path:
+        if isinstance(part, int):
+            continue
+        tagged = (tag_models or {}).get(part)
+        if tagged is not None and any(issubclass(tagged, t) for t in here):
+            here = [tagged]
+            continue
+        nxt = [m for t in here if part in t.model_fields for m in _models_in(t.model_fields[part].annotation)]
+        here = nxt or here  # not a field of any: a tag we were not told of, which names no level of its own
+    return {name for t in here for name in t.model_fields}
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (through Optional, unions, lists, dicts and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def build_config(data: dict[str, Any], source: str = "<config>", overrides: list[str] | None = None) -> RunConfig:
@@ -374,7 +416,7 @@ def build_config(data: dict[str, Any], source: str = "<config>", overrides: list
     try:
         return RunConfig.model_validate(tree)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, model=RunConfig)) from None
 
 
 MAX_FILE_BYTES = 1 << 20  # a config or scenario is a page of YAML; a megabyte is a mistake

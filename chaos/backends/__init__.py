@@ -57,6 +57,7 @@ class ProxiedUnits:
 
 @runtime_checkable
 class Backend(Cluster, Protocol):
+    name: str  # what --backend calls it ("local", "docker"); written to the history, read by the report
     tag: str  # prefix of every Toxiproxy proxy this backend creates
     run_dir: Path
 

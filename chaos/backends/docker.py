@@ -138,6 +138,8 @@ def docker_backend_factory(deployment: DockerDeployment) -> Any:
 class DockerBackend(ProxiedUnits):
     """The compose deployment's containers as a :class:`chaos.backends.Backend`."""
 
+    name = "docker"
+
     def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str, *,
                  deployment: DockerDeployment) -> None:
         super().__init__(config.algorithm.num_learners, toxiproxy, tag)

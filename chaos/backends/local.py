@@ -40,6 +40,8 @@ LEARNER_NICE = 5
 class LocalBackend(ProxiedUnits):
     """Local processes behind Toxiproxy; the Cluster every fault acts on."""
 
+    name = "local"
+
     def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str = "chaos") -> None:
         super().__init__(config.algorithm.num_learners, toxiproxy, tag)
         self.config = config

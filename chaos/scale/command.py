@@ -15,13 +15,13 @@ DiLoCo on the same chips, failures and links and prints them side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from chaos.errors import ScenarioError
+from chaos.json_output import STDOUT, emit_json
 
 # flag -> plan field it overrides
 FLAG_FIELDS: dict[str, str] = {
@@ -56,12 +56,13 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep", metavar="FIELD=V1,V2,...",
                    help="run the plan once per value of one field, e.g. cluster.chips=150k,600k,2.4M")
     g.add_argument("--plot", metavar="PNG", help="with --sweep: goodput against the swept values")
-    g.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    g.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH",
+                   help="the results (or, without --scale, the report) as JSON: on stdout, or in PATH")
     g.add_argument("--timeline", metavar="PNG", help="draw the run's timeline (short runs; not with --compare)")
     g.add_argument("--quiet", action="store_true", help="no progress display")
 
 
-SCALE_ONLY = (*FLAG_FIELDS, "compare", "sweep", "plot", "json", "timeline", "quiet")
+SCALE_ONLY = (*FLAG_FIELDS, "compare", "sweep", "plot", "timeline", "quiet")  # --json: both modes
 
 
 def scale_only_flags(args: argparse.Namespace) -> list[str]:
@@ -123,6 +124,8 @@ def run_scale_command(args: argparse.Namespace) -> int:
     from chaos.scale.quantities import format_count, format_duration
 
     field, values = _sweep(args.sweep)
+    if getattr(args, "junit", None):
+        raise ScenarioError("--junit writes a scenario run's checks; the scale simulator has none (use --json)")
     if args.compare and args.timeline:
         raise ScenarioError("--timeline draws one run: leave out --compare")
     if field and args.timeline:
@@ -158,8 +161,9 @@ def run_scale_command(args: argparse.Namespace) -> int:
         series = {r.label: [100 * grid[i][j].goodput for i in range(len(values))] for j, r in enumerate(grid[0])}
         print(f"plot: {plot_goodput_sweep(series, values, Path(args.plot), xlabel=field or '')}")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "plan": cfg.model_dump(mode="json"), "sweep": {"field": field, "values": values} if field else None,
-            "results": [r.to_json() for results in grid for r in results]}, indent=2))
-        print(f"results: {args.json}")
+        emit_json(args.json, {"plan": cfg.model_dump(mode="json"),
+                              "sweep": {"field": field, "values": values} if field else None,
+                              "results": [r.to_json() for results in grid for r in results]})
+        if args.json != STDOUT:
+            print(f"results: {args.json}")
     return 0

@@ -181,7 +181,7 @@ def build_scale_config(tree: dict[str, Any] | None = None, source: str = "<plan>
     except ConfigError as err:
         raise ScenarioError(str(err)) from None
     except ValidationError as err:
-        raise ScenarioError(format_validation_error(err, source, "scale plan")) from None
+        raise ScenarioError(format_validation_error(err, source, "scale plan", model=ScaleConfig)) from None
 
 
 def load_scale_config(path: str | Path, overrides: list[str] | None = None) -> ScaleConfig:

@@ -321,7 +321,7 @@ class Simulation:
         """Run to the end (or the scenario's timeout, in virtual seconds); returns whether it timed out."""
         self.record(PlanRecord, scenario=self.scenario.name, seed=self.scenario.seed,
                     faults=[p.record() for p in self.planned])
-        self.record(Phase, name="bring_up", detail={"simulated": True})
+        self.record(Phase, name="bring_up", detail={"backend": "sim", "simulated": True})
         # A cold start costs what a restart costs (process start, imports, JIT), so the start-up the checks'
         # bounds are measured from matches the restarts they judge, as it does for real processes.
         self.loop.after(self.opts.syncer_restart_delay_s, self.syncer.start)

@@ -132,12 +132,24 @@ def test_markdown_has_the_essentials() -> None:
         assert f"| {v.name} | {v.status.upper()} |" in md
     assert "| f0 | kill | learner-1 | 5.1 | 15.2 | restart=true |" in md
     assert "`f3`: pause learner-2 at 60.0 s" in md  # planned, not run
-    assert "diloco-chaos run kill-one-learner --seed 0" in md
+    assert f"diloco-chaos replay {REPORT.run_dir}\n" in md  # a local run: the default backend
     assert "(timeline.png)" in md and "(history.jsonl)" in md
     assert "2.740" in md and "2.710 (delta +0.030, +1.1%), cached" in md
     assert "93.0%" in md and "non_finite: 3" in md and "180" in md
     assert "Clean:" in md
     assert "```json" not in md  # nothing failed: no evidence blocks
+
+
+def test_markdown_marks_a_simulated_run_and_replays_it_where_it_ran() -> None:
+    """Deterministic mode's clock is virtual: no date, "simulated" said first; each backend replays on itself."""
+    sim = REPORT.model_copy(update={"backend": "sim", "started_at": 1_700_000_000.0})
+    md = rep.render_markdown(sim)
+    assert "**simulated** in deterministic mode" in md and "virtual time" in md
+    assert "2023-" not in md and "UTC" not in md
+    assert f"diloco-chaos replay {REPORT.run_dir} --backend sim" in md
+    docker = rep.render_markdown(REPORT.model_copy(update={"backend": "docker"}))
+    assert "simulated" not in docker and "backend `docker`" in docker and "UTC" in docker
+    assert f"diloco-chaos replay {REPORT.run_dir} --backend docker" in docker
 
 
 def test_markdown_shows_the_parity_band_and_its_seeds() -> None:
@@ -164,7 +176,7 @@ def test_error_report_and_missing_keys() -> None:
                                       "error": "toxiproxy not reachable"}))
     assert "## Result: ERROR" in md and "toxiproxy not reachable" in md
     assert "No checks ran." in md and "No fault was injected." in md and "Teardown" in md
-    assert "diloco-chaos run syncer-crash" in md
+    assert "diloco-chaos replay RUN_DIR" in md  # no run directory recorded: the reader fills it in
     assert rep.render_markdown(_report(BARE)).startswith("# Chaos run:")
 
 
