@@ -17,8 +17,9 @@ fault-free and with failures, with its defaults.
 Columns (definitions in ``benchmarks/measures.py``):
 
 - **failures**: kills that happened before the run ended;
-- **time goodput** (the paper's measure): useful learner time over allocated
-  learner time, merged tokens / (M × wall × nominal tokens per learner-second);
+- **merged goodput** (the paper's goodput, counting merged work only): merged
+  learner time over allocated learner time, merged tokens / (M × wall × nominal
+  tokens per learner-second);
 - **compute goodput**: the fraction of the tokens learners trained whose
   training reached a merge (issue's wording: "fraction of learner compute
   that ended up in merges");
@@ -108,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                                  seed=args.seed, progress=quiet_progress, reuse=args.reuse)
             rows_json += [ref, summarise(f"{label}, failures", faulty, args, plan, ref["final_loss"])]
 
-    header = ["run", "failures", "time goodput", "compute goodput", "longest stall (s)", "wall (s)", "final loss",
+    header = ["run", "failures", "merged goodput", "compute goodput", "longest stall (s)", "wall (s)", "final loss",
               "Δ loss vs fault-free"]
-    rows = [[r["label"], r["failures"], r["goodput"]["time"], r["goodput"]["compute"], r["longest_stall_s"],
+    rows = [[r["label"], r["failures"], r["goodput"]["merged"], r["goodput"]["compute"], r["longest_stall_s"],
              r["wall_s"], r["final_loss"], r["loss_vs_fault_free"]] for r in rows_json]
     table = markdown_table(header, rows)
     print(f"\n{table}")

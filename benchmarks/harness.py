@@ -148,9 +148,9 @@ def plot_loss_and_goodput(rows: list[dict[str, Any]], name: str, out_dir: Path, 
 
 
 def _goodput_bars(ax: Any, rows: list[dict[str, Any]]) -> None:
-    """Horizontal bars of time goodput with compute goodput outlined, one per row (``label``, ``goodput``)."""
+    """Horizontal bars of merged goodput with compute goodput outlined, one per row (``label``, ``goodput``)."""
     labels = [r["label"] for r in rows]
-    ax.barh(labels, [r["goodput"]["time"] for r in rows], color="tab:blue", label="time goodput")
+    ax.barh(labels, [r["goodput"]["merged"] for r in rows], color="tab:blue", label="merged goodput")
     ax.barh(labels, [r["goodput"]["compute"] for r in rows], color="none", edgecolor="black",
             label="compute goodput")
     ax.set_xlim(0, 1)

@@ -18,7 +18,7 @@ clock, so a slow learner covers fewer steps per round and its token weight
 says so: its expected share of the merge weight is its share of the cluster's
 speed (here 1/3 for the two slow learners together).
 
-Columns, mean and 95% t interval over seeds: final eval loss; time goodput
+Columns, mean and 95% t interval over seeds: final eval loss; merged goodput
 (useful learner time over allocated learner time, with each learner's own
 nominal speed) and its ratio to K = 1's on the same seed; participants per
 merge; the slow learners' share of the merge weight against their speed
@@ -67,7 +67,7 @@ def summarise(h: History, args: argparse.Namespace, seed: int, slow: list[str]) 
     speeds = {lid: 1 / (args.slow_factor if lid in slow else 1.0) for lid in learner_ids(args.learners)}
     nominal = sum(per_step / args.step_s * s for s in speeds.values())
     g = m.goodput(h.events, num_fragments=args.fragments, nominal_tokens_per_s=nominal, t0=t0, t1=t1)
-    return {"final_loss": m.final_eval_loss(h.events), "time_goodput": g.time, "compute_goodput": g.compute,
+    return {"final_loss": m.final_eval_loss(h.events), "merged_goodput": g.merged, "compute_goodput": g.compute,
             "per_merge": m.participation(h.events)["per_merge"], "slow_weight": m.weight_share(h.events, slow),
             "slow_speed_share": sum(speeds[lid] for lid in slow) / sum(speeds.values()), "wall_s": t1 - t0}
 
@@ -105,15 +105,15 @@ def main(argv: list[str] | None = None) -> int:
                 runs[slug][seed] = summarise(h, args, seed, slow)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     k1 = runs.get("k-1", {})
-    header = ["run", "final eval loss", "time goodput", "÷ K = 1's time goodput", "participants / merge",
+    header = ["run", "final eval loss", "merged goodput", "÷ K = 1's merged goodput", "participants / merge",
               "slow learners' weight share (speed share)"]
     rows = []
     for slug, label, _ in variants:
         rs = runs[slug]
         share = rs[next(iter(rs))]["slow_speed_share"]
         rows.append([label, m.format_ci([r["final_loss"] for r in rs.values()], 4),
-                     m.format_ci([r["time_goodput"] for r in rs.values()]),
-                     m.format_ci([r["time_goodput"] / k1[s]["time_goodput"] for s, r in rs.items() if s in k1])
+                     m.format_ci([r["merged_goodput"] for r in rs.values()]),
+                     m.format_ci([r["merged_goodput"] / k1[s]["merged_goodput"] for s, r in rs.items() if s in k1])
                      if k1 else None,
                      m.format_ci([r["per_merge"] for r in rs.values()], 2),
                      f"{m.format_ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})"])

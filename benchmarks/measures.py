@@ -18,9 +18,12 @@ Definitions:
 - **compute goodput**: the fraction of trained tokens whose training reached
   a merge (the chaos checker's figure; a contribution's ``c_tokens`` counts
   each trained token once per fragment, hence the division by P).
-- **time goodput** (the paper's): useful learner time over allocated learner
-  time, ``merged tokens / (M × wall × nominal tokens per learner-second)``;
-  the nominal rate is what one learner trains when it never waits.
+- **merged goodput**: merged learner time over allocated learner time,
+  ``merged tokens / (M × wall × nominal tokens per learner-second)``; the
+  nominal rate is what one learner trains when it never waits. The paper's
+  *goodput* also counts trained work that was neither merged nor thrown away,
+  which a run's events cannot tell apart: merged goodput is its lower bound
+  (the scale simulator reports both). The words: ``docs/design.md``, "Words".
 - **longest stall**: the longest stretch without any merge, from ``t0`` to
   the end of training.
 
@@ -249,19 +252,19 @@ class Goodput:
     """Goodput figures of one run (see the module docstring for the definitions)."""
 
     compute: float  # merged tokens / trained tokens
-    time: float  # merged tokens / (wall × nominal rate of all learners)
+    merged: float  # merged tokens / (wall × nominal rate of all learners)
     merged_tokens: int
     trained_tokens: int
     wall_s: float
 
     def to_json(self) -> dict[str, float | int]:
-        return {"compute": round(self.compute, 4), "time": round(self.time, 4), "merged_tokens": self.merged_tokens,
+        return {"compute": round(self.compute, 4), "merged": round(self.merged, 4), "merged_tokens": self.merged_tokens,
                 "trained_tokens": self.trained_tokens, "wall_s": round(self.wall_s, 2)}
 
 
 def goodput(events: Sequence[Any], *, num_fragments: int, nominal_tokens_per_s: float, t0: float,
             t1: float) -> Goodput:
-    """Compute and time goodput of a run whose training ran from ``t0`` to ``t1``.
+    """Compute and merged goodput of a run whose training ran from ``t0`` to ``t1``.
 
     Example:
         >>> from trainer import events as ev
@@ -270,14 +273,14 @@ def goodput(events: Sequence[Any], *, num_fragments: int, nominal_tokens_per_s: 
         ...              rule="rda", wait_s=0, quorum_wait_s=0, outer_grad_norm=1, merges_total=1, tokens_total=1)
         >>> s = ev.Step(ts=2.0, source="learner-0", step=8, loss=1, tokens=800, step_time_s=0.1, blocked_s=0)
         >>> g = goodput([s, m], num_fragments=1, nominal_tokens_per_s=200.0, t0=0.0, t1=8.0)
-        >>> g.compute, g.time
+        >>> g.compute, g.merged
         (1.0, 0.5)
     """
     merged = sum(merged_tokens(events, num_fragments).values())
     trained = sum(trained_tokens(list(events)).values())
     wall = max(t1 - t0, 1e-9)
     return Goodput(compute=merged / trained if trained else 0.0,
-                   time=merged / (wall * nominal_tokens_per_s),
+                   merged=merged / (wall * nominal_tokens_per_s),
                    merged_tokens=merged, trained_tokens=trained, wall_s=wall)
 
 

@@ -18,7 +18,7 @@ simulator gets, from the measured file:
   the value measured on 2026-11-30 (``REJOIN_S``).
 
 Then it predicts the runs **with failures** and reports predicted against
-measured time goodput (the benchmarks' definition: merged tokens over M ×
+measured merged goodput (the benchmarks' definition: merged tokens over M ×
 wall × nominal rate), longest stall and wall time. Writes
 ``benchmarks/results/scale_sim_to_real.json`` and
 ``scale_sim_to_real_timeline.png`` (the predicted sync DiLoCo run).
@@ -89,7 +89,7 @@ def calibrate(doc: dict[str, Any], rejoin_s: float) -> dict[str, float]:
     cfg = doc["config"]
     m, h = cfg["learners"], cfg["sync_every"]
     g = _row(doc, "sync DiLoCo, fault-free")["goodput"]
-    nominal_per_learner = g["merged_tokens"] / (g["wall_s"] * g["time"]) / m  # tokens per learner-second at 50 ms
+    nominal_per_learner = g["merged_tokens"] / (g["wall_s"] * g["merged"]) / m  # tokens per learner-second at 50 ms
     tokens_per_learner_step = nominal_per_learner * cfg["step_s"]
     d = _row(doc, "decoupled (defaults), fault-free")["goodput"]
     step_s = d["wall_s"] / (d["trained_tokens"] / m / tokens_per_learner_step)
@@ -106,11 +106,11 @@ class Comparison:
     run: str
     measured: dict[str, float]
     simulated: ScaleResult
-    time_goodput: float  # the simulated run's goodput by the benchmarks' definition
+    merged_goodput: float  # the simulated run's goodput by the benchmarks' definition
 
     def to_json(self) -> dict[str, Any]:
         return {"run": self.run, "measured": self.measured,
-                "simulated": {**self.simulated.to_json(), "time_goodput": self.time_goodput}}
+                "simulated": {**self.simulated.to_json(), "merged_goodput": self.merged_goodput}}
 
 
 def predict(doc: dict[str, Any], cal: dict[str, float]) -> list[Comparison]:
@@ -131,10 +131,10 @@ def predict(doc: dict[str, Any], cal: dict[str, float]) -> list[Comparison]:
             f"{label}, failures"), timeline=True)
         for kind, sim in (("fault-free", free), ("failures", failed)):
             real = _row(doc, f"{label}, {kind}")
-            measured = {"failures": real["failures"], "time_goodput": real["goodput"]["time"],
+            measured = {"failures": real["failures"], "merged_goodput": real["goodput"]["merged"],
                         "longest_stall_s": real["longest_stall_s"], "wall_s": real["wall_s"],
                         "compute_goodput": real["goodput"]["compute"]}
-            # The benchmarks' time goodput: merged tokens / (M × wall × nominal rate at 50 ms steps).
+            # The benchmarks' merged goodput: merged tokens / (M × wall × nominal rate at 50 ms steps).
             tg = sim.merged_tokens / (m * sim.wall_s * cal["nominal_tokens_per_learner_s"])
             out.append(Comparison(f"{label}, {kind}", measured, sim, tg))
     return out
@@ -151,10 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for c in comparisons:
         mm, sim = c.measured, c.simulated
-        rows.append([c.run, mm["failures"], sim.failures, f"{mm['time_goodput']:.3f}", f"{c.time_goodput:.3f}",
-                     f"{c.time_goodput - mm['time_goodput']:+.3f}", f"{mm['longest_stall_s']:.2f}",
+        rows.append([c.run, mm["failures"], sim.failures, f"{mm['merged_goodput']:.3f}", f"{c.merged_goodput:.3f}",
+                     f"{c.merged_goodput - mm['merged_goodput']:+.3f}", f"{mm['longest_stall_s']:.2f}",
                      f"{sim.longest_stall_s:.2f}", f"{mm['wall_s']:.1f}", f"{sim.wall_s:.1f}"])
-    table = markdown_table(["run", "failures (real)", "failures (sim)", "time goodput (real)", "(sim)", "Δ",
+    table = markdown_table(["run", "failures (real)", "failures (sim)", "merged goodput (real)", "(sim)", "Δ",
                             "longest stall s (real)", "(sim)", "wall s (real)", "(sim)"], rows)
     print(f"calibration (fault-free runs): {json.dumps({k: round(v, 4) for k, v in cal.items()})}")
     print(table)

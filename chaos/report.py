@@ -213,7 +213,7 @@ def _numbers_section(report: RunReport) -> list[str]:
         ("loss floor", num(m.loss_floor)),
         ("merges", num(m.merges)),
         ("tokens merged", num(m.tokens_total)),
-        ("uploads merged (merged / uploaded tokens)", f"{m.goodput_tokens:.1%}" if finite(m.goodput_tokens) else "n/a"),
+        ("uploads merged (merged / uploaded tokens)", f"{m.uploads_merged:.1%}" if finite(m.uploads_merged) else "n/a"),
         ("rejections", rej),
         ("wall time", f"{m.wall_s:.1f} s" if finite(m.wall_s) else "n/a"),
     ]

@@ -25,7 +25,7 @@ from chaos.records import JsonObject, Record, SparseRecord
 from trainer.metrics import RunSummary
 
 # report.json's layout: raised when a field changes meaning or goes away (readers check it), not when one is added.
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2  # 2 (2026-12-03): metrics.goodput_tokens renamed uploads_merged (it is no goodput)
 
 
 class FaultRow(Record):

@@ -36,7 +36,7 @@ class RunSummary(BaseModel):
     merges: int = 0
     tokens_total: int = 0
     learner_steps: int = 0
-    goodput_tokens: float = math.nan  # merged / uploaded tokens
+    uploads_merged: float = math.nan  # merged / uploaded tokens
     rejections: dict[str, int] = {}  # by reason
     # Rounds: one merge per (fragment, round) on the clock; late uploads refused (late_round) or carried.
     rounds_merged: int = 0
@@ -90,7 +90,7 @@ def summarize_run(run_dir: str | Path) -> RunMetrics:
         tokens_total=max((e.tokens_total for e in events if isinstance(e, (ev.Merge, ev.Eval, ev.Finished))),
                          default=0),
         learner_steps=sum(e.step for e in steps),
-        goodput_tokens=merged_tokens / started_tokens if started_tokens else math.nan,
+        uploads_merged=merged_tokens / started_tokens if started_tokens else math.nan,
         rejections=dict(Counter(e.reason for e in events if isinstance(e, ev.Reject))),
         rounds_merged=len({(m.fragment, m.round) for m in merges}),
         participants_per_merge=(sum(len(m.participants) for m in merges) / len(merges)) if merges else math.nan,

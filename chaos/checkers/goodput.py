@@ -1,4 +1,7 @@
-"""Goodput: the fraction of learner compute (tokens trained) that ended up in merges."""
+"""Compute goodput: the fraction of learner compute (tokens trained) that ended up in merges.
+
+One of three goodput figures, each with its own name (``docs/design.md``, "Words"): this one needs no clock.
+"""
 
 from __future__ import annotations
 
@@ -46,4 +49,5 @@ def check_goodput(inp: CheckInput) -> Verdict:
     frac = sum(merged.values()) / total
     evidence = {"goodput": round(frac, 4), "min": need, "trained_tokens": trained, "merged_tokens": merged}
     status = "pass" if frac >= need else "fail"
-    return Verdict("goodput", status, f"{frac:.1%} of trained tokens were merged (minimum {need:.0%})", evidence)
+    return Verdict("goodput", status, f"compute goodput {frac:.1%}: merged ÷ trained tokens (minimum {need:.0%})",
+                   evidence)

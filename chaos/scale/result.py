@@ -1,6 +1,6 @@
 """What a simulated run produced (:class:`Trace`) and what it means (:class:`ScaleResult`).
 
-Definitions (the same as the real benchmarks', ``benchmarks/measures.py``):
+Definitions (the same as the real benchmarks', ``benchmarks/measures.py``; the words: ``docs/design.md``):
 
 - **goodput** (the paper's): useful chip time over allocated chip time, as
   ``useful tokens / (wall × nominal tokens per second)``, the nominal rate being
@@ -8,7 +8,7 @@ Definitions (the same as the real benchmarks', ``benchmarks/measures.py``):
   trained and not thrown away by a failure (a restart's lost progress, a
   rollback, a round redone) and not idle (down, paused, waiting, blocked on
   communication).
-- **merged goodput** (the real benchmarks' "time goodput"): the same with
+- **merged goodput** (what the real benchmarks can measure): the same with
   merged tokens. It is lower for Decoupled DiLoCo, which also loses the τ
   overlap steps a received fragment overwrites and refused stale uploads.
 - **compute goodput**: merged tokens over trained tokens.

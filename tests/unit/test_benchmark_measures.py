@@ -62,7 +62,7 @@ def test_goodput_counts_each_trained_token_once_per_fragment() -> None:
     g = m.goodput(evs, num_fragments=2, nominal_tokens_per_s=100.0, t0=0.0, t1=10.0)
     assert (g.merged_tokens, g.trained_tokens) == (600, 800)
     assert g.compute == pytest.approx(0.75)
-    assert g.time == pytest.approx(600 / 1000)
+    assert g.merged == pytest.approx(600 / 1000)
 
 
 def test_participation_per_learner() -> None:

@@ -583,6 +583,14 @@ def test_goodput_below_min_fails() -> None:
     assert v.evidence["goodput"] == pytest.approx(0.4)
 
 
+def test_goodput_default_minimum_can_fail() -> None:
+    """The default bound fails a run that threw away most of its work (5% merged) and passes a healthy one."""
+    assert Goodput().min > 0
+    stalled = check(check_goodput, _goodput_history(50))
+    assert stalled.status == "fail" and "compute goodput 5.0%" in stalled.summary, stalled.summary
+    assert check(check_goodput, _goodput_history(300)).status == "pass"
+
+
 def test_goodput_divides_contributions_by_fragments() -> None:
     facts = RunFacts(learners=LEARNERS, min_quorum=1, checkpoint_every_merges=10, num_fragments=4)
     v = check(check_goodput, _goodput_history(1000, num_merges=4), facts=facts)  # each of 4 fragments carries it all

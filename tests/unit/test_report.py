@@ -97,7 +97,7 @@ TREE: dict[str, Any] = {
     "not_run": ["f3"],
     "baseline": {"final_eval_loss": 2.71, "run_dir": "runs/baseline", "cached": True},
     "metrics": {"final_eval_loss": 2.74, "loss_floor": 2.39, "merges": 180, "tokens_total": 400000,
-                "goodput_tokens": 0.93, "rejections": {"non_finite": 3}, "wall_s": 70.0},
+                "uploads_merged": 0.93, "rejections": {"non_finite": 3}, "wall_s": 70.0},
     "teardown": {"proxies_left": [], "processes_left": [], "problems": []},
 }
 REPORT = RunReport.model_validate(TREE)
@@ -186,7 +186,7 @@ def test_markdown_escapes_cells_and_reports_dirty_teardown() -> None:
     r["teardown"] = {"proxies_left": ["learner-0-link"], "processes_left": ["learner-1"],
                      "problems": ["stopping learner-1: no such container"]}
     r["baseline"] = None
-    r["metrics"]["goodput_tokens"] = float("nan")
+    r["metrics"]["uploads_merged"] = float("nan")
     r["faults"][0].update(end_s=None, healed=False)
     md = rep.render_markdown(_report(r))
     assert "a \\| b c" in md

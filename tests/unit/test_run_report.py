@@ -16,9 +16,10 @@ from chaos.report import render_markdown
 from chaos.run_report import REPORT_SCHEMA_VERSION, RunReport
 
 # report.json as a real run wrote it before the report was typed (a deterministic kill-one-learner run, trimmed),
-# with the keys of every producer: a simulated baseline, a real run's teardown, a measured false-alarm rate.
+# with the keys of every producer: a simulated baseline, a real run's teardown, a measured false-alarm rate; brought
+# to schema 2 (backend added, metrics.goodput_tokens renamed uploads_merged).
 OLD: dict[str, Any] = {
-    "schema_version": 1,
+    "schema_version": 2,
     "scenario": "kill-one-learner",
     "description": "SIGKILL one of three learners mid-run and never restart it.\n",
     "status": "fail",
@@ -28,6 +29,7 @@ OLD: dict[str, Any] = {
     "config_hash": "f8d05640b069dc5e",
     "started_at": 1700000000.0,
     "wall_s": 92.703,
+    "backend": "sim",
     "verdicts": [
         {"name": "liveness", "status": "pass", "summary": "575 merges", "evidence": {"merges": 575}},
         {"name": "reintegration", "status": "fail", "summary": "learner-1 never came back",
@@ -48,7 +50,7 @@ OLD: dict[str, Any] = {
                            "text": "0 of 10 fault-free runs outside the band by more than ±0.05"},
     "metrics": {"final_eval_loss": 2.013375452104956, "final_eval_is_final": True, "loss_floor": 2.0,
                 "gap_to_floor": 0.013375452104956054, "merges": 575, "tokens_total": 2411520, "learner_steps": 2311,
-                "goodput_tokens": 1.0, "rejections": {"non_finite": 2}, "rounds_merged": 575,
+                "uploads_merged": 1.0, "rejections": {"non_finite": 2}, "rounds_merged": 575,
                 "participants_per_merge": 2.034782608695652, "late_carried": 0, "wall_s": 92.7},
     "teardown": {"proxies_left": ["chaos-learner-0"], "processes_left": [], "healed_on_teardown": False,
                  "exit_codes": {"learner-0": 0, "learner-1": -9, "syncer": None}, "problems": []},
@@ -94,9 +96,9 @@ def test_records_that_producers_fill_differently_keep_each_producers_keys() -> N
 
 
 def test_another_schema_version_is_refused_by_name() -> None:
-    with pytest.raises(ValidationError, match=r"schema_version\n.*schema_version 2 is not 1"):
-        RunReport.model_validate({**OLD, "schema_version": 2})
-    assert REPORT_SCHEMA_VERSION == 1
+    with pytest.raises(ValidationError, match=r"schema_version\n.*schema_version 1 is not 2"):
+        RunReport.model_validate({**OLD, "schema_version": 1})
+    assert REPORT_SCHEMA_VERSION == 2
 
 
 @pytest.mark.parametrize("field", ["scenario", "status", "seed", "wall_s"])
