@@ -3,23 +3,27 @@
 Installed with the package (entry point ``pytest11``), so any project that
 depends on diloco-chaos gets it. It adds
 
-markers
-    ``chaos`` (whole scenarios on local processes, minutes), ``docker``
-    (containers), ``nightly`` (the long tier: deselected unless
-    ``--chaos-nightly``), ``simulation`` (deterministic mode), ``rotate(per_night=k)``
+markers (namespaced: a project's own ``nightly`` or ``docker`` marker is its business, never deselected here)
+    ``chaos`` (whole scenarios on local processes, minutes), ``chaos_docker``
+    (containers), ``chaos_nightly`` (the long tier: deselected unless
+    ``--chaos-nightly``), ``chaos_simulation`` (deterministic mode), ``chaos_rotate(per_night=k)``
     (a nightly parametrized family runs k members a night, in turn: :mod:`chaos.rotation`;
     ``family="name"`` makes a module's tests that name it one family).
+Hypothesis profiles (registered, never loaded for you: ``--hypothesis-profile NAME``)
+    ``chaos`` (per change: 10 examples, derandomized, so every run explores the same schedules) and
+    ``chaos-nightly`` (25 examples, random; pass ``--hypothesis-seed N`` to make a night replayable: the header
+    prints it, and the rotation and long searches take it too). Both: no deadline, and the health checks a
+    simulated cluster trips (too slow, function-scoped fixtures, filtering) off. Hypothesis's own options and
+    example database work as usual.
 options
-    ``--chaos-examples N`` generated schedules per property test (default 25);
-    ``--chaos-seed N`` the seed of generated schedules (default 0: the
-    per-change tier always explores the same schedules; the nightly tier
-    passes a fresh seed and the header prints it, so any failure replays with
-    that seed); ``--chaos-nightly`` run the nightly tier too;
+    ``--chaos-nightly`` run the nightly tier too;
     ``--chaos-no-rotation`` every member of a rotated family, not tonight's;
     ``--chaos-reports DIR`` keep every chaos run directory (reports,
-    timelines, histories) under DIR instead of pytest's tmp dirs.
+    timelines, histories) under DIR instead of pytest's tmp dirs;
+    ``--chaos-toxiproxy-url URL`` (or ``$DILOCO_TOXIPROXY_URL``) use a running Toxiproxy server instead of
+    starting one.
 fixtures
-    ``chaos_toxiproxy`` (a real Toxiproxy server for the session),
+    ``chaos_toxiproxy`` (a real Toxiproxy server for the session, or the one named),
     ``chaos_cluster`` (start a syncer and learners, each learner behind its
     own Toxiproxy proxy, as local processes: the ``Cluster`` every fault in
     :mod:`faults` acts on; always torn down, proxies deleted),
@@ -27,8 +31,8 @@ fixtures
     session), ``simulate_chaos`` (run one in deterministic mode),
     ``chaos_seed``.
 helpers
-    :func:`chaos_settings` — Hypothesis settings sized by ``--chaos-examples``
-    and seeded by ``--chaos-seed``.
+    :func:`chaos_settings` — the loaded profile's settings for a chaos property test (the suppressed health
+    checks, no deadline); :func:`chaos_examples` — the loaded profile's example count.
 
 Example test::
 
@@ -46,13 +50,15 @@ Example test::
         assert not r.failed("liveness", "safety")
 
     @pytest.mark.chaos
-    def test_kill_and_rejoin(run_chaos):
+    def test_kill_and_rejoin(run_chaos):  # pytest --hypothesis-profile chaos
         assert run_chaos(scenario_with("kill-and-rejoin")).exit_code == 0
 """
 
 from __future__ import annotations
 
+import os
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -63,25 +69,33 @@ from hypothesis import HealthCheck, settings
 
 from chaos.rotation import night_of, tonight
 
+NIGHTLY, ROTATE = "chaos_nightly", "chaos_rotate"
 MARKERS = {
     "chaos": "whole chaos scenarios on local processes with the real Toxiproxy (minutes)",
-    "docker": "the compose deployment in real containers (needs Docker and the images)",
-    "nightly": "nightly(minutes=N): the nightly tier (long scenarios, full-size parity), deselected unless "
-               "--chaos-nightly; N, how long the test takes, orders the night longest first",
-    "simulation": "deterministic mode: generated schedules on the virtual clock",
-    "rotate": "rotate(per_night=k, family=None): a nightly parametrized family (or a module's tests naming one "
-              "family) runs k members a night, in turn by the nightly seed's date (chaos.rotation); "
-              "--chaos-no-rotation runs them all",
+    "chaos_docker": "the compose deployment in real containers (needs Docker and the images)",
+    NIGHTLY: "chaos_nightly(minutes=N): the nightly tier (long scenarios, full-size parity), deselected unless "
+             "--chaos-nightly; N, how long the test takes, orders the night longest first",
+    "chaos_simulation": "deterministic mode: generated schedules on the virtual clock",
+    ROTATE: "chaos_rotate(per_night=k, family=None): a nightly parametrized family (or a module's tests naming "
+            "one family) runs k members a night, in turn by the nightly seed's date (chaos.rotation); "
+            "--chaos-no-rotation runs them all",
 }
+TOXIPROXY_URL_ENV = "DILOCO_TOXIPROXY_URL"
+
+# Hypothesis profiles for chaos property tests; registered here, loaded only by --hypothesis-profile.
+_CHAOS_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                                             HealthCheck.filter_too_much])
+settings.register_profile("chaos", max_examples=10, derandomize=True, **_CHAOS_SETTINGS)
+settings.register_profile("chaos-nightly", max_examples=25, **_CHAOS_SETTINGS)
 
 
 @dataclass
 class ChaosOptions:
-    examples: int = 25
-    seed: int = 0
+    seed: int = 0  # --hypothesis-seed as a number (0 without one): the rotation's night, the long searches' seed
     nightly: bool = False
     rotation: bool = True
     reports: Path | None = None
+    toxiproxy_url: str | None = None
 
 
 OPTIONS = ChaosOptions()  # set from the command line at configure time, read when test modules are imported
@@ -92,24 +106,36 @@ _OUTER = pytest.StashKey[ChaosOptions]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("diloco-chaos")
-    g.addoption("--chaos-examples", type=int, default=25, help="generated schedules per property test (default 25)")
-    g.addoption("--chaos-seed", type=int, default=0, help="seed of generated schedules (default 0)")
-    g.addoption("--chaos-nightly", action="store_true", help="also run tests marked nightly")
+    g.addoption("--chaos-nightly", action="store_true", help="also run tests marked chaos_nightly")
     g.addoption("--chaos-no-rotation", action="store_true",
                 help="nightly: run every member of a family marked rotate, not tonight's slice")
     g.addoption("--chaos-reports", default=None, help="keep chaos run directories under this folder")
+    g.addoption("--chaos-toxiproxy-url", default=None,
+                help=f"use this running Toxiproxy server (default ${TOXIPROXY_URL_ENV}, else start one)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_OUTER] = replace(OPTIONS)
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    OPTIONS.examples = max(int(config.getoption("--chaos-examples", 25)), 1)
-    OPTIONS.seed = int(config.getoption("--chaos-seed", 0))
+    OPTIONS.seed = seed_number(config.getoption("hypothesis_seed", None))
     OPTIONS.nightly = bool(config.getoption("--chaos-nightly", False))
     OPTIONS.rotation = not config.getoption("--chaos-no-rotation", False)
     reports = config.getoption("--chaos-reports", None)
     OPTIONS.reports = Path(reports) if reports else None
+    OPTIONS.toxiproxy_url = config.getoption("--chaos-toxiproxy-url", None) or os.environ.get(TOXIPROXY_URL_ENV)
+
+
+def seed_number(seed: object) -> int:
+    """``--hypothesis-seed`` as a number: digits as written, another string by its CRC-32, none as 0.
+
+    >>> seed_number("20261203"), seed_number(None), seed_number("abc") == seed_number("abc")
+    (20261203, 0, True)
+    """
+    if seed is None or seed == "":
+        return 0
+    text = str(seed)
+    return int(text) if text.isdigit() else zlib.crc32(text.encode())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -120,14 +146,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    tier = "nightly" if OPTIONS.nightly else "per-change (nightly tests deselected)"
+    tier = "nightly" if OPTIONS.nightly else "per-change (chaos_nightly tests deselected)"
     if OPTIONS.nightly:
         tier += f", rotated families: night {night_of(OPTIONS.seed)}" if OPTIONS.rotation else ", no rotation"
-    return f"diloco-chaos: {tier}; --chaos-examples {OPTIONS.examples} --chaos-seed {OPTIONS.seed}"
+    return (f"diloco-chaos: {tier}; Hypothesis profile {settings.get_current_profile_name()}: "
+            f"{chaos_examples()} examples, seed {OPTIONS.seed}")
 
 
 def _nightly_order(item: pytest.Item) -> tuple[bool, float]:
-    mark = item.get_closest_marker("nightly")
+    mark = item.get_closest_marker(NIGHTLY)
     return mark is None, -float(mark.kwargs.get("minutes", 0)) if mark is not None else 0.0
 
 
@@ -135,30 +162,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if OPTIONS.nightly:
         if OPTIONS.rotation:
             _rotate(config, items)
-        # The nightly tests first, the longest first by their ``nightly(minutes=N)`` hint (a stable sort keeps the
+        # The nightly tests first, the longest first by their ``chaos_nightly(minutes=N)`` hint (a stable sort keeps the
         # rest in order): parallel workers then finish close together. Without hints the 25-minute full-size parity
         # file started 36 min into a 60-minute night (2026-12-02).
         items.sort(key=_nightly_order)
         return
-    keep = [i for i in items if i.get_closest_marker("nightly") is None]
-    dropped = [i for i in items if i.get_closest_marker("nightly") is not None]
+    keep = [i for i in items if i.get_closest_marker(NIGHTLY) is None]
+    dropped = [i for i in items if i.get_closest_marker(NIGHTLY) is not None]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
 
 def _rotate(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep tonight's slice of each family marked ``rotate``: one test function's parametrized members, or the
+    """Keep tonight's slice of each family marked ``chaos_rotate``: one test function's parametrized members, or the
     tests of a module that name the same ``family``."""
     families: dict[tuple[str, str], list[pytest.Item]] = {}
     for item in items:
-        mark = item.get_closest_marker("rotate")
+        mark = item.get_closest_marker(ROTATE)
         if mark is not None:
             family = mark.kwargs.get("family") or getattr(item, "originalname", item.name)
             families.setdefault((item.path.as_posix(), family), []).append(item)
     dropped: list[pytest.Item] = []
     for members in families.values():
-        per_night = int(members[0].get_closest_marker("rotate").kwargs["per_night"])
+        per_night = int(members[0].get_closest_marker(ROTATE).kwargs["per_night"])
         keep = set(tonight([i.nodeid for i in members], per_night, OPTIONS.seed))
         dropped += [i for i in members if i.nodeid not in keep]
     if dropped:
@@ -167,22 +194,19 @@ def _rotate(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [i for i in items if id(i) not in gone]
 
 
-def chaos_settings(examples: int | None = None, **kwargs: Any) -> Callable[[Any], Any]:
-    """Hypothesis settings for a chaos property test: ``--chaos-examples`` examples, seeded by ``--chaos-seed``.
+def chaos_examples() -> int:
+    """How many examples the loaded Hypothesis profile asks for (``chaos``: 10, ``chaos-nightly``: 25)."""
+    return settings.default.max_examples
 
-    ``examples`` scales the configured count (e.g. a slower test takes a fifth:
-    ``chaos_settings(examples=max(OPTIONS.examples // 5, 1))``).
+
+def chaos_settings(examples: int | None = None, **kwargs: Any) -> settings:
+    """Settings for a chaos property test: the loaded profile's (``--hypothesis-profile``: examples, seed policy,
+    database), with no deadline and the health checks a simulated cluster trips suppressed.
+
+    ``examples`` replaces the profile's count (a slower test takes a fifth:
+    ``chaos_settings(examples=max(chaos_examples() // 5, 1))``).
     """
-    from hypothesis import seed as hseed
-
-    s = settings(max_examples=examples or OPTIONS.examples, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                        HealthCheck.filter_too_much], **kwargs)
-
-    def wrap(fn: Any) -> Any:
-        return hseed(OPTIONS.seed)(s(fn))
-
-    return wrap
+    return settings(settings.default, **{**_CHAOS_SETTINGS, "max_examples": examples or chaos_examples(), **kwargs})
 
 
 def _safe(name: str) -> str:
@@ -191,15 +215,19 @@ def _safe(name: str) -> str:
 
 @pytest.fixture
 def chaos_seed() -> int:
-    """The ``--chaos-seed`` of this session (for scenario seeds in your own tests)."""
+    """This session's ``--hypothesis-seed`` as a number, 0 without one (for scenario seeds in your own tests)."""
     return OPTIONS.seed
 
 
 @pytest.fixture(scope="session")
 def chaos_toxiproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real Toxiproxy server for the whole session (fails, naming scripts/install-toxiproxy, if missing)."""
-    from faults.toxiproxy_server import ToxiproxyServer
+    """A real Toxiproxy server for the whole session: the running one ``--chaos-toxiproxy-url`` (or
+    ``$DILOCO_TOXIPROXY_URL``) names, else one started here (fails, saying how to install it, if missing)."""
+    from faults.toxiproxy_server import RunningToxiproxy, ToxiproxyServer
 
+    if OPTIONS.toxiproxy_url:
+        yield RunningToxiproxy.check(OPTIONS.toxiproxy_url)
+        return
     with ToxiproxyServer(log_path=tmp_path_factory.mktemp("toxiproxy") / "toxiproxy.log") as server:
         yield server
 

@@ -2,7 +2,7 @@
 
 The nightly tier cannot run every long member every night (each built-in at
 four times its budget takes minutes; parity at full model size, twenty), so a
-family marked ``@pytest.mark.rotate(per_night=k)`` runs a slice of k members a
+family marked ``@pytest.mark.chaos_rotate(per_night=k)`` runs a slice of k members a
 night, in turn. The night comes from the nightly seed: a seed that reads as a
 date (YYYYMMDD, what ``scripts/nightly`` uses) counts days, so consecutive
 nights run consecutive slices and every member runs within
@@ -33,7 +33,7 @@ def nights_to_cover(members: int, per_night: int) -> int:
     (7, 3, 1)
     """
     if per_night < 1:
-        raise ValueError(f"rotate(per_night=...) must be at least 1, got {per_night}")
+        raise ValueError(f"chaos_rotate(per_night=...) must be at least 1, got {per_night}")
     return max(math.ceil(members / per_night), 1)
 
 

@@ -39,13 +39,24 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from faults.errors import ToxiproxyError
 
 DEFAULT_URL = "http://127.0.0.1:8474"
 STREAMS = ("upstream", "downstream")
-INSTALL_HINT = "install it with scripts/install-toxiproxy (builds .tools/bin/toxiproxy-server with Go)"
+_INSTALL_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "install-toxiproxy"
+
+
+def install_hint() -> str:
+    """How to get a toxiproxy-server, for where this copy is: a source checkout has the script that builds one;
+    an installed wheel does not, so it names the release page (and the way to use a server already running)."""
+    if _INSTALL_SCRIPT.is_file():
+        return f"install it with {_INSTALL_SCRIPT} (builds .tools/bin/toxiproxy-server with Go)"
+    return ("install toxiproxy-server 2.12 (https://github.com/Shopify/toxiproxy/releases) on PATH or in "
+            "$TOXIPROXY_SERVER, or point the chaos tests at a running server with --chaos-toxiproxy-url or "
+            "$DILOCO_TOXIPROXY_URL")
 
 
 ADDRESS_IN_USE = "address already in use"  # in the server's error message when it cannot listen
@@ -202,7 +213,7 @@ class Toxiproxy:
             raise ToxiproxyError(
                 f"the Toxiproxy server at {self.url} is not answering ({method} {path}: {reason!r}, "
                 f"timeout {self.timeout_s}s); start one with faults.toxiproxy_server.ToxiproxyServer().start() "
-                f"or `.tools/bin/toxiproxy-server -port PORT` (if it is missing, {INSTALL_HINT})") from None
+                f"or `.tools/bin/toxiproxy-server -port PORT` (if it is missing, {install_hint()})") from None
         if not raw.strip():
             return None
         try:

@@ -14,11 +14,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from faults.errors import ToxiproxyError, ToxiproxyNotInstalled
-from faults.toxiproxy import INSTALL_HINT, Toxiproxy
+from faults.toxiproxy import Toxiproxy, install_hint
 from trainer.lifeline import guarded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +30,28 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class RunningToxiproxy:
+    """A Toxiproxy server someone else runs (a CI service, a compose deployment): the same ``url`` and
+    ``client()`` as :class:`ToxiproxyServer`, nothing to start or stop."""
+
+    url: str
+
+    @classmethod
+    def check(cls, url: str) -> RunningToxiproxy:
+        """The server at ``url``, once it has answered GET /version (else an error naming the URL)."""
+        server = cls(url.rstrip("/"))
+        try:
+            server.client().version()
+        except ToxiproxyError as err:
+            raise ToxiproxyError(f"no Toxiproxy server answers at {url} ({err}); start one there, or leave the URL "
+                                 "out to have one started") from None
+        return server
+
+    def client(self, timeout_s: float = 5.0) -> Toxiproxy:
+        return Toxiproxy(self.url, timeout_s=timeout_s)
 
 
 class ToxiproxyServer:
@@ -62,15 +85,15 @@ class ToxiproxyServer:
             if os.path.isfile(env) and os.access(env, os.X_OK):
                 return env
             raise ToxiproxyNotInstalled(f"TOXIPROXY_SERVER={env} is not an executable file; unset it or "
-                                        f"point it at a toxiproxy-server binary ({INSTALL_HINT})")
+                                        f"point it at a toxiproxy-server binary ({install_hint()})")
         local = REPO_ROOT / ".tools" / "bin" / "toxiproxy-server"
         if local.is_file() and os.access(local, os.X_OK):
             return str(local)
         on_path = shutil.which("toxiproxy-server")
         if on_path:
             return on_path
-        raise ToxiproxyNotInstalled(f"no toxiproxy-server found (looked at $TOXIPROXY_SERVER, {local}, PATH); install "
-                                    f"it with `{REPO_ROOT / 'scripts' / 'install-toxiproxy'}` (builds it with Go)")
+        raise ToxiproxyNotInstalled(f"no toxiproxy-server found (looked at $TOXIPROXY_SERVER, {local}, PATH); "
+                                    f"{install_hint()}")
 
     @property
     def url(self) -> str:

@@ -10,13 +10,10 @@ import pytest
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from hypothesis import settings  # noqa: E402
-
 from faults.toxiproxy_server import ToxiproxyServer  # noqa: E402 - after the JAX environment is set
 
-# No per-example deadline: the machine is shared and noisy, and a slow example is not a failure.
-settings.register_profile("diloco", deadline=None)
-settings.load_profile("diloco")
+# Hypothesis: the plugin's profile `chaos` (pyproject's addopts; the nightly tier passes `chaos-nightly`): no
+# per-example deadline (the machine is shared and noisy, and a slow example is not a failure), derandomized.
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,8 @@ def test_every_builtin_has_an_effect_check() -> None:
     assert not missing, f"add an effect check for {missing}"
 
 
-@pytest.mark.nightly
-@pytest.mark.rotate(per_night=3)
+@pytest.mark.chaos_nightly
+@pytest.mark.chaos_rotate(per_night=3)
 @pytest.mark.covers(*COVERED)
 @pytest.mark.parametrize("name", sorted(builtin_scenarios()))
 def test_builtin_scenario(name: str, run_chaos) -> None:

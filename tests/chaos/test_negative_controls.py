@@ -34,7 +34,7 @@ def test_every_control_is_run_here():
     assert here == set(CONTROL), "run each negative control in this file"
 
 
-@pytest.mark.nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
+@pytest.mark.chaos_nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
 def test_quorum_of_all_learners_stalls_merges_and_liveness_fails(run_chaos):
     s, result, v = _run(run_chaos, "quorum-of-all")
     assert v.evidence["longest_gap_while_reachable_s"] > v.evidence["max_gap_s"] > 0
@@ -44,14 +44,14 @@ def test_quorum_of_all_learners_stalls_merges_and_liveness_fails(run_chaos):
     assert g.status == "fail" and g.evidence["min"] == Goodput().min, g
 
 
-@pytest.mark.nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
+@pytest.mark.chaos_nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
 def test_learner_that_never_rejoins_fails_reintegration(run_chaos):
     _, result, v = _run(run_chaos, "never-rejoins")
     assert "learner-1" in v.summary and "never" in v.summary
     assert _verdict(result, "liveness").status == "pass"  # the others kept training: only this check fails
 
 
-@pytest.mark.nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
+@pytest.mark.chaos_nightly  # per change: in deterministic mode (tests/property/test_scenarios_deterministic.py)
 def test_corrupt_learner_without_validation_fails_safety(run_chaos):
     _, _, v = _run(run_chaos, "corrupt-unvalidated")
     assert "non-finite" in v.summary or "nan" in v.summary.lower()

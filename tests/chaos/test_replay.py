@@ -26,7 +26,7 @@ def planted_repro(path: Path) -> Path:
     return found.write(path)
 
 
-@pytest.mark.nightly  # per change: replay is bit for bit in deterministic mode (tests/property)
+@pytest.mark.chaos_nightly  # per change: replay is bit for bit in deterministic mode (tests/property)
 def test_shrunk_schedule_replays_on_local_processes(chaos_toxiproxy, chaos_run_dir: Path) -> None:
     repro = planted_repro(chaos_run_dir / "repro.yaml")
     out = chaos_run_dir / "replay"

@@ -20,7 +20,7 @@ from chaos.history import History
 from tests.effects import partition_stops_uploads, syncer_restored, throttle_slows_uploads
 from trainer import events as ev
 
-pytestmark = pytest.mark.docker
+pytestmark = pytest.mark.chaos_docker
 REPO = Path(__file__).resolve().parents[2]
 UNITS = ["toxiproxy", "syncer", "learner-0", "learner-1", "learner-2", "learner-3"]
 
@@ -90,16 +90,16 @@ def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Pa
 
 # The nightly fault runs on the compose deployment, one a night in turn (5 min each at most; every kind they
 # inject also runs per change on local processes, and the container kinds in the per-change compose run below).
-ROTATED = pytest.mark.rotate(per_night=1, family="container faults")
+ROTATED = pytest.mark.chaos_rotate(per_night=1, family="container faults")
 
 
-@pytest.mark.nightly
+@pytest.mark.chaos_nightly
 def test_compose_up_runs_the_default_scenario_and_reports_on_the_host() -> None:
     _, report = compose_up_run("kill-and-rejoin-", {"DILOCO_LEARNERS": "3"}, timeout=1500)
     assert report["parity_false_alarm"]["runs"] >= 8, report["parity_false_alarm"]  # the image carries the rate
 
 
-@pytest.mark.nightly
+@pytest.mark.chaos_nightly
 @ROTATED
 def test_container_kill_restart_rejoins(deployment, tmp_path) -> None:
     report = run_on_docker("kill-and-rejoin", tmp_path / "kill")
@@ -110,7 +110,7 @@ def test_container_kill_restart_rejoins(deployment, tmp_path) -> None:
     assert (tmp_path / "kill" / "logs" / "learner-1.log").stat().st_size > 0  # container logs collected
 
 
-@pytest.mark.nightly
+@pytest.mark.chaos_nightly
 @ROTATED
 def test_syncer_container_resumes_from_its_checkpoint_volume(deployment, tmp_path) -> None:
     # A container restart stalls training longer than a local process restart (measured 2026-11-30: 13.6 s
@@ -121,7 +121,7 @@ def test_syncer_container_resumes_from_its_checkpoint_volume(deployment, tmp_pat
     syncer_restored(History.read(tmp_path / "crash"), _Result(report))
 
 
-@pytest.mark.nightly
+@pytest.mark.chaos_nightly
 @ROTATED
 def test_toxiproxy_partition_and_bandwidth_between_containers(deployment, tmp_path) -> None:
     for name, effect in (("partition-one", partition_stops_uploads), ("throttle-all", throttle_slows_uploads)):
@@ -189,7 +189,7 @@ def test_compose_up_runs_a_scenario_file_with_container_faults_end_to_end() -> N
     assert [u for u in h.of(ev.Upload) if u.learner_id == "learner-2" and u.ts > w.end]
 
 
-@pytest.mark.nightly
+@pytest.mark.chaos_nightly
 @ROTATED
 def test_shrunk_schedule_replays_on_containers(deployment, tmp_path) -> None:
     """The repro a deterministic-mode search writes fails the same way on the compose deployment."""
@@ -215,7 +215,7 @@ def test_container_faults_are_refused_on_the_local_backend(tmp_path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.nightly
+@pytest.mark.chaos_nightly
 def test_learners_reach_the_syncer_only_through_toxiproxy(deployment) -> None:
     # Docker's DNS resolves only names on a network the container shares: the syncer's name must not
     # resolve from a learner (no direct route), Toxiproxy's must.

@@ -18,8 +18,8 @@ And around every single message: a refused one (a reason, or a gRPC error) leave
 times (:meth:`Harness.fingerprint`; after an accepted upload the harness waits for its merge first, so nothing
 moves in between).
 
-Per change: ``--chaos-examples`` (10 in scripts/test) batches of 12 messages; nightly (``--chaos-nightly``): 250 batches of 40,
-over 10,000 messages. Counts by outcome are printed and attached to the test's report.
+Per change: the Hypothesis profile's examples (``chaos``: 10) batches of 12 messages; nightly (``--chaos-nightly``,
+profile ``chaos-nightly``: 25) batches of 40. Counts by outcome are printed and attached to the test's report.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from faults.network import Partition
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
+pytest_plugins = ["pytester"]
 
 
 def test_partition_by_hand_on_a_fixture_cluster(chaos_cluster, chaos_toxiproxy) -> None:
@@ -29,3 +30,18 @@ def test_partition_by_hand_on_a_fixture_cluster(chaos_cluster, chaos_toxiproxy) 
 def test_the_fixture_left_no_proxy_and_no_process(chaos_toxiproxy) -> None:
     """Runs after the test above (same module, file order): its cluster was torn down."""
     assert [n for n in chaos_toxiproxy.client().proxies() if n.startswith("pytest-")] == []
+
+
+def test_chaos_toxiproxy_reuses_a_running_server(pytester: pytest.Pytester, toxiproxy_server,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """--chaos-toxiproxy-url (or $DILOCO_TOXIPROXY_URL): the fixture hands out the server already running (a CI
+    service, a compose deployment's) instead of starting one; the inner test sees the same server."""
+    pytester.makepyfile(f'''
+def test_same_server(chaos_toxiproxy):
+    assert chaos_toxiproxy.url == "{toxiproxy_server.url}"
+    assert chaos_toxiproxy.client().version()
+''')
+    pytester.runpytest("-p", "no:cacheprovider", "--chaos-toxiproxy-url", toxiproxy_server.url).assert_outcomes(
+        passed=1)
+    monkeypatch.setenv("DILOCO_TOXIPROXY_URL", toxiproxy_server.url)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)

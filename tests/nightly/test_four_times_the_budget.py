@@ -6,12 +6,12 @@ import pytest
 
 from chaos.scenario import builtin_scenarios, scenario_with
 
-pytestmark = pytest.mark.nightly(minutes=13)  # measured 2026-12-02, the longest member
+pytestmark = pytest.mark.chaos_nightly(minutes=13)  # measured 2026-12-02, the longest member
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(3600)
-@pytest.mark.rotate(per_night=2)
+@pytest.mark.chaos_rotate(per_night=2)
 @pytest.mark.parametrize("name", sorted(builtin_scenarios()))
 def test_builtin_scenario_at_four_times_the_budget(name: str, run_chaos) -> None:
     s = scenario_with(name)

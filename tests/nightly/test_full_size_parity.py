@@ -6,7 +6,7 @@ import pytest
 
 from chaos.scenario import scenario_with
 
-pytestmark = pytest.mark.nightly(minutes=25)  # measured 2026-12-02, the longest member
+pytestmark = pytest.mark.chaos_nightly(minutes=25)  # measured 2026-12-02, the longest member
 
 # The small model (3.3M parameters) at ~3k tokens/s on the 2-core CI machine: ~11 min per run. At 2M tokens it
 # is far from converged (eval 5.59 -> ~4.3) and runs differ by timing alone: kill-and-rejoin ended 0.16 below
@@ -18,7 +18,7 @@ FULL_SIZE = {"cluster": {"model": {"size": "small"}, "token_budget": 2_000_000},
 
 @pytest.mark.chaos
 @pytest.mark.timeout(7200)
-@pytest.mark.rotate(per_night=1)
+@pytest.mark.chaos_rotate(per_night=1)
 @pytest.mark.parametrize("name", ["kill-and-rejoin", "syncer-crash", "partition-majority"])
 def test_parity_at_full_model_size(name: str, run_chaos) -> None:
     """The small model (3.3M parameters): same final loss as its fault-free baseline, within the tolerance."""

@@ -9,11 +9,11 @@ import pytest
 from chaos.scale import simulate_scale
 from chaos.scale.paper import CHIPS, PAPER_GOODPUT, paper_plan
 
-pytestmark = pytest.mark.nightly(minutes=5)  # measured 2026-12-02, the longest member
+pytestmark = pytest.mark.chaos_nightly(minutes=5)  # measured 2026-12-02, the longest member
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.rotate(per_night=2)  # a week of 2.4M chips per cell: up to 8 min a row on 2 cores
+@pytest.mark.chaos_rotate(per_night=2)  # a week of 2.4M chips per cell: up to 8 min a row on 2 cores
 @pytest.mark.parametrize("row", list(PAPER_GOODPUT))
 def test_paper_row_within_5_points_over_a_week(row: str) -> None:
     """Every cell of the row, a simulated week per seed, median of seeds 0-2, is within 5 points of the paper."""

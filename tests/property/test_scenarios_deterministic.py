@@ -17,7 +17,7 @@ from chaos.scenario import builtin_scenarios, scenario_with
 from chaos.sim import SimOptions, simulate
 from tests.effects import EFFECTS
 
-pytestmark = pytest.mark.simulation
+pytestmark = pytest.mark.chaos_simulation
 
 # The effect checks that need real processes' timing (exit codes, measured sync seconds, step rates); every
 # other one reads only what the simulator records, and runs here too.

@@ -15,7 +15,7 @@ from chaos.search import find_failure
 from chaos.sim import simulate
 from chaos.strategies import FaultSchedule
 
-pytestmark = pytest.mark.simulation
+pytestmark = pytest.mark.chaos_simulation
 
 CHECKS = {"reintegration": {"within_s": 10}, "liveness": {"max_gap_s": 10}}
 HEALTHY = scenario_with("kill-and-rejoin", name="planted", schedule=[], cluster={"token_budget": 1_200_000},

@@ -2,7 +2,7 @@
 
 Safety holds for every schedule, admissible or not; liveness and
 reintegration hold for every admissible one (at most M − K learners out at
-once). ``--chaos-examples`` sets how many schedules each property tries.
+once). The Hypothesis profile (``chaos``, ``chaos-nightly``) sets how many schedules each property tries.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from chaos.pytest_plugin import OPTIONS, chaos_settings
+from chaos.pytest_plugin import chaos_examples, chaos_settings
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
 from chaos.strategies import FaultSchedule, fault_schedules, max_down_at_once, outer_step_seconds, to_scenario
 
-pytestmark = pytest.mark.simulation
+pytestmark = pytest.mark.chaos_simulation
 
 OPTS = SimOptions()
 BASE = scenario_with("kill-and-rejoin", name="property", schedule=[],
@@ -46,7 +46,7 @@ def test_liveness_and_reintegration_hold_for_every_admissible_schedule(schedule:
     assert not bad, f"{schedule.describe()}: {[v.summary for v in bad]}"
 
 
-@chaos_settings(examples=max(OPTIONS.examples // 5, 3))
+@chaos_settings(examples=max(chaos_examples() // 5, 3))
 @given(fault_schedules(learners=3, max_faults=3))
 def test_same_seed_and_schedule_replay_bit_for_bit(schedule: FaultSchedule) -> None:
     assert _run(schedule).history_json() == _run(schedule).history_json()

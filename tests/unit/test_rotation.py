@@ -13,11 +13,11 @@ WEEK = 7
 
 
 def rotated_families() -> dict[str, tuple[int, int]]:
-    """Each rotated family -> (its members, per_night): a test function marked rotate by node id (its
+    """Each rotated family -> (its members, per_night): a test function marked chaos_rotate by node id (its
     parametrized members), or ``<module>::<family>`` for a module's tests that name one family."""
     families: dict[str, tuple[int, int]] = {}
     for node, marks in marked_tests(("integration", "chaos", "docker", "nightly")):
-        rotate = [m for m in marks if m.name == "rotate"]
+        rotate = [m for m in marks if m.name == "chaos_rotate"]
         if rotate:
             sizes = [len(list(m.args[1])) for m in marks if m.name == "parametrize"]
             family = rotate[0].kwargs.get("family")

@@ -11,7 +11,7 @@ from chaos.sim import SimOptions, simulate
 from chaos.sim.clock import EventLoop
 from trainer import events as ev
 
-pytestmark = pytest.mark.simulation
+pytestmark = pytest.mark.chaos_simulation
 
 
 def scenario(*faults: dict[str, Any], budget: int = 1_200_000, **extra: Any):

@@ -2,7 +2,7 @@
 
 Tests that inject a fault kind into real processes, the real Toxiproxy or real containers, or that judge a whole
 real run with a check, say so with ``@pytest.mark.covers("kill", "liveness", ...)``. Moving such a test to the
-nightly tier (marker ``nightly``) is fine as long as another per-change test still covers what it covered: this
+nightly tier (marker ``chaos_nightly``) is fine as long as another per-change test still covers what it covered: this
 test reads the markers of every test module, without running anything, and names what would be lost.
 """
 
@@ -18,6 +18,9 @@ from faults.kinds import FAULT_KINDS
 
 TESTS = Path(__file__).resolve().parents[1]
 REAL = ("integration", "chaos", "docker")  # the folders whose tests touch real processes, proxies or containers
+# Each slow folder's marker: the tiers select by marker (scripts/test), the plugin's markers are namespaced.
+FOLDER_MARKERS = {"integration": "integration", "chaos": "chaos", "docker": "chaos_docker", "nightly": "chaos_nightly"}
+REAL_MARKERS = {FOLDER_MARKERS[f] for f in REAL}
 
 
 def _marks(obj: Any) -> list[Any]:
@@ -39,7 +42,7 @@ def coverage(nightly: bool) -> dict[str, list[str]]:
     """What each fault kind and check is covered by, in the per-change tier (or, with ``nightly``, in either)."""
     covered: dict[str, list[str]] = {}
     for node, marks in marked_tests():
-        if not nightly and any(m.name == "nightly" for m in marks):
+        if not nightly and any(m.name == "chaos_nightly" for m in marks):
             continue
         for m in marks:
             if m.name == "covers":
@@ -66,28 +69,25 @@ def test_the_reader_sees_nightly_marks_as_the_tiers_do() -> None:
     nightly_only = {n for nodes in everything.values() for n in nodes} - {n for nodes in per_change.values()
                                                                           for n in nodes}
     assert nightly_only, "no covering test is in the nightly tier: this reader cannot be shown to filter"
-    assert all(any(m.name == "nightly" for m in marks) for node, marks in marked_tests() if node in nightly_only)
+    assert all(any(m.name == "chaos_nightly" for m in marks) for node, marks in marked_tests() if node in nightly_only)
 
 
 def test_container_tests_live_in_one_module() -> None:
     """scripts/test's parallel workers keep a module on one worker (``--dist loadfile``); the container tests share
     one Docker engine and the compose project's names, so they must stay in one module."""
-    modules = {node.split("::")[0] for node, marks in marked_tests() if any(m.name == "docker" for m in marks)}
+    modules = {node.split("::")[0] for node, marks in marked_tests() if any(m.name == "chaos_docker" for m in marks)}
     assert len(modules) == 1, f"container tests in {sorted(modules)}: keep them in one module (see scripts/test)"
-
-
-SLOW_MARKERS = ("integration", "chaos", "docker", "nightly")
 
 
 def test_folders_and_markers_match() -> None:
     """A module under tests/<folder>/ for real parts carries that folder's marker (the tiers select by marker), and
     the fast folders carry none of the real parts' markers at module level."""
     wrong = []
-    for folder in (*SLOW_MARKERS, "unit", "property"):
+    for folder in (*FOLDER_MARKERS, "unit", "property"):
         for path in sorted((TESTS / folder).glob("test_*.py")):
             names = {m.name for m in _marks(importlib.import_module(f"tests.{folder}.{path.stem}"))}
-            if folder in SLOW_MARKERS and folder not in names:
-                wrong.append(f"tests/{folder}/{path.name} lacks pytestmark {folder}")
-            if folder not in SLOW_MARKERS and names & {"integration", "chaos", "docker"}:
+            if folder in FOLDER_MARKERS and FOLDER_MARKERS[folder] not in names:
+                wrong.append(f"tests/{folder}/{path.name} lacks pytestmark {FOLDER_MARKERS[folder]}")
+            if folder not in FOLDER_MARKERS and names & REAL_MARKERS:
                 wrong.append(f"tests/{folder}/{path.name} is marked {sorted(names)}: move it to that folder")
     assert not wrong, wrong
