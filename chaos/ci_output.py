@@ -25,6 +25,7 @@ import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from chaos.formatting import finite
 from chaos.report import render_markdown, replay_command
 from chaos.run_report import RunReport
 
@@ -42,7 +43,7 @@ def junit_xml(report: RunReport) -> str:
     failures = sum(1 for c in cases if c.find("failure") is not None)
     errors = sum(1 for c in cases if c.find("error") is not None)
     # Deterministic mode's times are virtual: a JUnit time would read as the seconds CI spent.
-    wall = f"{report.wall_s:.3f}" if report.wall_s == report.wall_s and not report.simulated else "0"
+    wall = f"{report.wall_s:.3f}" if finite(report.wall_s) and not report.simulated else "0"
     suite = ET.Element("testsuite", name=name, tests=str(len(cases)), failures=str(failures), errors=str(errors),
                        skipped="0", time=wall)
     props = ET.SubElement(suite, "properties")
@@ -65,8 +66,8 @@ def _case(classname: str, name: str, status: str, summary: str, evidence: object
         ET.SubElement(case, "failure", message=summary, type="fail").text = summary
     elif status in ("indeterminate", "error"):
         ET.SubElement(case, "error", message=summary, type=status).text = summary
-    out = ET.SubElement(case, "system-out")
-    out.text = f"{status.upper()}: {summary}\nevidence: {json.dumps(evidence, indent=2, sort_keys=True, default=str, ensure_ascii=False)}"
+    shown = json.dumps(evidence, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+    ET.SubElement(case, "system-out").text = f"{status.upper()}: {summary}\nevidence: {shown}"
     return case
 
 

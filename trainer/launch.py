@@ -192,14 +192,16 @@ class LocalCluster:
                 p.wait(10)
         return {n: p.returncode for n, p in self.procs.items()}
 
-    def finalize(self) -> Path | None:
-        """Copy the run's result checkpoint (at the budget, else the newest) to final.npz; write metrics.json."""
+    def finalize(self, exit_codes: dict[str, int | None] | None = None) -> Path | None:
+        """Copy the run's result checkpoint (at the budget, else the newest) to final.npz; write metrics.json (with
+        the processes' exit codes when given)."""
         result = result_checkpoint(self.run_dir / "checkpoints")
         final = None
         if result is not None:
             final = self.run_dir / "final.npz"
             shutil.copyfile(result, final)
-        summarize_run(self.run_dir).write(self.run_dir / "metrics.json")
+        summarize_run(self.run_dir).model_copy(update={"exit_codes": exit_codes or {}}).write(
+            self.run_dir / "metrics.json")
         return final
 
 
@@ -230,10 +232,8 @@ def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progre
             cluster.procs[lid].wait(30)
     finally:
         codes = cluster.stop_all()
-    cluster.finalize()
-    metrics = RunMetrics.read(run_dir / "metrics.json").model_copy(update={"exit_codes": codes})
-    metrics.write(run_dir / "metrics.json")
-    return metrics
+    cluster.finalize(codes)
+    return RunMetrics.read(run_dir / "metrics.json")
 
 
 def main(argv: list[str] | None = None) -> int:

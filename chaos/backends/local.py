@@ -135,7 +135,7 @@ class LocalBackend(ProxiedUnits):
         """Remove this run's proxies (with their toxics) and stop every process; never raises."""
         problems = self._delete_proxies()
         codes = self.procs.stop_all()
-        self.procs.finalize()
+        self.procs.finalize(codes)
         return Teardown(exit_codes=codes, problems=problems)
 
     def __enter__(self) -> "LocalBackend":
