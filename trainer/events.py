@@ -21,7 +21,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Literal, TextIO, Union
 
@@ -326,8 +326,10 @@ def iter_run_events(run_dir: str | Path) -> Iterator[Event]:
 class EventLog:
     """Thread-safe JSON-lines writer; each line is flushed so a SIGKILL loses at most one."""
 
-    def __init__(self, path: str | Path | None, source: str) -> None:
+    def __init__(self, path: str | Path | None, source: str,
+                 observers: tuple[Callable[[_Event], None], ...] = ()) -> None:
         self.source = source
+        self.observers = observers  # e.g. trainer.telemetry.EventMetrics.observe: metrics follow the events
         self._lock = threading.Lock()
         self._fh: TextIO | None = None
         if path is not None:
@@ -342,6 +344,8 @@ class EventLog:
             if self._fh is not None:
                 self._fh.write(line + "\n")
                 self._fh.flush()
+            for observe in self.observers:  # under the lock: a scrape sees events in the order they were written
+                observe(event)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,94 @@
+"""Prometheus metrics of a syncer or a learner, derived from the events it emits.
+
+One home for what a metric counts: every metric here is a function of the event stream (:mod:`trainer.events`),
+updated by :meth:`EventMetrics.observe` as each event is written. So a scrape and the run's ``events/*.jsonl``
+agree by construction, and deterministic mode, which emits the same events, could serve the same metrics.
+
+Names follow Prometheus's conventions (``_total`` counters, ``_seconds`` and ``_bytes`` units, a ``diloco_``
+prefix); a unit's identity (``learner_id``, ``role``) is a label the scrape config adds, not one set here.
+
+Example:
+    >>> from prometheus_client import CollectorRegistry
+    >>> from trainer import events as ev
+    >>> m = EventMetrics(CollectorRegistry())
+    >>> m.observe(ev.Reject(ts=1.0, source="syncer", call="Upload", reason="late_round", detail=""))
+    >>> m.registry.get_sample_value("diloco_rejections_total", {"call": "Upload", "reason": "late_round"})
+    1.0
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from trainer import events as ev
+
+# Seconds: from a 50 ms emulated step to a minute-long outage.
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_PARTICIPANTS = tuple(float(n) for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
+
+
+class EventMetrics:
+    """The metrics of one process, in their own registry (a process serves exactly these)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        # syncer
+        self.merges = Counter("diloco_merges", "Merges, by fragment", ["fragment"], registry=r)
+        self.participants = Histogram("diloco_merge_participants", "Learners whose contribution a merge took",
+                                      buckets=_PARTICIPANTS, registry=r)
+        self.round_wait = Histogram("diloco_merge_wait_seconds", "A round's opening to its merge", buckets=_SECONDS,
+                                    registry=r)
+        self.grace_wait = Histogram("diloco_grace_wait_seconds", "Quorum reached to merge: the grace window used",
+                                    buckets=_SECONDS, registry=r)
+        self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=r)
+        self.tokens_merged = Gauge("diloco_tokens_merged", "Tokens the merged model has seen", registry=r)
+        self.rejections = Counter("diloco_rejections", "Calls refused, by call and reason", ["call", "reason"],
+                                  registry=r)
+        self.uploads = Counter("diloco_uploads", "Contributions received", registry=r)
+        self.upload_bytes = Counter("diloco_upload_bytes", "Bytes of contributions received", registry=r)
+        self.upload_seconds = Histogram("diloco_upload_seconds", "Time to receive a contribution", buckets=_SECONDS,
+                                        registry=r)
+        self.eval_loss = Gauge("diloco_eval_loss", "The merged model's last eval loss", registry=r)
+        self.syncer_starts = Counter("diloco_syncer_starts", "Syncer incarnations started (restarts + 1)",
+                                     registry=r)
+        self.joins = Counter("diloco_joins", "Learner joins accepted (rejoins included)", registry=r)
+        # learner
+        self.steps = Gauge("diloco_learner_steps", "Inner steps this incarnation has taken", registry=r)
+        self.tokens = Gauge("diloco_learner_tokens", "Tokens this incarnation has trained", registry=r)
+        self.loss = Gauge("diloco_learner_loss", "The last inner step's training loss", registry=r)
+        self.step_seconds = Gauge("diloco_learner_step_seconds", "The last inner step's wall time", registry=r)
+        self.sync_results = Counter("diloco_learner_syncs", "Uploads answered, by outcome", ["accepted", "reason"],
+                                    registry=r)
+        self.incarnation = Gauge("diloco_learner_incarnation", "This learner's incarnation index (restarts)",
+                                 registry=r)
+
+    def observe(self, e: ev.Event) -> None:
+        """Update the metrics one event moves (the others move none)."""
+        if isinstance(e, ev.Merge):
+            self.merges.labels(fragment=str(e.fragment)).inc()
+            self.participants.observe(len(e.participants))
+            self.round_wait.observe(e.wait_s)
+            self.grace_wait.observe(e.quorum_wait_s)
+            self.version.labels(fragment=str(e.fragment)).set(e.version)
+            self.tokens_merged.set(e.tokens_total)
+        elif isinstance(e, ev.Reject):
+            self.rejections.labels(call=e.call, reason=e.reason).inc()
+        elif isinstance(e, ev.Upload):
+            self.uploads.inc()
+            self.upload_bytes.inc(e.bytes)
+            self.upload_seconds.observe(e.seconds)
+        elif isinstance(e, ev.Eval):
+            self.eval_loss.set(e.loss)
+        elif isinstance(e, ev.SyncerStart):
+            self.syncer_starts.inc()
+        elif isinstance(e, ev.Join):
+            self.joins.inc()
+        elif isinstance(e, ev.Step):
+            self.steps.set(e.step)
+            self.tokens.set(e.tokens)
+            self.loss.set(e.loss)
+            self.step_seconds.set(e.step_time_s)
+        elif isinstance(e, ev.SyncResult):
+            self.sync_results.labels(accepted=str(e.accepted).lower(), reason=e.reason).inc()
+        elif isinstance(e, ev.LearnerJoin):
+            self.incarnation.set(e.incarnation_index)
