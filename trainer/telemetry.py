@@ -18,7 +18,10 @@ Example:
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from trainer import events as ev
 
@@ -92,3 +95,25 @@ class EventMetrics:
             self.sync_results.labels(accepted=str(e.accepted).lower(), reason=e.reason).inc()
         elif isinstance(e, ev.LearnerJoin):
             self.incarnation.set(e.incarnation_index)
+
+
+@dataclass
+class MetricsServer:
+    """``/metrics`` over HTTP for one registry, on a daemon thread (Prometheus's own exposition server)."""
+
+    host: str
+    port: int  # the bound port (0 asked for a free one)
+    _server: Any
+
+    @classmethod
+    def start(cls, metrics: EventMetrics, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
+        server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+        return cls(host, server.server_port, server)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

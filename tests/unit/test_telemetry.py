@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from trainer import events as ev
-from trainer.telemetry import EventMetrics
+from trainer.telemetry import EventMetrics, MetricsServer
 
 
 def _merge(n: int, fragment: int, who: list[str]) -> ev.Merge:
@@ -72,3 +72,21 @@ def test_an_event_log_feeds_its_observers(tmp_path) -> None:
     log.close()
     assert m.registry.get_sample_value("diloco_rejections_total", {"call": "Join", "reason": "bad_credential"}) == 1
     assert '"reason":"bad_credential"' in (tmp_path / "syncer.jsonl").read_text()
+
+
+def test_the_server_serves_what_the_events_counted() -> None:
+    """A real scrape over loopback, parsed with Prometheus's own text parser."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    m = EventMetrics(CollectorRegistry())
+    server = MetricsServer.start(m)
+    try:
+        m.observe(ev.Reject(ts=1.0, source="syncer", call="Upload", reason="stale_incarnation", detail=""))
+        text = urllib.request.urlopen(server.url, timeout=5).read().decode()
+    finally:
+        server.stop()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("diloco_rejections_total", (("call", "Upload"), ("reason", "stale_incarnation")))] == 1.0
