@@ -48,6 +48,7 @@ from trainer.errors import AddressInUse, ConfigError
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
 from trainer.policy import merge_fields, policy_from_config
+from trainer.telemetry import EventMetrics, MetricsServer
 from trainer.training import TrainingSetup
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
 
@@ -93,13 +94,14 @@ class SyncerService(pbg.SyncerServicer):
     """gRPC handlers plus the merge and eval threads around one :class:`SyncerState`."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, *, address: str = "", exit_on_finish: bool = True,
-                 secret: str | None = None) -> None:
+                 secret: str | None = None, metrics: EventMetrics | None = None) -> None:
         self.cfg = cfg
         self.secret = secret  # None: no auth (tests only); else who may act as which learner (_act_as)
         self.run_dir = run_dir
         self.setup = TrainingSetup.from_config(cfg)
         self.incarnation = uuid.uuid4().hex[:12]
-        self.log = ev.EventLog(run_dir / "events" / "syncer.jsonl", "syncer")
+        self.log = ev.EventLog(run_dir / "events" / "syncer.jsonl", "syncer",
+                               observers=(metrics.observe,) if metrics is not None else ())
         self.ckpt_dir = run_dir / "checkpoints"
         self.cond = threading.Condition()
         self.stopping = threading.Event()
@@ -435,7 +437,8 @@ class SyncerService(pbg.SyncerServicer):
 
 def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | None,
           tls_cert: str | None = None, tls_key: str | None = None, exit_on_finish: bool = True,
-          max_workers: int = 64, max_call_s: float = MAX_CALL_S) -> tuple[grpc.Server, SyncerService, int]:
+          max_workers: int = 64, max_call_s: float = MAX_CALL_S,
+          metrics: EventMetrics | None = None) -> tuple[grpc.Server, SyncerService, int]:
     """Start the syncer's gRPC server; returns (server, service, bound port)."""
     holder: dict[str, SyncerService] = {}
 
@@ -470,7 +473,8 @@ def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | N
     if bound == 0:
         raise AddressInUse(f"cannot listen on {addr}: another process holds the port (or the host is not "
                            f"local); pass another --port, or 0 for a free one")
-    svc = SyncerService(cfg, run_dir, address=f"{host}:{bound}", exit_on_finish=exit_on_finish, secret=token or None)
+    svc = SyncerService(cfg, run_dir, address=f"{host}:{bound}", exit_on_finish=exit_on_finish, secret=token or None,
+                        metrics=metrics)
     holder["svc"] = svc
     pbg.add_SyncerServicer_to_server(svc, server)
     health_servicer = health.HealthServicer()
@@ -491,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--insecure-no-auth", action="store_true", help="accept calls without a token (tests only)")
     ap.add_argument("--tls-cert"), ap.add_argument("--tls-key")
     ap.add_argument("--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached")
+    ap.add_argument("--metrics-port", type=int, default=None,
+                    help="serve Prometheus /metrics on this port (0: a free one, written to RUN_DIR/syncer.json)")
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
@@ -499,15 +505,18 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir)
+    metrics = EventMetrics() if args.metrics_port is not None else None
     try:
         server, svc, port = serve(cfg, run_dir, host=args.host, port=args.port, token=token or None,
-                                  tls_cert=args.tls_cert, tls_key=args.tls_key)
+                                  tls_cert=args.tls_cert, tls_key=args.tls_key, metrics=metrics)
     except AddressInUse as err:
         print(f"error: {err}", file=sys.stderr)
         return AddressInUse.EXIT_CODE
     info = run_dir / "syncer.json"
     tmp = info.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation}))
+    exposed = MetricsServer.start(metrics, args.host, args.metrics_port) if metrics is not None else None
+    tmp.write_text(json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation,
+                               **({"metrics": exposed.url} if exposed is not None else {})}))
     os.replace(tmp, info)
     stop = threading.Event()
     why = ["signal"]
