@@ -11,6 +11,7 @@ Run directory layout::
       checkpoints/     the syncer's atomic checkpoints
       final.npz        the final global checkpoint (the one at the token budget)
       metrics.json     summary: final eval loss, loss floor, merges, tokens, goodput
+      metrics/*.json   where each process serves Prometheus /metrics (file_sd targets; trainer.telemetry)
 
 Example:
     python -m trainer.launch --config configs/tiny-decoupled.yaml --run-dir runs/demo
@@ -71,8 +72,8 @@ def see_log(path: Path, lines: int = 12) -> str:
 
 
 def prepare_run_dir(config: RunConfig, run_dir: Path) -> None:
-    """The run directory's skeleton: events/, logs/, checkpoints/, the resolved config and every seed."""
-    for sub in ("events", "logs", "checkpoints"):
+    """The run directory's skeleton: events/, logs/, checkpoints/, metrics/, the resolved config and every seed."""
+    for sub in ("events", "logs", "checkpoints", "metrics"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config.to_yaml())
     seeds = {"seed": config.seed, "init_seed": config.seed, "data_seed": config.seed,
@@ -92,6 +93,7 @@ class LocalCluster:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     syncer_address: str = ""
     learner_nice: int = 0  # > 0 lowers learners' CPU priority below the syncer's
+    metrics: bool = True  # every process serves /metrics on a free port, announced in RUN_DIR/metrics/ (telemetry)
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -124,11 +126,15 @@ class LocalCluster:
         self.procs[name] = proc
         return proc
 
+    def _metrics_args(self) -> list[str]:
+        return ["--metrics-port", "0"] if self.metrics else []
+
     def start_syncer(self, port: int = 0, timeout_s: float = 60.0) -> str:
         info = self.run_dir / "syncer.json"
         info.unlink(missing_ok=True)
         proc = self._spawn("syncer", ["-m", "trainer.syncer", "--config", str(self.run_dir / "config.yaml"),
-                                      "--run-dir", str(self.run_dir), "--port", str(port)])
+                                      "--run-dir", str(self.run_dir), "--port", str(port),
+                                      *self._metrics_args()])
         deadline = time.monotonic() + timeout_s
         log = self.run_dir / "logs" / "syncer.log"
         while not info.exists():
@@ -146,7 +152,7 @@ class LocalCluster:
                       corrupt: str | None = None) -> subprocess.Popen:
         """Start a learner talking to ``address`` (default: the syncer; the chaos harness passes its proxy)."""
         args = ["-m", "trainer.learner", "--config", str(self.run_dir / "config.yaml"), "--id", learner_id,
-                "--syncer", address or self.syncer_address, "--run-dir", str(self.run_dir)]
+                "--syncer", address or self.syncer_address, "--run-dir", str(self.run_dir), *self._metrics_args()]
         for s in extra_sets or []:
             args += ["--set", s]
         if corrupt:

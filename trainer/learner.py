@@ -49,6 +49,7 @@ from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s, reported_step_time
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
+from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
 
 
@@ -231,13 +232,14 @@ class Learner:
     """One learner incarnation: join, fetch state, step, sync, stop."""
 
     def __init__(self, cfg: RunConfig, learner_id: str, syncer: str, token: str | None, run_dir: Path,
-                 tls_ca: str | None = None, corrupt: str | None = None) -> None:
+                 tls_ca: str | None = None, corrupt: str | None = None, metrics: EventMetrics | None = None) -> None:
         self.cfg = cfg
         self.corrupt = corrupt
         self.learner_id = learner_id
         self.incarnation = uuid.uuid4().hex[:12]
         self.setup = TrainingSetup.from_config(cfg)
-        self.log = ev.EventLog(run_dir / "events" / f"{learner_id}.jsonl", learner_id)
+        self.log = ev.EventLog(run_dir / "events" / f"{learner_id}.jsonl", learner_id,
+                               observers=(metrics.observe,) if metrics is not None else ())
         self.client = SyncClient(syncer, token, timeout_s=cfg.learner.rpc_timeout_s, tls_ca=tls_ca)
         self.step = 0
         self.tokens = 0
@@ -458,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tls-ca", help="CA certificate to verify the syncer's TLS certificate")
     ap.add_argument("--corrupt", choices=CORRUPT_MODES,
                     help="fault injection: upload NaN or garbage instead of real updates (chaos tests)")
+    add_metrics_arguments(ap)
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
@@ -465,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     learner = Learner(cfg, args.id, args.syncer, token, Path(args.run_dir), tls_ca=args.tls_ca,
-                      corrupt=args.corrupt)
+                      corrupt=args.corrupt, metrics=expose(args, Path(args.run_dir), args.id, "learner"))
     try:
         learner.run(stop)
     except TrainerError as err:

@@ -48,7 +48,7 @@ from trainer.errors import AddressInUse, ConfigError
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
 from trainer.policy import merge_fields, policy_from_config
-from trainer.telemetry import EventMetrics, MetricsServer
+from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
 from trainer.training import TrainingSetup
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
 
@@ -495,8 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--insecure-no-auth", action="store_true", help="accept calls without a token (tests only)")
     ap.add_argument("--tls-cert"), ap.add_argument("--tls-key")
     ap.add_argument("--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached")
-    ap.add_argument("--metrics-port", type=int, default=None,
-                    help="serve Prometheus /metrics on this port (0: a free one, written to RUN_DIR/syncer.json)")
+    add_metrics_arguments(ap)
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
@@ -505,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir)
-    metrics = EventMetrics() if args.metrics_port is not None else None
+    metrics = expose(args, run_dir, "syncer", "syncer")
     try:
         server, svc, port = serve(cfg, run_dir, host=args.host, port=args.port, token=token or None,
                                   tls_cert=args.tls_cert, tls_key=args.tls_key, metrics=metrics)
@@ -514,9 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         return AddressInUse.EXIT_CODE
     info = run_dir / "syncer.json"
     tmp = info.with_suffix(".json.tmp")
-    exposed = MetricsServer.start(metrics, args.host, args.metrics_port) if metrics is not None else None
-    tmp.write_text(json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation,
-                               **({"metrics": exposed.url} if exposed is not None else {})}))
+    tmp.write_text(json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation}))
     os.replace(tmp, info)
     stop = threading.Event()
     why = ["signal"]

@@ -5,7 +5,12 @@ updated by :meth:`EventMetrics.observe` as each event is written. So a scrape an
 agree by construction, and deterministic mode, which emits the same events, could serve the same metrics.
 
 Names follow Prometheus's conventions (``_total`` counters, ``_seconds`` and ``_bytes`` units, a ``diloco_``
-prefix); a unit's identity (``learner_id``, ``role``) is a label the scrape config adds, not one set here.
+prefix); a unit's identity (``unit``, ``role``) is a label the scrape config adds, not one set here.
+
+A process started with ``--metrics-port`` serves its metrics and announces itself in
+``RUN_DIR/metrics/<unit>.json``, a target file in the format of Prometheus's ``file_sd_configs``: a Prometheus
+pointed at ``RUN_DIR/metrics/*.json`` scrapes a local run's processes, restarts included (a restarted process
+rewrites its file with its new port).
 
 Example:
     >>> from prometheus_client import CollectorRegistry
@@ -18,7 +23,12 @@ Example:
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -117,3 +127,31 @@ class MetricsServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def add_metrics_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` / ``--metrics-host``, the same on the syncer and the learners."""
+    ap.add_argument("--metrics-port", type=int, default=None,
+                    help="serve Prometheus /metrics on this port (0: a free one; RUN_DIR/metrics/UNIT.json names it)")
+    ap.add_argument("--metrics-host", default="127.0.0.1", help="address /metrics listens on (0.0.0.0 in containers)")
+
+
+def target_file(run_dir: Path, unit: str) -> Path:
+    return Path(run_dir) / "metrics" / f"{unit}.json"
+
+
+def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: str) -> EventMetrics | None:
+    """Serve this process's metrics if ``--metrics-port`` asked for it and announce the target; else None."""
+    if args.metrics_port is None:
+        return None
+    metrics = EventMetrics()
+    server = MetricsServer.start(metrics, args.metrics_host, args.metrics_port)
+    # A wildcard listener is reached by the host's name (a container's name on a compose network).
+    host = socket.gethostname() if args.metrics_host in ("0.0.0.0", "::", "") else args.metrics_host
+    path = target_file(run_dir, unit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps([{"targets": [f"{host}:{server.port}"],
+                                "labels": {"unit": unit, "role": role, "run": Path(run_dir).name}}]))
+    os.replace(tmp, path)  # Prometheus re-reads the file on change: never let it see half of one
+    return metrics
