@@ -152,7 +152,8 @@ def _execute(s: Any, args: argparse.Namespace) -> int:
         return _simulate(s, args)
     out = Path(args.out) if args.out else _default_out("DILOCO_RUNS_DIR", "runs/chaos", s.name)
     opts = RunOptions(out, toxiproxy_url=args.toxiproxy_url, baseline=not args.no_baseline,
-                      progress=None if args.quiet else lambda m: print(m, flush=True))
+                      progress=None if args.quiet else lambda m: print(m, flush=True),
+                      metrics_port=None if args.no_metrics else args.metrics_port, metrics_host=args.metrics_host)
     cache = args.baseline_cache or os.environ.get("DILOCO_BASELINE_CACHE")
     if cache:
         opts.baseline_cache = Path(cache)
@@ -270,6 +271,11 @@ def _add_run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--no-baseline", action="store_true", help="skip the fault-free run (parity: indeterminate)")
     r.add_argument("--baseline-cache", help="where baselines are cached (default .cache/diloco-chaos/baselines)")
     r.add_argument("--quiet", action="store_true", help="no live progress")
+    r.add_argument("--metrics-port", type=int, default=0,
+                   help="serve the controller's Prometheus /metrics (active faults) here while a run executes "
+                        "(default 0: a free port; RUN_DIR/metrics/controller.json names it)")
+    r.add_argument("--metrics-host", default="127.0.0.1", help="address the controller's /metrics listens on")
+    r.add_argument("--no-metrics", action="store_true", help="the controller serves no /metrics")
     r.add_argument("--backend", choices=["local", "docker", "sim"], default="local",
                    help="local processes (default), the docker compose deployment's containers, "
                         "or deterministic mode")

@@ -38,6 +38,7 @@ from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
 from chaos.analysis import RunResult, analyse
 from chaos.errors import ChaosError, RunError
+from chaos.fault_metrics import FaultMetrics
 from chaos.history import FaultOp, NotRun, NotRunPhase, Phase, PlanRecord, Recorder, Teardown, TeardownPhase
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.run_report import Band, Baseline
@@ -52,6 +53,7 @@ from trainer.config import RunConfig
 from trainer.errors import TrainerError
 from trainer.launch import see_log
 from trainer.metrics import RunMetrics, summarize_run
+from trainer.telemetry import MetricsServer, announce
 
 DEFAULT_CACHE = Path(".cache/diloco-chaos/baselines")
 
@@ -72,6 +74,10 @@ class RunOptions:
     # Benchmarks end a run early (e.g. on reaching a target eval loss): called with each polled syncer
     # Status; True ends the run as if the budget were reached, except that nothing waits for learners to leave.
     stop_when: Callable[[Any], bool] | None = None
+    # The controller serves /metrics while a run executes (chaos.fault_metrics: which faults are active, for
+    # dashboards' annotations); None: it does not. 0: a free port. (Trainer processes always serve theirs.)
+    metrics_port: int | None = 0
+    metrics_host: str = "127.0.0.1"
 
 
 class Interrupted(ChaosError):
@@ -127,7 +133,10 @@ class _Execution:
         self.planned = planned
         self.opts = opts
         self.label = label
-        self.recorder = Recorder(run_dir / "controller.jsonl")
+        self.fault_metrics = FaultMetrics() if opts.metrics_port is not None else None
+        self.metrics_server: MetricsServer | None = None
+        self.recorder = Recorder(run_dir / "controller.jsonl",
+                                 observers=(self.fault_metrics.observe,) if self.fault_metrics else ())
         tag = f"{scenario.name}-{label}-{uuid.uuid4().hex[:6]}"
         self.backend: Backend = opts.backend(scenario.cluster, run_dir, toxi, tag)
         self.toxi = toxi
@@ -180,7 +189,19 @@ class _Execution:
         self.say(f"heal {p.fault_id}" + (f" ({why})" if why else ""))
 
     # ---- the run -------------------------------------------------------------------
+    def _serve_metrics(self) -> None:
+        if self.fault_metrics is None:
+            return
+        host, port = self.opts.metrics_host, self.opts.metrics_port
+        try:
+            self.metrics_server = MetricsServer.start(self.fault_metrics.registry, host, port or 0)
+        except OSError as err:
+            raise RunError(f"cannot serve the controller's metrics on {host}:{port}: {err}; pass another "
+                           "--metrics-port (0: a free one)") from None
+        announce(self.run_dir, "controller", "controller", self.metrics_server)
+
     def execute(self) -> None:
+        self._serve_metrics()
         self.recorder.add(PlanRecord(scenario=self.scenario.name, seed=self.scenario.seed,
                                      faults=[p.record() for p in self.planned]))
         try:
@@ -299,6 +320,8 @@ class _Execution:
             proxies_left=self._proxies_left(), processes_left=self.backend.running_units(),
             healed_on_teardown=interrupted, exit_codes=result.exit_codes, problems=result.problems)))
         self.recorder.close()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
 
 
 @contextlib.contextmanager

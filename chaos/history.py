@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -129,8 +130,9 @@ def parse_record(line: str) -> ControllerRecord | ev.Event:
 class Recorder:
     """Appends controller records to ``controller.jsonl``, one flushed line each (thread-safe)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, observers: tuple[Callable[[ControllerRecord], None], ...] = ()) -> None:
         self.path = Path(path)
+        self.observers = observers  # e.g. chaos.fault_metrics.FaultMetrics.observe
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
         self._lock = threading.Lock()
@@ -142,6 +144,8 @@ class Recorder:
             if not self._f.closed:
                 self._f.write(record.model_dump_json() + "\n")
                 self._f.flush()
+            for observe in self.observers:
+                observe(record)
         return record
 
     def close(self) -> None:

@@ -116,8 +116,8 @@ class MetricsServer:
     _server: Any
 
     @classmethod
-    def start(cls, metrics: EventMetrics, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
-        server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+    def start(cls, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
         return cls(host, server.server_port, server)
 
     @property
@@ -145,13 +145,18 @@ def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: str) -> Eve
     if args.metrics_port is None:
         return None
     metrics = EventMetrics()
-    server = MetricsServer.start(metrics, args.metrics_host, args.metrics_port)
+    announce(run_dir, unit, role, MetricsServer.start(metrics.registry, args.metrics_host, args.metrics_port))
+    return metrics
+
+
+def announce(run_dir: Path, unit: str, role: str, server: MetricsServer) -> Path:
+    """Write ``RUN_DIR/metrics/<unit>.json``: where ``server`` is, as a Prometheus file_sd target."""
     # A wildcard listener is reached by the host's name (a container's name on a compose network).
-    host = socket.gethostname() if args.metrics_host in ("0.0.0.0", "::", "") else args.metrics_host
+    host = socket.gethostname() if server.host in ("0.0.0.0", "::", "") else server.host
     path = target_file(run_dir, unit)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps([{"targets": [f"{host}:{server.port}"],
                                 "labels": {"unit": unit, "role": role, "run": Path(run_dir).name}}]))
     os.replace(tmp, path)  # Prometheus re-reads the file on change: never let it see half of one
-    return metrics
+    return path

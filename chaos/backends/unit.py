@@ -25,6 +25,7 @@ from trainer.core.credentials import learner_credential
 
 ACTIVE = Path(os.environ.get("DILOCO_ACTIVE", "/runs/.active.json"))
 SYNCER_PORT = 50051
+METRICS_PORT = 9400  # every unit's /metrics, on its own container (the observability profile scrapes it)
 
 
 @dataclass
@@ -56,14 +57,15 @@ class ActiveRun:
 def command(unit: str, run: ActiveRun) -> list[str] | None:
     """The trainer command line for ``unit`` in ``run``; None when the run does not use this unit."""
     config = str(Path(run.run_dir) / "config.yaml")
+    metrics = ["--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT)]
     if unit == "syncer":
         return [sys.executable, "-m", "trainer.syncer", "--config", config, "--run-dir", run.run_dir,
-                "--host", "0.0.0.0", "--port", str(SYNCER_PORT)]
+                "--host", "0.0.0.0", "--port", str(SYNCER_PORT), *metrics]
     spec = run.learners.get(unit)
     if spec is None:
         return None
     cmd = [sys.executable, "-m", "trainer.learner", "--config", config, "--id", unit, "--syncer", spec["syncer"],
-           "--run-dir", run.run_dir]
+           "--run-dir", run.run_dir, *metrics]
     if spec.get("corrupt"):
         cmd += ["--corrupt", spec["corrupt"]]
     return cmd

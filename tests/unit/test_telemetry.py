@@ -81,7 +81,7 @@ def test_the_server_serves_what_the_events_counted() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     m = EventMetrics(CollectorRegistry())
-    server = MetricsServer.start(m)
+    server = MetricsServer.start(m.registry)
     try:
         m.observe(ev.Reject(ts=1.0, source="syncer", call="Upload", reason="stale_incarnation", detail=""))
         text = urllib.request.urlopen(server.url, timeout=5).read().decode()
