@@ -15,7 +15,10 @@ Example:
 from __future__ import annotations
 
 import json
+import math
+import os
 import shlex
+import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -66,11 +69,36 @@ def replay_command(report: RunReport) -> str:
     return f"diloco-chaos replay {shlex.quote(report.run_dir) if report.run_dir else 'RUN_DIR'}{backend}"
 
 
-def render_markdown(report: RunReport) -> str:
+# What the link to a run's Prometheus range graphs (observability/rules.yml, chaos/fault_metrics.py).
+PROMETHEUS_PANELS = ("diloco:merges:rate1m", "diloco:compute_goodput:ratio_rate1m", "diloco_fault_active")
+
+
+def prometheus_range(report: RunReport, base_url: str) -> str:
+    """A link to the Prometheus graphs of this run's time range (``docker compose --profile observability``).
+
+    Example:
+        >>> r = RunReport(scenario="x", status="pass", exit_code=0, run_dir="r", seed=1, config_hash="",
+        ...               started_at=1796284800.0, wall_s=75.2)
+        >>> prometheus_range(r, "http://localhost:9090/").split("&")[:3]
+        ['http://localhost:9090/graph?g0.expr=diloco%3Amerges%3Arate1m', 'g0.tab=0', 'g0.range_input=96s']
+        >>> "g0.end_input=2026-12-03+08%3A01%3A25" in prometheus_range(r, "http://localhost:9090")
+        True
+    """
+    # The range with 10 s either side; its end as the classic UI's g0.end_input (UTC).
+    end = datetime.fromtimestamp(report.started_at + report.wall_s + 10, tz=timezone.utc)
+    params: list[tuple[str, str]] = []
+    for i, expr in enumerate(PROMETHEUS_PANELS):
+        params += [(f"g{i}.expr", expr), (f"g{i}.tab", "0"), (f"g{i}.range_input", f"{math.ceil(report.wall_s) + 20}s"),
+                   (f"g{i}.end_input", end.strftime("%Y-%m-%d %H:%M:%S"))]
+    return f"{base_url.rstrip('/')}/graph?{urllib.parse.urlencode(params)}"
+
+
+def render_markdown(report: RunReport, prometheus_url: str | None = None) -> str:
     """The run's report as Markdown: outcome, checks, faults, key numbers, teardown, how to reproduce.
 
     The evidence of every check that did not pass is shown as JSON under the
-    checks table, so a reader sees why.
+    checks table, so a reader sees why. With ``prometheus_url`` (``$DILOCO_PROMETHEUS_URL``), the artifacts link
+    the run's range in that Prometheus (a simulated run has no metrics: no link).
 
     Example:
         >>> md = render_markdown(RunReport(scenario="kill-one-learner", status="pass", exit_code=0, run_dir="r",
@@ -125,7 +153,10 @@ def render_markdown(report: RunReport) -> str:
             "directory's scenario and recorded plan:", "", "```sh", replay_command(report), "```", ""]
     out += ["## Artifacts", "",
             f"- [{TIMELINE_NAME}]({TIMELINE_NAME}): eval loss, fault windows and per-learner activity over time",
-            f"- [{HISTORY_NAME}]({HISTORY_NAME}): every controller record and trainer event, by time", "",
+            f"- [{HISTORY_NAME}]({HISTORY_NAME}): every controller record and trainer event, by time",
+            *([f"- [Prometheus]({prometheus_range(report, prometheus_url)}): merges, compute goodput and active "
+               "faults over this run's time range (`docker compose --profile observability`)"]
+              if prometheus_url and not report.simulated and finite(report.started_at) else []), "",
             f"![timeline]({TIMELINE_NAME})", ""]
     return "\n".join(out)
 
@@ -240,14 +271,15 @@ def _teardown_section(teardown: Teardown) -> list[str]:
 
 
 def write_markdown(report: RunReport, path: Path) -> None:
-    """Write :func:`render_markdown` of ``report`` to ``path`` (parents created).
+    """Write :func:`render_markdown` of ``report`` to ``path`` (parents created), linking the Prometheus of
+    ``$DILOCO_PROMETHEUS_URL`` when that is set.
 
     Example:
         write_markdown(RunReport.read(Path("runs/x/report.json")), Path("runs/x/report.md"))
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_markdown(report), encoding="utf-8")
+    path.write_text(render_markdown(report, os.environ.get("DILOCO_PROMETHEUS_URL")), encoding="utf-8")
 
 
 # ---- timeline -----------------------------------------------------------------

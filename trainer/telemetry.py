@@ -55,6 +55,13 @@ class EventMetrics:
                                     buckets=_SECONDS, registry=r)
         self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=r)
         self.tokens_merged = Gauge("diloco_tokens_merged", "Tokens the merged model has seen", registry=r)
+        # Counters, for rate(): compute goodput = rate(merged) / rate(trained) (observability/rules.yml).
+        self.merged_tokens = Counter("diloco_merged_tokens", "Tokens of the contributions merges took",
+                                     registry=r)
+        self.last_merge = Gauge("diloco_last_merge_timestamp_seconds", "When the last merge happened (Unix time)",
+                                registry=r)
+        self.info = Gauge("diloco_unit_info", "Which unit this process is (value 1): join on instance",
+                          ["unit", "incarnation"], registry=r)
         self.rejections = Counter("diloco_rejections", "Calls refused, by call and reason", ["call", "reason"],
                                   registry=r)
         self.uploads = Counter("diloco_uploads", "Contributions received", registry=r)
@@ -68,6 +75,9 @@ class EventMetrics:
         # learner
         self.steps = Gauge("diloco_learner_steps", "Inner steps this incarnation has taken", registry=r)
         self.tokens = Gauge("diloco_learner_tokens", "Tokens this incarnation has trained", registry=r)
+        self.trained_tokens = Counter("diloco_learner_trained_tokens", "Tokens trained (rate() spans restarts)",
+                                      registry=r)
+        self._trained = 0  # the cumulative count the last Step reported
         self.loss = Gauge("diloco_learner_loss", "The last inner step's training loss", registry=r)
         self.step_seconds = Gauge("diloco_learner_step_seconds", "The last inner step's wall time", registry=r)
         self.sync_results = Counter("diloco_learner_syncs", "Uploads answered, by outcome", ["accepted", "reason"],
@@ -84,6 +94,8 @@ class EventMetrics:
             self.grace_wait.observe(e.quorum_wait_s)
             self.version.labels(fragment=str(e.fragment)).set(e.version)
             self.tokens_merged.set(e.tokens_total)
+            self.merged_tokens.inc(sum(p.c_tokens for p in e.participants))
+            self.last_merge.set(e.ts)
         elif isinstance(e, ev.Reject):
             self.rejections.labels(call=e.call, reason=e.reason).inc()
         elif isinstance(e, ev.Upload):
@@ -94,11 +106,16 @@ class EventMetrics:
             self.eval_loss.set(e.loss)
         elif isinstance(e, ev.SyncerStart):
             self.syncer_starts.inc()
+            self.info.labels(unit="syncer", incarnation=e.syncer_incarnation).set(1)
+        elif isinstance(e, ev.LearnerStart):
+            self.info.labels(unit=e.learner_id, incarnation=e.learner_incarnation).set(1)
         elif isinstance(e, ev.Join):
             self.joins.inc()
         elif isinstance(e, ev.Step):
             self.steps.set(e.step)
             self.tokens.set(e.tokens)
+            self.trained_tokens.inc(max(e.tokens - self._trained, 0))
+            self._trained = e.tokens
             self.loss.set(e.loss)
             self.step_seconds.set(e.step_time_s)
         elif isinstance(e, ev.SyncResult):

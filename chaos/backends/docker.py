@@ -1,8 +1,8 @@
 """The container backend: the compose deployment's syncer and learner containers, driven through the Docker API.
 
-The compose file (``docker-compose.yml``) defines the units — ``syncer`` and
-``learner-0`` … ``learner-3`` — on two private networks: learners and Toxiproxy on
-``edge``, the syncer and Toxiproxy on ``core``, so a learner can reach the syncer
+The compose file (``docker-compose.yml``) defines the units — ``syncer`` and the ``learner`` service's
+``DILOCO_LEARNERS`` replicas (unit ``learner-i`` is replica i + 1) — on two private networks: learners and
+Toxiproxy on ``edge``, the syncer and Toxiproxy on ``core``, so a learner can reach the syncer
 only through its proxy. Every unit
 runs :mod:`chaos.backends.unit`, which waits for ``/runs/.active.json`` and then
 becomes the trainer process. This backend owns the lifecycle:
@@ -52,6 +52,8 @@ from trainer.launch import prepare_run_dir
 from trainer.metrics import summarize_run
 
 PROXY_BASE_PORT = 26000
+LEARNER_SERVICE = "learner"  # one compose service, DILOCO_LEARNERS replicas: learner-i is replica i + 1
+CONTAINER_NUMBER = "com.docker.compose.container-number"
 UNIT_UID = 1000  # the image's unprivileged user
 RUNNING = ("running", "paused", "restarting")
 
@@ -83,20 +85,26 @@ class DockerDeployment:
             self.api = docker.from_env(timeout=30)
             self.api.ping()
         except Exception as err:  # noqa: BLE001 - docker raises several unrelated types here
-            raise RunError(f"cannot reach the Docker daemon ({err}); is it running and is the socket mounted?") \
-                from None
+            hint = ("the controller container needs the socket's group: DOCKER_GID=$(stat -c %g "
+                    "/var/run/docker.sock) docker compose ..." if dep.in_network else "is it running?")
+            raise RunError(f"cannot reach the Docker daemon ({err}); {hint}") from None
 
-    def container(self, service: str) -> Any:
-        found = self.api.containers.list(all=True, filters={"label": [
-            f"com.docker.compose.project={self.dep.project}", f"com.docker.compose.service={service}"]})
+    def container(self, unit: str) -> Any:
+        """The container of a service, or of a learner: ``learner-i`` is replica i + 1 of the ``learner`` service."""
+        service, number = _service_of(unit)
+        labels = [f"com.docker.compose.project={self.dep.project}", f"com.docker.compose.service={service}"]
+        if number is not None:
+            labels.append(f"{CONTAINER_NUMBER}={number}")
+        found = self.api.containers.list(all=True, filters={"label": labels})
         if not found:
-            raise TargetError(f"no container of service {service!r} in compose project {self.dep.project!r}; "
-                              "start the deployment with `docker compose up` (or `docker compose create`)")
+            raise TargetError(f"no container for {unit!r} in compose project {self.dep.project!r}; start the "
+                              "deployment with `docker compose up` (DILOCO_LEARNERS=N runs N learner replicas)")
         return found[0]
 
     def services(self) -> list[str]:
+        """The units and services of the project: ``learner-i`` for each learner replica, else the service name."""
         found = self.api.containers.list(all=True, filters={"label": f"com.docker.compose.project={self.dep.project}"})
-        return sorted(c.labels.get("com.docker.compose.service", "") for c in found)
+        return sorted(_unit_of(c.labels) for c in found)
 
     def address(self, service: str, port: int) -> str:
         if self.dep.in_network:
@@ -130,6 +138,26 @@ class DockerDeployment:
         return f"http://{self.address('toxiproxy', 8474)}"
 
 
+def _service_of(unit: str) -> tuple[str, int | None]:
+    """``learner-2`` -> (``learner``, 3): the compose service of a unit and its replica number, if a learner.
+
+    >>> _service_of("learner-2"), _service_of("syncer")
+    (('learner', 3), ('syncer', None))
+    """
+    prefix, _, index = unit.rpartition("-")
+    if prefix == LEARNER_SERVICE and index.isdigit():
+        return LEARNER_SERVICE, int(index) + 1
+    return unit, None
+
+
+def _unit_of(labels: dict[str, str]) -> str:
+    """The unit a container is, from its compose labels (the inverse of :func:`_service_of`)."""
+    service = labels.get("com.docker.compose.service", "")
+    if service == LEARNER_SERVICE and labels.get(CONTAINER_NUMBER, "").isdigit():
+        return f"{LEARNER_SERVICE}-{int(labels[CONTAINER_NUMBER]) - 1}"
+    return service
+
+
 def docker_backend_factory(deployment: DockerDeployment) -> Any:
     """A ``RunOptions.backend`` factory bound to one compose deployment."""
     return functools.partial(DockerBackend, deployment=deployment)
@@ -149,8 +177,8 @@ class DockerBackend(ProxiedUnits):
         missing = [lid for lid in self._ids if lid not in self.d.services()]
         if missing:
             raise RunError(f"the scenario trains {len(self._ids)} learners but compose project "
-                           f"{self.d.dep.project!r} has no service for {missing}; add learner services "
-                           "to docker-compose.yml or lower cluster.algorithm.num_learners")
+                           f"{self.d.dep.project!r} has no container for {missing}; start it with "
+                           f"DILOCO_LEARNERS={len(self._ids)} (or more), or lower cluster.algorithm.num_learners")
         self.work_local = self.d.runs_local() / "work" / tag
         self.work_in_units = f"{self.d.dep.runs_in_container}/work/{tag}"
         self.active_path = self.d.runs_local() / ".active.json"
@@ -208,6 +236,8 @@ class DockerBackend(ProxiedUnits):
         self.work_local.mkdir(parents=True, exist_ok=True)
         prepare_run_dir(self.config, self.work_local)
         self._give_to_units(self.work_local)
+        # A learner replica waits for its host name to be given a learner id (chaos.backends.unit).
+        self.active.hosts = {self._unit(lid).attrs["Config"]["Hostname"]: lid for lid in self._ids}
         self.active.write(self.active_path)
         self._toxiproxy.populate([ProxySpec(name=self.proxy(lid), listen=f"0.0.0.0:{PROXY_BASE_PORT + i}",
                                             upstream=f"syncer:{SYNCER_PORT}", enabled=True)
@@ -272,11 +302,14 @@ class DockerBackend(ProxiedUnits):
             time.sleep(0.05)
 
     def _give_to_units(self, path: Path) -> None:
-        """The units run unprivileged: let them write the work directory."""
-        if os.geteuid() != 0:
-            return
+        """The units run unprivileged (uid 1000): let them write the work directory. Root gives it to them; a
+        controller that is another user (compose runs it as the host's) can only open it to everyone."""
+        euid = os.geteuid()
         for p in [path, *path.rglob("*")]:
-            os.chown(p, UNIT_UID, UNIT_UID)
+            if euid == 0:
+                os.chown(p, UNIT_UID, UNIT_UID)
+            elif euid != UNIT_UID:
+                p.chmod(0o777 if p.is_dir() else 0o666)
 
     def _tail_log(self, unit: str, lines: int = 20) -> str:
         try:

@@ -1,11 +1,12 @@
 """Entrypoint of a syncer or learner container: wait for the controller's plan, then become the process.
 
-The compose file starts every unit container with ``python -m chaos.backends.unit UNIT``.
-The container backend writes ``/runs/.active.json`` (which run directory, the
-shared token, each learner's proxy address, which learner to start corrupt)
-before it (re)starts a unit. This waits for that file to name the unit, then
-``exec``s the trainer process, so the trainer is PID 1 and receives the signals
-faults send to the container (SIGKILL, SIGSTOP, SIGTERM) directly.
+The compose file starts the syncer's container with ``python -m chaos.backends.unit syncer`` and each of the
+``learner`` service's replicas (``DILOCO_LEARNERS`` of them) with ``… unit learner``. The container backend
+writes ``/runs/.active.json`` (which run directory, the shared token, each learner's proxy address, which
+learner to start corrupt, which container is which learner) before it (re)starts a unit. This waits for that
+file to name the unit — a learner replica finds its id under its own host name — then ``exec``s the trainer
+process, so the trainer is PID 1 and receives the signals faults send to the container (SIGKILL, SIGSTOP,
+SIGTERM) directly.
 
 A unit the active run does not use (a 4th learner when a scenario trains 3)
 waits, idle, until the controller stops it.
@@ -15,17 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.container_probe import METRICS_PORT  # every unit serves /metrics there (observability profile)
 from trainer.core.credentials import learner_credential
 
 ACTIVE = Path(os.environ.get("DILOCO_ACTIVE", "/runs/.active.json"))
 SYNCER_PORT = 50051
-METRICS_PORT = 9400  # every unit's /metrics, on its own container (the observability profile scrapes it)
 
 
 @dataclass
@@ -35,9 +37,11 @@ class ActiveRun:
     run_dir: str
     token: str
     learners: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {"syncer": host:port, "corrupt": ...}
+    hosts: dict[str, str] = field(default_factory=dict)  # a learner replica's host name -> its learner id
 
     def to_json(self) -> str:
-        return json.dumps({"run_dir": self.run_dir, "token": self.token, "learners": self.learners}, indent=2)
+        return json.dumps({"run_dir": self.run_dir, "token": self.token, "learners": self.learners,
+                           "hosts": self.hosts}, indent=2)
 
     @classmethod
     def read(cls, path: Path = ACTIVE) -> "ActiveRun | None":
@@ -45,7 +49,11 @@ class ActiveRun:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return None  # absent, or being replaced this instant: ask again
-        return cls(data["run_dir"], data["token"], data.get("learners", {}))
+        return cls(data["run_dir"], data["token"], data.get("learners", {}), data.get("hosts", {}))
+
+    def unit_of(self, service: str, hostname: str) -> str | None:
+        """Which unit a container of ``service`` is: the syncer, or the learner its host name was given."""
+        return self.hosts.get(hostname) if service == "learner" else service
 
     def write(self, path: Path = ACTIVE) -> None:
         tmp = path.with_suffix(".tmp")
@@ -73,13 +81,14 @@ def command(unit: str, run: ActiveRun) -> list[str] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m chaos.backends.unit syncer|learner-N", file=sys.stderr)
+    if len(args) != 1 or args[0] not in ("syncer", "learner"):
+        print("usage: python -m chaos.backends.unit syncer|learner", file=sys.stderr)
         return 2
-    unit = args[0]
+    host = socket.gethostname()
     while True:
         run = ActiveRun.read()
-        cmd = command(unit, run) if run is not None else None
+        unit = run.unit_of(args[0], host) if run is not None else None
+        cmd = command(unit, run) if run is not None and unit is not None else None
         if run is not None and cmd is not None and (Path(run.run_dir) / "config.yaml").exists():
             break
         time.sleep(0.5)

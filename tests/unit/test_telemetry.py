@@ -37,7 +37,9 @@ def test_syncer_metrics_follow_its_events() -> None:
     assert value("diloco_rejections_total", {"call": "Upload", "reason": "late_round"}) == 2
     assert value("diloco_upload_bytes_total") == 1000 and value("diloco_uploads_total") == 1
     assert value("diloco_eval_loss") == 2.5 and value("diloco_tokens_merged") == 192
-    assert value("diloco_syncer_starts_total") == 1
+    assert value("diloco_syncer_starts_total") == 1 and value("diloco_unit_info", {"unit": "syncer",
+                                                                                   "incarnation": "s.0"}) == 1
+    assert value("diloco_merged_tokens_total") == 64 * 4 and value("diloco_last_merge_timestamp_seconds") == 3.0
     assert b"diloco_grace_wait_seconds_bucket" in generate_latest(m.registry)
 
 
@@ -46,14 +48,16 @@ def test_learner_metrics_follow_its_events() -> None:
     for e in [ev.LearnerJoin(ts=0.0, source="learner-1", learner_incarnation="learner-1.2", incarnation_index=2,
                              versions=[0], syncer_incarnation="s.0"),
               ev.Step(ts=1.0, source="learner-1", step=10, loss=3.1, tokens=640, step_time_s=0.05, blocked_s=0.0),
+              ev.Step(ts=1.0, source="learner-1", step=12, loss=3.0, tokens=768, step_time_s=0.05, blocked_s=0.0),
               ev.SyncResult(ts=1.1, source="learner-1", fragment=0, base_version=0, accepted=True, reason="",
                             seconds=0.01, bytes=10),
               ev.SyncResult(ts=1.2, source="learner-1", fragment=1, base_version=0, accepted=False,
                             reason="late_round", seconds=0.01, bytes=10)]:
         m.observe(e)
     value = m.registry.get_sample_value
-    assert value("diloco_learner_incarnation") == 2 and value("diloco_learner_steps") == 10
-    assert value("diloco_learner_tokens") == 640 and value("diloco_learner_loss") == 3.1
+    assert value("diloco_learner_incarnation") == 2 and value("diloco_learner_steps") == 12
+    assert value("diloco_learner_tokens") == 768 and value("diloco_learner_loss") == 3.0
+    assert value("diloco_learner_trained_tokens_total") == 768
     assert value("diloco_learner_syncs_total", {"accepted": "false", "reason": "late_round"}) == 1
     assert value("diloco_learner_syncs_total", {"accepted": "true", "reason": ""}) == 1
 
