@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir)
-    metrics = expose(args, run_dir, "syncer", "syncer")
+    metrics = expose(args, run_dir, "syncer", "syncer", num_fragments=cfg.algorithm.num_fragments)
     try:
         server, svc, port = serve(cfg, run_dir, host=args.host, port=args.port, token=token or None,
                                   tls_cert=args.tls_cert, tls_key=args.tls_key, metrics=metrics)

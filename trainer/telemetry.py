@@ -34,6 +34,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from trainer import events as ev
+from trainer.core.merged_tokens import merged_share
 
 # Seconds: from a 50 ms emulated step to a minute-long outage.
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -43,8 +44,9 @@ _PARTICIPANTS = tuple(float(n) for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
 class EventMetrics:
     """The metrics of one process, in their own registry (a process serves exactly these)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, num_fragments: int = 1) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.num_fragments = num_fragments  # merged tokens count c_tokens ÷ P (trainer.core.merged_tokens)
         # syncer
         self.merges = Counter("diloco_merges", "Merges, by fragment", ["fragment"], registry=r)
         self.participants = Histogram("diloco_merge_participants", "Learners whose contribution a merge took",
@@ -56,8 +58,8 @@ class EventMetrics:
         self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=r)
         self.tokens_merged = Gauge("diloco_tokens_merged", "Tokens the merged model has seen", registry=r)
         # Counters, for rate(): compute goodput = rate(merged) / rate(trained) (observability/rules.yml).
-        self.merged_tokens = Counter("diloco_merged_tokens", "Tokens of the contributions merges took",
-                                     registry=r)
+        self.merged_tokens = Counter("diloco_merged_tokens", "Trained tokens whose contributions merges took "
+                                     "(each contribution's c_tokens / fragments)", registry=r)
         self.last_merge = Gauge("diloco_last_merge_timestamp_seconds", "When the last merge happened (Unix time)",
                                 registry=r)
         self.info = Gauge("diloco_unit_info", "Which unit this process is (value 1): join on instance",
@@ -94,7 +96,7 @@ class EventMetrics:
             self.grace_wait.observe(e.quorum_wait_s)
             self.version.labels(fragment=str(e.fragment)).set(e.version)
             self.tokens_merged.set(e.tokens_total)
-            self.merged_tokens.inc(sum(p.c_tokens for p in e.participants))
+            self.merged_tokens.inc(sum(merged_share(p.c_tokens, self.num_fragments) for p in e.participants))
             self.last_merge.set(e.ts)
         elif isinstance(e, ev.Reject):
             self.rejections.labels(call=e.call, reason=e.reason).inc()
@@ -157,11 +159,12 @@ def target_file(run_dir: Path, unit: str) -> Path:
     return Path(run_dir) / "metrics" / f"{unit}.json"
 
 
-def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: str) -> EventMetrics | None:
+def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: str,
+           num_fragments: int = 1) -> EventMetrics | None:
     """Serve this process's metrics if ``--metrics-port`` asked for it and announce the target; else None."""
     if args.metrics_port is None:
         return None
-    metrics = EventMetrics()
+    metrics = EventMetrics(num_fragments=num_fragments)
     announce(run_dir, unit, role, MetricsServer.start(metrics.registry, args.metrics_host, args.metrics_port))
     return metrics
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from chaos.checkers.base import CheckInput, Verdict
 from trainer import events as ev
+from trainer.core.merged_tokens import merged_share
 
 
 def trained_tokens(events: list[ev.Event]) -> dict[str, int]:
@@ -28,14 +29,13 @@ def trained_tokens(events: list[ev.Event]) -> dict[str, int]:
 def merged_tokens(events: Iterable[ev.Event], num_fragments: int) -> dict[str, int]:
     """Tokens per learner whose training reached a merge.
 
-    A contribution's c_tokens counts the tokens since that fragment's last sync, so every trained token is
-    contributed once per fragment: divided by P it compares with tokens trained.
+    Each contribution stands for its c_tokens ÷ P of them (trainer.core.merged_tokens).
     """
     merged: dict[str, int] = {}
     for m in events:
         if isinstance(m, ev.Merge):
             for p in m.participants:
-                merged[p.learner_id] = merged.get(p.learner_id, 0) + p.c_tokens // num_fragments
+                merged[p.learner_id] = merged.get(p.learner_id, 0) + merged_share(p.c_tokens, num_fragments)
     return merged
 
 

@@ -22,7 +22,7 @@ from trainer import events as ev
 
 pytestmark = pytest.mark.chaos_docker
 REPO = Path(__file__).resolve().parents[2]
-UNITS = ["toxiproxy", "syncer", "learner-0", "learner-1", "learner-2", "learner-3"]
+UNITS = ["toxiproxy", "syncer", "learner"]  # DILOCO_LEARNERS (default 4) learner replicas
 
 
 def compose(*args: str, check: bool = True, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -226,5 +226,5 @@ def test_learners_reach_the_syncer_only_through_toxiproxy(deployment) -> None:
              "    except OSError:\n"
              "        return False\n"
              "print(resolves('syncer'), resolves('toxiproxy'))\n")
-    out = compose("exec", "-T", "learner-0", "python", "-c", probe).stdout.split()
+    out = compose("exec", "-T", "--index", "1", "learner", "python", "-c", probe).stdout.split()
     assert out == ["False", "True"], out

@@ -17,7 +17,7 @@ def _merge(n: int, fragment: int, who: list[str]) -> ev.Merge:
 
 
 def test_syncer_metrics_follow_its_events() -> None:
-    m = EventMetrics(CollectorRegistry())
+    m = EventMetrics(CollectorRegistry(), num_fragments=2)
     events = [ev.SyncerStart(ts=0.0, source="syncer", syncer_incarnation="s.0", address="a", config_hash="c",
                              versions=[0, 0], restored_from_merges=-1, pid=1),
               _merge(1, 0, ["learner-0", "learner-1"]), _merge(2, 1, ["learner-0"]), _merge(3, 0, ["learner-1"]),
@@ -39,7 +39,7 @@ def test_syncer_metrics_follow_its_events() -> None:
     assert value("diloco_eval_loss") == 2.5 and value("diloco_tokens_merged") == 192
     assert value("diloco_syncer_starts_total") == 1 and value("diloco_unit_info", {"unit": "syncer",
                                                                                    "incarnation": "s.0"}) == 1
-    assert value("diloco_merged_tokens_total") == 64 * 4 and value("diloco_last_merge_timestamp_seconds") == 3.0
+    assert value("diloco_merged_tokens_total") == 64 * 4 / 2 and value("diloco_last_merge_timestamp_seconds") == 3.0
     assert b"diloco_grace_wait_seconds_bucket" in generate_latest(m.registry)
 
 
