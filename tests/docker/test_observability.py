@@ -104,6 +104,15 @@ def test_prometheus_scrapes_a_compose_chaos_run(tmp_path: Path) -> None:
             time.sleep(2)
         assert all(seen.values()), {n: v for n, v in seen.items()}
         assert seen["learner targets up"] == 3 and seen["learners named"] == 3, seen
+        # The shipped Grafana dashboard: every query is valid PromQL on this Prometheus, and the per-learner
+        # join (learner ids from diloco_unit_info) names every replica.
+        dashboard = json.loads((REPO / "observability/grafana/diloco-chaos.json").read_text())
+        exprs = {p["title"]: t["expr"] for p in dashboard["panels"] for t in p["targets"]}
+        results = {title: query(expr) for title, expr in exprs.items()}
+        results["annotations"] = query(dashboard["annotations"]["list"][0]["expr"])
+        assert results["Merges per second"] and results["Merged model's eval loss"], results
+        assert {r["metric"]["unit"] for r in results["Learner training loss"]} == {"learner-0", "learner-1",
+                                                                                  "learner-2"}, results
         output, _ = run.communicate(timeout=600)
     finally:
         compose(*down, check=False, timeout=300)
