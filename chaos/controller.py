@@ -112,14 +112,15 @@ def _shielded() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def toxiproxy_for(opts: RunOptions, log_path: Path) -> Iterator[Toxiproxy]:
-    """The Toxiproxy server given by URL, or one started (and always stopped) for this run."""
+def toxiproxy_for(opts: RunOptions, log_path: Path, seed: int | None = None) -> Iterator[Toxiproxy]:
+    """The Toxiproxy server given by URL, or one started (and always stopped) for this run, its randomness
+    (latency jitter) seeded with ``seed``, the scenario's."""
     if opts.toxiproxy_url:
         client = Toxiproxy(opts.toxiproxy_url)
         client.version()  # fail now, with the URL in the message, not at the first fault
         yield client
         return
-    with ToxiproxyServer(log_path=log_path) as server:  # entering starts it; leaving stops it
+    with ToxiproxyServer(log_path=log_path, seed=seed) as server:  # entering starts it; leaving stops it
         yield server.client()
 
 
@@ -400,7 +401,7 @@ def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
     (out / "scenario.json").write_text(scenario.model_dump_json(indent=2))
     planned = plan(scenario)
     try:
-        with _signals_interrupt(), toxiproxy_for(opts, out / "logs" / "toxiproxy.log") as toxi:
+        with _signals_interrupt(), toxiproxy_for(opts, out / "logs" / "toxiproxy.log", scenario.seed) as toxi:
             baseline: Baseline | None = None
             reference: Baseline | None = None
             if opts.baseline:

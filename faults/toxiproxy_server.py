@@ -68,8 +68,9 @@ class ToxiproxyServer:
     """
 
     def __init__(self, binary: str | os.PathLike[str] | None = None, log_path: str | os.PathLike[str] | None = None,
-                 startup_timeout_s: float = 10.0) -> None:
+                 startup_timeout_s: float = 10.0, seed: int | None = None) -> None:
         self.binary = str(binary) if binary is not None else None
+        self.seed = seed  # seeds the server's own randomness (latency jitter, slicer sizes); None: it picks one
         self.log_path = Path(log_path) if log_path is not None else None
         self.startup_timeout_s = startup_timeout_s
         self.host = ""
@@ -143,7 +144,10 @@ class ToxiproxyServer:
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0  # a given log file is appended to
         with open(log, "ab") as out:
-            self._proc = subprocess.Popen(guarded([binary, "-host", host, "-port", str(port)], os.getpid()),
+            # -proxy-metrics: per-proxy byte counters on GET /metrics, for Prometheus (docs/observability.md).
+            argv = [binary, "-host", host, "-port", str(port), "-proxy-metrics",
+                    *(["-seed", str(self.seed)] if self.seed is not None else [])]
+            self._proc = subprocess.Popen(guarded(argv, os.getpid()),
                                           stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                           start_new_session=True)
         self.host, self.port = host, port

@@ -329,3 +329,18 @@ def test_gap_toxiproxy_python_has_no_timeout(py_client, silent_port: int) -> Non
     with pytest.raises(ToxiproxyError):
         Toxiproxy(f"http://127.0.0.1:{silent_port}", timeout_s=0.5).version()
     assert not done.wait(2.0), f"toxiproxy-python returned instead of hanging: {outcome}"
+
+
+def test_the_server_counts_each_proxys_bytes_for_prometheus(tmp_path: Path, echo_addr: str) -> None:
+    """Started with -proxy-metrics (and a seed): GET /metrics has the proxy's byte counters, in Prometheus's format."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with ToxiproxyServer(log_path=tmp_path / "toxiproxy.log", seed=7) as server:
+        info = server.client().create_proxy("m1", "127.0.0.1:0", echo_addr)
+        assert _roundtrip(info.port, b"x" * 1000) == b"x" * 1000
+        text = urllib.request.urlopen(f"{server.url}/metrics", timeout=5).read().decode()
+    received = {(tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
+                for s in f.samples if s.name == "toxiproxy_proxy_received_bytes_total" and s.labels.get("proxy") == "m1"}
+    assert received and max(received.values()) >= 1000, text[-2000:]
