@@ -36,7 +36,7 @@ import yaml
 
 from chaos.errors import ChaosError, ScenarioError
 from chaos.exit_codes import ExitCode
-from chaos.json_output import STDOUT, emit_json, json_mode
+from chaos.json_output import add_json_argument, emit_json, json_mode
 
 if TYPE_CHECKING:
     from chaos.run_report import RunReport  # imported where used: the CLI starts fast
@@ -258,8 +258,7 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
 
 def _add_outputs(p: argparse.ArgumentParser, junit: bool = True) -> None:
     """--json (and --junit) of a command; simulate's --json comes with the scale simulator's flags."""
-    p.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH",
-                   help="the result as JSON: on stdout (people's text goes to stderr), or in PATH")
+    add_json_argument(p)
     if junit:
         p.add_argument("--junit", metavar="PATH", help="write the checks as JUnit XML (one test case per check)")
 

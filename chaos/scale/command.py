@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import ScenarioError
-from chaos.json_output import STDOUT, emit_json
+from chaos.json_output import STDOUT, add_json_argument, emit_json
 
 # flag -> plan field it overrides
 FLAG_FIELDS: dict[str, str] = {
@@ -56,8 +56,7 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep", metavar="FIELD=V1,V2,...",
                    help="run the plan once per value of one field, e.g. cluster.chips=150k,600k,2.4M")
     g.add_argument("--plot", metavar="PNG", help="with --sweep: goodput against the swept values")
-    g.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH",
-                   help="the results (or, without --scale, the report) as JSON: on stdout, or in PATH")
+    add_json_argument(g, "the results (or, without --scale, the report)")
     g.add_argument("--timeline", metavar="PNG", help="draw the run's timeline (short runs; not with --compare)")
     g.add_argument("--quiet", action="store_true", help="no progress display")
 
