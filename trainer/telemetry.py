@@ -53,6 +53,8 @@ class EventMetrics:
                                       buckets=_PARTICIPANTS, registry=r)
         self.round_wait = Histogram("diloco_merge_wait_seconds", "A round's opening to its merge", buckets=_SECONDS,
                                     registry=r)
+        self.quorum_wait = Histogram("diloco_quorum_wait_seconds", "A round's opening to its quorum",
+                                     buckets=_SECONDS, registry=r)
         self.grace_wait = Histogram("diloco_grace_wait_seconds", "Quorum reached to merge: the grace window used",
                                     buckets=_SECONDS, registry=r)
         self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=r)
@@ -93,6 +95,7 @@ class EventMetrics:
             self.merges.labels(fragment=str(e.fragment)).inc()
             self.participants.observe(len(e.participants))
             self.round_wait.observe(e.wait_s)
+            self.quorum_wait.observe(max(e.wait_s - e.quorum_wait_s, 0.0))
             self.grace_wait.observe(e.quorum_wait_s)
             self.version.labels(fragment=str(e.fragment)).set(e.version)
             self.tokens_merged.set(e.tokens_total)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from trainer import events as ev
@@ -41,6 +42,7 @@ def test_syncer_metrics_follow_its_events() -> None:
                                                                                    "incarnation": "s.0"}) == 1
     assert value("diloco_merged_tokens_total") == 64 * 4 / 2 and value("diloco_last_merge_timestamp_seconds") == 3.0
     assert b"diloco_grace_wait_seconds_bucket" in generate_latest(m.registry)
+    assert value("diloco_quorum_wait_seconds_sum") == pytest.approx(3 * (0.2 - 0.05))
 
 
 def test_learner_metrics_follow_its_events() -> None:
