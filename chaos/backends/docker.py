@@ -124,12 +124,13 @@ class DockerDeployment:
         vol = self.api.volumes.get(f"{self.dep.project}_runs")
         return Path(vol.attrs["Mountpoint"])
 
-    def stop_others(self, keep: str = "controller") -> list[str]:
-        """Stop every container of the project but ``keep``, so ``docker compose up`` returns after a run."""
+    def stop_others(self, keep: tuple[str, ...] = ("controller", "prometheus")) -> list[str]:
+        """Stop every container of the project but ``keep``, so ``docker compose up`` returns after a run.
+        Prometheus stays up: its data is there to be looked at after the run (`docker compose down` stops it)."""
         stopped = []
         for c in self.api.containers.list(filters={"label": f"com.docker.compose.project={self.dep.project}"}):
             service = c.labels.get("com.docker.compose.service", "")
-            if service != keep:
+            if service not in keep:
                 c.stop(timeout=5)
                 stopped.append(service)
         return stopped
