@@ -6,6 +6,10 @@ purpose and asserts that exactly the checker watching it reports ``fail``.
 
 from __future__ import annotations
 
+import json
+import urllib.request
+from pathlib import Path
+
 import pytest
 
 from chaos.negative_controls import CONTROLS, reference_scenario
@@ -27,6 +31,19 @@ def _run(run_chaos, name):
     assert v.status == "fail", v
     assert result.exit_code == 1
     return s, result, v
+
+
+def _the_run_announced_its_metrics_and_the_controller_stopped_serving(run_dir: Path) -> None:
+    """Every process announced its /metrics (trainer.telemetry), the controller too; the controller's server
+    stopped with the run (a port reused since by someone else would not serve our fault metrics)."""
+    targets = {p.stem: json.loads(p.read_text())[0] for p in (run_dir / "metrics").glob("*.json")}
+    assert {"controller", "syncer", "learner-0", "learner-1", "learner-2"} <= set(targets), targets
+    assert targets["controller"]["labels"]["role"] == "controller"
+    try:
+        body = urllib.request.urlopen(f"http://{targets['controller']['targets'][0]}/metrics", timeout=3).read()
+    except OSError:
+        return
+    assert b"diloco_fault_ops" not in body
 
 
 def test_every_control_is_run_here():
@@ -67,6 +84,7 @@ def test_reference_runs_synchronous_diloco_and_fails_a_trainer_that_does_not_tra
     sync = scenario_with("kill-one-learner", cluster={"token_budget": 600_000}).cluster.sync_diloco_reference()
     assert ok.report.reference.config_hash == sync.config_hash() != ok.report.baseline.config_hash
     assert (ok.out_dir / "reference.json").exists()
+    _the_run_announced_its_metrics_and_the_controller_stopped_serving(ok.out_dir)
     # Outer steps 1/70 of DiLoCo's: the global model barely moves, whatever the timing. The reference is cached.
     _, bad, v = _run(run_chaos, "outer-lr-1/70")
     assert bad.report.reference.cached and v.evidence["delta"] > 0.05
