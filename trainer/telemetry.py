@@ -5,7 +5,8 @@ updated by :meth:`EventMetrics.observe` as each event is written. So a scrape an
 agree by construction, and deterministic mode, which emits the same events, could serve the same metrics.
 
 Names follow Prometheus's conventions (``_total`` counters, ``_seconds`` and ``_bytes`` units, a ``diloco_``
-prefix); a unit's identity (``unit``, ``role``) is a label the scrape config adds, not one set here.
+prefix). A unit's identity (``unit``, ``role``) is a label its target adds (below), or, where a scrape config
+cannot know it (a learner replica found by DNS), ``diloco_unit_info{unit, incarnation}`` says it.
 
 A process started with ``--metrics-port`` serves its metrics and announces itself in
 ``RUN_DIR/metrics/<unit>.json``, a target file in the format of Prometheus's ``file_sd_configs``: a Prometheus
@@ -168,7 +169,12 @@ def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: str,
     if args.metrics_port is None:
         return None
     metrics = EventMetrics(num_fragments=num_fragments)
-    announce(run_dir, unit, role, MetricsServer.start(metrics.registry, args.metrics_host, args.metrics_port))
+    try:
+        server = MetricsServer.start(metrics.registry, args.metrics_host, args.metrics_port)
+    except OSError as err:  # a process exits before it does anything, saying why (SystemExit: to stderr, code 1)
+        raise SystemExit(f"error: cannot serve /metrics on {args.metrics_host}:{args.metrics_port}: {err}; pass "
+                         "another --metrics-port (0: a free one)") from None
+    announce(run_dir, unit, role, server)
     return metrics
 
 

@@ -96,3 +96,18 @@ def test_the_server_serves_what_the_events_counted() -> None:
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(text) for s in f.samples}
     assert samples[("diloco_rejections_total", (("call", "Upload"), ("reason", "stale_incarnation")))] == 1.0
+
+
+def test_a_taken_metrics_port_is_a_clear_error(tmp_path) -> None:
+    import argparse
+    import socket
+
+    from trainer.telemetry import expose
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        args = argparse.Namespace(metrics_port=held.getsockname()[1], metrics_host="127.0.0.1")
+        with pytest.raises(SystemExit, match=r"cannot serve /metrics on 127\.0\.0\.1:\d+: .*--metrics-port"):
+            expose(args, tmp_path, "learner-0", "learner")
+    assert not (tmp_path / "metrics" / "learner-0.json").exists()  # nothing announced
