@@ -49,6 +49,7 @@ def test_the_teardown_record_keeps_its_layout_and_reads_back_typed(tmp_path: Pat
     ex.backend = SimpleNamespace(tag="run-a", running_units=lambda: [],
                                  teardown=lambda: Teardown(exit_codes={"learner-0": -9, "syncer": 0}, problems=[]))
     ex.recorder = Recorder(tmp_path / "controller.jsonl")
+    ex.metrics_server = None  # the controller served no /metrics (RunOptions.metrics_port None)
     ex._teardown()
     (line,) = (tmp_path / "controller.jsonl").read_text().splitlines()
     assert json.loads(line)["detail"] == {"proxies_left": ["run-a-learner-0"], "processes_left": [],
