@@ -76,6 +76,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from chaos.k8s.export import export
+    from chaos.k8s.manifests import ClusterOptions
+
+    s = _load(args.scenario, args.seed, args.set)
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    done = export(s, Path(args.out), ClusterOptions(namespace=args.namespace, image=args.image), token)
+    print(f"{s.name}: {done.objects} objects written to {args.out}\n"
+          f"  kubectl apply -f {done.cluster}\n"
+          f"  kubectl apply -f {done.workflow}   # once training is steady (docs/kubernetes.md)")
+    emit_json(args.json, {"scenario": s.name, "cluster": str(done.cluster), "workflow": str(done.workflow),
+                          "scenario_file": str(done.scenario), "objects": done.objects})
+    return EXIT_PASS
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from chaos.fault_plan import plan
 
@@ -332,6 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(default liveness,reintegration,durability,safety)")
     se.add_argument("--out", help="where to write the shrunk scenario (default <name>-repro.yaml)")
     se.set_defaults(fn=cmd_search)
+    ex = sub.add_parser("export", help="write a scenario as Kubernetes manifests and a Chaos Mesh Workflow")
+    ex.add_argument("target", choices=["k8s"], help="what to export to (k8s: Kubernetes + Chaos Mesh)")
+    ex.add_argument("scenario", metavar="SCENARIO", help="a built-in name (see list) or a scenario file")
+    _add_overrides(ex)
+    ex.add_argument("--out", required=True, help="directory for cluster.yaml, workflow.yaml and scenario.json")
+    ex.add_argument("--namespace", default="diloco-chaos", help="namespace of every object (default diloco-chaos)")
+    ex.add_argument("--image", default="diloco-chaos:latest", help="the project's image, as the cluster pulls it")
+    ex.add_argument("--token-file", help="the run's shared token (default: a new random one)")
+    _add_outputs(ex, junit=False)
+    ex.set_defaults(fn=cmd_export)
     rep = sub.add_parser("report", help="re-run the checks and rewrite the reports of a run directory")
     rep.add_argument("run_dir", metavar="RUN_DIR")
     _add_outputs(rep)

@@ -1,0 +1,176 @@
+"""A scenario's fault plan as a Chaos Mesh ``Workflow``: every fault a branch that waits, then injects.
+
+The plan (:func:`chaos.fault_plan.plan`) says, for each fault, its kind, targets, start (seconds after steady
+state) and duration. The Workflow's entry is a ``Parallel`` template with one ``Serial`` branch per fault: a
+``Suspend`` for the start, then the chaos template whose ``deadline`` is the duration (Chaos Mesh recovers the
+fault when the deadline passes: our heal). Apply it once training is steady (the first merge), as the
+controller starts its clock then (``docs/kubernetes.md``).
+
+Each fault kind maps to the Chaos Mesh experiment that does the same thing to a pod, or is refused naming what
+is missing (:data:`UNSUPPORTED`): a test holds every kind of :data:`faults.kinds.KINDS` to one of the two.
+
+| kind | Chaos Mesh | how close |
+|---|---|---|
+| kill, stop, syncer_crash | PodChaos ``pod-failure`` for the duration | the container stops (SIGTERM, SIGKILL after the 5 s grace) and restarts when the deadline passes; ``restart: false`` stays down until the run's timeout |
+| partition, link_down, disconnect | NetworkChaos ``partition`` to/from the syncer pod | tc drops packets (Toxiproxy's proxy is disabled) — the same from both ends |
+| bandwidth | NetworkChaos ``bandwidth`` (``rate`` in KB/s, tc's ``kbps``) | tc's token bucket on the pod's interface, not per connection |
+| latency | NetworkChaos ``delay`` (latency, jitter) | the same |
+| slow, cpu_limit | StressChaos ``cpu`` (load = the CPU share taken away) | competes for the CPU rather than freezing it (slow) or capping it (cpu_limit) |
+
+Example:
+    >>> from chaos.scenario import builtin_scenarios, load_scenario
+    >>> w = workflow(load_scenario(builtin_scenarios()["kill-and-rejoin"]))
+    >>> [(t["name"], t["templateType"], t.get("deadline")) for t in w.body["spec"]["templates"]][1:]
+    [('fault-f0', 'Serial', None), ('wait-f0', 'Suspend', '3000ms'), ('f0', 'PodChaos', '8000ms')]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from chaos.errors import ScenarioError
+from chaos.fault_plan import Planned, plan
+from chaos.k8s.manifests import ClusterOptions
+from chaos.k8s.objects import Body, K8sObject
+from chaos.scenario import Scenario
+from faults.base import SYNCER
+from trainer.config import learner_ids
+
+CHAOS_API = "chaos-mesh.org/v1alpha1"
+SYNCER_POD = "syncer-0"  # the syncer StatefulSet's one pod (chaos.k8s.manifests)
+# tc's direction words, seen from the targeted learners: "to" the syncer, "from" it, or both.
+DIRECTIONS = {"to_syncer": "to", "from_syncer": "from", "both": "both"}
+
+# Kinds with no Chaos Mesh experiment that does the same thing, and what is missing.
+UNSUPPORTED: dict[str, str] = {
+    "pause": "Chaos Mesh cannot freeze a process (SIGSTOP); PodChaos only stops or restarts containers",
+    "corrupt": "it restarts a learner with --corrupt, which no Chaos Mesh experiment can do",
+    "reset_peer": "Chaos Mesh's NetworkChaos drops, delays or limits packets; it cannot send TCP resets",
+    "data_limit": "Chaos Mesh's NetworkChaos has no 'close after N bytes'",
+}
+
+
+def _name(fault_id: str) -> str:
+    """A template name Kubernetes accepts (lower-case letters, digits and '-').
+
+    >>> _name("Slow_Box.2")
+    'slow-box-2'
+    """
+    return re.sub(r"[^a-z0-9-]+", "-", fault_id.lower()).strip("-") or "fault"
+
+
+def template_name(fault_id: str, planned: list[Planned]) -> str:
+    """The fault's template name, unique in its Workflow ("a.0" and "a-0" would read the same: the later gets its
+    index in the plan).
+
+    >>> from types import SimpleNamespace as F
+    >>> plan = [F(fault_id="a.0"), F(fault_id="a-0")]
+    >>> template_name("a.0", plan), template_name("a-0", plan)
+    ('a-0', 'a-0-1')
+    """
+    ids = [p.fault_id for p in planned]
+    i = ids.index(fault_id)
+    name = _name(fault_id)
+    return name if all(_name(other) != name for other in ids[:i]) else f"{name}-{i}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
+
+
+@dataclass(frozen=True)
+class _Where:
+    """What a mapping needs beyond the fault: the namespace, and every learner (the syncer's partition)."""
+
+    namespace: str
+    learners: list[str]
+
+    def pods(self, names: list[str]) -> Body:
+        return {"mode": "all", "selector": {"pods": {self.namespace: names}}}
+
+
+def _pod_failure(p: Planned, w: _Where) -> tuple[str, Body]:
+    return "podChaos", {"action": "pod-failure", **w.pods([_pod(t) for t in p.targets])}
+
+
+def _pod(unit: str) -> str:
+    return SYNCER_POD if unit == SYNCER else unit  # pod learner-i of the learner StatefulSet is learner-i
+
+
+def _partition(p: Planned, w: _Where, action: str = "partition", **extra: Body) -> tuple[str, Body]:
+    if SYNCER in p.targets:  # the syncer cut off from every learner
+        source, target = [SYNCER_POD], w.learners
+    else:
+        source, target = list(p.targets), [SYNCER_POD]
+    direction = DIRECTIONS[str(p.params.get("direction", "both"))]
+    return "networkChaos", {"action": action, **w.pods(source), "direction": direction, "target": w.pods(target),
+                            **extra}
+
+
+def _bandwidth(p: Planned, w: _Where) -> tuple[str, Body]:
+    rate = int(p.params["rate_kbps"])
+    # limit: bytes queued before drops; buffer: the bucket's burst. tc wants both; these are Chaos Mesh's examples.
+    return _partition(p, w, "bandwidth", bandwidth={"rate": f"{rate}kbps", "limit": 20971520, "buffer": 10000})
+
+
+def _delay(p: Planned, w: _Where) -> tuple[str, Body]:
+    return _partition(p, w, "delay", delay={"latency": f"{int(p.params['latency_ms'])}ms",
+                                            "jitter": f"{int(p.params.get('jitter_ms', 0))}ms", "correlation": "0"})
+
+
+def _stress(p: Planned, w: _Where) -> tuple[str, Body]:
+    taken = float(p.params["fraction"]) if p.kind == "slow" else 1.0 - min(float(p.params["cpus"]), 1.0)
+    return "stressChaos", {**w.pods([_pod(t) for t in p.targets]),
+                           "stressors": {"cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}}}
+
+
+MAPPING: dict[str, Callable[[Planned, _Where], tuple[str, Body]]] = {
+    "kill": _pod_failure, "stop": _pod_failure, "syncer_crash": _pod_failure,
+    "partition": _partition, "link_down": _partition, "disconnect": _partition,
+    "bandwidth": _bandwidth, "latency": _delay,
+    "slow": _stress, "cpu_limit": _stress,
+}
+_TEMPLATE_TYPE = {"podChaos": "PodChaos", "networkChaos": "NetworkChaos", "stressChaos": "StressChaos"}
+
+
+def unsupported(planned: list[Planned]) -> list[str]:
+    """Why each fault of the plan cannot be exported (empty: all can)."""
+    out = []
+    for p in planned:
+        if p.kind in UNSUPPORTED:
+            out.append(f"fault {p.fault_id!r} ({p.kind}): {UNSUPPORTED[p.kind]}")
+        elif p.kind not in MAPPING:
+            out.append(f"fault {p.fault_id!r} ({p.kind}): no Chaos Mesh mapping for this kind")
+        elif p.at is None:
+            out.append(f"fault {p.fault_id!r} ({p.kind}): starts at merge {p.at_merge}; a Workflow starts steps "
+                       "by time only: give it 'at' seconds")
+    return out
+
+
+def workflow(scenario: Scenario, opts: ClusterOptions = ClusterOptions()) -> K8sObject:
+    """The scenario's faults as one Workflow; raises ScenarioError naming every fault it cannot map."""
+    planned = plan(scenario)
+    problems = unsupported(planned)
+    if problems:
+        raise ScenarioError(f"{scenario.name}: cannot export to Chaos Mesh: " + "; ".join(problems))
+    where = _Where(opts.namespace, learner_ids(scenario.cluster.algorithm.num_learners))
+    branches: list[str] = []
+    templates: list[Body] = []
+    for p in planned:
+        name = template_name(p.fault_id, planned)
+        assert p.at is not None  # unsupported() refused the others
+        duration = p.duration
+        if p.kind in ("kill", "stop") and not p.params.get("restart", True):
+            duration = max(scenario.timeout_s - p.at, p.duration)  # never restarted: down until the run's end
+        field, spec = MAPPING[p.kind](p, where)
+        branches.append(f"fault-{name}")
+        templates += [{"name": f"fault-{name}", "templateType": "Serial", "children": [f"wait-{name}", name]},
+                      {"name": f"wait-{name}", "templateType": "Suspend", "deadline": _ms(p.at)},
+                      {"name": name, "templateType": _TEMPLATE_TYPE[field], "deadline": _ms(duration),
+                       field: spec}]
+    entry = {"name": "schedule", "templateType": "Parallel", "children": branches}
+    return K8sObject(CHAOS_API, "Workflow", _name(scenario.name), opts.namespace,
+                     {"spec": {"entry": "schedule", "templates": [entry, *templates]}},
+                     annotations={"diloco-chaos/scenario": scenario.name, "diloco-chaos/seed": str(scenario.seed)})

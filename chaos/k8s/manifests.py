@@ -1,0 +1,122 @@
+"""The cluster of a scenario as Kubernetes objects: the syncer and the learners, their config and credentials.
+
+| object | what it holds |
+|---|---|
+| ConfigMap ``diloco-config`` | the scenario's resolved run config (``config.yaml``), which every process reads |
+| Secret ``diloco-credentials`` | the run's shared token (key ``syncer``) and each learner's own credential |
+| StatefulSet + Service ``syncer`` | one syncer; gRPC health probes; its checkpoints and events on a volume |
+| StatefulSet + headless Service ``learner`` | M learners: pod ``learner-i`` is learner ``learner-i`` |
+
+Every pod serves Prometheus ``/metrics`` on port 9400 (``prometheus.io/*`` annotations) and writes its events
+to ``/data/run/events/`` on its own volume, where ``kubectl cp`` collects them for ``diloco-chaos report``.
+The token is random (a secret: not derived from the scenario's seed) unless given.
+
+Example:
+    >>> from chaos.scenario import builtin_scenarios, load_scenario
+    >>> objs = cluster_objects(load_scenario(builtin_scenarios()["kill-one-learner"]), token="t" * 32)
+    >>> [(o.kind, o.name) for o in objs]  # doctest: +NORMALIZE_WHITESPACE
+    [('ConfigMap', 'diloco-config'), ('Secret', 'diloco-credentials'), ('Service', 'syncer'),
+     ('StatefulSet', 'syncer'), ('Service', 'learner'), ('StatefulSet', 'learner')]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chaos.container_probe import METRICS_PORT
+from chaos.k8s.objects import Body, K8sObject
+from chaos.scenario import Scenario
+from trainer.config import learner_ids
+from trainer.core.credentials import learner_credential
+
+SYNCER_PORT = 50051
+CONFIG_DIR = "/etc/diloco"
+CREDENTIALS_DIR = "/etc/diloco/credentials"
+RUN_DIR = "/data/run"
+UNIT_UID = 1000  # the image's unprivileged user (docker/Dockerfile)
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    namespace: str = "diloco-chaos"
+    image: str = "diloco-chaos:latest"
+    storage: str = "1Gi"  # each pod's volume: checkpoints (syncer), events (all)
+    cpu: str = "1"  # requests per pod: the tiny model trains on one core
+    memory: str = "2Gi"
+
+
+def _pod_spec(container: Body, opts: ClusterOptions) -> Body:
+    return {
+        "securityContext": {"runAsUser": UNIT_UID, "runAsGroup": UNIT_UID, "fsGroup": UNIT_UID,
+                            "runAsNonRoot": True},
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": "diloco-config"}},
+                    {"name": "credentials", "secret": {"secretName": "diloco-credentials", "defaultMode": 0o440}}],
+    }
+
+
+def _container(name: str, args: list[str], opts: ClusterOptions, ports: list[Body], probes: Body) -> Body:
+    return {
+        "name": name, "image": opts.image, "imagePullPolicy": "IfNotPresent", "args": args,
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "ports": [*ports, {"name": "metrics", "containerPort": METRICS_PORT}],
+        "resources": {"requests": {"cpu": opts.cpu, "memory": opts.memory}},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                         {"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True},
+                         {"name": "data", "mountPath": "/data"}],
+        **probes,
+    }
+
+
+def _statefulset(name: str, replicas: int, container: Body, opts: ClusterOptions) -> K8sObject:
+    labels = {"app.kubernetes.io/name": "diloco-chaos", "app.kubernetes.io/component": name}
+    return K8sObject("apps/v1", "StatefulSet", name, opts.namespace, {"spec": {
+        "serviceName": name, "replicas": replicas, "podManagementPolicy": "Parallel",
+        "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels, "annotations": {
+            "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"}},
+            "spec": _pod_spec(container, opts)},
+        "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}}}],
+    }}, labels={"app.kubernetes.io/component": name})
+
+
+def _service(name: str, ports: list[Body], opts: ClusterOptions, headless: bool = False) -> K8sObject:
+    spec: Body = {"selector": {"app.kubernetes.io/name": "diloco-chaos", "app.kubernetes.io/component": name},
+                  "ports": ports}
+    if headless:
+        spec["clusterIP"] = "None"
+    return K8sObject("v1", "Service", name, opts.namespace, {"spec": spec}, labels={"app.kubernetes.io/component": name})
+
+
+def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = ClusterOptions()) -> list[K8sObject]:
+    """The objects that run ``scenario``'s cluster (its faults: :func:`chaos.k8s.chaos_mesh.workflow`)."""
+    cfg = scenario.cluster
+    learners = learner_ids(cfg.algorithm.num_learners)
+    config = K8sObject("v1", "ConfigMap", "diloco-config", opts.namespace, {"data": {"config.yaml": cfg.to_yaml()}},
+                       annotations={"diloco-chaos/scenario": scenario.name,
+                                    "diloco-chaos/config-hash": cfg.config_hash()})
+    credentials = K8sObject("v1", "Secret", "diloco-credentials", opts.namespace, {
+        "type": "Opaque",
+        "stringData": {"syncer": token, **{lid: learner_credential(token, lid) for lid in learners}}})
+    grpc_probe = {"grpc": {"port": SYNCER_PORT}}
+    syncer = _container("syncer", [
+        "python", "-m", "trainer.syncer", "--config", f"{CONFIG_DIR}/config.yaml", "--run-dir", RUN_DIR,
+        "--host", "0.0.0.0", "--port", str(SYNCER_PORT), "--token-file", f"{CREDENTIALS_DIR}/syncer",
+        "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT)], opts,
+        [{"name": "grpc", "containerPort": SYNCER_PORT}],
+        {"readinessProbe": {**grpc_probe, "periodSeconds": 2},
+         "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6}})
+    learner = _container("learner", [
+        "python", "-m", "trainer.learner", "--config", f"{CONFIG_DIR}/config.yaml", "--id", "$(POD_NAME)",
+        "--syncer", f"syncer:{SYNCER_PORT}", "--run-dir", RUN_DIR, "--token-file", f"{CREDENTIALS_DIR}/$(POD_NAME)",
+        "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT)], opts, [],
+        {"livenessProbe": {"httpGet": {"path": "/metrics", "port": METRICS_PORT}, "periodSeconds": 10,
+                           "failureThreshold": 6}})
+    metrics_port = {"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}
+    return [config, credentials,
+            _service("syncer", [{"name": "grpc", "port": SYNCER_PORT, "targetPort": SYNCER_PORT}, metrics_port], opts),
+            _statefulset("syncer", 1, syncer, opts),
+            _service("learner", [metrics_port], opts, headless=True),
+            _statefulset("learner", len(learners), learner, opts)]

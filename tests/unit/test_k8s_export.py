@@ -1,0 +1,108 @@
+"""chaos.k8s: every fault kind is mapped to Chaos Mesh or refused with its reason, and a scenario's faults survive
+the mapping: read back from the Workflow, each fault's start, duration and targets are the plan's."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from hypothesis import given
+
+from chaos.errors import ScenarioError
+from chaos.fault_plan import plan
+from chaos.k8s.chaos_mesh import MAPPING, SYNCER_POD, UNSUPPORTED, template_name, workflow
+from chaos.k8s.export import export
+from chaos.k8s.manifests import ClusterOptions, cluster_objects
+from chaos.k8s.objects import dump_all
+from chaos.scenario import builtin_scenarios, load_scenario, scenario_with
+from chaos.strategies import fault_schedules, to_scenario
+from faults.kinds import KINDS
+
+EXPORTABLE = sorted(MAPPING)
+REFUSED = {"corrupt-learner", "random-mix"}  # kinds without a Chaos Mesh equivalent (UNSUPPORTED)
+
+
+def _read_back(manifest: dict) -> dict[str, tuple[float, float, tuple[str, ...], str]]:
+    """Per fault template: (start s, duration s, targeted units, template type), from the Workflow alone."""
+    templates = {t["name"]: t for t in manifest["spec"]["templates"]}
+    entry = templates[manifest["spec"]["entry"]]
+    out = {}
+    for branch in entry["children"]:
+        wait, fault = (templates[c] for c in templates[branch]["children"])
+        body = next(v for k, v in fault.items() if k.endswith("Chaos"))
+        pods = next(iter(body["selector"]["pods"].values()))
+        units = tuple(sorted("syncer" if p == SYNCER_POD else p for p in pods))
+        out[fault["name"]] = (int(wait["deadline"][:-2]) / 1000, int(fault["deadline"][:-2]) / 1000, units,
+                              fault["templateType"])
+    return out
+
+
+def _round_trip(scenario) -> None:
+    manifest = yaml.safe_load(dump_all([workflow(scenario)]))
+    back = _read_back(manifest)
+    planned = plan(scenario)
+    assert len(back) == len(planned)
+    for p in planned:
+        start, duration, units, _ = back[template_name(p.fault_id, planned)]
+        assert start == pytest.approx(p.at, abs=5e-4), p
+        if p.params.get("restart", True):
+            assert duration == pytest.approx(p.duration, abs=5e-4), p
+        else:  # a learner never restarted stays down until the run's end
+            assert duration >= p.duration and start + duration >= scenario.timeout_s - 1e-3, p
+        assert units == tuple(sorted(p.targets)), p
+
+
+def test_every_kind_is_mapped_or_refused_with_a_reason() -> None:
+    assert set(MAPPING) | set(UNSUPPORTED) == set(KINDS) and not set(MAPPING) & set(UNSUPPORTED)
+
+
+@pytest.mark.parametrize("name", sorted(set(builtin_scenarios()) - REFUSED))
+def test_a_builtin_scenarios_faults_survive_the_mapping(name: str) -> None:
+    _round_trip(load_scenario(builtin_scenarios()[name]))
+
+
+@given(fault_schedules(learners=3, kinds=[k for k in EXPORTABLE if not KINDS[k].containers]))
+def test_generated_schedules_survive_the_mapping(schedule) -> None:
+    template = load_scenario(builtin_scenarios()["kill-one-learner"])
+    _round_trip(to_scenario(template, schedule, outer_step_s=0.7))
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_kind_without_an_equivalent_is_refused_by_name_and_nothing_is_written(name: str, tmp_path) -> None:
+    s = load_scenario(builtin_scenarios()[name])
+    kinds = {p.kind for p in plan(s)} & set(UNSUPPORTED)
+    with pytest.raises(ScenarioError) as err:
+        export(s, tmp_path / "out")
+    assert all(f"({k}): {UNSUPPORTED[k]}" in str(err.value) for k in kinds), err.value
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fault_started_by_merge_count_is_refused() -> None:
+    s = scenario_with("kill-one-learner", schedule=[{"fault": "kill", "targets": ["learner-1"], "at_merge": 5,
+                                                     "duration": 3}])
+    with pytest.raises(ScenarioError, match="starts at merge 5; a Workflow starts steps by time only"):
+        workflow(s)
+
+
+def test_network_faults_keep_direction_and_parameters() -> None:
+    s = scenario_with("kill-one-learner", schedule=[
+        {"fault": "partition", "id": "p", "targets": ["learner-0"], "at": 1, "duration": 2, "direction": "to_syncer"},
+        {"fault": "latency", "id": "l", "targets": ["learner-1"], "at": 1, "duration": 2, "latency_ms": 100,
+         "jitter_ms": 20},
+        {"fault": "bandwidth", "id": "b", "targets": ["learner-2"], "at": 1, "duration": 2, "rate_kbps": 300}])
+    t = {x["name"]: x for x in workflow(s).body["spec"]["templates"]}
+    assert t["p"]["networkChaos"]["direction"] == "to" and t["p"]["networkChaos"]["action"] == "partition"
+    assert t["p"]["networkChaos"]["target"]["selector"]["pods"] == {"diloco-chaos": [SYNCER_POD]}
+    assert t["l"]["networkChaos"]["delay"] == {"latency": "100ms", "jitter": "20ms", "correlation": "0"}
+    assert t["b"]["networkChaos"]["bandwidth"]["rate"] == "300kbps"
+
+
+def test_the_cluster_runs_the_scenarios_config_with_a_credential_per_learner() -> None:
+    s = load_scenario(builtin_scenarios()["kill-one-learner"])
+    objs = {(o.kind, o.name): o.manifest() for o in cluster_objects(s, token="t" * 32, opts=ClusterOptions("ns"))}
+    assert yaml.safe_load(objs[("ConfigMap", "diloco-config")]["data"]["config.yaml"]) == \
+        yaml.safe_load(s.cluster.to_yaml())
+    creds = objs[("Secret", "diloco-credentials")]["stringData"]
+    assert set(creds) == {"syncer", "learner-0", "learner-1", "learner-2"} and creds["syncer"] == "t" * 32
+    assert len(set(creds.values())) == 4  # each learner its own credential
+    learners = objs[("StatefulSet", "learner")]["spec"]
+    assert learners["replicas"] == 3 and "--id" in learners["template"]["spec"]["containers"][0]["args"]
