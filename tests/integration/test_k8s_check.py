@@ -59,3 +59,20 @@ def test_a_broken_manifest_is_rejected_naming_the_document_and_the_field(k8schec
                in x for x in lines), lines
     assert any("bad-workflow.yaml: document 1" in x and "can not find a template with name wait-nowhere" in x
                for x in lines), lines
+
+
+def test_the_collectors_fixture_is_chaos_meshs_own_format(k8scheck: str, tmp_path: Path) -> None:
+    """tests/unit/test_k8s_collect.py feeds the collector Chaos Mesh objects with their status: they decode
+    strictly into Chaos Mesh's types (WorkflowNode, PodChaos with its records), so the fixture is the real shape."""
+    import yaml
+
+    from tests.unit.test_k8s_collect import chaos_mesh_objects
+
+    flow, nodes, chaos = chaos_mesh_objects(load_scenario(builtin_scenarios()["kill-and-rejoin"]),
+                                            {"f0": (100.0, 108.0)}, 97.0)
+    for obj in [flow, *nodes, *chaos]:
+        obj["metadata"].setdefault("namespace", "diloco-chaos")
+    fixture = tmp_path / "fixture.yaml"
+    fixture.write_text(yaml.safe_dump_all([flow, *nodes, *chaos], sort_keys=False))
+    r = _check(k8scheck, fixture)
+    assert r.returncode == 0 and r.stdout.strip() == "ok: 3 objects", r.stdout + r.stderr

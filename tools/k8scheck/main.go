@@ -28,6 +28,7 @@ var types = map[string]func() any{
 	"v1/ServiceAccount":                    func() any { return &corev1.ServiceAccount{} },
 	"apps/v1/StatefulSet":                  func() any { return &appsv1.StatefulSet{} },
 	"chaos-mesh.org/v1alpha1/Workflow":     func() any { return &chaosv1.Workflow{} },
+	"chaos-mesh.org/v1alpha1/WorkflowNode": func() any { return &chaosv1.WorkflowNode{} },
 	"chaos-mesh.org/v1alpha1/PodChaos":     func() any { return &chaosv1.PodChaos{} },
 	"chaos-mesh.org/v1alpha1/NetworkChaos": func() any { return &chaosv1.NetworkChaos{} },
 	"chaos-mesh.org/v1alpha1/StressChaos":  func() any { return &chaosv1.StressChaos{} },

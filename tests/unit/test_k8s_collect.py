@@ -1,0 +1,112 @@
+"""chaos.k8s.collect: Chaos Mesh's records of a cluster run become the controller's history, and a run directory
+gathered that way is judged by the same checkers (deterministic mode's run, its faults re-told by Chaos Mesh)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from chaos.analysis import analyse
+from chaos.errors import ChaosError
+from chaos.fault_plan import plan
+from chaos.history import FaultOp, History
+from chaos.k8s.chaos_mesh import template_name, workflow
+from chaos.k8s.collect import NODE_LABEL, WORKFLOW_LABEL, controller_records
+from chaos.scenario import builtin_scenarios, load_scenario
+from chaos.sim import simulate
+
+
+def _stamp(ts: float) -> str:
+    """As Kubernetes writes a metav1.Time: whole seconds (Chaos Mesh's event times are no finer)."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def chaos_mesh_objects(scenario, windows: dict[str, tuple[float, float]], steady: float):
+    """What Chaos Mesh would hold after running the exported Workflow with these fault windows: the Workflow,
+    one WorkflowNode per fault template, and the chaos object each made, with its per-pod Apply/Recover events."""
+    flow = workflow(scenario).manifest()
+    flow["metadata"]["creationTimestamp"] = _stamp(steady)
+    name = flow["metadata"]["name"]
+    planned = plan(scenario)
+    nodes, chaos = [], []
+    templates = {t["name"]: t for t in flow["spec"]["templates"]}
+    for p in planned:
+        tname = template_name(p.fault_id, planned)
+        t = templates[tname]
+        node = f"{tname}-x7k2p"
+        nodes.append({"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "WorkflowNode",
+                      "metadata": {"name": node, "labels": {WORKFLOW_LABEL: name}},
+                      "spec": {"templateName": tname, "workflowName": name, "type": t["templateType"]}})
+        start, end = windows[p.fault_id]
+        field = next(k for k in t if k.endswith("Chaos"))
+        pods = next(iter(t[field]["selector"]["pods"].values()))
+        records = [{"id": f"diloco-chaos/{pod}", "selectorKey": ".", "phase": "Not Injected", "injectedCount": 1,
+                    "recoveredCount": 1, "events": [
+                        {"type": "Succeeded", "operation": "Apply", "timestamp": _stamp(start)},
+                        {"type": "Succeeded", "operation": "Recover", "timestamp": _stamp(end)}]} for pod in pods]
+        chaos.append({"apiVersion": "chaos-mesh.org/v1alpha1", "kind": t["templateType"],
+                      "metadata": {"name": f"{node}-chaos", "labels": {WORKFLOW_LABEL: name, NODE_LABEL: node}},
+                      "spec": t[field], "status": {"experiment": {"containerRecords": records}}})
+    return flow, nodes, chaos
+
+
+def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_verdicts(tmp_path: Path) -> None:
+    s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
+    sim_dir = tmp_path / "sim"
+    original = simulate(s).write(sim_dir)
+    h = History.read(sim_dir)
+    windows = {w.fault_id: (w.start, w.end) for w in h.fault_windows()}
+    flow, nodes, chaos = chaos_mesh_objects(s, windows, h.phase("steady").ts)
+
+    cluster = tmp_path / "cluster"
+    (cluster / "events").mkdir(parents=True)
+    for f in (sim_dir / "events").glob("*.jsonl"):
+        (cluster / "events" / f.name).write_bytes(f.read_bytes())
+    (cluster / "scenario.json").write_text(s.model_dump_json())
+    (cluster / "controller.jsonl").write_text(
+        "".join(r.model_dump_json() + "\n" for r in controller_records(s, flow, nodes, chaos)))
+
+    back = {w.fault_id: w for w in History.read(cluster).fault_windows()}
+    for w in h.fault_windows():  # to the second, as Chaos Mesh records them
+        assert back[w.fault_id].targets == w.targets and w.start - 1 < back[w.fault_id].start <= w.start
+        assert w.end - 1 < back[w.fault_id].end <= w.end
+    judged = analyse(s, cluster, original.report.baseline)  # the same fault-free run to compare with
+    assert {v.name: v.status for v in judged.verdicts} == {v.name: v.status for v in original.report.verdicts}
+    assert judged.report.backend == "k8s" and judged.report.teardown.problems == []
+
+
+def test_a_fault_chaos_mesh_never_recovered_is_a_teardown_problem() -> None:
+    s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
+    flow, nodes, chaos = chaos_mesh_objects(s, {"f0": (100.0, 108.0)}, 97.0)
+    for record in chaos[0]["status"]["experiment"]["containerRecords"]:
+        record["events"] = record["events"][:1]  # applied, never recovered
+    records = controller_records(s, flow, nodes, chaos)
+    assert [r.action for r in records if isinstance(r, FaultOp)] == ["inject", "inject"]
+    assert records[-1].detail.problems == ["Chaos Mesh recorded no recovery of f0"]
+
+
+def test_a_failed_apply_is_a_failed_inject_with_chaos_meshs_message() -> None:
+    s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
+    flow, nodes, chaos = chaos_mesh_objects(s, {"f0": (100.0, 108.0)}, 97.0)
+    chaos[0]["status"]["experiment"]["containerRecords"][0]["events"] = [
+        {"type": "Failed", "operation": "Apply", "message": "pod not found", "timestamp": _stamp(100.0)}]
+    ops = [(r.action, r.outcome, r.error) for r in controller_records(s, flow, nodes, chaos) if isinstance(r, FaultOp)]
+    assert ops == [("inject", "invoke", ""), ("inject", "fail", "pod not found")]
+
+
+def test_a_chaos_object_of_another_workflow_is_refused_by_name() -> None:
+    s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
+    flow, nodes, chaos = chaos_mesh_objects(s, {"f0": (100.0, 108.0)}, 97.0)
+    chaos[0]["metadata"]["labels"][NODE_LABEL] = "someone-elses-node"
+    with pytest.raises(ChaosError, match="WorkflowNode 'someone-elses-node' is not one of scenario kill-and-rejoin"):
+        controller_records(s, flow, nodes, chaos)
+
+
+def test_the_fixture_is_chaos_meshs_format() -> None:
+    """The objects above are what tools/k8scheck decodes strictly (tests/integration/test_k8s_check.py)."""
+    s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
+    _, _, chaos = chaos_mesh_objects(s, {"f0": (100.0, 108.0)}, 97.0)
+    assert json.loads(json.dumps(chaos))[0]["kind"] == "PodChaos"
