@@ -91,6 +91,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_collect(args: argparse.Namespace) -> int:
+    from chaos.k8s.gather import gather
+
+    s = gather(Path(args.export_dir), Path(args.out), args.namespace, args.kubectl)
+    print(f"{s.name}: gathered into {args.out}; judge it with: diloco-chaos report {args.out}")
+    return EXIT_PASS
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from chaos.fault_plan import plan
 
@@ -357,6 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--token-file", help="the run's shared token (default: a new random one)")
     _add_outputs(ex, junit=False)
     ex.set_defaults(fn=cmd_export)
+    co = sub.add_parser("collect", help="gather a Kubernetes run (events, Chaos Mesh's fault records) into a run "
+                                        "directory for `report`")
+    co.add_argument("target", choices=["k8s"])
+    co.add_argument("export_dir", metavar="EXPORT_DIR", help="the directory `export k8s` wrote (its scenario.json)")
+    co.add_argument("--out", required=True, help="the run directory to write (new or empty)")
+    co.add_argument("--namespace", default="diloco-chaos")
+    co.add_argument("--kubectl", default="kubectl", help="the kubectl to run (default: the one on PATH)")
+    co.set_defaults(fn=cmd_collect)
     rep = sub.add_parser("report", help="re-run the checks and rewrite the reports of a run directory")
     rep.add_argument("run_dir", metavar="RUN_DIR")
     _add_outputs(rep)

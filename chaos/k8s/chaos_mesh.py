@@ -149,6 +149,11 @@ def unsupported(planned: list[Planned]) -> list[str]:
     return out
 
 
+def workflow_name(scenario: Scenario) -> str:
+    """The Workflow is named after its scenario (what ``diloco-chaos collect k8s`` looks for)."""
+    return _name(scenario.name)
+
+
 def workflow(scenario: Scenario, opts: ClusterOptions = ClusterOptions()) -> K8sObject:
     """The scenario's faults as one Workflow; raises ScenarioError naming every fault it cannot map."""
     planned = plan(scenario)
@@ -171,6 +176,6 @@ def workflow(scenario: Scenario, opts: ClusterOptions = ClusterOptions()) -> K8s
                       {"name": name, "templateType": _TEMPLATE_TYPE[field], "deadline": _ms(duration),
                        field: spec}]
     entry = {"name": "schedule", "templateType": "Parallel", "children": branches}
-    return K8sObject(CHAOS_API, "Workflow", _name(scenario.name), opts.namespace,
+    return K8sObject(CHAOS_API, "Workflow", workflow_name(scenario), opts.namespace,
                      {"spec": {"entry": "schedule", "templates": [entry, *templates]}},
                      annotations={"diloco-chaos/scenario": scenario.name, "diloco-chaos/seed": str(scenario.seed)})

@@ -1,0 +1,67 @@
+"""``diloco-chaos collect k8s``: gather a cluster run into a run directory with kubectl (the I/O shell around
+:mod:`chaos.k8s.collect`).
+
+    RUN_DIR/scenario.json      copied from the export directory
+    RUN_DIR/events/*.jsonl     each pod's events (kubectl cp from /data/run/events)
+    RUN_DIR/controller.jsonl   the faults' history, from Chaos Mesh's records
+    RUN_DIR/k8s/*.json         the Workflow, its nodes and chaos objects as kubectl printed them (evidence)
+
+Then ``diloco-chaos report RUN_DIR`` judges it. Nothing here has run against a real cluster in this project's
+CI (none can run on its machines); the conversion it relies on is tested (tests/unit/test_k8s_collect.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from chaos.errors import ChaosError
+from chaos.k8s.chaos_mesh import SYNCER_POD, workflow_name
+from chaos.k8s.collect import WORKFLOW_LABEL, Obj, controller_records
+from chaos.k8s.manifests import RUN_DIR
+from chaos.scenario import Scenario, parse_scenario
+from trainer.config import learner_ids
+
+CHAOS_KINDS = "podchaos,networkchaos,stresschaos"
+
+
+def _kubectl(kubectl: str, *args: str) -> str:
+    try:
+        done = subprocess.run([kubectl, *args], capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise ChaosError(f"no {kubectl!r} on PATH: install kubectl, or pass --kubectl PATH") from None
+    if done.returncode != 0:
+        raise ChaosError(f"kubectl {' '.join(args)} failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def _get(kubectl: str, namespace: str, *args: str) -> Obj:
+    return json.loads(_kubectl(kubectl, "get", "-n", namespace, "-o", "json", *args))
+
+
+def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kubectl") -> Scenario:
+    scenario_file = export_dir / "scenario.json"
+    if not scenario_file.exists():
+        raise ChaosError(f"{export_dir}: no scenario.json; pass the directory `diloco-chaos export k8s` wrote")
+    scenario = parse_scenario(json.loads(scenario_file.read_text()), str(scenario_file))
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ChaosError(f"{run_dir} is not empty; choose a new run directory")
+    name = workflow_name(scenario)
+    selector = f"{WORKFLOW_LABEL}={name}"
+    flow = _get(kubectl, namespace, "workflow", name)
+    nodes = _get(kubectl, namespace, "workflownodes", "-l", selector)["items"]
+    chaos = _get(kubectl, namespace, CHAOS_KINDS, "-l", selector)["items"]
+    records = controller_records(scenario, flow, nodes, chaos)
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "k8s").mkdir()
+    for label, obj in (("workflow", flow), ("workflownodes", nodes), ("chaos", chaos)):
+        (run_dir / "k8s" / f"{label}.json").write_text(json.dumps(obj, indent=2))
+    units = [(SYNCER_POD, "syncer"), *((lid, lid) for lid in learner_ids(scenario.cluster.algorithm.num_learners))]
+    for pod, unit in units:  # each pod's own volume holds its events (chaos.k8s.manifests)
+        _kubectl(kubectl, "cp", f"{namespace}/{pod}:{RUN_DIR}/events/{unit}.jsonl",
+                 str(run_dir / "events" / f"{unit}.jsonl"))
+    shutil.copy(scenario_file, run_dir / "scenario.json")
+    (run_dir / "controller.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records))
+    return scenario
