@@ -53,7 +53,7 @@ class ActiveRun:
 
     def unit_of(self, service: str, hostname: str) -> str | None:
         """Which unit a container of ``service`` is: the syncer, or the learner its host name was given."""
-        return self.hosts.get(hostname) if service == "learner" else service
+        return self.hosts.get(hostname) if service == "learner" else service  # = docker.LEARNER_SERVICE
 
     def write(self, path: Path = ACTIVE) -> None:
         tmp = path.with_suffix(".tmp")
