@@ -77,12 +77,17 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from chaos.k8s.export import export
     from chaos.k8s.manifests import ClusterOptions
 
     s = _load(args.scenario, args.seed, args.set)
     token = Path(args.token_file).read_text().strip() if args.token_file else None
-    done = export(s, Path(args.out), ClusterOptions(namespace=args.namespace, image=args.image), token)
+    opts = ClusterOptions(namespace=args.namespace, image=args.image)
+    if args.kubectl_image:
+        opts = dataclasses.replace(opts, kubectl_image=args.kubectl_image)
+    done = export(s, Path(args.out), opts, token)
     print(f"{s.name}: {done.objects} objects written to {args.out}\n"
           f"  kubectl apply -f {done.cluster}\n"
           f"  kubectl apply -f {done.workflow}   # once training is steady (docs/kubernetes.md)")
@@ -363,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--namespace", default="diloco-chaos", help="namespace of every object (default diloco-chaos)")
     ex.add_argument("--image", default="diloco-chaos:latest", help="the project's image, as the cluster pulls it")
     ex.add_argument("--token-file", help="the run's shared token (default: a new random one)")
+    ex.add_argument("--kubectl-image", help="image of the Workflow's exec steps (pause, slow, corrupt; default "
+                                            "registry.k8s.io/kubectl, the version of the checked API types)")
     _add_outputs(ex, junit=False)
     ex.set_defaults(fn=cmd_export)
     co = sub.add_parser("collect", help="gather a Kubernetes run (events, Chaos Mesh's fault records) into a run "

@@ -460,15 +460,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tls-ca", help="CA certificate to verify the syncer's TLS certificate")
     ap.add_argument("--corrupt", choices=CORRUPT_MODES,
                     help="fault injection: upload NaN or garbage instead of real updates (chaos tests)")
+    ap.add_argument("--corrupt-file", type=Path,
+                    help="if this file exists, start corrupt in the mode it names (Kubernetes: faults.in_pod)")
     add_metrics_arguments(ap)
     args = ap.parse_args(argv)
+    corrupt = args.corrupt
+    if corrupt is None and args.corrupt_file is not None and args.corrupt_file.exists():
+        corrupt = args.corrupt_file.read_text().strip()
+        if corrupt not in CORRUPT_MODES:
+            print(f"error: {args.corrupt_file} names corrupt mode {corrupt!r}; it must be one of {CORRUPT_MODES}",
+                  file=sys.stderr)
+            return 2
     cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     learner = Learner(cfg, args.id, args.syncer, token, Path(args.run_dir), tls_ca=args.tls_ca,
-                      corrupt=args.corrupt, metrics=expose(args, Path(args.run_dir), args.id, "learner"))
+                      corrupt=corrupt, metrics=expose(args, Path(args.run_dir), args.id, "learner"))
     try:
         learner.run(stop)
     except TrainerError as err:

@@ -15,7 +15,8 @@ is missing (:data:`UNSUPPORTED`): a test holds every kind of :data:`faults.kinds
 | partition, link_down, disconnect | NetworkChaos ``partition`` to/from the syncer pod | tc drops packets (Toxiproxy's proxy is disabled) — the same from both ends |
 | bandwidth | NetworkChaos ``bandwidth`` (``rate`` in KB/s, tc's ``kbps``) | tc's token bucket on the pod's interface, not per connection |
 | latency | NetworkChaos ``delay`` (latency, jitter) | the same |
-| slow, cpu_limit | StressChaos ``cpu`` (load = the CPU share taken away) | competes for the CPU rather than freezing it (slow) or capping it (cpu_limit) |
+| cpu_limit | StressChaos ``cpu`` (load = the CPU share taken away) | competes for the CPU rather than capping it |
+| pause, slow, corrupt | exec steps: ``kubectl exec`` of :mod:`faults.in_pod` in each target's pod (a Task) | the same signals |
 
 Example:
     >>> from chaos.scenario import builtin_scenarios, load_scenario
@@ -43,10 +44,10 @@ SYNCER_POD = "syncer-0"  # the syncer StatefulSet's one pod (chaos.k8s.manifests
 # tc's direction words, seen from the targeted learners: "to" the syncer, "from" it, or both.
 DIRECTIONS = {"to_syncer": "to", "from_syncer": "from", "both": "both"}
 
+EXEC_DEADLINE_S = 60.0  # a kubectl exec step: long enough for its pod to start, short enough to notice a hang
+
 # Kinds with no Chaos Mesh experiment that does the same thing, and what is missing.
 UNSUPPORTED: dict[str, str] = {
-    "pause": "Chaos Mesh cannot freeze a process (SIGSTOP); PodChaos only stops or restarts containers",
-    "corrupt": "it restarts a learner with --corrupt, which no Chaos Mesh experiment can do",
     "reset_peer": "Chaos Mesh's NetworkChaos drops, delays or limits packets; it cannot send TCP resets",
     "data_limit": "Chaos Mesh's NetworkChaos has no 'close after N bytes'",
 }
@@ -86,52 +87,88 @@ class _Where:
 
     namespace: str
     learners: list[str]
+    kubectl_image: str
 
     def pods(self, names: list[str]) -> Body:
         return {"mode": "all", "selector": {"pods": {self.namespace: names}}}
-
-
-def _pod_failure(p: Planned, w: _Where) -> tuple[str, Body]:
-    return "podChaos", {"action": "pod-failure", **w.pods([_pod(t) for t in p.targets])}
 
 
 def _pod(unit: str) -> str:
     return SYNCER_POD if unit == SYNCER else unit  # pod learner-i of the learner StatefulSet is learner-i
 
 
-def _partition(p: Planned, w: _Where, action: str = "partition", **extra: Body) -> tuple[str, Body]:
+def _chaos(name: str, duration: float, field: str, spec: Body) -> list[Body]:
+    """One chaos template: Chaos Mesh injects it, and recovers it when the deadline passes (our heal)."""
+    return [{"name": name, "templateType": _TEMPLATE_TYPE[field], "deadline": _ms(duration), field: spec}]
+
+
+def _pod_failure(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+    return _chaos(name, duration, "podChaos", {"action": "pod-failure", **w.pods([_pod(t) for t in p.targets])})
+
+
+def _network(p: Planned, w: _Where, name: str, duration: float, action: str = "partition", **extra: Body) -> list[Body]:
     if SYNCER in p.targets:  # the syncer cut off from every learner
         source, target = [SYNCER_POD], w.learners
     else:
         source, target = list(p.targets), [SYNCER_POD]
     direction = DIRECTIONS[str(p.params.get("direction", "both"))]
-    return "networkChaos", {"action": action, **w.pods(source), "direction": direction, "target": w.pods(target),
-                            **extra}
+    return _chaos(name, duration, "networkChaos", {"action": action, **w.pods(source), "direction": direction,
+                                                   "target": w.pods(target), **extra})
 
 
-def _bandwidth(p: Planned, w: _Where) -> tuple[str, Body]:
+def _bandwidth(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
     rate = int(p.params["rate_kbps"])
     # limit: bytes queued before drops; buffer: the bucket's burst. tc wants both; these are Chaos Mesh's examples.
-    return _partition(p, w, "bandwidth", bandwidth={"rate": f"{rate}kbps", "limit": 20971520, "buffer": 10000})
+    return _network(p, w, name, duration, "bandwidth",
+                    bandwidth={"rate": f"{rate}kbps", "limit": 20971520, "buffer": 10000})
 
 
-def _delay(p: Planned, w: _Where) -> tuple[str, Body]:
-    return _partition(p, w, "delay", delay={"latency": f"{int(p.params['latency_ms'])}ms",
-                                            "jitter": f"{int(p.params.get('jitter_ms', 0))}ms", "correlation": "0"})
+def _delay(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+    return _network(p, w, name, duration, "delay", delay={
+        "latency": f"{int(p.params['latency_ms'])}ms", "jitter": f"{int(p.params.get('jitter_ms', 0))}ms",
+        "correlation": "0"})
 
 
-def _stress(p: Planned, w: _Where) -> tuple[str, Body]:
-    taken = float(p.params["fraction"]) if p.kind == "slow" else 1.0 - min(float(p.params["cpus"]), 1.0)
-    return "stressChaos", {**w.pods([_pod(t) for t in p.targets]),
-                           "stressors": {"cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}}}
+def _cpu_stress(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+    taken = 1.0 - min(float(p.params["cpus"]), 1.0)  # the CPU share the limit takes away
+    return _chaos(name, duration, "stressChaos", {**w.pods([_pod(t) for t in p.targets]), "stressors": {
+        "cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}}})
 
 
-MAPPING: dict[str, Callable[[Planned, _Where], tuple[str, Body]]] = {
+def _exec(p: Planned, w: _Where, name: str, *action: str, deadline: float = EXEC_DEADLINE_S) -> list[Body]:
+    """``python -m faults.in_pod ACTION`` in every target's pod, at once: a Parallel of one Task per target."""
+    tasks = [{"name": f"{name}-{i}", "templateType": "Task", "deadline": _ms(deadline), "task": {"container": {
+        "name": "exec", "image": w.kubectl_image,
+        "command": ["kubectl", "exec", "-n", w.namespace, _pod(t), "-c", "syncer" if t == SYNCER else "learner",
+                    "--", "python", "-m", "faults.in_pod", *action]}}} for i, t in enumerate(p.targets)]
+    return [{"name": name, "templateType": "Parallel", "children": [t["name"] for t in tasks]}, *tasks]
+
+
+def _held(inject: tuple[str, ...], heal: tuple[str, ...]) -> Callable[[Planned, _Where, str, float], list[Body]]:
+    """A fault Chaos Mesh cannot inject itself: an exec into the pods, a Suspend for the duration, an exec."""
+    def templates(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+        act = tuple(a.format(**p.params) for a in inject)
+        return [{"name": name, "templateType": "Serial",
+                 "children": [f"{name}-inject", f"{name}-hold", f"{name}-heal"]},
+                *_exec(p, w, f"{name}-inject", *act),
+                {"name": f"{name}-hold", "templateType": "Suspend", "deadline": _ms(duration)},
+                *_exec(p, w, f"{name}-heal", *heal)]
+    return templates
+
+
+def _slow(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+    """The duty cycle runs in the pod for the duration (its exec's deadline leaves it a minute to start)."""
+    return _exec(p, w, name, "slow", "--fraction", str(p.params["fraction"]), "--period",
+                 str(p.params["period_s"]), "--seconds", str(duration), deadline=duration + EXEC_DEADLINE_S)
+
+
+MAPPING: dict[str, Callable[[Planned, _Where, str, float], list[Body]]] = {
     "kill": _pod_failure, "stop": _pod_failure, "syncer_crash": _pod_failure,
-    "partition": _partition, "link_down": _partition, "disconnect": _partition,
-    "bandwidth": _bandwidth, "latency": _delay,
-    "slow": _stress, "cpu_limit": _stress,
+    "partition": _network, "link_down": _network, "disconnect": _network,
+    "bandwidth": _bandwidth, "latency": _delay, "cpu_limit": _cpu_stress,
+    "pause": _held(("stop",), ("cont",)), "corrupt": _held(("corrupt", "{mode}"), ("healthy",)), "slow": _slow,
 }
+EXEC_KINDS = frozenset({"pause", "corrupt", "slow"})  # run through kubectl exec: the Workflow needs RBAC objects
 _TEMPLATE_TYPE = {"podChaos": "PodChaos", "networkChaos": "NetworkChaos", "stressChaos": "StressChaos"}
 
 
@@ -160,7 +197,7 @@ def workflow(scenario: Scenario, opts: ClusterOptions = ClusterOptions()) -> K8s
     problems = unsupported(planned)
     if problems:
         raise ScenarioError(f"{scenario.name}: cannot export to Chaos Mesh: " + "; ".join(problems))
-    where = _Where(opts.namespace, learner_ids(scenario.cluster.algorithm.num_learners))
+    where = _Where(opts.namespace, learner_ids(scenario.cluster.algorithm.num_learners), opts.kubectl_image)
     branches: list[str] = []
     templates: list[Body] = []
     for p in planned:
@@ -169,12 +206,10 @@ def workflow(scenario: Scenario, opts: ClusterOptions = ClusterOptions()) -> K8s
         duration = p.duration
         if p.kind in ("kill", "stop") and not p.params.get("restart", True):
             duration = max(scenario.timeout_s - p.at, p.duration)  # never restarted: down until the run's end
-        field, spec = MAPPING[p.kind](p, where)
         branches.append(f"fault-{name}")
         templates += [{"name": f"fault-{name}", "templateType": "Serial", "children": [f"wait-{name}", name]},
                       {"name": f"wait-{name}", "templateType": "Suspend", "deadline": _ms(p.at)},
-                      {"name": name, "templateType": _TEMPLATE_TYPE[field], "deadline": _ms(duration),
-                       field: spec}]
+                      *MAPPING[p.kind](p, where, name, duration)]
     entry = {"name": "schedule", "templateType": "Parallel", "children": branches}
     return K8sObject(CHAOS_API, "Workflow", workflow_name(scenario), opts.namespace,
                      {"spec": {"entry": "schedule", "templates": [entry, *templates]}},

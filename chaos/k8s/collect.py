@@ -3,7 +3,8 @@
 After a run on Kubernetes, the trainer's events are on the pods' volumes and the faults' times are in Chaos
 Mesh's objects: every chaos object the Workflow created (labelled ``chaos-mesh.org/workflow``, and
 ``chaos-mesh.org/controlled-by`` its WorkflowNode, whose ``spec.templateName`` is the fault's template)
-records, per selected pod, each ``Apply`` and ``Recover`` with its outcome and time. :func:`controller_records`
+records, per selected pod, each ``Apply`` and ``Recover`` with its outcome and time (faults the Workflow runs as
+``kubectl exec`` steps are timed by their WorkflowNodes' start). :func:`controller_records`
 turns those into the records the compose and local controllers write (:mod:`chaos.history`): the plan, the
 steady phase (the Workflow's creation: it is applied once training is steady), each fault's inject and heal,
 and a teardown that lists any fault Chaos Mesh did not recover. Then ``diloco-chaos report`` judges the
@@ -19,7 +20,7 @@ from typing import Any
 from chaos.errors import ChaosError
 from chaos.fault_plan import Planned, plan
 from chaos.history import ControllerRecord, FaultOp, Phase, PlanRecord, Teardown, TeardownPhase
-from chaos.k8s.chaos_mesh import template_name
+from chaos.k8s.chaos_mesh import EXEC_KINDS, template_name
 from chaos.scenario import Scenario
 
 WORKFLOW_LABEL = "chaos-mesh.org/workflow"
@@ -43,6 +44,31 @@ def _events(chaos: Obj) -> list[tuple[float, str, str, str]]:
         for e in record.get("events") or []:
             out.append((_ts(e["timestamp"]), e["operation"], e["type"], e.get("message", "")))
     return sorted(out)
+
+
+def _exec_records(planned: list[Planned], nodes: list[Obj], not_recovered: list[str]) -> list[ControllerRecord]:
+    """Faults the Workflow runs as kubectl exec steps (pause, corrupt, slow: no chaos object records them): the
+    inject and heal are when their WorkflowNodes started; slow's heal is its start plus its duration (the duty
+    cycle runs that long in the pod)."""
+    started = {n["spec"]["templateName"]: _ts(n["spec"]["startTime"]) for n in nodes if n["spec"].get("startTime")}
+    out: list[ControllerRecord] = []
+    for p in planned:
+        if p.kind not in EXEC_KINDS:
+            continue
+        name = template_name(p.fault_id, planned)
+        inject = started.get(name if p.kind == "slow" else f"{name}-inject")
+        if p.kind == "slow":
+            heal = inject + p.duration if inject is not None else None
+        else:
+            heal = started.get(f"{name}-heal")
+        evidence = {"workflow_node": name}
+        for ts, action in ((inject, "inject"), (heal, "heal")):
+            if ts is not None:
+                out += [FaultOp(ts=ts, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=o,
+                                targets=list(p.targets), params=p.params, evidence=evidence) for o in ("invoke", "ok")]
+        if inject is not None and heal is None:
+            not_recovered.append(p.fault_id)
+    return out
 
 
 def controller_records(scenario: Scenario, workflow: Obj, nodes: list[Obj], chaos: list[Obj]) -> list[ControllerRecord]:
@@ -79,6 +105,7 @@ def controller_records(scenario: Scenario, workflow: Obj, nodes: list[Obj], chao
             records += [op(recovered[-1][0], "heal", "invoke"), op(recovered[-1][0], "heal", "ok")]
         elif applied:
             not_recovered.append(p.fault_id)
+    records += _exec_records(planned, nodes, not_recovered)
     end = max((r.ts for r in records), default=steady)
     records.append(TeardownPhase(ts=end, detail=Teardown(
         problems=[f"Chaos Mesh recorded no recovery of {f}" for f in not_recovered])))

@@ -43,13 +43,17 @@ class ClusterOptions:
     storage: str = "1Gi"  # each pod's volume: checkpoints (syncer), events (all)
     cpu: str = "1"  # requests per pod: the tiny model trains on one core
     memory: str = "2Gi"
+    # What the Workflow's exec steps run (pause, slow, corrupt: faults.in_pod through kubectl exec).
+    kubectl_image: str = "registry.k8s.io/kubectl:v1.35.0"
 
 
-def _pod_spec(container: Body, opts: ClusterOptions) -> Body:
+def _pod_spec(container: Body) -> Body:
     return {
         "securityContext": {"runAsUser": UNIT_UID, "runAsGroup": UNIT_UID, "fsGroup": UNIT_UID,
                             "runAsNonRoot": True},
         "terminationGracePeriodSeconds": 5,
+        # The trainer is then not PID 1 (the pod's pause process is), so faults.in_pod can SIGSTOP it.
+        "shareProcessNamespace": True,
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": "diloco-config"}},
                     {"name": "credentials", "secret": {"secretName": "diloco-credentials", "defaultMode": 0o440}}],
@@ -76,7 +80,7 @@ def _statefulset(name: str, replicas: int, container: Body, opts: ClusterOptions
         "selector": {"matchLabels": labels},
         "template": {"metadata": {"labels": labels, "annotations": {
             "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"}},
-            "spec": _pod_spec(container, opts)},
+            "spec": _pod_spec(container)},
         "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
             "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}}}],
     }}, labels={"app.kubernetes.io/component": name})
@@ -88,6 +92,18 @@ def _service(name: str, ports: list[Body], opts: ClusterOptions, headless: bool 
     if headless:
         spec["clusterIP"] = "None"
     return K8sObject("v1", "Service", name, opts.namespace, {"spec": spec}, labels={"app.kubernetes.io/component": name})
+
+
+def exec_rbac(opts: ClusterOptions) -> list[K8sObject]:
+    """What the Workflow's exec steps need: its Task pods run as the namespace's ``default`` ServiceAccount, which
+    may then exec into the namespace's pods (only when the scenario has pause, slow or corrupt)."""
+    role = K8sObject("rbac.authorization.k8s.io/v1", "Role", "diloco-chaos-exec", opts.namespace, {"rules": [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}]})
+    binding = K8sObject("rbac.authorization.k8s.io/v1", "RoleBinding", "diloco-chaos-exec", opts.namespace, {
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": opts.namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "diloco-chaos-exec"}})
+    return [role, binding]
 
 
 def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = ClusterOptions()) -> list[K8sObject]:
@@ -110,6 +126,7 @@ def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = Clust
          "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6}})
     learner = _container("learner", [
         "python", "-m", "trainer.learner", "--config", f"{CONFIG_DIR}/config.yaml", "--id", "$(POD_NAME)",
+        "--corrupt-file", "/data/corrupt",
         "--syncer", f"syncer:{SYNCER_PORT}", "--run-dir", RUN_DIR, "--token-file", f"{CREDENTIALS_DIR}/$(POD_NAME)",
         "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT)], opts, [],
         {"livenessProbe": {"httpGet": {"path": "/metrics", "port": METRICS_PORT}, "periodSeconds": 10,

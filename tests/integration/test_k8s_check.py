@@ -10,7 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
+from chaos.fault_plan import plan
 from chaos.k8s.export import export
 from chaos.scenario import builtin_scenarios, load_scenario
 from tests.unit.test_k8s_export import REFUSED
@@ -39,7 +41,8 @@ def test_every_exportable_builtin_decodes_into_the_real_types(k8scheck: str, tmp
         done = export(load_scenario(builtin_scenarios()[name]), tmp_path / name, token="t" * 32)
         files += [done.cluster, done.workflow]
     r = _check(k8scheck, *files)
-    assert r.returncode == 0 and r.stdout.strip() == f"ok: {7 * len(names)} objects", r.stdout + r.stderr
+    count = sum(1 for f in files for d in yaml.safe_load_all(f.read_text()) if d)
+    assert r.returncode == 0 and r.stdout.strip() == f"ok: {count} objects", r.stdout + r.stderr
 
 
 def test_a_broken_manifest_is_rejected_naming_the_document_and_the_field(k8scheck: str, tmp_path: Path) -> None:
@@ -61,18 +64,17 @@ def test_a_broken_manifest_is_rejected_naming_the_document_and_the_field(k8schec
                for x in lines), lines
 
 
-def test_the_collectors_fixture_is_chaos_meshs_own_format(k8scheck: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["kill-and-rejoin", "corrupt-learner", "straggler"])
+def test_the_collectors_fixture_is_chaos_meshs_own_format(name: str, k8scheck: str, tmp_path: Path) -> None:
     """tests/unit/test_k8s_collect.py feeds the collector Chaos Mesh objects with their status: they decode
     strictly into Chaos Mesh's types (WorkflowNode, PodChaos with its records), so the fixture is the real shape."""
-    import yaml
-
     from tests.unit.test_k8s_collect import chaos_mesh_objects
 
-    flow, nodes, chaos = chaos_mesh_objects(load_scenario(builtin_scenarios()["kill-and-rejoin"]),
-                                            {"f0": (100.0, 108.0)}, 97.0)
+    s = load_scenario(builtin_scenarios()[name])
+    flow, nodes, chaos = chaos_mesh_objects(s, {p.fault_id: (100.0, 108.0) for p in plan(s)}, 97.0)
     for obj in [flow, *nodes, *chaos]:
         obj["metadata"].setdefault("namespace", "diloco-chaos")
     fixture = tmp_path / "fixture.yaml"
     fixture.write_text(yaml.safe_dump_all([flow, *nodes, *chaos], sort_keys=False))
     r = _check(k8scheck, fixture)
-    assert r.returncode == 0 and r.stdout.strip() == "ok: 3 objects", r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.strip() == f"ok: {1 + len(nodes) + len(chaos)} objects", r.stdout + r.stderr

@@ -13,7 +13,7 @@ from chaos.analysis import analyse
 from chaos.errors import ChaosError
 from chaos.fault_plan import plan
 from chaos.history import FaultOp, History
-from chaos.k8s.chaos_mesh import template_name, workflow
+from chaos.k8s.chaos_mesh import EXEC_KINDS, template_name, workflow
 from chaos.k8s.collect import NODE_LABEL, WORKFLOW_LABEL, controller_records
 from chaos.scenario import builtin_scenarios, load_scenario
 from chaos.sim import simulate
@@ -36,11 +36,17 @@ def chaos_mesh_objects(scenario, windows: dict[str, tuple[float, float]], steady
     for p in planned:
         tname = template_name(p.fault_id, planned)
         t = templates[tname]
-        node = f"{tname}-x7k2p"
-        nodes.append({"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "WorkflowNode",
-                      "metadata": {"name": node, "labels": {WORKFLOW_LABEL: name}},
-                      "spec": {"templateName": tname, "workflowName": name, "type": t["templateType"]}})
         start, end = windows[p.fault_id]
+        # exec steps have no chaos object: their WorkflowNodes' start times tell (slow: one; else in and out)
+        steps = ({tname: start} if p.kind == "slow" else {f"{tname}-inject": start, f"{tname}-heal": end}) \
+            if p.kind in EXEC_KINDS else {tname: start}
+        nodes += [{"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "WorkflowNode",
+                   "metadata": {"name": f"{step}-x7k2p", "labels": {WORKFLOW_LABEL: name}},
+                   "spec": {"templateName": step, "workflowName": name, "type": templates[step]["templateType"],
+                            "startTime": _stamp(at)}} for step, at in steps.items()]
+        if p.kind in EXEC_KINDS:
+            continue
+        node = f"{tname}-x7k2p"
         field = next(k for k in t if k.endswith("Chaos"))
         pods = next(iter(t[field]["selector"]["pods"].values()))
         records = [{"id": f"diloco-chaos/{pod}", "selectorKey": ".", "phase": "Not Injected", "injectedCount": 1,
@@ -53,8 +59,11 @@ def chaos_mesh_objects(scenario, windows: dict[str, tuple[float, float]], steady
     return flow, nodes, chaos
 
 
-def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_verdicts(tmp_path: Path) -> None:
-    s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
+@pytest.mark.parametrize("name", ["kill-and-rejoin", "corrupt-learner", "straggler"])
+def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_verdicts(name: str,
+                                                                                       tmp_path: Path) -> None:
+    """A chaos object's records (kill), exec steps' WorkflowNodes (corrupt: in and out; slow: one that runs)."""
+    s = load_scenario(builtin_scenarios()[name])
     sim_dir = tmp_path / "sim"
     original = simulate(s).write(sim_dir)
     h = History.read(sim_dir)

@@ -16,22 +16,25 @@ import (
 	chaosv1 "github.com/chaos-mesh/chaos-mesh/api/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
 // The kinds diloco-chaos exports, by apiVersion and kind.
 var types = map[string]func() any{
-	"v1/ConfigMap":                         func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":                            func() any { return &corev1.Secret{} },
-	"v1/Service":                           func() any { return &corev1.Service{} },
-	"v1/ServiceAccount":                    func() any { return &corev1.ServiceAccount{} },
-	"apps/v1/StatefulSet":                  func() any { return &appsv1.StatefulSet{} },
-	"chaos-mesh.org/v1alpha1/Workflow":     func() any { return &chaosv1.Workflow{} },
-	"chaos-mesh.org/v1alpha1/WorkflowNode": func() any { return &chaosv1.WorkflowNode{} },
-	"chaos-mesh.org/v1alpha1/PodChaos":     func() any { return &chaosv1.PodChaos{} },
-	"chaos-mesh.org/v1alpha1/NetworkChaos": func() any { return &chaosv1.NetworkChaos{} },
-	"chaos-mesh.org/v1alpha1/StressChaos":  func() any { return &chaosv1.StressChaos{} },
+	"v1/ConfigMap":                      func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                         func() any { return &corev1.Secret{} },
+	"v1/Service":                        func() any { return &corev1.Service{} },
+	"v1/ServiceAccount":                 func() any { return &corev1.ServiceAccount{} },
+	"rbac.authorization.k8s.io/v1/Role": func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
+	"apps/v1/StatefulSet":                      func() any { return &appsv1.StatefulSet{} },
+	"chaos-mesh.org/v1alpha1/Workflow":         func() any { return &chaosv1.Workflow{} },
+	"chaos-mesh.org/v1alpha1/WorkflowNode":     func() any { return &chaosv1.WorkflowNode{} },
+	"chaos-mesh.org/v1alpha1/PodChaos":         func() any { return &chaosv1.PodChaos{} },
+	"chaos-mesh.org/v1alpha1/NetworkChaos":     func() any { return &chaosv1.NetworkChaos{} },
+	"chaos-mesh.org/v1alpha1/StressChaos":      func() any { return &chaosv1.StressChaos{} },
 }
 
 var separator = regexp.MustCompile(`(?m)^---\s*$`)
