@@ -6,8 +6,9 @@ state) and duration. The Workflow's entry is a ``Parallel`` template with one ``
 fault when the deadline passes: our heal). Apply it once training is steady (the first merge), as the
 controller starts its clock then (``docs/kubernetes.md``).
 
-Each fault kind maps to the Chaos Mesh experiment that does the same thing to a pod, or is refused naming what
-is missing (:data:`UNSUPPORTED`): a test holds every kind of :data:`faults.kinds.KINDS` to one of the two.
+Each fault kind maps to the Chaos Mesh experiment that does the same thing to a pod, to exec steps (Task
+templates running :mod:`faults.in_pod` in the pod, for what no experiment does), or is refused naming what is
+missing (:data:`UNSUPPORTED`): a test holds every kind of :data:`faults.kinds.KINDS` to :data:`MAPPING` or it.
 
 | kind | Chaos Mesh | how close |
 |---|---|---|
