@@ -8,10 +8,12 @@
     diloco-chaos simulate --scale --chips 2.4M --compare   # goodput at scale, a simulated week
     diloco-chaos search kill-and-rejoin --examples 200 --out repro.yaml
     diloco-chaos replay repro.yaml --backend local         # or a run directory; --backend docker|sim
+    diloco-chaos export k8s kill-and-rejoin --out k8s/k   # Kubernetes manifests + a Chaos Mesh Workflow
+    diloco-chaos collect k8s k8s/k --out runs/k8s/k        # a cluster run as a run directory, for report
 
 For CI: ``--junit PATH`` (run, replay, simulate, report) writes one JUnit test case per check; the report's
 Markdown is appended to ``$GITHUB_STEP_SUMMARY`` when that is set; ``--json [PATH]`` (list, validate, run,
-replay, simulate, report) prints the result as JSON (people's text then goes to stderr).
+replay, simulate, report, export) prints the result as JSON (people's text then goes to stderr).
 
 Exit codes (chaos.exit_codes): 0 every check passed; 1 a check failed;
 2 the run could not be done: invalid scenario, a process would not start,
