@@ -146,7 +146,7 @@ class ToxiproxyServer:
         with open(log, "ab") as out:
             # -proxy-metrics: per-proxy byte counters on GET /metrics, for Prometheus (docs/observability.md).
             argv = [binary, "-host", host, "-port", str(port), "-proxy-metrics",
-                    *(["-seed", str(self.seed)] if self.seed is not None else [])]
+                    *(["-seed", str(self.seed % 2**63)] if self.seed is not None else [])]  # its flag is an int64
             self._proc = subprocess.Popen(guarded(argv, os.getpid()),
                                           stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                           start_new_session=True)

@@ -45,50 +45,55 @@ _PARTICIPANTS = tuple(float(n) for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
 class EventMetrics:
     """The metrics of one process, in their own registry (a process serves exactly these)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, num_fragments: int = 1) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, num_fragments: int = 1,
+                 role: str = "all") -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
+        # A process exports its own role's metrics only: an unlabelled gauge of the other role would be scraped
+        # as 0 (a syncer's "learner loss 0" joined a learner dashboard). Unregistered metrics still count.
+        rs = r if role != "learner" else None
+        rl = r if role != "syncer" else None
         self.num_fragments = num_fragments  # merged tokens count c_tokens ÷ P (trainer.core.merged_tokens)
         # syncer
-        self.merges = Counter("diloco_merges", "Merges, by fragment", ["fragment"], registry=r)
+        self.merges = Counter("diloco_merges", "Merges, by fragment", ["fragment"], registry=rs)
         self.participants = Histogram("diloco_merge_participants", "Learners whose contribution a merge took",
-                                      buckets=_PARTICIPANTS, registry=r)
+                                      buckets=_PARTICIPANTS, registry=rs)
         self.round_wait = Histogram("diloco_merge_wait_seconds", "A round's opening to its merge", buckets=_SECONDS,
-                                    registry=r)
+                                    registry=rs)
         self.quorum_wait = Histogram("diloco_quorum_wait_seconds", "A round's opening to its quorum",
-                                     buckets=_SECONDS, registry=r)
+                                     buckets=_SECONDS, registry=rs)
         self.grace_wait = Histogram("diloco_grace_wait_seconds", "Quorum reached to merge: the grace window used",
-                                    buckets=_SECONDS, registry=r)
-        self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=r)
-        self.tokens_merged = Gauge("diloco_tokens_merged", "Tokens the merged model has seen", registry=r)
+                                    buckets=_SECONDS, registry=rs)
+        self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=rs)
+        self.tokens_merged = Gauge("diloco_tokens_merged", "Tokens the merged model has seen", registry=rs)
         # Counters, for rate(): compute goodput = rate(merged) / rate(trained) (observability/rules.yml).
         self.merged_tokens = Counter("diloco_merged_tokens", "Trained tokens whose contributions merges took "
-                                     "(each contribution's c_tokens / fragments)", registry=r)
+                                     "(each contribution's c_tokens / fragments)", registry=rs)
         self.last_merge = Gauge("diloco_last_merge_timestamp_seconds", "When the last merge happened (Unix time)",
-                                registry=r)
+                                registry=rs)
         self.info = Gauge("diloco_unit_info", "Which unit this process is (value 1): join on instance",
                           ["unit", "incarnation"], registry=r)
         self.rejections = Counter("diloco_rejections", "Calls refused, by call and reason", ["call", "reason"],
-                                  registry=r)
-        self.uploads = Counter("diloco_uploads", "Contributions received", registry=r)
-        self.upload_bytes = Counter("diloco_upload_bytes", "Bytes of contributions received", registry=r)
+                                  registry=rs)
+        self.uploads = Counter("diloco_uploads", "Contributions received", registry=rs)
+        self.upload_bytes = Counter("diloco_upload_bytes", "Bytes of contributions received", registry=rs)
         self.upload_seconds = Histogram("diloco_upload_seconds", "Time to receive a contribution", buckets=_SECONDS,
-                                        registry=r)
-        self.eval_loss = Gauge("diloco_eval_loss", "The merged model's last eval loss", registry=r)
+                                        registry=rs)
+        self.eval_loss = Gauge("diloco_eval_loss", "The merged model's last eval loss", registry=rs)
         self.syncer_starts = Counter("diloco_syncer_starts", "Syncer incarnations started (restarts + 1)",
-                                     registry=r)
-        self.joins = Counter("diloco_joins", "Learner joins accepted (rejoins included)", registry=r)
+                                     registry=rs)
+        self.joins = Counter("diloco_joins", "Learner joins accepted (rejoins included)", registry=rs)
         # learner
-        self.steps = Gauge("diloco_learner_steps", "Inner steps this incarnation has taken", registry=r)
-        self.tokens = Gauge("diloco_learner_tokens", "Tokens this incarnation has trained", registry=r)
+        self.steps = Gauge("diloco_learner_steps", "Inner steps this incarnation has taken", registry=rl)
+        self.tokens = Gauge("diloco_learner_tokens", "Tokens this incarnation has trained", registry=rl)
         self.trained_tokens = Counter("diloco_learner_trained_tokens", "Tokens trained (rate() spans restarts)",
-                                      registry=r)
+                                      registry=rl)
         self._trained = 0  # the cumulative count the last Step reported
-        self.loss = Gauge("diloco_learner_loss", "The last inner step's training loss", registry=r)
-        self.step_seconds = Gauge("diloco_learner_step_seconds", "The last inner step's wall time", registry=r)
+        self.loss = Gauge("diloco_learner_loss", "The last inner step's training loss", registry=rl)
+        self.step_seconds = Gauge("diloco_learner_step_seconds", "The last inner step's wall time", registry=rl)
         self.sync_results = Counter("diloco_learner_syncs", "Uploads answered, by outcome", ["accepted", "reason"],
-                                    registry=r)
+                                    registry=rl)
         self.incarnation = Gauge("diloco_learner_incarnation", "This learner's incarnation index (restarts)",
-                                 registry=r)
+                                 registry=rl)
 
     def observe(self, e: ev.Event) -> None:
         """Update the metrics one event moves (the others move none)."""
@@ -168,7 +173,7 @@ def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: str,
     """Serve this process's metrics if ``--metrics-port`` asked for it and announce the target; else None."""
     if args.metrics_port is None:
         return None
-    metrics = EventMetrics(num_fragments=num_fragments)
+    metrics = EventMetrics(num_fragments=num_fragments, role=role)
     try:
         server = MetricsServer.start(metrics.registry, args.metrics_host, args.metrics_port)
     except OSError as err:  # a process exits before it does anything, saying why (SystemExit: to stderr, code 1)

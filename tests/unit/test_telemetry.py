@@ -111,3 +111,12 @@ def test_a_taken_metrics_port_is_a_clear_error(tmp_path) -> None:
         with pytest.raises(SystemExit, match=r"cannot serve /metrics on 127\.0\.0\.1:\d+: .*--metrics-port"):
             expose(args, tmp_path, "learner-0", "learner")
     assert not (tmp_path / "metrics" / "learner-0.json").exists()  # nothing announced
+
+
+def test_a_process_exports_only_its_own_roles_metrics() -> None:
+    """A syncer scraped beside learners must not show a learner loss of 0 (nor a learner merges)."""
+    syncer, learner = EventMetrics(role="syncer"), EventMetrics(role="learner")
+    s_text, l_text = generate_latest(syncer.registry).decode(), generate_latest(learner.registry).decode()
+    assert "diloco_merges_total" not in l_text and "diloco_learner_loss" not in s_text
+    assert "diloco_learner_loss" in l_text and "diloco_rejections_total" in s_text
+    assert "diloco_unit_info" in s_text and "diloco_unit_info" in l_text
