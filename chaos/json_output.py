@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TextIO
 
 STDOUT = "-"
+_targets: list[TextIO] = []  # the real stdout while json_mode has moved the human text to stderr
 
 
 def add_json_argument(parser, what: str = "the result") -> None:  # noqa: ANN001 - a parser or argument group
     """``--json [PATH]``, the same on every command that has it."""
     parser.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH",
                         help=f"{what} as JSON: on stdout (people's text goes to stderr), or in PATH")
-_targets: list[TextIO] = []  # the real stdout while json_mode has moved the human text to stderr
 
 
 @contextlib.contextmanager

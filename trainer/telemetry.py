@@ -30,7 +30,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -46,7 +46,7 @@ class EventMetrics:
     """The metrics of one process, in their own registry (a process serves exactly these)."""
 
     def __init__(self, registry: CollectorRegistry | None = None, num_fragments: int = 1,
-                 role: str = "all") -> None:
+                 role: Literal["syncer", "learner", "all"] = "all") -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
         # A process exports its own role's metrics only: an unlabelled gauge of the other role would be scraped
         # as 0 (a syncer's "learner loss 0" joined a learner dashboard). Unregistered metrics still count.
@@ -168,7 +168,7 @@ def target_file(run_dir: Path, unit: str) -> Path:
     return Path(run_dir) / "metrics" / f"{unit}.json"
 
 
-def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: str,
+def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: Literal["syncer", "learner"],
            num_fragments: int = 1) -> EventMetrics | None:
     """Serve this process's metrics if ``--metrics-port`` asked for it and announce the target; else None."""
     if args.metrics_port is None:

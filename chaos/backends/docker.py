@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import ProxiedUnits
-from chaos.backends.unit import SYNCER_PORT, ActiveRun
+from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID, ActiveRun
 from chaos.errors import RunError
 from chaos.history import Teardown
 from faults.base import SYNCER
@@ -52,9 +52,7 @@ from trainer.launch import prepare_run_dir
 from trainer.metrics import summarize_run
 
 PROXY_BASE_PORT = 26000
-LEARNER_SERVICE = "learner"  # one compose service, DILOCO_LEARNERS replicas: learner-i is replica i + 1
-CONTAINER_NUMBER = "com.docker.compose.container-number"
-UNIT_UID = 1000  # the image's unprivileged user
+CONTAINER_NUMBER = "com.docker.compose.container-number"  # learner-i is replica i + 1 of LEARNER_SERVICE
 RUNNING = ("running", "paused", "restarting")
 
 

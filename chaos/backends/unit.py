@@ -28,6 +28,8 @@ from trainer.core.credentials import learner_credential
 
 ACTIVE = Path(os.environ.get("DILOCO_ACTIVE", "/runs/.active.json"))
 SYNCER_PORT = 50051
+UNIT_UID = 1000  # the image's unprivileged user (docker/Dockerfile), as which every unit runs
+LEARNER_SERVICE = "learner"  # the learners' one service (compose) or StatefulSet (Kubernetes): replicas of it
 
 
 @dataclass
@@ -53,7 +55,7 @@ class ActiveRun:
 
     def unit_of(self, service: str, hostname: str) -> str | None:
         """Which unit a container of ``service`` is: the syncer, or the learner its host name was given."""
-        return self.hosts.get(hostname) if service == "learner" else service  # = docker.LEARNER_SERVICE
+        return self.hosts.get(hostname) if service == LEARNER_SERVICE else service
 
     def write(self, path: Path = ACTIVE) -> None:
         tmp = path.with_suffix(".tmp")

@@ -32,6 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from chaos.backends.unit import LEARNER_SERVICE
 from chaos.errors import ScenarioError
 from chaos.fault_plan import Planned, plan
 from chaos.k8s.manifests import ClusterOptions
@@ -94,8 +95,9 @@ class _Where:
         return {"mode": "all", "selector": {"pods": {self.namespace: names}}}
 
 
-def _pod(unit: str) -> str:
-    return SYNCER_POD if unit == SYNCER else unit  # pod learner-i of the learner StatefulSet is learner-i
+def pod_of(unit: str) -> str:
+    """The pod a unit runs in: ``syncer-0``, or ``learner-i`` (the learner StatefulSet's pod i is learner-i)."""
+    return SYNCER_POD if unit == SYNCER else unit
 
 
 def _chaos(name: str, duration: float, field: str, spec: Body) -> list[Body]:
@@ -104,7 +106,7 @@ def _chaos(name: str, duration: float, field: str, spec: Body) -> list[Body]:
 
 
 def _pod_failure(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
-    return _chaos(name, duration, "podChaos", {"action": "pod-failure", **w.pods([_pod(t) for t in p.targets])})
+    return _chaos(name, duration, "podChaos", {"action": "pod-failure", **w.pods([pod_of(t) for t in p.targets])})
 
 
 def _network(p: Planned, w: _Where, name: str, duration: float, action: str = "partition", **extra: Body) -> list[Body]:
@@ -132,7 +134,7 @@ def _delay(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
 
 def _cpu_stress(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
     taken = 1.0 - min(float(p.params["cpus"]), 1.0)  # the CPU share the limit takes away
-    return _chaos(name, duration, "stressChaos", {**w.pods([_pod(t) for t in p.targets]), "stressors": {
+    return _chaos(name, duration, "stressChaos", {**w.pods([pod_of(t) for t in p.targets]), "stressors": {
         "cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}}})
 
 
@@ -140,7 +142,7 @@ def _exec(p: Planned, w: _Where, name: str, *action: str, deadline: float = EXEC
     """``python -m faults.in_pod ACTION`` in every target's pod, at once: a Parallel of one Task per target."""
     tasks = [{"name": f"{name}-{i}", "templateType": "Task", "deadline": _ms(deadline), "task": {"container": {
         "name": "exec", "image": w.kubectl_image,
-        "command": ["kubectl", "exec", "-n", w.namespace, _pod(t), "-c", "syncer" if t == SYNCER else "learner",
+        "command": ["kubectl", "exec", "-n", w.namespace, pod_of(t), "-c", SYNCER if t == SYNCER else LEARNER_SERVICE,
                     "--", "python", "-m", "faults.in_pod", *action]}}} for i, t in enumerate(p.targets)]
     return [{"name": name, "templateType": "Parallel", "children": [t["name"] for t in tasks]}, *tasks]
 

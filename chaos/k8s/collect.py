@@ -8,7 +8,7 @@ records, per selected pod, each ``Apply`` and ``Recover`` with its outcome and t
 turns those into the records the compose and local controllers write (:mod:`chaos.history`): the plan, the
 steady phase (the Workflow's creation: it is applied once training is steady), each fault's inject and heal,
 and a teardown that lists any fault Chaos Mesh did not recover. Then ``diloco-chaos report`` judges the
-directory with the same checkers. ``diloco-chaos collect k8s`` (:mod:`chaos.k8s.collect_shell`) gathers the
+directory with the same checkers. ``diloco-chaos collect k8s`` (:mod:`chaos.k8s.gather`) gathers the
 objects and the events with kubectl.
 """
 

@@ -14,8 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from chaos.fault_plan import plan
-from chaos.k8s.chaos_mesh import EXEC_KINDS, workflow
+from chaos.k8s.chaos_mesh import workflow
 from chaos.k8s.manifests import ClusterOptions, cluster_objects, exec_rbac
 from chaos.k8s.objects import dump_all
 from chaos.scenario import Scenario
@@ -34,7 +33,8 @@ def export(scenario: Scenario, out: Path, opts: ClusterOptions = ClusterOptions(
     flow = workflow(scenario, opts)  # first: a fault it cannot map stops the export before any file is written
     objects = cluster_objects(scenario, token or secrets.token_hex(16), opts)
     out.mkdir(parents=True, exist_ok=True)
-    faults = [*(exec_rbac(opts) if {p.kind for p in plan(scenario)} & EXEC_KINDS else []), flow]
+    has_exec = any(t["templateType"] == "Task" for t in flow.body["spec"]["templates"])
+    faults = [*(exec_rbac(opts) if has_exec else []), flow]
     paths = Exported(out / "cluster.yaml", out / "workflow.yaml", out / "scenario.json", len(objects) + len(faults))
     paths.cluster.write_text(dump_all(objects))
     paths.cluster.chmod(0o600)  # it holds the run's credentials

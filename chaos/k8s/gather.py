@@ -18,10 +18,11 @@ import subprocess
 from pathlib import Path
 
 from chaos.errors import ChaosError
-from chaos.k8s.chaos_mesh import SYNCER_POD, workflow_name
+from chaos.k8s.chaos_mesh import pod_of, workflow_name
 from chaos.k8s.collect import WORKFLOW_LABEL, Obj, controller_records
 from chaos.k8s.manifests import RUN_DIR
 from chaos.scenario import Scenario, parse_scenario
+from faults.base import SYNCER
 from trainer.config import learner_ids
 
 CHAOS_KINDS = "podchaos,networkchaos,stresschaos"
@@ -58,9 +59,8 @@ def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kube
     (run_dir / "k8s").mkdir()
     for label, obj in (("workflow", flow), ("workflownodes", nodes), ("chaos", chaos)):
         (run_dir / "k8s" / f"{label}.json").write_text(json.dumps(obj, indent=2))
-    units = [(SYNCER_POD, "syncer"), *((lid, lid) for lid in learner_ids(scenario.cluster.algorithm.num_learners))]
-    for pod, unit in units:  # each pod's own volume holds its events (chaos.k8s.manifests)
-        _kubectl(kubectl, "cp", f"{namespace}/{pod}:{RUN_DIR}/events/{unit}.jsonl",
+    for unit in [SYNCER, *learner_ids(scenario.cluster.algorithm.num_learners)]:  # each pod's volume: its events
+        _kubectl(kubectl, "cp", f"{namespace}/{pod_of(unit)}:{RUN_DIR}/events/{unit}.jsonl",
                  str(run_dir / "events" / f"{unit}.jsonl"))
     shutil.copy(scenario_file, run_dir / "scenario.json")
     (run_dir / "controller.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records))

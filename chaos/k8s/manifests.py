@@ -23,17 +23,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID
 from chaos.container_probe import METRICS_PORT
 from chaos.k8s.objects import Body, K8sObject
 from chaos.scenario import Scenario
 from trainer.config import learner_ids
 from trainer.core.credentials import learner_credential
 
-SYNCER_PORT = 50051
 CONFIG_DIR = "/etc/diloco"
 CREDENTIALS_DIR = "/etc/diloco/credentials"
 RUN_DIR = "/data/run"
-UNIT_UID = 1000  # the image's unprivileged user (docker/Dockerfile)
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,7 @@ def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = Clust
         [{"name": "grpc", "containerPort": SYNCER_PORT}],
         {"readinessProbe": {**grpc_probe, "periodSeconds": 2},
          "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6}})
-    learner = _container("learner", [
+    learner = _container(LEARNER_SERVICE, [
         "python", "-m", "trainer.learner", "--config", f"{CONFIG_DIR}/config.yaml", "--id", "$(POD_NAME)",
         "--corrupt-file", "/data/corrupt",
         "--syncer", f"syncer:{SYNCER_PORT}", "--run-dir", RUN_DIR, "--token-file", f"{CREDENTIALS_DIR}/$(POD_NAME)",
@@ -135,5 +134,5 @@ def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = Clust
     return [config, credentials,
             _service("syncer", [{"name": "grpc", "port": SYNCER_PORT, "targetPort": SYNCER_PORT}, metrics_port], opts),
             _statefulset("syncer", 1, syncer, opts),
-            _service("learner", [metrics_port], opts, headless=True),
-            _statefulset("learner", len(learners), learner, opts)]
+            _service(LEARNER_SERVICE, [metrics_port], opts, headless=True),
+            _statefulset(LEARNER_SERVICE, len(learners), learner, opts)]
