@@ -37,6 +37,25 @@ schedule:
 """
 
 
+def _run_processes(run_dir: Path) -> dict[int, str]:
+    """Live processes started with ``--run-dir run_dir``, by pid: which unit each is (``--id``, else the syncer).
+
+    Read from /proc, not from the run's own records: a learner frozen while it sets up JAX has written no
+    LearnerStart yet, and a check that found processes only by their events would not see it.
+    """
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(a == "--run-dir" and b == str(run_dir) for a, b in zip(argv, argv[1:])) and _pid_alive(int(entry.name)):
+            found[int(entry.name)] = argv[argv.index("--id") + 1] if "--id" in argv else "syncer"
+    return found
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -67,6 +86,7 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
 
         wait_until(all_injected, 240, "all four faults injected")
         time.sleep(1.0)
+        running = _run_processes(out)
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=120)
     finally:
@@ -80,9 +100,10 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
     assert bring_up is not None
     prefix = bring_up.detail["proxy_prefix"]
     assert [n for n in chaos_toxiproxy.client().proxies() if n.startswith(prefix)] == []
+    assert sorted(running.values()) == ["learner-0", "learner-1", "learner-2", "syncer"], running
     pids = [e.pid for e in history.events if isinstance(e, (ev.LearnerStart, ev.SyncerStart))]
-    assert len(pids) >= 4
-    assert [p for p in pids if _pid_alive(p)] == []
+    assert [p for p in [*running, *pids] if _pid_alive(p)] == []
+    assert _run_processes(out) == {}
     heals = {r.fault_id: r.outcome for r in history.records if isinstance(r, FaultOp) and r.action == "heal"
              and r.outcome != "invoke"}
     assert heals == {"cut": "ok", "slow-links": "ok", "frozen": "ok", "down": "ok"}
