@@ -50,7 +50,7 @@ from trainer.policy import policy_from_config
 from trainer.syncer import serve
 from trainer.wire import crc32, encode_tensors
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.nightly_sized]  # BATCH and the profile's examples
 SECRET = "hostile-protocol-secret"
 ROGUES = ("rogue-0", "rogue-1")
 HONEST = ("honest-0", "honest-1", "honest-2")

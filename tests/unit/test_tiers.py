@@ -91,3 +91,24 @@ def test_folders_and_markers_match() -> None:
             if folder not in FOLDER_MARKERS and names & REAL_MARKERS:
                 wrong.append(f"tests/{folder}/{path.name} is marked {sorted(names)}: move it to that folder")
     assert not wrong, wrong
+
+
+def test_every_real_test_the_profile_sizes_up_runs_again_at_night() -> None:
+    """scripts/nightly skips the per-change real-process tests except those marked ``nightly_sized``: a property
+    test (Hypothesis) among them takes the nightly profile's examples, so it must carry the marker."""
+    unmarked = [node for node, marks in marked_tests()
+                if _is_property_test(node) and not {m.name for m in marks} & {"nightly_sized", "chaos_nightly"}]
+    assert not unmarked, f"mark {unmarked} @pytest.mark.nightly_sized: the nightly runs it bigger"
+    assert "chaos_nightly or nightly_sized or not ($REAL)" in (TESTS.parent / "scripts" / "nightly").read_text()
+
+
+def _is_property_test(node: str) -> bool:
+    path, name = node.split("::")
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    return bool(getattr(getattr(module, name), "is_hypothesis_test", False))
+
+
+def test_the_property_test_reader_sees_hypothesis_tests() -> None:
+    """Negative control: the reader above finds the hostile-protocol property test, and not a plain test."""
+    assert _is_property_test("tests/integration/test_hostile_protocol.py::test_generated_hostile_traffic_breaks_no_invariant")
+    assert not _is_property_test("tests/chaos/test_interrupt.py::test_interrupt_mid_fault_heals_and_stops_everything")
