@@ -292,7 +292,7 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[Co
     started: list[float] = []
 
     def after_last_slot(_status: Any) -> bool:
-        # The controller polls only once the schedule clock runs (first merge): the first call marks it.
+        # The controller polls only once the fault schedule's clock runs (first merge): the first call marks it.
         started.append(time.monotonic())
         return started[-1] - started[0] > end + 1.0
 

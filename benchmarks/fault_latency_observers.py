@@ -124,7 +124,7 @@ class Observer:
 
     # probe: from each network slot's start until its heal + the recovery it needs, Status through the proxy
     def _probe_loop(self) -> None:
-        while self.steady is None and not self.stop.is_set():  # schedule times count from the controller's steady
+        while self.steady is None and not self.stop.is_set():  # fault schedule times count from the controller's steady
             self._read_records()
             self.stop.wait(0.05)
         metadata = (("authorization", f"Bearer {self.backend.procs.token}"),)

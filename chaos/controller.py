@@ -1,12 +1,12 @@
-"""The controller: baseline, bring-up, schedule, always-heal, collect, check, report.
+"""The controller: baseline, bring-up, faults, always-heal, collect, check, report.
 
 Lifecycle of :func:`run_scenario` (Chaos Toolkit's, with its users' complaints fixed)::
 
     validate (already done: a Scenario is valid by construction)
     baseline   the same cluster without faults at a few cluster seeds (the parity band), cached by config hash
     bring_up   Toxiproxy, one proxy per learner, syncer, learners
-    steady     wait for the first merge; schedule times count from here
-    schedule   inject / heal faults by time or merge count, recording each step
+    steady     wait for the first merge; the fault schedule's times count from here
+    faults     the fault plan, played: inject / heal by time or merge count, recording each step
     finished   the syncer reached the token budget
     teardown   heal what is active, delete this run's proxies, stop every process;
                runs on every exit path, SIGINT/SIGTERM and exceptions included
@@ -244,7 +244,7 @@ class _Execution:
         self.steady_at = time.time()
         self.interp = PlanInterpreter(self.planned, origin=self.steady_at)
         self.recorder.add(Phase(name="steady", detail={"merges": self.merges}))
-        self.say("steady: first merge seen; schedule clock starts")
+        self.say("steady: first merge seen; the fault schedule's clock starts")
 
     def _syncer_fault_active(self) -> bool:
         return any(syncer_only(p.kind) or "syncer" in p.targets for p, _ in self.interp.active.values())

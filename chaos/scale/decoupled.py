@@ -90,7 +90,7 @@ class Uploads:
     link_skipped: int  # syncs not sent: the previous one of the fragment was still unanswered
 
 
-def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: np.ndarray,
+def _clock_syncs(fragment_schedule: FragmentSchedule, pace: float, step_s: float, walls: np.ndarray,
                  joined: float, lag_s: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step, fragment, round) of every sync start, in step order, for a learner whose step k ends at
     ``walls[k - 1]`` and whose incarnation began at ``joined``.
@@ -102,14 +102,14 @@ def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: 
 
     Example: a learner at half the cluster's pace still syncs every round, at its own steps 1, 2, 3, ...
         >>> from trainer.core.fragment_schedule import FragmentSchedule
-        >>> sch = FragmentSchedule(2, 4, 1, staggered=True)  # fragment 0 opens at cluster steps 2, 6, 10; 1 at 4, 8
-        >>> k, p, r = _clock_syncs(sch, 1.0, 2.0, np.arange(1, 6) * 2.0, joined=0.0)
+        >>> fragment_schedule = FragmentSchedule(2, 4, 1, staggered=True)  # fragment 0 opens at steps 2, 6, 10; 1 at 4, 8
+        >>> k, p, r = _clock_syncs(fragment_schedule, 1.0, 2.0, np.arange(1, 6) * 2.0, joined=0.0)
         >>> k.tolist(), p.tolist(), r.tolist()
         ([1, 2, 3, 4, 5], [0, 1, 0, 1, 0], [0, 0, 1, 1, 2])
 
     A pause between its steps 3 and 4 let rounds 1, 2 of fragment 0 and 0, 1 of fragment 1 open: after it,
     one sync per fragment, for the newest round:
-        >>> k, p, r = _clock_syncs(sch, 1.0, 1.0, np.array([1.0, 2.0, 3.0, 11.0]), joined=0.0)
+        >>> k, p, r = _clock_syncs(fragment_schedule, 1.0, 1.0, np.array([1.0, 2.0, 3.0, 11.0]), joined=0.0)
         >>> k.tolist(), p.tolist(), r.tolist()
         ([2, 4, 4], [0, 0, 1], [0, 2, 1])
     """
@@ -117,13 +117,14 @@ def _clock_syncs(schedule: FragmentSchedule, pace: float, step_s: float, walls: 
     if n == 0:
         return (np.empty(0, dtype=np.int64),) * 3
     out = []
-    for p in range(schedule.num_fragments):
-        first = round_at(schedule, p, joined / pace) + 1  # as LearnerBook: rounds open at its join are not its own
-        last = round_at(schedule, p, math.nextafter((walls[-1] + step_s + lag_s) / pace, -math.inf))  # as sync_step
+    for p in range(fragment_schedule.num_fragments):
+        first = round_at(fragment_schedule, p, joined / pace) + 1  # as LearnerBook: rounds open at its join aren't its own
+        # as sync_step:
+        last = round_at(fragment_schedule, p, math.nextafter((walls[-1] + step_s + lag_s) / pace, -math.inf))
         if last < first:
             continue
         r = np.arange(first, last + 1)
-        idx = np.searchsorted(walls, round_opens(schedule, p, r) * pace - step_s - lag_s, side="right")
+        idx = np.searchsorted(walls, round_opens(fragment_schedule, p, r) * pace - step_s - lag_s, side="right")
         ok = idx < n
         r, idx = r[ok], idx[ok]
         newest = np.r_[idx[1:] != idx[:-1], True]  # several rounds at one boundary: the newest only
@@ -169,7 +170,7 @@ def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple
     return sent, arrival
 
 
-def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: FragmentSchedule, up: float,
+def learner_uploads(cfg: ScaleConfig, outages: list[Outages], fragment_schedule: FragmentSchedule, up: float,
                     down: float, pace: float) -> Uploads:
     """Generate the uploads of every learner over the run (vectorised per incarnation), on a clock of
     ``pace`` seconds per cluster step."""
@@ -200,7 +201,7 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
             else:
                 n = int((min(b, horizon) - a) // step)
                 walls = a + np.arange(1, n + 1) * step
-            steps, frags, rounds = _clock_syncs(schedule, pace, step, walls, a, lag_s=cfg.network.latency)
+            steps, frags, rounds = _clock_syncs(fragment_schedule, pace, step, walls, a, lag_s=cfg.network.latency)
             start = walls[steps - 1] if len(steps) else np.empty(0)
             sent, arrival = _send(start, frags, up, down)
             ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it
@@ -215,7 +216,7 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], schedule: Fragment
             inc_id += 1
             inc_starts.append(a)
             if not o.elastic and b < horizon:
-                last = np.zeros(schedule.num_fragments)
+                last = np.zeros(fragment_schedule.num_fragments)
                 np.maximum.at(last, frags[ok], steps[ok])
                 lost_at.append(b)
                 lost_steps.append(float(np.mean(n - last)) + ((b - a) % step) / step)
@@ -261,10 +262,10 @@ class _Syncer:
     decide when a round merges and what each learner does with its reply."""
 
     def __init__(self, cfg: ScaleConfig, outages: list[Outages], down: float, timing: Timing,
-                 schedule: FragmentSchedule, pace: float) -> None:
+                 fragment_schedule: FragmentSchedule, pace: float) -> None:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
-        self.fragment_schedule, self.pace = schedule, pace
+        self.fragment_schedule, self.pace = fragment_schedule, pace
         self.policy = a.quorum_policy()
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
@@ -370,7 +371,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         progress: Callable[[float], None] | None = None) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m, nfrag = a.num_learners, a.num_fragments
-    schedule = FragmentSchedule(nfrag, a.sync_every, a.overlap_floor, bool(a.staggered))
+    fragment_schedule = FragmentSchedule(nfrag, a.sync_every, a.overlap_floor, bool(a.staggered))
     comm = comm_times(cfg)
     up, down = comm.fragment_up_s, comm.fragment_down_s
     steps_s = [cfg.step_s(i) for i in range(m)]
@@ -378,8 +379,8 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     horizon = float(cfg.duration)
     pace = cluster_pace(steps_s)  # the syncer's clock: the lower median of the learners' step times
     assert pace is not None
-    ups = learner_uploads(cfg, outages, schedule, up, down, pace)
-    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), schedule, pace)
+    ups = learner_uploads(cfg, outages, fragment_schedule, up, down, pace)
+    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), fragment_schedule, pace)
     for p in range(nfrag):
         sel = np.flatnonzero(ups.fragment == p)
         sel = sel[np.argsort(ups.header[sel], kind="stable")]

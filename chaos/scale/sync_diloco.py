@@ -58,8 +58,8 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         progress: Callable[[float], None] | None = None) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m = a.num_learners
-    schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered))
-    sync_step = max(schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
+    fragment_schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered))
+    sync_step = max(fragment_schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
     work = [sync_step * cfg.step_s(i) for i in range(m)]
     policy = a.quorum_policy()
     timing = Timing(t_step=Ema(value=w.step_s))

@@ -9,7 +9,7 @@ what it returns. The book decides
   syncs at the first step boundary whose cluster step (the caller passes
   :func:`~trainer.core.rounds.sync_step`: just under one own step ahead, so
   the last boundary at or before the opening) has reached one of its rounds'
-  openings, so learners of different speeds stay on one schedule and a slow
+  openings, so learners of different speeds stay on one fragment schedule and a slow
   one simply covers fewer steps;
   otherwise at the learner's own steps offset(p) + r·H;
 - when a received global fragment may be applied: not before τ steps after
@@ -83,19 +83,20 @@ class _InFlight:
 class LearnerBook:
     """Per-fragment counters and sync state of one learner incarnation."""
 
-    def __init__(self, schedule: FragmentSchedule, versions: list[int], blocking: bool, clocked: bool = False,
+    def __init__(self, fragment_schedule: FragmentSchedule, versions: list[int], blocking: bool, clocked: bool = False,
                  start_step: float = 0.0) -> None:
         """``clocked``: sync on the cluster step clock; ``start_step``: its reading at join (rounds open
         before it are not this incarnation's: it syncs from the next opening on)."""
-        if len(versions) != schedule.num_fragments:
-            raise ValueError(f"{len(versions)} versions for {schedule.num_fragments} fragments")
-        self.fragment_schedule = schedule
+        if len(versions) != fragment_schedule.num_fragments:
+            raise ValueError(f"{len(versions)} versions for {fragment_schedule.num_fragments} fragments")
+        self.fragment_schedule = fragment_schedule
         self.blocking = blocking
         self.clocked = clocked
-        self._round = [round_at(schedule, p, start_step) if clocked else -1 for p in range(schedule.num_fragments)]
+        self._round = [round_at(fragment_schedule, p, start_step) if clocked else -1
+                       for p in range(fragment_schedule.num_fragments)]
         self.held = list(versions)
-        self._steps = [0] * schedule.num_fragments
-        self._tokens = [0] * schedule.num_fragments
+        self._steps = [0] * fragment_schedule.num_fragments
+        self._tokens = [0] * fragment_schedule.num_fragments
         self._in_flight: dict[int, _InFlight] = {}
         self._inbox: dict[int, tuple[int, Any]] = {}
         self.skipped = 0  # syncs not started because the previous one of that fragment was in flight
@@ -117,7 +118,7 @@ class LearnerBook:
                 # Rounds claimed on a clock that ran ahead: a learner cut off from the syncer extrapolates at the
                 # last pace it heard, and the cluster may have slowed since (or a restored syncer's clock is
                 # behind). The syncer refuses them as future rounds; keeping them would make this learner wait
-                # until the cluster reaches its own count (40 s in a compose run) — rejoin the cluster's schedule.
+                # until the cluster reaches its own count (40 s in a compose run) — rejoin the cluster's fragment schedule.
                 self._round[p] = r
                 self.rewound += 1
             if r > self._round[p]:  # one sync for the newest open round, however many opened since the last step

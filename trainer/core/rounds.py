@@ -1,8 +1,8 @@
 """Fragment sync rounds on the syncer's step clock.
 
 The paper takes one outer step per *scheduled* sync of a fragment: round r of
-fragment p is a point on a schedule the whole cluster shares, not "whatever
-arrives after the last merge". The schedule runs on a clock of cluster steps
+fragment p is a point on a fragment schedule the whole cluster shares, not
+"whatever arrives after the last merge". It runs on a clock of cluster steps
 that the syncer owns:
 
     S(t) = anchor_step + (t − anchor_time) / pace
@@ -119,14 +119,14 @@ def cluster_pace(step_times: Iterable[float]) -> float | None:
     return ts[(len(ts) - 1) // 2] if ts else None
 
 
-def round_opens(schedule: FragmentSchedule, fragment: int, r: int) -> int:
+def round_opens(fragment_schedule: FragmentSchedule, fragment: int, r: int) -> int:
     """The cluster step at which round ``r`` of ``fragment`` opens."""
-    return schedule.offset(fragment) + r * schedule.sync_every
+    return fragment_schedule.offset(fragment) + r * fragment_schedule.sync_every
 
 
-def round_at(schedule: FragmentSchedule, fragment: int, step: float) -> int:
+def round_at(fragment_schedule: FragmentSchedule, fragment: int, step: float) -> int:
     """The newest round of ``fragment`` open at cluster step ``step`` (−1 before its first)."""
-    off = schedule.offset(fragment)
+    off = fragment_schedule.offset(fragment)
     if step < off:
         return -1
-    return int((step - off) // schedule.sync_every)
+    return int((step - off) // fragment_schedule.sync_every)

@@ -455,7 +455,7 @@ class SyncerState:
         return self.clock.step_at(now)
 
     def clock_reading(self, now: float) -> tuple[float, float]:
-        """(cluster step, pace): what every reply tells the learners, so that they sync on the syncer's schedule."""
+        """(cluster step, pace): what every reply tells the learners, so that they sync on the syncer's fragment schedule."""
         return self.clock.step_at(now), self.clock.pace_s
 
     @functools.cached_property
