@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import ProxiedUnits
-from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID, ActiveRun
+from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID, ActiveRun, LearnerSlot
 from chaos.errors import RunError
 from chaos.history import Teardown
 from faults.base import SYNCER
@@ -182,7 +182,7 @@ class DockerBackend(ProxiedUnits):
         self.work_in_units = f"{self.d.dep.runs_in_container}/work/{tag}"
         self.active_path = self.d.runs_local() / ".active.json"
         self.active = ActiveRun(self.work_in_units, secrets.token_hex(16),
-                                {lid: {"syncer": f"toxiproxy:{PROXY_BASE_PORT + i}", "corrupt": None}
+                                {lid: LearnerSlot(syncer=f"toxiproxy:{PROXY_BASE_PORT + i}")
                                  for i, lid in enumerate(self._ids)})
         self.started_at = int(time.time())
 
@@ -218,7 +218,7 @@ class DockerBackend(ProxiedUnits):
         c = self._unit(unit)
         self._wait_stopped(unit)
         if unit != SYNCER:
-            self.active.learners[unit]["corrupt"] = corrupt
+            self.active.learners[unit].corrupt = corrupt
             self.active.write(self.active_path)
         c.start()
 

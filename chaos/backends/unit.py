@@ -19,9 +19,8 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from chaos.container_probe import METRICS_PORT  # every unit serves /metrics there (observability profile)
 from trainer.core.credentials import learner_credential
@@ -33,16 +32,25 @@ LEARNER_SERVICE = "learner"  # the learners' one service (compose) or StatefulSe
 
 
 @dataclass
+class LearnerSlot:
+    """How one learner of the run starts: the address it dials (its proxy) and the corruption it trains with."""
+
+    syncer: str  # host:port
+    corrupt: str | None = None  # a trainer.learner --corrupt mode; None: honest
+
+
+@dataclass
 class ActiveRun:
     """What the controller tells every unit about the run in progress (JSON, never pickle)."""
 
     run_dir: str
     token: str
-    learners: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {"syncer": host:port, "corrupt": ...}
+    learners: dict[str, LearnerSlot] = field(default_factory=dict)  # by learner id
     hosts: dict[str, str] = field(default_factory=dict)  # a learner replica's host name -> its learner id
 
     def to_json(self) -> str:
-        return json.dumps({"run_dir": self.run_dir, "token": self.token, "learners": self.learners,
+        return json.dumps({"run_dir": self.run_dir, "token": self.token,
+                           "learners": {lid: asdict(slot) for lid, slot in self.learners.items()},
                            "hosts": self.hosts}, indent=2)
 
     @classmethod
@@ -51,7 +59,8 @@ class ActiveRun:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return None  # absent, or being replaced this instant: ask again
-        return cls(data["run_dir"], data["token"], data.get("learners", {}), data.get("hosts", {}))
+        learners = {lid: LearnerSlot(**slot) for lid, slot in data.get("learners", {}).items()}
+        return cls(data["run_dir"], data["token"], learners, data.get("hosts", {}))
 
     def unit_of(self, service: str, hostname: str) -> str | None:
         """Which unit a container of ``service`` is: the syncer, or the learner its host name was given."""
@@ -71,13 +80,13 @@ def command(unit: str, run: ActiveRun) -> list[str] | None:
     if unit == "syncer":
         return [sys.executable, "-m", "trainer.syncer", "--config", config, "--run-dir", run.run_dir,
                 "--host", "0.0.0.0", "--port", str(SYNCER_PORT), *metrics]
-    spec = run.learners.get(unit)
-    if spec is None:
+    slot = run.learners.get(unit)
+    if slot is None:
         return None
-    cmd = [sys.executable, "-m", "trainer.learner", "--config", config, "--id", unit, "--syncer", spec["syncer"],
+    cmd = [sys.executable, "-m", "trainer.learner", "--config", config, "--id", unit, "--syncer", slot.syncer,
            "--run-dir", run.run_dir, *metrics]
-    if spec.get("corrupt"):
-        cmd += ["--corrupt", spec["corrupt"]]
+    if slot.corrupt:
+        cmd += ["--corrupt", slot.corrupt]
     return cmd
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from chaos.backends.docker import CONTAINER_NUMBER, _service_of, _unit_of
-from chaos.backends.unit import ActiveRun, command
+from chaos.backends.unit import ActiveRun, LearnerSlot, command
 from chaos.container_probe import METRICS_PORT
 
 
 def test_a_learner_replica_finds_its_id_by_host_name_and_the_plan_survives_json(tmp_path: Path) -> None:
-    run = ActiveRun("/runs/work/x", "tok", {"learner-0": {"syncer": "toxiproxy:26000", "corrupt": None}},
+    run = ActiveRun("/runs/work/x", "tok", {"learner-0": LearnerSlot("toxiproxy:26000")},
                     hosts={"3f2a9c0d1e4b": "learner-0"})
     run.write(tmp_path / "active.json")
     back = ActiveRun.read(tmp_path / "active.json")
@@ -23,7 +23,7 @@ def test_a_learner_replica_finds_its_id_by_host_name_and_the_plan_survives_json(
 
 
 def test_every_unit_serves_metrics_on_the_probed_port() -> None:
-    run = ActiveRun("/runs/work/x", "tok", {"learner-1": {"syncer": "toxiproxy:26001", "corrupt": "nan"}})
+    run = ActiveRun("/runs/work/x", "tok", {"learner-1": LearnerSlot("toxiproxy:26001", "nan")})
     for unit in ("syncer", "learner-1"):
         cmd = command(unit, run)
         assert cmd is not None and cmd[cmd.index("--metrics-port") + 1] == str(METRICS_PORT)
