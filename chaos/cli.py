@@ -89,6 +89,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     opts = ClusterOptions(namespace=args.namespace, image=args.image)
     if args.kubectl_image:
         opts = dataclasses.replace(opts, kubectl_image=args.kubectl_image)
+    if args.netfault_image:
+        opts = dataclasses.replace(opts, netfault_image=args.netfault_image)
     done = export(s, Path(args.out), opts, token)
     print(f"{s.name}: {done.objects} objects written to {args.out}\n"
           f"  kubectl apply -f {done.cluster}\n"
@@ -370,8 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--namespace", default="diloco-chaos", help="namespace of every object (default diloco-chaos)")
     ex.add_argument("--image", default="diloco-chaos:latest", help="the project's image, as the cluster pulls it")
     ex.add_argument("--token-file", help="the run's shared token (default: a new random one)")
-    ex.add_argument("--kubectl-image", help="image of the Workflow's exec steps (pause, slow, corrupt; default "
-                                            "registry.k8s.io/kubectl, the version of the checked API types)")
+    ex.add_argument("--kubectl-image", help="image of the Workflow's exec steps (pause, slow, corrupt, reset_peer, "
+                                            "data_limit; default registry.k8s.io/kubectl, the version of the checked "
+                                            "API types)")
+    ex.add_argument("--netfault-image", help="image of the learners' netfault sidecar, for reset_peer and data_limit "
+                                             "(needs sh, ss and iptables; default nicolaka/netshoot)")
     _add_outputs(ex, junit=False)
     ex.set_defaults(fn=cmd_export)
     co = sub.add_parser("collect", help="gather a Kubernetes run (events, Chaos Mesh's fault records) into a run "

@@ -18,6 +18,8 @@ missing (:data:`UNSUPPORTED`): a test holds every kind of :data:`faults.kinds.KI
 | latency | NetworkChaos ``delay`` (latency, jitter) | the same |
 | cpu_limit | StressChaos ``cpu`` (load = the CPU share taken away) | competes for the CPU rather than capping it |
 | pause, slow, corrupt | exec steps: ``kubectl exec`` of :mod:`faults.in_pod` in each target's pod (a Task) | the same signals |
+| reset_peer | exec steps: a loop of ``ss -K`` on the learner's connections to the syncer, from inject to heal, in the pod's netfault sidecar (:mod:`chaos.k8s.netfault`) | a reset every ``max(timeout, 100 ms)`` rather than ``timeout`` after each connection's first byte |
+| data_limit | exec steps: an ``iptables`` connbytes rule that resets a connection after its bytes, in the sidecar; removed at the heal | counts packet bytes, headers included (Toxiproxy: payload) |
 
 Example:
     >>> from chaos.scenario import builtin_scenarios, load_scenario
@@ -35,7 +37,9 @@ from dataclasses import dataclass
 from chaos.backends.unit import LEARNER_SERVICE
 from chaos.errors import ScenarioError
 from chaos.fault_plan import Planned, plan
+from chaos.backends.unit import SYNCER_PORT
 from chaos.k8s.manifests import ClusterOptions
+from chaos.k8s.netfault import NETFAULT_CONTAINER, NETFAULT_KINDS, data_limit_commands, reset_peer_commands
 from chaos.k8s.objects import Body, K8sObject
 from chaos.scenario import Scenario
 from faults.base import SYNCER
@@ -48,11 +52,9 @@ DIRECTIONS = {"to_syncer": "to", "from_syncer": "from", "both": "both"}
 
 EXEC_DEADLINE_S = 60.0  # a kubectl exec step: long enough for its pod to start, short enough to notice a hang
 
-# Kinds with no Chaos Mesh experiment that does the same thing, and what is missing.
-UNSUPPORTED: dict[str, str] = {
-    "reset_peer": "Chaos Mesh's NetworkChaos drops, delays or limits packets; it cannot send TCP resets",
-    "data_limit": "Chaos Mesh's NetworkChaos has no 'close after N bytes'",
-}
+# Kinds with no Chaos Mesh experiment and no exec step that does the same thing, and what is missing (none now:
+# reset_peer and data_limit run in the netfault sidecar). A kind in neither table is refused too.
+UNSUPPORTED: dict[str, str] = {}
 
 
 def _name(fault_id: str) -> str:
@@ -138,40 +140,71 @@ def _cpu_stress(p: Planned, w: _Where, name: str, duration: float) -> list[Body]
         "cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}}})
 
 
-def _exec(p: Planned, w: _Where, name: str, *action: str, deadline: float = EXEC_DEADLINE_S) -> list[Body]:
-    """``python -m faults.in_pod ACTION`` in every target's pod, at once: a Parallel of one Task per target."""
-    tasks = [{"name": f"{name}-{i}", "templateType": "Task", "deadline": _ms(deadline), "task": {"container": {
-        "name": "exec", "image": w.kubectl_image,
-        "command": ["kubectl", "exec", "-n", w.namespace, pod_of(t), "-c", SYNCER if t == SYNCER else LEARNER_SERVICE,
-                    "--", "python", "-m", "faults.in_pod", *action]}}} for i, t in enumerate(p.targets)]
+def _exec(p: Planned, w: _Where, name: str, command: Callable[[str], tuple[list[str], str]],
+          deadline: float = EXEC_DEADLINE_S) -> list[Body]:
+    """``kubectl exec`` into every target's pod at once (a Parallel of one Task per target); ``command(unit)``
+    gives the command and the container it runs in."""
+    tasks = []
+    for i, unit in enumerate(p.targets):
+        argv, container = command(unit)
+        tasks.append({"name": f"{name}-{i}", "templateType": "Task", "deadline": _ms(deadline), "task": {"container": {
+            "name": "exec", "image": w.kubectl_image,
+            "command": ["kubectl", "exec", "-n", w.namespace, pod_of(unit), "-c", container, "--", *argv]}}})
     return [{"name": name, "templateType": "Parallel", "children": [t["name"] for t in tasks]}, *tasks]
 
 
-def _held(inject: tuple[str, ...], heal: tuple[str, ...]) -> Callable[[Planned, _Where, str, float], list[Body]]:
+def _in_pod(*action: str) -> Callable[[str], tuple[list[str], str]]:
+    """``python -m faults.in_pod ACTION`` in the trainer's own container."""
+    return lambda unit: (["python", "-m", "faults.in_pod", *action], SYNCER if unit == SYNCER else LEARNER_SERVICE)
+
+
+def _in_sidecar(script: str) -> Callable[[str], tuple[list[str], str]]:
+    """A shell command in the pod's netfault sidecar (chaos.k8s.netfault)."""
+    return lambda unit: (["sh", "-c", script], NETFAULT_CONTAINER)
+
+
+Step = Callable[[Planned], Callable[[str], tuple[list[str], str]]]
+
+
+def _held(inject: Step, heal: Step) -> Callable[[Planned, _Where, str, float], list[Body]]:
     """A fault Chaos Mesh cannot inject itself: an exec into the pods, a Suspend for the duration, an exec."""
     def templates(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
-        act = tuple(a.format(**p.params) for a in inject)
         return [{"name": name, "templateType": "Serial",
                  "children": [f"{name}-inject", f"{name}-hold", f"{name}-heal"]},
-                *_exec(p, w, f"{name}-inject", *act),
+                *_exec(p, w, f"{name}-inject", inject(p)),
                 {"name": f"{name}-hold", "templateType": "Suspend", "deadline": _ms(duration)},
-                *_exec(p, w, f"{name}-heal", *heal)]
+                *_exec(p, w, f"{name}-heal", heal(p))]
     return templates
 
 
 def _slow(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
     """The duty cycle runs in the pod for the duration (its exec's deadline leaves it a minute to start)."""
-    return _exec(p, w, name, "slow", "--fraction", str(p.params["fraction"]), "--period",
-                 str(p.params["period_s"]), "--seconds", str(duration), deadline=duration + EXEC_DEADLINE_S)
+    return _exec(p, w, name, _in_pod("slow", "--fraction", str(p.params["fraction"]), "--period",
+                                     str(p.params["period_s"]), "--seconds", str(duration)),
+                 deadline=duration + EXEC_DEADLINE_S)
+
+
+def _reset_peer(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+    inject, heal = reset_peer_commands(name, SYNCER_PORT, int(p.params.get("timeout_ms", 0)), duration)
+    return _held(lambda _: _in_sidecar(inject), lambda _: _in_sidecar(heal))(p, w, name, duration)
+
+
+def _data_limit(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+    inject, heal = data_limit_commands(SYNCER_PORT, int(p.params["bytes"]), str(p.params.get("direction", "both")))
+    return _held(lambda _: _in_sidecar(inject), lambda _: _in_sidecar(heal))(p, w, name, duration)
 
 
 MAPPING: dict[str, Callable[[Planned, _Where, str, float], list[Body]]] = {
     "kill": _pod_failure, "stop": _pod_failure, "syncer_crash": _pod_failure,
     "partition": _network, "link_down": _network, "disconnect": _network,
     "bandwidth": _bandwidth, "latency": _delay, "cpu_limit": _cpu_stress,
-    "pause": _held(("stop",), ("cont",)), "corrupt": _held(("corrupt", "{mode}"), ("healthy",)), "slow": _slow,
+    "pause": _held(lambda p: _in_pod("stop"), lambda p: _in_pod("cont")),
+    "corrupt": _held(lambda p: _in_pod("corrupt", str(p.params["mode"])), lambda p: _in_pod("healthy")),
+    "slow": _slow,
+    "reset_peer": _reset_peer, "data_limit": _data_limit,
 }
-EXEC_KINDS = frozenset({"pause", "corrupt", "slow"})  # run through kubectl exec: the Workflow needs RBAC objects
+# Run through kubectl exec: the Workflow needs RBAC objects; the netfault ones also the pods' sidecar.
+EXEC_KINDS = frozenset({"pause", "corrupt", "slow", *NETFAULT_KINDS})
 _TEMPLATE_TYPE = {"podChaos": "PodChaos", "networkChaos": "NetworkChaos", "stressChaos": "StressChaos"}
 
 

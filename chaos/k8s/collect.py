@@ -47,9 +47,9 @@ def _events(chaos: Obj) -> list[tuple[float, str, str, str]]:
 
 
 def _exec_records(planned: list[Planned], nodes: list[Obj], not_recovered: list[str]) -> list[ControllerRecord]:
-    """Faults the Workflow runs as kubectl exec steps (pause, corrupt, slow: no chaos object records them): the
-    inject and heal are when their WorkflowNodes started; slow's heal is its start plus its duration (the duty
-    cycle runs that long in the pod)."""
+    """Faults the Workflow runs as kubectl exec steps (pause, corrupt, slow, reset_peer, data_limit: no chaos
+    object records them): the inject and heal are when their WorkflowNodes started; slow's heal is its start plus
+    its duration (the duty cycle runs that long in the pod)."""
     started = {n["spec"]["templateName"]: _ts(n["spec"]["startTime"]) for n in nodes if n["spec"].get("startTime")}
     out: list[ControllerRecord] = []
     for p in planned:

@@ -5,7 +5,7 @@
 | ConfigMap ``diloco-config`` | the scenario's resolved run config (``config.yaml``), which every process reads |
 | Secret ``diloco-credentials`` | the run's shared token (key ``syncer``) and each learner's own credential |
 | StatefulSet + Service ``syncer`` | one syncer; gRPC health probes; its checkpoints and events on a volume |
-| StatefulSet + headless Service ``learner`` | M learners: pod ``learner-i`` is learner ``learner-i`` |
+| StatefulSet + headless Service ``learner`` | M learners: pod ``learner-i`` is learner ``learner-i``; with ``reset_peer`` or ``data_limit`` in the plan, a ``netfault`` sidecar each (:mod:`chaos.k8s.netfault`) |
 
 Every pod serves Prometheus ``/metrics`` on port 9400 (``prometheus.io/*`` annotations) and writes its events
 to ``/data/run/events/`` on its own volume, where ``kubectl cp`` collects them for ``diloco-chaos report``.
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID
 from chaos.container_probe import METRICS_PORT
+from chaos.fault_plan import plan
+from chaos.k8s.netfault import DEFAULT_IMAGE, NETFAULT_KINDS, sidecar
 from chaos.k8s.objects import Body, K8sObject
 from chaos.scenario import Scenario
 from trainer.config import learner_ids
@@ -44,16 +46,18 @@ class ClusterOptions:
     memory: str = "2Gi"
     # What the Workflow's exec steps run (pause, slow, corrupt: faults.in_pod through kubectl exec).
     kubectl_image: str = "registry.k8s.io/kubectl:v1.35.0"
+    # The learners' netfault sidecar, only when the plan has reset_peer or data_limit (chaos.k8s.netfault).
+    netfault_image: str = DEFAULT_IMAGE
 
 
-def _pod_spec(container: Body) -> Body:
+def _pod_spec(containers: list[Body]) -> Body:
     return {
         "securityContext": {"runAsUser": UNIT_UID, "runAsGroup": UNIT_UID, "fsGroup": UNIT_UID,
                             "runAsNonRoot": True},
         "terminationGracePeriodSeconds": 5,
         # The trainer is then not PID 1 (the pod's pause process is), so faults.in_pod can SIGSTOP it.
         "shareProcessNamespace": True,
-        "containers": [container],
+        "containers": containers,
         "volumes": [{"name": "config", "configMap": {"name": "diloco-config"}},
                     {"name": "credentials", "secret": {"secretName": "diloco-credentials", "defaultMode": 0o440}}],
     }
@@ -72,14 +76,14 @@ def _container(name: str, args: list[str], opts: ClusterOptions, ports: list[Bod
     }
 
 
-def _statefulset(name: str, replicas: int, container: Body, opts: ClusterOptions) -> K8sObject:
+def _statefulset(name: str, replicas: int, containers: list[Body], opts: ClusterOptions) -> K8sObject:
     labels = {"app.kubernetes.io/name": "diloco-chaos", "app.kubernetes.io/component": name}
     return K8sObject("apps/v1", "StatefulSet", name, opts.namespace, {"spec": {
         "serviceName": name, "replicas": replicas, "podManagementPolicy": "Parallel",
         "selector": {"matchLabels": labels},
         "template": {"metadata": {"labels": labels, "annotations": {
             "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"}},
-            "spec": _pod_spec(container)},
+            "spec": _pod_spec(containers)},
         "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
             "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}}}],
     }}, labels={"app.kubernetes.io/component": name})
@@ -131,8 +135,10 @@ def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = Clust
         {"livenessProbe": {"httpGet": {"path": "/metrics", "port": METRICS_PORT}, "periodSeconds": 10,
                            "failureThreshold": 6}})
     metrics_port = {"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}
+    needs_netfault = any(p.kind in NETFAULT_KINDS for p in plan(scenario))
+    sidecars = [sidecar(opts.netfault_image)] if needs_netfault else []
     return [config, credentials,
             _service("syncer", [{"name": "grpc", "port": SYNCER_PORT, "targetPort": SYNCER_PORT}, metrics_port], opts),
-            _statefulset("syncer", 1, syncer, opts),
+            _statefulset("syncer", 1, [syncer], opts),
             _service(LEARNER_SERVICE, [metrics_port], opts, headless=True),
-            _statefulset(LEARNER_SERVICE, len(learners), learner, opts)]
+            _statefulset(LEARNER_SERVICE, len(learners), [learner, *sidecars], opts)]

@@ -137,6 +137,17 @@ def test_generated_schedules_draw_it(registered: None) -> None:
     assert entry.fault == "hiccup" and entry.stall_ms == drawn.params["stall_ms"]
 
 
+def test_the_kubernetes_export_refuses_it_by_name_until_it_has_a_mapping(registered: None, tmp_path: Path) -> None:
+    """A Chaos Mesh mapping is optional for a kind (chaos.k8s.chaos_mesh.MAPPING): without one, `export k8s`
+    names the fault and its kind, and writes nothing."""
+    from chaos.k8s.export import export
+
+    with pytest.raises(ScenarioError, match=r"fault '.*' \(hiccup\): no Chaos Mesh mapping for this kind") as err:
+        export(parse_scenario(one_fault(), "t.yaml"), tmp_path / "out")
+    assert "cannot export to Chaos Mesh" in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_afterwards_everything_is_as_before() -> None:
     with fault_kind(HICCUP, Hiccup, HICCUP_EFFECT):
         assert tables() != BEFORE

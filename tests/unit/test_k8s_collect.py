@@ -59,10 +59,11 @@ def chaos_mesh_objects(scenario, windows: dict[str, tuple[float, float]], steady
     return flow, nodes, chaos
 
 
-@pytest.mark.parametrize("name", ["kill-and-rejoin", "corrupt-learner", "straggler"])
+@pytest.mark.parametrize("name", ["kill-and-rejoin", "corrupt-learner", "straggler", "random-mix"])
 def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_verdicts(name: str,
                                                                                        tmp_path: Path) -> None:
-    """A chaos object's records (kill), exec steps' WorkflowNodes (corrupt: in and out; slow: one that runs)."""
+    """A chaos object's records (kill), exec steps' WorkflowNodes (corrupt: in and out; slow: one that runs),
+    and random-mix's mix of both (reset_peer in the netfault sidecar among them)."""
     s = load_scenario(builtin_scenarios()[name])
     sim_dir = tmp_path / "sim"
     original = simulate(s).write(sim_dir)

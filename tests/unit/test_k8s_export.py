@@ -12,13 +12,13 @@ from chaos.fault_plan import plan
 from chaos.k8s.chaos_mesh import MAPPING, SYNCER_POD, UNSUPPORTED, template_name, workflow
 from chaos.k8s.export import export
 from chaos.k8s.manifests import ClusterOptions, cluster_objects
+from chaos.k8s.netfault import NETFAULT_CONTAINER, data_limit_commands, reset_peer_commands
 from chaos.k8s.objects import dump_all
 from chaos.scenario import builtin_scenarios, load_scenario, scenario_with
 from chaos.strategies import fault_schedules, to_scenario
 from faults.kinds import KINDS
 
 EXPORTABLE = sorted(MAPPING)
-REFUSED = {"random-mix"}  # its reset_peer draws: no Chaos Mesh equivalent (UNSUPPORTED)
 
 
 def _units(pods: list[str]) -> tuple[str, ...]:
@@ -69,11 +69,12 @@ def _round_trip(scenario) -> None:
         assert units == tuple(sorted(p.targets)), p
 
 
-def test_every_kind_is_mapped_or_refused_with_a_reason() -> None:
-    assert set(MAPPING) | set(UNSUPPORTED) == set(KINDS) and not set(MAPPING) & set(UNSUPPORTED)
+def test_every_kind_is_mapped() -> None:
+    """Every built-in kind exports (a kind added without a mapping is refused by name: test_fault_kind_registry)."""
+    assert set(MAPPING) == set(KINDS) and not UNSUPPORTED
 
 
-@pytest.mark.parametrize("name", sorted(set(builtin_scenarios()) - REFUSED))
+@pytest.mark.parametrize("name", sorted(builtin_scenarios()))
 def test_a_builtin_scenarios_faults_survive_the_mapping(name: str) -> None:
     _round_trip(load_scenario(builtin_scenarios()[name]))
 
@@ -82,16 +83,6 @@ def test_a_builtin_scenarios_faults_survive_the_mapping(name: str) -> None:
 def test_generated_schedules_survive_the_mapping(schedule) -> None:
     template = load_scenario(builtin_scenarios()["kill-one-learner"])
     _round_trip(to_scenario(template, schedule, outer_step_s=0.7))
-
-
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_a_kind_without_an_equivalent_is_refused_by_name_and_nothing_is_written(name: str, tmp_path) -> None:
-    s = load_scenario(builtin_scenarios()[name])
-    kinds = {p.kind for p in plan(s)} & set(UNSUPPORTED)
-    with pytest.raises(ScenarioError) as err:
-        export(s, tmp_path / "out")
-    assert all(f"({k}): {UNSUPPORTED[k]}" in str(err.value) for k in kinds), err.value
-    assert not (tmp_path / "out").exists()
 
 
 def test_a_fault_started_by_merge_count_is_refused() -> None:
@@ -140,6 +131,33 @@ def test_exec_faults_run_faults_in_pod_in_each_target_between_a_hold() -> None:
     assert t["c-inject-0"]["task"]["container"]["command"][-2:] == ["corrupt", "garbage"]
     assert t["c-heal-0"]["task"]["container"]["command"][-1] == "healthy"
     assert t["c-inject-0"]["task"]["container"]["image"] == "kubectl:test"
+
+
+def test_connection_faults_run_in_the_netfault_sidecar_which_only_their_learner_pods_get() -> None:
+    """reset_peer and data_limit: the sidecar's commands (chaos.k8s.netfault) in each target's pod, between a hold;
+    the sidecar (NET_ADMIN) is in the learner pods only when the plan has one of them."""
+    s = scenario_with("kill-one-learner", schedule=[
+        {"fault": "reset_peer", "id": "r", "targets": ["learner-1"], "at": 1, "duration": 4, "timeout_ms": 300},
+        {"fault": "data_limit", "id": "d", "targets": ["learner-0", "learner-2"], "at": 2, "duration": 6, "bytes": 5000,
+         "direction": "from_syncer"}])
+    t = {x["name"]: x for x in workflow(s, ClusterOptions("ns")).body["spec"]["templates"]}
+    assert t["r"]["children"] == ["r-inject", "r-hold", "r-heal"] and t["r-hold"]["deadline"] == "4000ms"
+    inject, heal = reset_peer_commands("r", 50051, 300, 4)
+    assert t["r-inject-0"]["task"]["container"]["command"] == ["kubectl", "exec", "-n", "ns", "learner-1", "-c",
+                                                               NETFAULT_CONTAINER, "--", "sh", "-c", inject]
+    assert t["r-heal-0"]["task"]["container"]["command"][-1] == heal
+    inject, heal = data_limit_commands(50051, 5000, "from_syncer")
+    assert _exec_pods(t, t["d-inject"]) == ["learner-0", "learner-2"]
+    assert {t[c]["task"]["container"]["command"][-1] for c in t["d-inject"]["children"]} == {inject}
+    assert {t[c]["task"]["container"]["command"][-1] for c in t["d-heal"]["children"]} == {heal}
+
+    def containers(scenario) -> list[dict]:
+        objs = {(o.kind, o.name): o.body for o in cluster_objects(scenario, "t" * 32)}
+        return objs[("StatefulSet", "learner")]["spec"]["template"]["spec"]["containers"]
+    sidecar = containers(s)[1]
+    assert sidecar["name"] == NETFAULT_CONTAINER and sidecar["securityContext"]["capabilities"]["add"] == [
+        "NET_ADMIN", "NET_RAW"] and sidecar["securityContext"]["allowPrivilegeEscalation"] is False
+    assert [c["name"] for c in containers(scenario_with("kill-one-learner"))] == ["learner"]
 
 
 def test_the_exec_steps_get_a_role_and_only_when_there_are_any(tmp_path) -> None:
