@@ -6,9 +6,10 @@ state) and duration. The Workflow's entry is a ``Parallel`` template with one ``
 fault when the deadline passes: our heal). Apply it once training is steady (the first merge), as the
 controller starts its clock then (``docs/kubernetes.md``).
 
-Each fault kind maps to the Chaos Mesh experiment that does the same thing to a pod, to exec steps (Task
-templates running :mod:`faults.in_pod` in the pod, for what no experiment does), or is refused naming what is
-missing (:data:`UNSUPPORTED`): a test holds every kind of :data:`faults.kinds.KINDS` to :data:`MAPPING` or it.
+Each fault kind maps to the Chaos Mesh experiment that does the same thing to a pod, or to exec steps for what no
+experiment does (Task templates running :mod:`faults.in_pod` in the trainer's container, or
+:mod:`chaos.k8s.netfault`'s commands in the pod's netfault sidecar); a kind with neither is refused by name (a test
+holds every kind of :data:`faults.kinds.KINDS` to :data:`MAPPING`).
 
 | kind | Chaos Mesh | how close |
 |---|---|---|
@@ -34,10 +35,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from chaos.backends.unit import LEARNER_SERVICE
+from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT
 from chaos.errors import ScenarioError
 from chaos.fault_plan import Planned, plan
-from chaos.backends.unit import SYNCER_PORT
 from chaos.k8s.manifests import ClusterOptions
 from chaos.k8s.netfault import NETFAULT_CONTAINER, NETFAULT_KINDS, data_limit_commands, reset_peer_commands
 from chaos.k8s.objects import Body, K8sObject
