@@ -4,7 +4,8 @@ After a run on Kubernetes, the trainer's events are on the pods' volumes and the
 Mesh's objects: every chaos object the Workflow created (labelled ``chaos-mesh.org/workflow``, and
 ``chaos-mesh.org/controlled-by`` its WorkflowNode, whose ``spec.templateName`` is the fault's template)
 records, per selected pod, each ``Apply`` and ``Recover`` with its outcome and time (faults the Workflow runs as
-``kubectl exec`` steps are timed by their WorkflowNodes' start). :func:`controller_records`
+``kubectl exec`` steps are timed by their WorkflowNodes' start, and judged by their Task pods' exit codes, which
+Chaos Mesh keeps in each Task node's status). :func:`controller_records`
 turns those into the records the compose and local controllers write (:mod:`chaos.history`): the plan, the
 steady phase (the Workflow's creation: it is applied once training is steady), each fault's inject and heal,
 and a teardown that lists any fault Chaos Mesh did not recover. Then ``diloco-chaos report`` judges the
@@ -14,6 +15,8 @@ objects and the events with kubectl.
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -46,27 +49,63 @@ def _events(chaos: Obj) -> list[tuple[float, str, str, str]]:
     return sorted(out)
 
 
+def _task_failures(nodes: list[Obj], step: str) -> list[str]:
+    """What went wrong in the exec Tasks of ``step`` (a Parallel whose Tasks are ``step-0``, ``step-1``, ...).
+
+    Chaos Mesh puts a finished Task pod's exit code and output in its node's
+    ``status.conditionalBranchesStatus.context`` (JSON); a Task past its deadline without them did not finish.
+    A Task still running when collected is no failure yet.
+    """
+    task = re.compile(re.escape(step) + r"-\d+")
+    failures = []
+    for n in nodes:
+        name = n["spec"]["templateName"]
+        if not task.fullmatch(name):
+            continue
+        status = n.get("status") or {}
+        context = (status.get("conditionalBranchesStatus") or {}).get("context") or []
+        if context:
+            result = json.loads(context[0])
+            code = result.get("exitCode", 0)
+            if code != 0:
+                out = " ".join(str(result.get("stdout", "")).split())[-300:]
+                failures.append(f"{name}: exit {code}" + (f": {out}" if out else ""))
+        elif any(c.get("type") == "DeadlineExceed" and c.get("status") == "True"
+                 for c in status.get("conditions") or []):
+            failures.append(f"{name}: no result within its deadline")
+    return sorted(failures)
+
+
 def _exec_records(planned: list[Planned], nodes: list[Obj], not_recovered: list[str]) -> list[ControllerRecord]:
     """Faults the Workflow runs as kubectl exec steps (pause, corrupt, slow, reset_peer, data_limit: no chaos
-    object records them): the inject and heal are when their WorkflowNodes started; slow's heal is its start plus
-    its duration (the duty cycle runs that long in the pod)."""
+    object records them): the inject and heal are when their WorkflowNodes started, and failed when one of their
+    Tasks did (:func:`_task_failures`); slow's heal is its start plus its duration (the duty cycle runs that long
+    in the pod, and ends it running)."""
     started = {n["spec"]["templateName"]: _ts(n["spec"]["startTime"]) for n in nodes if n["spec"].get("startTime")}
     out: list[ControllerRecord] = []
     for p in planned:
         if p.kind not in EXEC_KINDS:
             continue
         name = template_name(p.fault_id, planned)
-        inject = started.get(name if p.kind == "slow" else f"{name}-inject")
+        steps = {"inject": name if p.kind == "slow" else f"{name}-inject", "heal": f"{name}-heal"}
+        inject = started.get(steps["inject"])
         if p.kind == "slow":
             heal = inject + p.duration if inject is not None else None
         else:
-            heal = started.get(f"{name}-heal")
+            heal = started.get(steps["heal"])
         evidence = {"workflow_node": name}
+        healed = False
         for ts, action in ((inject, "inject"), (heal, "heal")):
-            if ts is not None:
-                out += [FaultOp(ts=ts, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=o,
-                                targets=list(p.targets), params=p.params, evidence=evidence) for o in ("invoke", "ok")]
-        if inject is not None and heal is None:
+            if ts is None:
+                continue
+            failed = _task_failures(nodes, steps[action]) if (action, p.kind) != ("heal", "slow") else []
+            out.append(FaultOp(ts=ts, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome="invoke",
+                               targets=list(p.targets), params=p.params, evidence=evidence))
+            out.append(FaultOp(ts=ts, fault_id=p.fault_id, fault_kind=p.kind, action=action,
+                               outcome="fail" if failed else "ok", error="; ".join(failed), targets=list(p.targets),
+                               params=p.params, evidence=evidence))
+            healed = action == "heal" and not failed
+        if inject is not None and not healed:
             not_recovered.append(p.fault_id)
     return out
 

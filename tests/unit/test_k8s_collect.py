@@ -15,7 +15,7 @@ from chaos.fault_plan import plan
 from chaos.history import FaultOp, History
 from chaos.k8s.chaos_mesh import EXEC_KINDS, template_name, workflow
 from chaos.k8s.collect import NODE_LABEL, WORKFLOW_LABEL, controller_records
-from chaos.scenario import builtin_scenarios, load_scenario
+from chaos.scenario import builtin_scenarios, load_scenario, scenario_with
 from chaos.sim import simulate
 
 
@@ -44,6 +44,15 @@ def chaos_mesh_objects(scenario, windows: dict[str, tuple[float, float]], steady
                    "metadata": {"name": f"{step}-x7k2p", "labels": {WORKFLOW_LABEL: name}},
                    "spec": {"templateName": step, "workflowName": name, "type": templates[step]["templateType"],
                             "startTime": _stamp(at)}} for step, at in steps.items()]
+        # each exec step's Tasks, finished: Chaos Mesh keeps their pods' exit code and output in the node's status
+        nodes += [{"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "WorkflowNode",
+                   "metadata": {"name": f"{task}-q4m8s", "labels": {WORKFLOW_LABEL: name}},
+                   "spec": {"templateName": task, "workflowName": name, "type": "Task", "startTime": _stamp(at)},
+                   "status": {"conditionalBranchesStatus": {"branches": [], "context": [
+                       json.dumps({"exitCode": 0, "stdout": ""})]},
+                              "conditions": [{"type": "Accomplished", "status": "True", "reason": ""}]}}
+                  for step, at in steps.items() if p.kind in EXEC_KINDS
+                  for task in templates[step]["children"]]
         if p.kind in EXEC_KINDS:
             continue
         node = f"{tname}-x7k2p"
@@ -105,6 +114,43 @@ def test_a_failed_apply_is_a_failed_inject_with_chaos_meshs_message() -> None:
         {"type": "Failed", "operation": "Apply", "message": "pod not found", "timestamp": _stamp(100.0)}]
     ops = [(r.action, r.outcome, r.error) for r in controller_records(s, flow, nodes, chaos) if isinstance(r, FaultOp)]
     assert ops == [("inject", "invoke", ""), ("inject", "fail", "pod not found")]
+
+
+def _task_node(nodes: list, template: str) -> dict:
+    return next(n for n in nodes if n["spec"]["templateName"] == template)
+
+
+def test_a_failed_exec_step_is_a_failed_inject_with_its_output_and_an_unfinished_heal_a_teardown_problem() -> None:
+    """pause's exec Tasks: the inject's pod exited 1 (its output is the error); the heal's never finished."""
+    s = scenario_with("kill-one-learner", schedule=[
+        {"fault": "pause", "id": "p", "targets": ["learner-0", "learner-2"], "at": 1, "duration": 4}])
+    flow, nodes, chaos = chaos_mesh_objects(s, {"p": (100.0, 104.0)}, 97.0)
+    assert chaos == []
+    failed = _task_node(nodes, "p-inject-1")["status"]
+    failed["conditionalBranchesStatus"]["context"] = [json.dumps({
+        "exitCode": 1, "stdout": "error: no trainer process here (is the pod's process namespace shared?)\n"})]
+    _task_node(nodes, "p-heal-0")["status"] = {"conditions": [{"type": "DeadlineExceed", "status": "True",
+                                                               "reason": ""}]}
+    records = controller_records(s, flow, nodes, chaos)
+    ops = [(r.action, r.outcome, r.error) for r in records if isinstance(r, FaultOp)]
+    assert ops == [("inject", "invoke", ""),
+                   ("inject", "fail", "p-inject-1: exit 1: error: no trainer process here (is the pod's process "
+                                      "namespace shared?)"),
+                   ("heal", "invoke", ""), ("heal", "fail", "p-heal-0: no result within its deadline")]
+    assert records[-1].detail.problems == ["Chaos Mesh recorded no recovery of p"]
+
+
+def test_exec_steps_that_succeed_or_still_run_are_not_failures() -> None:
+    """Negative control for the above: exit 0 everywhere is ok, and a Task still running (no result, no
+    deadline passed) is not a failure yet."""
+    s = scenario_with("kill-one-learner", schedule=[
+        {"fault": "pause", "id": "p", "targets": ["learner-0"], "at": 1, "duration": 4}])
+    flow, nodes, chaos = chaos_mesh_objects(s, {"p": (100.0, 104.0)}, 97.0)
+    _task_node(nodes, "p-heal-0")["status"] = {}
+    records = controller_records(s, flow, nodes, chaos)
+    assert [(r.action, r.outcome) for r in records if isinstance(r, FaultOp)] == [
+        ("inject", "invoke"), ("inject", "ok"), ("heal", "invoke"), ("heal", "ok")]
+    assert records[-1].detail.problems == []
 
 
 def test_a_chaos_object_of_another_workflow_is_refused_by_name() -> None:
