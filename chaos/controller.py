@@ -78,6 +78,10 @@ class RunOptions:
     # dashboards' annotations); None: it does not. 0: a free port. (Trainer processes always serve theirs.)
     metrics_port: int | None = 0
     metrics_host: str = "127.0.0.1"
+    # The fault-free runs after the chaos run rather than before. Alone, the same time; beside another process
+    # computing them into the same cache (a test on another worker: tests/nightly), the two run at once and this
+    # run then waits on the cache's lock and reads them.
+    baseline_after: bool = False
 
 
 class Interrupted(ChaosError):
@@ -392,6 +396,26 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baselin
     return runs[0].model_copy(update={"band": band, "runs": runs[1:]})
 
 
+def _fault_free(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions, out: Path) -> tuple[Baseline, Baseline | None]:
+    """The parity band's runs and, when the reference check is on, synchronous DiLoCo's; written into ``out``."""
+    baseline = _baselines(scenario, toxi, opts)
+    baseline.write(out / "baseline.json")
+    reference = None
+    if scenario.checks.reference.enabled:
+        ref = scenario.cluster.fault_free_at(scenario.cluster.seed).sync_diloco_reference()
+        reference = _baseline(scenario.model_copy(update={"cluster": ref}), toxi, opts)
+        reference.write(out / "reference.json")
+    return baseline, reference
+
+
+def fault_free_runs(scenario: Scenario, opts: RunOptions) -> Baseline:
+    """The scenario's fault-free runs (its parity band) into ``opts.baseline_cache``, or read from it: what
+    :func:`run_scenario` would compute first. Its Toxiproxy log goes to ``opts.out_dir``."""
+    Path(opts.out_dir).mkdir(parents=True, exist_ok=True)
+    with _signals_interrupt(), toxiproxy_for(opts, Path(opts.out_dir) / "toxiproxy.log", scenario.seed) as toxi:
+        return _baselines(scenario, toxi, opts)
+
+
 def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
     """Baseline + chaos run + checks + reports. Raises RunError / Interrupted when the run cannot be done."""
     out = Path(opts.out_dir)
@@ -404,15 +428,11 @@ def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
         with _signals_interrupt(), toxiproxy_for(opts, out / "logs" / "toxiproxy.log", scenario.seed) as toxi:
             baseline: Baseline | None = None
             reference: Baseline | None = None
-            if opts.baseline:
-                baseline = _baselines(scenario, toxi, opts)
-                baseline.write(out / "baseline.json")
-                if scenario.checks.reference.enabled:
-                    ref = scenario.cluster.fault_free_at(scenario.cluster.seed).sync_diloco_reference()
-                    ref_scenario = scenario.model_copy(update={"cluster": ref})
-                    reference = _baseline(ref_scenario, toxi, opts)
-                    reference.write(out / "reference.json")
+            if opts.baseline and not opts.baseline_after:
+                baseline, reference = _fault_free(scenario, toxi, opts, out)
             _Execution(scenario, out, toxi, planned, opts, "chaos").execute()
+            if opts.baseline and opts.baseline_after:
+                baseline, reference = _fault_free(scenario, toxi, opts, out)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; every fault was healed and every process stopped. Partial run: {out}") \
             from None

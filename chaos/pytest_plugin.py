@@ -293,18 +293,20 @@ def chaos_cluster(chaos_toxiproxy: Any, chaos_run_dir: Path) -> Iterator[Callabl
 
 @pytest.fixture
 def run_chaos(chaos_toxiproxy: Any, chaos_baseline_cache: Path, chaos_run_dir: Path) -> Callable[..., Any]:
-    """``run_chaos(scenario, baseline=True)``: a real chaos run on local processes; returns its RunResult.
+    """``run_chaos(scenario, baseline=True, baseline_after=False)``: a real chaos run on local processes; returns
+    its RunResult (``baseline_after``: the fault-free runs after the chaos run, :class:`chaos.controller.RunOptions`).
     Ctrl-C (or SIGTERM) during the run heals and stops everything, then stops the whole pytest session."""
     from chaos.controller import Interrupted, RunOptions, run_scenario
 
-    def run(scenario: Any, baseline: bool = True) -> Any:
+    def run(scenario: Any, baseline: bool = True, baseline_after: bool = False) -> Any:
         out = chaos_run_dir / scenario.name
         n = 1
         while out.exists():
             n += 1
             out = chaos_run_dir / f"{scenario.name}-{n}"
         opts = RunOptions(out, toxiproxy_url=chaos_toxiproxy.url, baseline=baseline,
-                          baseline_cache=chaos_baseline_cache, progress=lambda m: print(m, flush=True))
+                          baseline_cache=chaos_baseline_cache, progress=lambda m: print(m, flush=True),
+                          baseline_after=baseline_after)
         try:
             return run_scenario(scenario, opts)
         except Interrupted as err:  # an ordinary exception would fail one test and go on to the next run

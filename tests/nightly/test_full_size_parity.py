@@ -1,4 +1,10 @@
-"""Nightly: parity at full model size (the small model), one scenario a night in turn."""
+"""Nightly: parity at full model size (the small model), one scenario a night in turn.
+
+The night's longest test (~25 min quiet: a fault-free run and a chaos run of ~11 min each). Its fault-free run is
+test_full_size_baseline.py's, on the other worker at the same time: this test runs its chaos run first
+(``baseline_after``) and then reads that baseline from the session's cache (waiting on its lock if need be), so
+the two halves overlap instead of one worker carrying both while the other runs out of work (2026-12-03: the
+night's last 15 minutes were this test alone)."""
 
 from __future__ import annotations
 
@@ -22,6 +28,6 @@ FULL_SIZE = {"cluster": {"model": {"size": "small"}, "token_budget": 2_000_000},
 @pytest.mark.parametrize("name", ["kill-and-rejoin", "syncer-crash", "partition-majority"])
 def test_parity_at_full_model_size(name: str, run_chaos) -> None:
     """The small model (3.3M parameters): same final loss as its fault-free baseline, within the tolerance."""
-    result = run_chaos(scenario_with(name, **FULL_SIZE))
+    result = run_chaos(scenario_with(name, **FULL_SIZE), baseline_after=True)
     failed = [f"{v.name}: {v.summary}" for v in result.verdicts if v.status != "pass"]
     assert result.exit_code == 0, failed

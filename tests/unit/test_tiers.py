@@ -112,3 +112,10 @@ def test_the_property_test_reader_sees_hypothesis_tests() -> None:
     """Negative control: the reader above finds the hostile-protocol property test, and not a plain test."""
     assert _is_property_test("tests/integration/test_hostile_protocol.py::test_generated_hostile_traffic_breaks_no_invariant")
     assert not _is_property_test("tests/chaos/test_interrupt.py::test_interrupt_mid_fault_heals_and_stops_everything")
+
+
+def test_the_nightly_keeps_the_plugins_longest_first_order() -> None:
+    """xdist's loadfile reorders files by their test count unless told not to; the one-test full-size files must
+    start first, on both workers (tests/nightly/test_full_size_*.py)."""
+    nightly = (TESTS.parent / "scripts" / "nightly").read_text()
+    assert "--dist loadfile --no-loadscope-reorder" in nightly
