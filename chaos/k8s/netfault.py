@@ -2,8 +2,8 @@
 
 Toxiproxy's ``reset_peer`` and ``limit_data`` act on TCP connections; Chaos Mesh's NetworkChaos only drops, delays
 or shapes packets. So when a scenario has ``reset_peer`` or ``data_limit``, the export gives each learner pod a
-``netfault`` container (a network-tools image, ``NET_ADMIN`` and ``NET_RAW``, root in that container only), which shares the
-pod's network namespace with the learner, and the Workflow's exec steps run these commands in it:
+``netfault`` container (a network-tools image, ``NET_ADMIN`` and ``NET_RAW``, root in that container only), which
+shares the pod's network namespace with the learner, and the Workflow's exec steps run these commands in it:
 
 - ``reset_peer``: every connection to the syncer's port is destroyed with ``ss -K`` (the kernel aborts the
   learner's socket and sends the syncer a reset: ``ECONNABORTED`` / ``ECONNRESET``, as a Toxiproxy reset gives),
@@ -12,15 +12,16 @@ pod's network namespace with the learner, and the Workflow's exec steps run thes
   heal. The loop also ends by itself a minute after the fault's planned end (a Workflow deleted mid-fault).
 - ``data_limit``: an ``iptables`` rule rejects with a TCP reset every packet of a connection to the syncer once
   the connection has carried ``bytes`` in the fault's direction (the ``connbytes`` match); the heal deletes it.
-  connbytes counts IP packet bytes, headers included, where Toxiproxy counts payload: the cut comes a little
-  earlier (about 5% for 1 KB in 100-byte writes). And the count is conntrack's: a reconnection that happens to
+  connbytes counts IP packet bytes, headers included, where Toxiproxy counts payload: the cut comes earlier by
+  the headers' share (100-byte writes carry 52 header bytes each: a 1000-byte limit let 500 payload bytes through
+  on loopback here). And the count is conntrack's: a reconnection that happens to
   reuse the reset connection's source port while conntrack still holds it (its close timeout, 10 s) would start
   over the limit and be reset at once. A reply may cross the limit before the learner's connect() returns.
 
 Each command is a shell script (``sh -c``) returned as (inject, heal); both are idempotent (a retried step
-changes nothing). Both kinds target learners only (faults.kinds: not ``on_syncer``), so the sidecar is in learner pods only. Pure:
-the strings here are what ``tests/integration/test_netfault.py``
-runs for real against a loopback connection.
+changes nothing). Both kinds target learners only (faults.kinds: not ``on_syncer``), so the sidecar is in learner
+pods only. Pure: the strings here are what ``tests/integration/test_netfault.py`` runs for real against a loopback
+connection.
 
     >>> data_limit_rule(50051, 64000, "to_syncer")[:4]
     ['OUTPUT', '-p', 'tcp', '--dport']
