@@ -140,7 +140,11 @@ def _cpu_stress(p: Planned, w: _Where, name: str, duration: float) -> list[Body]
         "cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}}})
 
 
-def _exec(p: Planned, w: _Where, name: str, command: Callable[[str], tuple[list[str], str]],
+Command = Callable[[str], tuple[list[str], str]]  # unit -> (argv, container): what _exec runs in its pod
+Steps = Callable[[Planned, str, float], tuple[Command, Command]]  # (fault, template name, duration) -> inject, heal
+
+
+def _exec(p: Planned, w: _Where, name: str, command: Command,
           deadline: float = EXEC_DEADLINE_S) -> list[Body]:
     """``kubectl exec`` into every target's pod at once (a Parallel of one Task per target); ``command(unit)``
     gives the command and the container it runs in."""
@@ -153,27 +157,30 @@ def _exec(p: Planned, w: _Where, name: str, command: Callable[[str], tuple[list[
     return [{"name": name, "templateType": "Parallel", "children": [t["name"] for t in tasks]}, *tasks]
 
 
-def _in_pod(*action: str) -> Callable[[str], tuple[list[str], str]]:
+def _in_pod(*action: str) -> Command:
     """``python -m faults.in_pod ACTION`` in the trainer's own container."""
     return lambda unit: (["python", "-m", "faults.in_pod", *action], SYNCER if unit == SYNCER else LEARNER_SERVICE)
 
 
-def _in_sidecar(script: str) -> Callable[[str], tuple[list[str], str]]:
+def _in_sidecar(script: str) -> Command:
     """A shell command in the pod's netfault sidecar (chaos.k8s.netfault)."""
     return lambda unit: (["sh", "-c", script], NETFAULT_CONTAINER)
 
 
-Step = Callable[[Planned], Callable[[str], tuple[list[str], str]]]
+def _sidecar_steps(scripts: tuple[str, str]) -> tuple[Command, Command]:
+    """chaos.k8s.netfault's (inject, heal) scripts, each run in the sidecar."""
+    return _in_sidecar(scripts[0]), _in_sidecar(scripts[1])
 
 
-def _held(inject: Step, heal: Step) -> Callable[[Planned, _Where, str, float], list[Body]]:
+def _held(steps: Steps) -> Callable[[Planned, _Where, str, float], list[Body]]:
     """A fault Chaos Mesh cannot inject itself: an exec into the pods, a Suspend for the duration, an exec."""
     def templates(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
+        inject, heal = steps(p, name, duration)
         return [{"name": name, "templateType": "Serial",
                  "children": [f"{name}-inject", f"{name}-hold", f"{name}-heal"]},
-                *_exec(p, w, f"{name}-inject", inject(p)),
+                *_exec(p, w, f"{name}-inject", inject),
                 {"name": f"{name}-hold", "templateType": "Suspend", "deadline": _ms(duration)},
-                *_exec(p, w, f"{name}-heal", heal(p))]
+                *_exec(p, w, f"{name}-heal", heal)]
     return templates
 
 
@@ -184,24 +191,17 @@ def _slow(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
                  deadline=duration + EXEC_DEADLINE_S)
 
 
-def _reset_peer(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
-    inject, heal = reset_peer_commands(name, SYNCER_PORT, int(p.params.get("timeout_ms", 0)), duration)
-    return _held(lambda _: _in_sidecar(inject), lambda _: _in_sidecar(heal))(p, w, name, duration)
-
-
-def _data_limit(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
-    inject, heal = data_limit_commands(SYNCER_PORT, int(p.params["bytes"]), str(p.params.get("direction", "both")))
-    return _held(lambda _: _in_sidecar(inject), lambda _: _in_sidecar(heal))(p, w, name, duration)
-
-
 MAPPING: dict[str, Callable[[Planned, _Where, str, float], list[Body]]] = {
     "kill": _pod_failure, "stop": _pod_failure, "syncer_crash": _pod_failure,
     "partition": _network, "link_down": _network, "disconnect": _network,
     "bandwidth": _bandwidth, "latency": _delay, "cpu_limit": _cpu_stress,
-    "pause": _held(lambda p: _in_pod("stop"), lambda p: _in_pod("cont")),
-    "corrupt": _held(lambda p: _in_pod("corrupt", str(p.params["mode"])), lambda p: _in_pod("healthy")),
+    "pause": _held(lambda p, name, duration: (_in_pod("stop"), _in_pod("cont"))),
+    "corrupt": _held(lambda p, name, duration: (_in_pod("corrupt", str(p.params["mode"])), _in_pod("healthy"))),
     "slow": _slow,
-    "reset_peer": _reset_peer, "data_limit": _data_limit,
+    "reset_peer": _held(lambda p, name, duration: _sidecar_steps(reset_peer_commands(
+        name, SYNCER_PORT, int(p.params.get("timeout_ms", 0)), duration))),
+    "data_limit": _held(lambda p, name, duration: _sidecar_steps(data_limit_commands(
+        SYNCER_PORT, int(p.params["bytes"]), str(p.params.get("direction", "both"))))),
 }
 # Run through kubectl exec: the Workflow needs RBAC objects; the netfault ones also the pods' sidecar.
 EXEC_KINDS = frozenset({"pause", "corrupt", "slow", *NETFAULT_KINDS})
