@@ -10,6 +10,9 @@ its band (``outside_band``). Any tolerance can be judged from those distances:
 Every report quotes this rate at its own tolerance, or says why it cannot: the
 band was over a different number of seeds, or the benchmark was never run.
 It was measured on the built-ins' cluster; a report on another cluster says so.
+The benchmark also records each run's distance from its same-seed baseline
+(``delta_same_seed``), which is parity's distance when the band is one seed:
+a report with ``baseline_seeds: 1`` quotes that.
 
 Example:
     >>> runs = [{"outside_band": d} for d in (0.0, 0.0, -0.0003, 0.012)]
@@ -17,6 +20,10 @@ Example:
     ...             tolerance=0.01, baseline_seeds=3, cluster="abc")
     >>> r.alarms, r.runs, r.describe()
     (1, 4, '1 of 4 fault-free runs outside the band by more than ±0.01 (95% CI 5%–70%), measured under load on this cluster')
+    >>> runs = [{"outside_band": 0.0, "delta_same_seed": d} for d in (0.004, -0.02, 0.001)]
+    >>> rate_at({"runs": runs, "cluster": "abc"}, {"baseline_seeds": 3, "load": True},
+    ...         tolerance=0.01, baseline_seeds=1, cluster="abc").describe()
+    '1 of 3 fault-free runs away from their same-seed baseline by more than ±0.01 (95% CI 6%–79%), measured under load on this cluster'
 """
 
 from __future__ import annotations
@@ -76,10 +83,12 @@ class FalseAlarmRate:
     under_load: bool
     same_cluster: bool
     measured: str  # when the benchmark finished (UTC, ISO 8601)
+    one_baseline: bool = False  # the distances were from the same-seed baseline (a band of one seed)
 
     def describe(self) -> str:
         where = "this cluster" if self.same_cluster else "the built-ins' cluster, not this run's"
-        return (f"{self.alarms} of {self.runs} fault-free runs outside the band by more than ±{self.tolerance:g} "
+        outside = "away from their same-seed baseline" if self.one_baseline else "outside the band"
+        return (f"{self.alarms} of {self.runs} fault-free runs {outside} by more than ±{self.tolerance:g} "
                 f"(95% CI {self.low:.0%}–{self.high:.0%}), measured{' under load' if self.under_load else ''} "
                 f"on {where}")
 
@@ -106,15 +115,17 @@ class FalseAlarmQuote(SparseRecord):
 def rate_at(results: dict[str, Any], config: dict[str, Any], *, tolerance: float, baseline_seeds: int,
             cluster: str) -> FalseAlarmRate | None:
     """The measured rate at ``tolerance``, or None when the measurement does not apply (another band size)."""
-    if int(config.get("baseline_seeds", -1)) != baseline_seeds:
+    one = baseline_seeds == 1  # every run's same-seed distance is recorded whatever band size it measured
+    if not one and int(config.get("baseline_seeds", -1)) != baseline_seeds:
         return None
-    distances = [float(r["outside_band"]) for r in results.get("runs", [])]
+    key = "delta_same_seed" if one else "outside_band"
+    distances = [float(r[key]) for r in results.get("runs", []) if key in r]
     if not distances:
         return None
     k, n = alarms(distances, tolerance), len(distances)
     lo, hi = wilson(k, n)
     return FalseAlarmRate(k, n, lo, hi, tolerance, bool(config.get("load")),
-                          results.get("cluster") == cluster, str(results.get("finished", "")))
+                          results.get("cluster") == cluster, str(results.get("finished", "")), one)
 
 
 def measured_rate(*, tolerance: float, baseline_seeds: int, cluster: str,

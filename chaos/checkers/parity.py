@@ -45,8 +45,11 @@ def check_parity(inp: CheckInput) -> Verdict:
     floor = finals[-1].loss_floor
     if inp.baseline_band:
         lo, hi = floor + min(inp.baseline_band), floor + max(inp.baseline_band)
-        where = (f"fault-free band {lo:.4f}–{hi:.4f} (floor {floor:.4f} + excess {min(inp.baseline_band):.4f}–"
-                 f"{max(inp.baseline_band):.4f} over {len(inp.baseline_band)} seed(s))")
+        if len(inp.baseline_band) == 1:  # baseline_seeds: 1, the same-seed run alone
+            where = f"the fault-free run {lo:.4f} (floor {floor:.4f} + excess {lo - floor:.4f}; one seed, no band)"
+        else:
+            where = (f"fault-free band {lo:.4f}–{hi:.4f} (floor {floor:.4f} + excess {min(inp.baseline_band):.4f}–"
+                     f"{max(inp.baseline_band):.4f} over {len(inp.baseline_band)} seed(s))")
     else:
         lo = hi = base
         where = f"baseline {base:.4f}"

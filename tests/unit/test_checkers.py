@@ -439,7 +439,9 @@ def test_parity_judges_against_the_band_the_fault_free_seeds_span() -> None:
     assert above.status == below.status == "fail"
     assert above.evidence["outside_band"] == pytest.approx(0.06) and below.evidence["outside_band"] == pytest.approx(-0.06)
     # Negative control: the band of one seed is the old single-baseline check and fails the run the band passes.
-    assert _banded(2.60, band[:1]).status == "fail"
+    one = _banded(2.60, band[:1])
+    assert one.status == "fail" and "the fault-free run 2.5000 (floor 1.0000 + excess 1.5000; one seed, no band)" \
+        in one.summary, one.summary
 
 
 def test_parity_with_a_non_finite_baseline_in_the_band_is_indeterminate() -> None:

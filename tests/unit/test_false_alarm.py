@@ -44,6 +44,18 @@ def test_another_cluster_or_band_size_or_no_file_is_said_not_hidden(tmp_path: Pa
     assert empty.text.startswith("not measured")
 
 
+def test_a_one_seed_band_is_judged_by_the_same_seed_distances_whatever_band_was_measured(tmp_path: Path) -> None:
+    # A band of one seed is the same-seed baseline: the benchmark records every run's distance from it.
+    runs = [{"outside_band": 0.0, "delta_same_seed": d} for d in (0.004, -0.03, 0.06)]
+    one = measured_rate(tolerance=0.02, baseline_seeds=1, cluster="c1", path=_write(tmp_path, runs=runs))
+    assert (one.alarms, one.runs) == (2, 3)
+    assert one.text.startswith("2 of 3 fault-free runs away from their same-seed baseline by more than ±0.02")
+    band = measured_rate(tolerance=0.02, baseline_seeds=3, cluster="c1", path=_write(tmp_path, runs=runs))
+    assert band.alarms == 0 and "outside the band" in band.text
+    older = measured_rate(tolerance=0.02, baseline_seeds=1, cluster="c1", path=_write(tmp_path))  # no such field
+    assert older.text.startswith("not measured")
+
+
 def test_a_non_finite_distance_is_always_a_false_alarm(tmp_path: Path) -> None:
     p = _write(tmp_path, runs=[{"outside_band": float("inf")}, {"outside_band": 0.0}])
     assert measured_rate(tolerance=10.0, baseline_seeds=3, cluster="c1", path=p).alarms == 1
