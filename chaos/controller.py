@@ -3,7 +3,8 @@
 Lifecycle of :func:`run_scenario` (Chaos Toolkit's, with its users' complaints fixed)::
 
     validate (already done: a Scenario is valid by construction)
-    baseline   the same cluster without faults at a few cluster seeds (the parity band), cached by config hash
+    baseline   the same cluster without faults at a few cluster seeds (the parity band), cached by config hash;
+               none when parity is off (Checks.needs_baseline)
     bring_up   Toxiproxy, one proxy per learner, syncer, learners
     steady     wait for the first merge; the fault schedule's times count from here
     faults     the fault plan, played: inject / heal by time or merge count, recording each step
@@ -379,8 +380,7 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baselin
     (what parity judges against: each seed draws its own Markov source, so raw losses differ by the task, not
     only by noise), and ``runs``: the other seeds' records.
     """
-    parity = scenario.checks.parity
-    n = parity.baseline_seeds if parity.enabled else 1
+    n = scenario.checks.parity.baseline_seeds
     seed = scenario.cluster.seed
     runs = []
     for k in range(n):
@@ -396,10 +396,14 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baselin
     return runs[0].model_copy(update={"band": band, "runs": runs[1:]})
 
 
-def _fault_free(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions, out: Path) -> tuple[Baseline, Baseline | None]:
-    """The parity band's runs and, when the reference check is on, synchronous DiLoCo's; written into ``out``."""
-    baseline = _baselines(scenario, toxi, opts)
-    baseline.write(out / "baseline.json")
+def _fault_free(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions,
+                out: Path) -> tuple[Baseline | None, Baseline | None]:
+    """The parity band's runs (none when parity is off) and, when the reference check is on, synchronous DiLoCo's;
+    written into ``out``."""
+    baseline = None
+    if scenario.checks.needs_baseline:
+        baseline = _baselines(scenario, toxi, opts)
+        baseline.write(out / "baseline.json")
     reference = None
     if scenario.checks.reference.enabled:
         ref = scenario.cluster.fault_free_at(scenario.cluster.seed).sync_diloco_reference()

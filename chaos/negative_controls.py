@@ -30,7 +30,7 @@ def reference_scenario(algorithm: dict) -> Scenario:
     """The fault-free reference-check scenario the last control breaks (``{}``: the defaults).
 
     Fault-free, 600k tokens: the check compares the trainer with synchronous DiLoCo, not a fault's effect (so
-    parity, and the extra baseline seeds of its band, are off).
+    parity, and with it the fault-free baseline runs, are off: only the reference run is computed).
     """
     return scenario_with("kill-one-learner", schedule=[], cluster={"token_budget": 600_000, "algorithm": algorithm},
                          checks={"liveness": {"enabled": False}, "parity": {"enabled": False},

@@ -264,6 +264,16 @@ class Checks(_Strict):
     safety: Safety = Safety()
     goodput: Goodput = Goodput()
 
+    @property
+    def needs_baseline(self) -> bool:
+        """Whether a run computes its fault-free baseline runs: only parity judges by them (the report shows the
+        baseline's loss and the regime warning reads its merges only when there is one anyway).
+
+        >>> Checks().needs_baseline, Checks(parity={"enabled": False}).needs_baseline
+        (True, False)
+        """
+        return self.parity.enabled
+
 
 class Scenario(_Strict):
     """A whole chaos experiment; see the module docstring for the file format."""

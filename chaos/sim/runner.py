@@ -362,7 +362,7 @@ def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[P
     sim = Simulation(scenario, opts, planned)
     timed_out = sim.run()
     history = History(sorted(sim.records, key=lambda r: r.ts), sorted(sim.events, key=lambda e: e.ts))
-    base = baseline_loss(scenario, opts) if opts.baseline and scenario.checks.parity.enabled else None
+    base = baseline_loss(scenario, opts) if opts.baseline and scenario.checks.needs_baseline else None
     verdicts = run_checks(CheckInput(history, RunFacts.of(scenario), scenario.checks, base))
     status, code = overall(verdicts)
     if timed_out:
