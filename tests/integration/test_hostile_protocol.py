@@ -7,8 +7,8 @@ credential, to one real syncer on a real socket. Three honest learners upload a 
 batch (they are the majority whose merged norms the outlier guard follows). After each batch:
 
 - the syncer answers Status and health (latencies kept: the bound below is on their maximum), and all through
-  the flood an operator's monitor on its own connection polls both every 50 ms (:class:`Monitor`): its p99 is
-  bounded too;
+  the flood an operator's monitor on its own connection polls both every 50 ms (:class:`Monitor`): every call
+  answers, and their p99 is bounded relative to the same calls between batches (:func:`monitor_bound`);
 - versions only move by merges, one per merge, and every merged contribution was accepted by a reply;
 - the parameters stay finite and small; no honest upload is refused;
 - the budget is not reached, the counted tokens stay in range, the learner table holds only real identities.
@@ -59,6 +59,20 @@ STATUS_BOUND_S = 5.0  # Status + health, each batch, on a loaded 2-core machine
 # The monitor's p99 during the flood. Starvation shows as calls that wait for a worker until their deadline
 # (seconds); a loaded 2-core machine answers in tens of milliseconds (measured: docs/security.md).
 MONITOR_P99_S = 1.0
+
+
+def monitor_bound(between_batches: list[float]) -> float:
+    """The bound on the monitor's p99 during the flood: 1 s, or twice the p99 of the harness's own Status + health
+    calls between batches (no hostile call in flight) when the machine itself stalls longer, never above half the
+    calls' deadline. What the flood does to Status is judged against what the machine does to it: one night a
+    neighbouring test's containers stalled this process for up to 2.6 s, and the calls between batches (p99
+    1.02 s) were as slow as the monitor's during the flood (p99 1.09 s; docs/ci-tiers.md, 2026-12-03).
+
+    >>> monitor_bound([0.01] * 50), monitor_bound([0.01] * 40 + [0.9] * 10), monitor_bound([4.0] * 10)
+    (1.0, 1.8, 2.5)
+    """
+    quiet = percentile(sorted(between_batches), 0.99) or 0.0
+    return min(max(MONITOR_P99_S, 2 * quiet), STATUS_BOUND_S / 2)
 
 INT64 = st.one_of(st.integers(-2**63, 2**63 - 1),
                   st.sampled_from([0, 1, -1, 2**31, 2**53, 2**53 - 1, 2**62, 2**63 - 1, -2**63]))
@@ -377,5 +391,16 @@ def test_generated_hostile_traffic_breaks_no_invariant(harness, batch) -> None:
     assert max(harness.latencies) < STATUS_BOUND_S, harness.latencies
     mon = harness.monitor
     assert not mon.failures, f"the monitor's Status/health calls failed during the flood: {Counter(mon.failures)}"
-    assert len(mon.latencies) < 20 or mon.p99() < MONITOR_P99_S, \
-        f"Status + health p99 {mon.p99():.3f} s during the flood (bound {MONITOR_P99_S} s)"
+    bound = monitor_bound(harness.latencies)
+    assert len(mon.latencies) < 20 or mon.p99() < bound, \
+        f"Status + health p99 {mon.p99():.3f} s during the flood (bound {bound:.3f} s: {monitor_bound.__doc__})"
+
+
+def test_the_monitor_bound_tells_a_starving_flood_from_a_stalled_machine() -> None:
+    # Negative control: Status slowed by the flood alone (quick between batches) fails the bound it did before;
+    # a machine that stalls every call alike does not; and no reference lifts the bound past half the deadline.
+    flood_only, quiet = [0.02] * 90 + [1.4] * 10, [0.02] * 30
+    assert percentile(flood_only, 0.99) > monitor_bound(quiet) == MONITOR_P99_S
+    stalled = [0.02] * 90 + [1.1] * 10
+    assert percentile(stalled, 0.99) < monitor_bound([0.02] * 25 + [1.0] * 5)
+    assert monitor_bound([30.0]) == STATUS_BOUND_S / 2 < STATUS_BOUND_S

@@ -15,7 +15,7 @@ from chaos.controller import RunOptions, fault_free_runs
 from chaos.scenario import scenario_with
 from tests.nightly.test_full_size_parity import FULL_SIZE
 
-pytestmark = pytest.mark.chaos_nightly(minutes=25)  # as long as the parity test: the two start first, together
+pytestmark = pytest.mark.chaos_nightly(minutes=14)  # as long as the parity test: the two start first, together
 
 
 @pytest.mark.chaos
@@ -26,5 +26,5 @@ def test_the_small_model_trains_to_its_budget_without_faults(chaos_toxiproxy, ch
                                                     baseline_cache=chaos_baseline_cache, progress=print))
     assert baseline.band is not None and len(baseline.band.losses) == 1
     assert math.isfinite(baseline.final_eval_loss) and baseline.loss_floor is not None
-    # From ~5.6 at the start (log of the vocabulary) to ~4.3 at 2M tokens (2026-11-30): far from its floor still.
-    assert baseline.final_eval_loss < 5.0, baseline
+    # From ~5.6 at the start (log of the vocabulary) to ~4.1 at 1M tokens (2026-12-03): far from its floor still.
+    assert baseline.final_eval_loss < 4.6, baseline
