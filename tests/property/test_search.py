@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
+import chaos.search
 from chaos.analysis import REPORT_SCHEMA_VERSION
 from chaos.cli import main
 from chaos.replay import replay_scenario
@@ -26,9 +28,26 @@ BUGGY = scenario_with("kill-and-rejoin", name="planted", schedule=[], checks=CHE
 
 @pytest.fixture(scope="module")
 def found():
-    f = find_failure(BUGGY, max_examples=200, seed=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(chaos.search, "simulate", spy := TraceSpy())
+        f = find_failure(BUGGY, max_examples=200, seed=0)
     assert f is not None, "the search missed the planted bug in 200 schedules"
+    assert spy.runs > f.examples_run >= 2, "expected a failing example, shrink steps and the final run"
+    assert spy.traced == 0, f"{spy.traced} of {spy.runs} simulated runs ran under a tracer (Hypothesis' explain phase)"
     return f
+
+
+class TraceSpy:
+    """Calls the real simulator, counting runs made under a Python tracer (``sys.settrace``, Hypothesis' tracer on
+    Python 3.11): after the first failing example its explain phase traced every run, ~3x slower each."""
+
+    def __init__(self) -> None:
+        self.runs = self.traced = 0
+
+    def __call__(self, *args, **kwargs):
+        self.runs += 1
+        self.traced += sys.gettrace() is not None
+        return simulate(*args, **kwargs)
 
 
 def test_search_finds_the_planted_bug_and_shrinks_it_to_at_most_three_faults(found) -> None:
