@@ -10,9 +10,10 @@ markers (namespaced: a project's own ``nightly`` or ``docker`` marker is its bus
     (a nightly parametrized family runs k members a night, in turn: :mod:`chaos.rotation`;
     ``family="name"`` makes a module's tests that name it one family).
 Hypothesis profiles (registered, never loaded for you: ``--hypothesis-profile NAME``)
-    ``chaos`` (per change: 10 examples, derandomized, so every run explores the same schedules) and
+    ``chaos`` (per change: 10 examples, derandomized, so every run explores the same schedules),
+    ``chaos-quick`` (the inner loop: 5 examples, derandomized) and
     ``chaos-nightly`` (25 examples, random; pass ``--hypothesis-seed N`` to make a night replayable: the header
-    prints it, and the rotation and long searches take it too). Both: no deadline, and the health checks a
+    prints it, and the rotation and long searches take it too). All: no deadline, and the health checks a
     simulated cluster trips (too slow, function-scoped fixtures, filtering) off. Hypothesis's own options and
     example database work as usual.
 options
@@ -86,6 +87,9 @@ TOXIPROXY_URL_ENV = "DILOCO_TOXIPROXY_URL"
 _CHAOS_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                                              HealthCheck.filter_too_much])
 settings.register_profile("chaos", max_examples=10, derandomize=True, **_CHAOS_SETTINGS)
+# The inner loop (scripts/test --quick): half the per-change examples, so that unit, property and deterministic-mode
+# tests answer in under 3 minutes; per change still runs all 10 (docs/ci-tiers.md).
+settings.register_profile("chaos-quick", max_examples=5, derandomize=True, **_CHAOS_SETTINGS)
 settings.register_profile("chaos-nightly", max_examples=25, **_CHAOS_SETTINGS)
 
 
@@ -195,7 +199,8 @@ def _rotate(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def chaos_examples() -> int:
-    """How many examples the loaded Hypothesis profile asks for (``chaos``: 10, ``chaos-nightly``: 25)."""
+    """How many examples the loaded Hypothesis profile asks for (``chaos``: 10, ``chaos-quick``: 5,
+    ``chaos-nightly``: 25)."""
     return settings.default.max_examples
 
 

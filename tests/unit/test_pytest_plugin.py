@@ -46,6 +46,13 @@ def test_nightly_tests_are_deselected_by_default(pytester: pytest.Pytester) -> N
     r.stdout.fnmatch_lines(["*diloco-chaos: per-change*Hypothesis profile chaos: 10 examples, seed 0*"])
 
 
+def test_the_quick_profile_halves_the_examples(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TESTS)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hypothesis-profile", "chaos-quick")
+    r.assert_outcomes(passed=4, deselected=1)
+    r.stdout.fnmatch_lines(["*diloco-chaos: per-change*Hypothesis profile chaos-quick: 5 examples, seed 0*"])
+
+
 def test_chaos_nightly_runs_them_with_hypothesis_seed_and_profile(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(TESTS)
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chaos-nightly", "--hypothesis-seed", "42",

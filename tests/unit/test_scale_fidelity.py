@@ -8,6 +8,7 @@ The full table over a simulated week, several seeds each, runs in the nightly ti
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
@@ -21,10 +22,16 @@ from chaos.scale.paper import CHIPS, PAPER_GOODPUT, paper_plan
 MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "goodput.json"
 
 
+@functools.cache
+def goodput(row: str, chips: float, duration: str = "7d") -> float:
+    """One cell's simulated goodput; deterministic, so the tests that compare cells share the rows' runs."""
+    return simulate_scale(paper_plan(row, chips, duration=duration)).goodput
+
+
 @pytest.mark.parametrize("row", ["data-parallel", "data-parallel-elastic"])
 def test_data_parallel_rows_match_the_paper_within_5_points(row: str) -> None:
     """Each data-parallel cell, one simulated week at the calibrated recovery times, is within 5 points."""
-    diffs = [100 * simulate_scale(paper_plan(row, chips)).goodput - paper
+    diffs = [100 * goodput(row, chips) - paper
              for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
     assert max(abs(d) for d in diffs) <= 5.0, diffs
 
@@ -33,22 +40,22 @@ def test_data_parallel_rows_match_the_paper_within_5_points(row: str) -> None:
 def test_decoupled_rows_match_the_paper_within_5_points(m: int) -> None:
     """Each Decoupled DiLoCo cell, one simulated day, is within 5 points of the paper."""
     row = f"decoupled-{m}"
-    diffs = [100 * simulate_scale(paper_plan(row, chips, duration="1d")).goodput - paper
+    diffs = [100 * goodput(row, chips, "1d") - paper
              for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
     assert max(abs(d) for d in diffs) <= 5.0, diffs
 
 
 def test_m_learners_behave_like_one_elastic_job_on_m_times_fewer_chips() -> None:
     """The paper's rule of thumb holds in the simulator: Decoupled M = 8 on 1.2M chips ≈ elastic DP on 150k."""
-    decoupled = simulate_scale(paper_plan("decoupled-8", 1.2e6, duration="1d")).goodput
-    elastic = simulate_scale(paper_plan("data-parallel-elastic", 150e3, duration="7d")).goodput
+    decoupled = goodput("decoupled-8", 1.2e6, "1d")
+    elastic = goodput("data-parallel-elastic", 150e3)
     assert abs(decoupled - elastic) < 0.01
 
 
 def test_more_learners_never_lose_goodput_at_fixed_chips() -> None:
     """At 2.4M chips goodput rises with M, and every Decoupled configuration beats elastic data-parallel."""
-    elastic = simulate_scale(paper_plan("data-parallel-elastic", 2.4e6)).goodput
-    values = [simulate_scale(paper_plan(f"decoupled-{m}", 2.4e6, duration="1d")).goodput for m in (2, 4, 8, 16)]
+    elastic = goodput("data-parallel-elastic", 2.4e6)
+    values = [goodput(f"decoupled-{m}", 2.4e6, "1d") for m in (2, 4, 8, 16)]
     assert elastic < values[0] < values[1] < values[2] < values[3]
 
 
