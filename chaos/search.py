@@ -1,8 +1,8 @@
 """Search: generate fault schedules, find one that breaks a check, shrink it, write it as a scenario.
 
 The search runs in deterministic mode (:mod:`chaos.sim`), where one run takes
-a fraction of a second, and lets Hypothesis shrink the failing schedule to a
-minimal one (fewer, earlier, shorter faults on fewer learners). The result is
+seconds (about 2 s for kill-and-rejoin at 1.2M tokens), and lets Hypothesis shrink
+the failing schedule to a minimal one (fewer, earlier, shorter faults on fewer learners). The result is
 an ordinary scenario file: ``diloco-chaos replay FILE --backend local|docker``
 runs it against real processes or containers.
 
@@ -30,8 +30,9 @@ from chaos.strategies import FaultSchedule, fault_schedules, outer_step_seconds,
 
 # Parity is left out by default: the simulator's surrogate loss is not the real model's.
 DEFAULT_CHECKS: tuple[str, ...] = ("liveness", "reintegration", "durability", "safety")
-# Every phase but `explain`: once an example fails, Hypothesis traces each later run for its explanation (lines a
-# @given test prints; `find` prints nothing), and the trace made each shrink run ~3x slower (6.5 s against 2.3 s).
+# Every phase but `explain`: once an example fails, Hypothesis traces each later run and re-runs variations of the
+# failing one for an explanation that `find` never prints; the planted-bug search took 3.1x as long with it
+# (medians of 3 seeds, same shrunk schedule: `python -m benchmarks.search_phases`).
 SEARCH_PHASES = tuple(p for p in Phase if p is not Phase.explain)
 
 
