@@ -4,9 +4,11 @@ rejected, naming the document and the field."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,28 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
+BUILD_LOCK = REPO / ".tools" / "k8scheck.lock"  # held by scripts/install-k8scheck while it builds
+
+
+def wait_for_a_build_under_way(lock: Path = BUILD_LOCK, timeout_s: float = 900.0) -> None:
+    """scripts/test builds tools/k8scheck beside its phases, at the lowest priority: wait until no build holds the
+    lock (at once when none runs or ever ran)."""
+    if not lock.exists():
+        return
+    deadline = time.monotonic() + timeout_s
+    with lock.open() as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"scripts/install-k8scheck held {lock} for {timeout_s:.0f} s"
+                time.sleep(1.0)
+
+
 @pytest.fixture(scope="module")
 def k8scheck() -> str:
+    wait_for_a_build_under_way()
     found = os.environ.get("K8SCHECK") or str(REPO / ".tools" / "bin" / "k8scheck")
     if not (Path(found).is_file() and os.access(found, os.X_OK)):
         found = shutil.which("k8scheck") or ""
@@ -77,3 +99,42 @@ def test_the_collectors_fixture_is_chaos_meshs_own_format(name: str, k8scheck: s
     fixture.write_text(yaml.safe_dump_all([flow, *nodes, *chaos], sort_keys=False))
     r = _check(k8scheck, fixture)
     assert r.returncode == 0 and r.stdout.strip() == f"ok: {1 + len(nodes) + len(chaos)} objects", r.stdout + r.stderr
+
+
+def _holder(lock: Path, release: Path) -> subprocess.Popen:
+    """A real `flock` process holding ``lock`` (as scripts/install-k8scheck does) until ``release`` exists."""
+    script = f"touch {lock}.held; while [ ! -e {release} ]; do sleep 0.05; done"
+    p = subprocess.Popen(["flock", str(lock), "sh", "-c", script])
+    while not Path(f"{lock}.held").exists():
+        assert p.poll() is None, "the flock holder exited before taking the lock"
+        time.sleep(0.01)
+    return p
+
+
+def test_the_fixture_waits_for_a_build_holding_the_lock(tmp_path: Path) -> None:
+    lock, release = tmp_path / "k8scheck.lock", tmp_path / "release"
+    holder = _holder(lock, release)
+    releaser = subprocess.Popen(["sh", "-c", f"sleep 0.5; touch {release}"])
+    try:
+        wait_for_a_build_under_way(lock)
+        assert release.exists(), "returned while the build still held the lock"
+    finally:
+        release.touch()
+        holder.wait(10)
+        releaser.wait(10)
+
+
+def test_the_fixture_gives_up_naming_the_lock(tmp_path: Path) -> None:
+    lock, release = tmp_path / "k8scheck.lock", tmp_path / "release"
+    holder = _holder(lock, release)
+    try:
+        with pytest.raises(AssertionError, match="held .*k8scheck.lock for 1 s"):
+            wait_for_a_build_under_way(lock, timeout_s=1.0)
+        assert holder.poll() is None
+    finally:
+        release.touch()
+        holder.wait(10)
+
+
+def test_no_lock_file_no_wait(tmp_path: Path) -> None:
+    wait_for_a_build_under_way(tmp_path / "never-built.lock", timeout_s=0.0)
