@@ -21,6 +21,8 @@ import chaos.search
 from benchmarks.common import markdown_table, write_results
 from chaos.scenario import scenario_with
 
+# The planted-bug search's template (tests/property/test_search.py searches it too): the syncer forgets a learner
+# that rejoins as a new incarnation, which the reintegration check catches.
 CHECKS = {"reintegration": {"within_s": 10}, "liveness": {"max_gap_s": 10}}
 BUGGY = scenario_with("kill-and-rejoin", name="planted", schedule=[], checks=CHECKS,
                       cluster={"token_budget": 1_200_000, "syncer": {"planted_bug": "forget_rejoined"}})

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import chaos.search
+from benchmarks.search_phases import BUGGY, CHECKS
 from chaos.analysis import REPORT_SCHEMA_VERSION
 from chaos.cli import main
 from chaos.replay import replay_scenario
@@ -19,11 +20,9 @@ from chaos.strategies import FaultSchedule
 
 pytestmark = pytest.mark.chaos_simulation
 
-CHECKS = {"reintegration": {"within_s": 10}, "liveness": {"max_gap_s": 10}}
+# The planted-bug template (BUGGY, whose search benchmarks/search_phases.py times) without its bug.
 HEALTHY = scenario_with("kill-and-rejoin", name="planted", schedule=[], cluster={"token_budget": 1_200_000},
                         checks=CHECKS)
-BUGGY = scenario_with("kill-and-rejoin", name="planted", schedule=[], checks=CHECKS,
-                      cluster={"token_budget": 1_200_000, "syncer": {"planted_bug": "forget_rejoined"}})
 
 
 @pytest.fixture(scope="module")
