@@ -16,6 +16,7 @@ from chaos.negative_controls import CONTROLS, NegativeControl
 from chaos.scenario import builtin_scenarios, scenario_with
 from chaos.sim import SimOptions, simulate
 from tests.effects import EFFECTS
+from tests.support import assert_result_at_budget
 
 pytestmark = pytest.mark.chaos_simulation
 
@@ -34,6 +35,7 @@ def test_builtin_scenario_in_deterministic_mode(name: str, tmp_path: Path) -> No
     r = simulate(s, SimOptions(step_time_s=SimOptions().step_time_s + s.cluster.learner.step_delay_s))
     failed = [f"{v.name}: {v.status}: {v.summary}" for v in r.verdicts if v.status != "pass"]
     assert not failed and not r.timed_out, f"{name}: " + "; ".join(failed or ["timed out"])
+    assert_result_at_budget(r.history, s.cluster)
     result = r.write(tmp_path)
     assert result.exit_code == 0 and not result.report.not_run, "a planned fault never ran"
     for w in r.history.fault_windows():
