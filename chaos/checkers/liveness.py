@@ -32,7 +32,8 @@ def check_liveness(inp: CheckInput) -> Verdict:
     steady = inp.steady
     if steady is None:
         return Verdict("liveness", "indeterminate", "training never reached a first merge; nothing to measure")
-    finish = inp.finish
+    # Up to the end of training, settle phase included: a stall that outlasts the result is still a stall.
+    finish = inp.training_end
     merges = sorted(m.ts for m in inp.history.of(ev.Merge) if steady <= m.ts <= finish)
     per, syncer = unavailable_intervals(inp.history, inp.facts.learners)
     points = [steady, *merges]
