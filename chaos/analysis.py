@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos.audit_files import AuditFiles
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.false_alarm import FalseAlarmQuote, cluster_key, measured_rate
 from chaos.history import History, Teardown
@@ -47,7 +48,8 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: Baseline | None,
     base_loss = baseline.final_eval_loss if baseline else None
     band = tuple(baseline.band.excess) if baseline and baseline.band else ()  # a run directory from before bands
     ref_loss = reference.final_eval_loss if reference else None
-    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band))
+    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band,
+                                     audit_files=AuditFiles(out_dir)))
     status, code = overall(verdicts)
     steady_phase = history.phase("steady")
     steady = steady_phase.ts if steady_phase else history.start

@@ -255,6 +255,14 @@ class Goodput(_Strict):
     min: float = Field(0.1, ge=0, le=1)
 
 
+class Audit(_Strict):
+    """A model check of every merge (chaos.checkers.audit): each kept merge recomputed by an independent numpy
+    reference from what it consumed, and digests chaining every merge of a fragment to the one before, to
+    checkpoints, restores, the uploads received and the values learners hold."""
+
+    enabled: bool = True
+
+
 class Checks(_Strict):
     liveness: Liveness = Liveness()
     reintegration: Reintegration = Reintegration()
@@ -263,6 +271,7 @@ class Checks(_Strict):
     durability: Durability = Durability()
     safety: Safety = Safety()
     goodput: Goodput = Goodput()
+    audit: Audit = Audit()
 
     @property
     def needs_baseline(self) -> bool:

@@ -229,6 +229,10 @@ class SyncerSection(_Strict):
     max_speedup: float = Field(
         4.0, gt=0, description="a learner's step counts are capped at what this many times the cluster's pace "
                                "allows in the time it had (a faster learner's claims are counted late, not refused)")
+    audit_keep_fraction: float = Field(
+        0.2, ge=0, le=1, description="merge audit: every merge is digested; this seeded fraction is also kept whole "
+                                     "under the run directory's audit/ for the checker to recompute (1: all; "
+                                     "deterministic mode keeps all)")
     planted_bug: Literal["none", "forget_rejoined"] = Field(
         "none", description="tests of the chaos harness only: switch on a deliberate syncer defect")
 

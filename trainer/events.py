@@ -45,6 +45,7 @@ class SyncerStart(_Event):
     versions: list[int]
     restored_from_merges: int  # -1: fresh start
     pid: int
+    digests: list[FragmentDigest] = []  # per fragment, the state it starts from (fresh or restored)
 
 
 class SyncerStop(_Event):
@@ -84,6 +85,7 @@ class Upload(_Event):
     duplicate: bool
     round: int = 0  # the round it was made for (rounds: clock)
     late: bool = False  # its round had merged; carried into the next (late_uploads: carry)
+    digest: str = ""  # of the tensors received (trainer.core.audit.digest)
 
 
 class Reject(_Event):
@@ -109,6 +111,28 @@ class ParticipantInfo(BaseModel):
     round: int = 0
 
 
+class FragmentDigest(BaseModel):
+    """A fragment's value and optimizer state, digested (trainer.core.audit.digest)."""
+
+    params: str
+    opt: str
+
+
+class MergeDigests(BaseModel):
+    """What a merge consumed and produced, digested (trainer.core.audit.MergeAudit); ``file``: its tensors under the
+    run directory's ``audit/`` (empty: not kept, only digested — a seeded sample is kept)."""
+
+    file: str = ""
+    base: str
+    uploads: list[str]
+    anchors: list[str | None]
+    opt_before: str
+    opt_after: str
+    delta: str
+    result: str
+    scale: float = 1.0
+
+
 class Merge(_Event):
     kind: Literal["merge"] = "merge"
     fragment: int
@@ -125,6 +149,7 @@ class Merge(_Event):
     late: int = 0  # contributions carried in from rounds that had merged
     held: int = 0  # participants whose body came after quorum + grace, their header before (a hold)
     held_s: float = 0.0  # how long past quorum + grace the last of them came
+    audit: MergeDigests | None = None  # None: a log from before the merge audit
 
 
 class Checkpoint(_Event):
@@ -134,6 +159,7 @@ class Checkpoint(_Event):
     path: str
     seconds: float
     params_finite: bool
+    digests: list[FragmentDigest] = []  # per fragment, what the checkpoint holds
 
 
 class Restore(_Event):
@@ -143,6 +169,7 @@ class Restore(_Event):
     versions: list[int]  # after the skip
     version_skip: int
     path: str
+    digests: list[FragmentDigest] = []  # per fragment, what was restored
 
 
 class Eval(_Event):
@@ -202,6 +229,7 @@ class StateFetch(_Event):
     kind: Literal["state_fetch"] = "state_fetch"
     versions: list[int]
     seconds: float
+    digests: list[str] = []  # per fragment, of the value the learner took (trainer.core.audit.digest)
 
 
 class Step(_Event):
@@ -246,6 +274,7 @@ class Apply(_Event):
     fragment: int
     version: int
     step: int
+    digest: str = ""  # of the fragment the learner holds after applying it (trainer.core.audit.digest)
 
 
 class Unreachable(_Event):

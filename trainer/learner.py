@@ -40,6 +40,7 @@ import numpy as np
 from trainer import events as ev
 from trainer.client import FragmentValue, SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.audit import digest
 from trainer.core.corruption import CORRUPT_MODES, corrupted
 from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
@@ -301,7 +302,9 @@ class Learner:
                                     versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
                                     start_step=self.clock.step_at(time.monotonic()))
             self._held = self.book.held
-            self.log.emit(ev.StateFetch(versions=versions, seconds=time.monotonic() - t0))
+            self.log.emit(ev.StateFetch(versions=versions, seconds=time.monotonic() - t0,
+                                        digests=[digest({n: self.params[n] for n in v.tensors})
+                                                 for v in sorted(values, key=lambda v: v.fragment)]))
 
     def _apply(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> None:
         alpha = self.cfg.algorithm.mix_alpha
@@ -310,7 +313,9 @@ class Learner:
             self.base[n] = t
             g = jnp.asarray(t)
             self.params[n] = g if alpha is None else alpha * self.params[n] + (1 - alpha) * g
-        self.log.emit(ev.Apply(fragment=fragment, version=version, step=self.step))
+        held = self.params if alpha is None else self.base  # what must now be the syncer's bits (merge audit)
+        self.log.emit(ev.Apply(fragment=fragment, version=version, step=self.step,
+                               digest=digest({n: held[n] for n in tensors})))
 
     def _drain(self, comm: Comm, block_s: float = 0.0) -> None:
         assert self.book is not None

@@ -34,9 +34,9 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
     )
 
 
-def merge_fields(rec: MergeRecord, tokens_total: int) -> dict[str, Any]:
-    """The fields of the ``merge`` event for one merge (the simulator writes the same)."""
-    return dict(
+def merge_fields(rec: MergeRecord, tokens_total: int, audit: ev.MergeDigests | None = None) -> dict[str, Any]:
+    """The fields of the ``merge`` event for one merge (the simulator writes the same); ``audit``: its digests."""
+    return dict(audit=audit,
         fragment=rec.fragment, version=rec.version, base_version=rec.base_version,
         participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation, weight=x.weight,
                                          c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version,

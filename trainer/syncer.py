@@ -36,9 +36,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from trainer import events as ev
 from trainer.admission import MAX_CALL_S, RESERVED_WORKERS, AdmissionInterceptor, Slots
+from trainer.audit_log import AuditWriter, fragment_digests
 from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.audit import digest
 from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
@@ -103,6 +105,7 @@ class SyncerService(pbg.SyncerServicer):
         self.log = ev.EventLog(run_dir / "events" / "syncer.jsonl", "syncer",
                                observers=(metrics.observe,) if metrics is not None else ())
         self.ckpt_dir = run_dir / "checkpoints"
+        self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed)
         self.cond = threading.Condition()
         self.stopping = threading.Event()
         self.done = threading.Event()  # finished, final eval and checkpoint written
@@ -129,10 +132,12 @@ class SyncerService(pbg.SyncerServicer):
             skip = restore_version_skip(cfg.syncer.checkpoint_every_merges, unreadable)
             self.state = SyncerState.from_checkpoint(policy, self.fragments, arrays, meta, version_skip=skip)
             self.log.emit(ev.Restore(merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
-                                     versions=list(self.state.versions), version_skip=skip, path=str(path)))
+                                     versions=list(self.state.versions), version_skip=skip, path=str(path),
+                                     digests=fragment_digests(self.state.fragment_digests())))
         self.log.emit(ev.SyncerStart(syncer_incarnation=self.incarnation, address=address, config_hash=self.config_hash,
                                      versions=list(self.state.versions),
-                                     restored_from_merges=self.state.restored_from_merges, pid=os.getpid()))
+                                     restored_from_merges=self.state.restored_from_merges, pid=os.getpid(),
+                                     digests=fragment_digests(self.state.fragment_digests())))
         # At start (fresh or restored) the core asks for a checkpoint: a crash before the first interval must
         # not restart from scratch, and a second crash must not restore the same versions again.
         with self.cond:
@@ -258,7 +263,8 @@ class SyncerService(pbg.SyncerServicer):
                 self.log.emit(ev.Upload(learner_id=h.learner_id, learner_incarnation=h.incarnation,
                                         fragment=h.fragment, base_version=h.base_version, bytes=h.total_bytes,
                                         seconds=seconds, c_steps=h.c_steps, c_tokens=h.c_tokens,
-                                        duplicate=res.duplicate, round=h.round, late=res.late))
+                                        duplicate=res.duplicate, round=h.round, late=res.late,
+                                        digest=digest(tensors)))
                 step, pace = self.state.clock_reading(time.time())
                 announced = None  # submit took it off the in-flight list
                 self.cond.notify_all()
@@ -340,7 +346,8 @@ class SyncerService(pbg.SyncerServicer):
         path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta)
         self.log.emit(ev.Checkpoint(merges_total=self.state.merges_total, versions=list(self.state.versions),
                                     path=str(path), seconds=time.monotonic() - t0,
-                                    params_finite=self.state.params_all_finite()))
+                                    params_finite=self.state.params_all_finite(),
+                                    digests=fragment_digests(self.state.fragment_digests())))
         return path
 
     def _merge_loop(self) -> None:
@@ -366,7 +373,8 @@ class SyncerService(pbg.SyncerServicer):
                         self.record_reject("merge", RejectReason.NON_FINITE, str(err), fragment=p)
                         continue
                     self.state.observe_merge_seconds(time.monotonic() - t0)
-                    self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total)))
+                    audit = self.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
+                    self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total, audit)))
                     if self.state.checkpoint_due():
                         self._checkpoint_locked()
                     if rec.merges_total % every_eval == 0:

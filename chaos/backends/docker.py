@@ -325,7 +325,7 @@ class DockerBackend(ProxiedUnits):
                 (self.run_dir / "logs" / f"{unit}.log").write_bytes(log)
             except Exception as err:  # noqa: BLE001
                 problems.append(f"log of {unit}: {err}")
-        for name in ("events",):
+        for name in ("events", "audit"):  # audit: the merges kept whole (trainer.audit_log)
             src = self.work_local / name
             if src.exists():
                 shutil.copytree(src, self.run_dir / name, dirs_exist_ok=True)

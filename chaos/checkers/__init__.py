@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from chaos.checkers.audit import check_audit
 from chaos.checkers.base import CheckInput, RunFacts, Verdict, overall
 from chaos.checkers.durability import check_durability
 from chaos.checkers.goodput import check_goodput
@@ -25,6 +26,7 @@ CHECKERS: dict[str, Callable[[CheckInput], Verdict]] = {
     "durability": check_durability,
     "safety": check_safety,
     "goodput": check_goodput,
+    "audit": check_audit,
 }
 
 

@@ -8,9 +8,12 @@ time to contribute). Every verdict carries its evidence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
+
+import numpy as np
 
 from chaos.checkers.bounds import RunPace, run_pace
 from chaos.exit_codes import for_status
@@ -19,9 +22,10 @@ from chaos.records import JsonObject
 from chaos.scenario import Checks, Scenario
 from faults.kinds import removes, stops_training
 from trainer import events as ev
+from trainer.config import RunConfig
+from trainer.policy import policy_from_config
 
 Status = Literal["pass", "fail", "indeterminate"]
-
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,24 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class MergeFacts:
+    """How the run merges, for the merge audit's reference (the settings, not the trainer's code)."""
+
+    rule: str = "rda"
+    mean_tensors: tuple[str, ...] = ("embed",)
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    nesterov: bool = True
+    adamw: bool = False  # data-parallel: the step is AdamW's, which the reference does not recompute
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> "MergeFacts":
+        p = policy_from_config(cfg)
+        return cls(p.merge_rule, tuple(p.mean_tensors), p.outer_lr, p.outer_momentum, p.nesterov,
+                   p.outer_adamw is not None)
+
+
+@dataclass(frozen=True)
 class RunFacts:
     """The run's configuration facts checkers need (from the scenario's cluster config)."""
 
@@ -43,13 +65,14 @@ class RunFacts:
     min_quorum: int
     checkpoint_every_merges: int
     num_fragments: int = 1
+    merge: MergeFacts = MergeFacts()
 
     @classmethod
     def of(cls, scenario: Scenario) -> "RunFacts":
         """The facts of a scenario's cluster (real and simulated runs take them the same way)."""
         cfg = scenario.cluster
         return cls(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
-                   cfg.algorithm.num_fragments)
+                   cfg.algorithm.num_fragments, MergeFacts.of(cfg))
 
 
 @dataclass(frozen=True)
@@ -61,6 +84,8 @@ class CheckInput:
     reference_final_loss: float | None = None  # synchronous DiLoCo on the same cluster (None: not run)
     # Excess of each fault-free run's final loss over its own entropy floor, over seeds (empty: just the one).
     baseline_band: tuple[float, ...] = ()
+    # The merge audit's kept merges: file name (the merge event's audit.file) -> its arrays (chaos.audit_files).
+    audit_files: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
 
     @property
     def steady(self) -> float | None:

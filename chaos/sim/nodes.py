@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from trainer import events as ev
+from trainer.audit_log import AuditWriter, fragment_digests
+from trainer.core.audit import digest
 from trainer.core.corruption import corrupted
 from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
@@ -62,6 +64,7 @@ class SimHost(Protocol):
     fragment_names: list[list[str]]
     tokens_per_step: int
     syncer: "SyncerNode"
+    audit: "AuditWriter"  # every merge digested, its tensors kept in memory
 
     def emit(self, source: str, kind: type, **fields: Any) -> None:
         """Write one event, stamped with virtual time."""
@@ -124,14 +127,16 @@ class SyncerNode:
             skip = restore_version_skip(cfg.syncer.checkpoint_every_merges)  # a simulated checkpoint is always readable
             self.state = SyncerState.from_checkpoint(sim.policy, sim.fragments, arrays, meta, version_skip=skip)
             sim.emit("syncer", ev.Restore, merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
-                     versions=list(self.state.versions), version_skip=skip, path="sim")
+                     versions=list(self.state.versions), version_skip=skip, path="sim",
+                     digests=fragment_digests(self.state.fragment_digests()))
         self.up, self.paused, self.finalized = True, False, False  # a restored finished run finalizes again
         self._finished_at = None
         if self.state.checkpoint_due():  # as the real syncer: at start and right after a restore
             self._checkpoint()
         sim.emit("syncer", ev.SyncerStart, syncer_incarnation=self.incarnation, address="sim",
                  config_hash=sim.config_hash, versions=list(self.state.versions),
-                 restored_from_merges=self.state.restored_from_merges, pid=0)
+                 restored_from_merges=self.state.restored_from_merges, pid=0,
+                 digests=fragment_digests(self.state.fragment_digests()))
         self._eval(final=False)
         self.arm()
 
@@ -245,7 +250,8 @@ class SyncerNode:
             return
         self.sim.emit("syncer", ev.Upload, learner_id=c.learner_id, learner_incarnation=c.incarnation,
                       fragment=c.fragment, base_version=c.base_version, bytes=nbytes, seconds=c.upload_seconds,
-                      c_steps=c.c_steps, c_tokens=c.c_tokens, duplicate=res.duplicate, round=c.round, late=res.late)
+                      c_steps=c.c_steps, c_tokens=c.c_tokens, duplicate=res.duplicate, round=c.round, late=res.late,
+                      digest=digest(c.tensors))
         respond((True, "", res.current_version, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE)
         self.arm()
 
@@ -301,7 +307,8 @@ class SyncerNode:
             except FloatingPointError as err:
                 self._reject("merge", Rejected(RejectReason.NON_FINITE, str(err)), fragment=p)
                 continue
-            self.sim.emit("syncer", ev.Merge, **merge_fields(rec, st.tokens_total))
+            audit = self.sim.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
+            self.sim.emit("syncer", ev.Merge, **merge_fields(rec, st.tokens_total, audit))
             if st.checkpoint_due():
                 self._checkpoint()
             if rec.merges_total % cfg.syncer.eval_every_merges == 0:
@@ -357,7 +364,8 @@ class SyncerNode:
         arrays, meta = st.to_checkpoint()
         self.checkpoint = ({k: np.array(v, copy=True) for k, v in arrays.items()}, dict(meta))
         self.sim.emit("syncer", ev.Checkpoint, merges_total=st.merges_total, versions=list(st.versions),
-                      path="sim", seconds=0.0, params_finite=st.params_all_finite())
+                      path="sim", seconds=0.0, params_finite=st.params_all_finite(),
+                      digests=fragment_digests(st.fragment_digests()))
 
     def _eval(self, final: bool) -> None:
         st = self.state
@@ -536,7 +544,8 @@ class LearnerNode:
                                 start_step=self.clock.step_at(self.sim.loop.now))
         self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])
         self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
-        self.emit(ev.StateFetch, versions=versions, seconds=self.sim.loop.now - t0)
+        self.emit(ev.StateFetch, versions=versions, seconds=self.sim.loop.now - t0,
+                  digests=[digest({n: self.params[n] for n in tensors}) for _, tensors in values])
         self.later(self.sim.cfg.learner.report_interval_s, self._report_tick)
         self._schedule_step()
 
@@ -605,7 +614,8 @@ class LearnerNode:
             for n, t in tensors.items():
                 self.base[n] = t
                 self.params[n] = t.copy() if alpha is None else (alpha * self.params[n] + (1 - alpha) * t)
-            self.emit(ev.Apply, fragment=p, version=version, step=self.step)
+            held = self.params if alpha is None else self.base  # what must now be the syncer's bits (merge audit)
+            self.emit(ev.Apply, fragment=p, version=version, step=self.step, digest=digest({n: held[n] for n in tensors}))
 
     def _maybe_unblock(self) -> None:
         """Something arrived: a blocked step loop may go on."""

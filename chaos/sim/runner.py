@@ -53,6 +53,7 @@ from chaos.sim.options import SimOptions
 from chaos.sim.problem import MAX_CURVATURE, QuadraticProblem
 from trainer import events as ev
 from trainer import model as model_mod
+from trainer.audit_log import AuditWriter
 from trainer.core.fragments import partition_tensors
 from trainer.policy import policy_from_config
 
@@ -76,6 +77,7 @@ class SimResult:
     virtual_s: float
     timed_out: bool
     events_handled: int
+    audit: AuditWriter | None = None  # the merges kept whole, in memory (written to audit/ by write)
 
     def failed(self, *names: str) -> list[Verdict]:
         """Verdicts that failed (only those named, when names are given)."""
@@ -100,6 +102,8 @@ class SimResult:
             by_source.setdefault(e.source, []).append(e.model_dump_json())
         for source, lines in by_source.items():
             (out / "events" / f"{source}.jsonl").write_text("\n".join(lines) + "\n")
+        if self.audit is not None:
+            self.audit.write_files(out)
         baseline = None
         if self.baseline_final_loss is not None:
             baseline = Baseline(final_eval_loss=self.baseline_final_loss, simulated=True)
@@ -196,6 +200,7 @@ class Simulation:
         self.tokens_per_step = self.policy.tokens_per_step
         self.records: list[Any] = []
         self.events: list[ev.Event] = []
+        self.audit = AuditWriter(None, keep_fraction=1.0, seed=self.cfg.seed)  # small tensors: keep every merge
         self.syncer = SyncerNode(self)
         self.learners = {lid: LearnerNode(self, lid, i) for i, lid in enumerate(learners)}
         self.links = {lid: Link() for lid in learners}
@@ -363,9 +368,10 @@ def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[P
     timed_out = sim.run()
     history = History(sorted(sim.records, key=lambda r: r.ts), sorted(sim.events, key=lambda e: e.ts))
     base = baseline_loss(scenario, opts) if opts.baseline and scenario.checks.needs_baseline else None
-    verdicts = run_checks(CheckInput(history, RunFacts.of(scenario), scenario.checks, base))
+    verdicts = run_checks(CheckInput(history, RunFacts.of(scenario), scenario.checks, base,
+                                     audit_files=sim.audit.files))
     status, code = overall(verdicts)
     if timed_out:
         status, code = "timeout", 2
     return SimResult(scenario, history, verdicts, status, code, base, _final_loss(sim.events), sim.loop.now,
-                     timed_out, sim.loop.handled)
+                     timed_out, sim.loop.handled, sim.audit)

@@ -115,9 +115,9 @@ def test_the_default_history_passes_every_check() -> None:
     verdicts = run_checks(CheckInput(history(), FACTS, Checks(), baseline_final_loss=2.5))
     on_by_default = [name for name in CHECKERS if name != "reference"]  # reference costs a run: asked for
     assert [v.name for v in verdicts] == on_by_default
-    # no learner step events: goodput has nothing to measure
+    # no learner step events: goodput has nothing to measure; no merge digests: nothing for the audit to recompute
     assert {v.name: v.status for v in verdicts} == {**{name: "pass" for name in on_by_default},
-                                                    "goodput": "indeterminate"}
+                                                    "goodput": "indeterminate", "audit": "indeterminate"}
 
 
 # ---- reference (synchronous DiLoCo at equal tokens) ---------------------------------------------------------------
@@ -619,7 +619,7 @@ def test_goodput_without_steps_is_indeterminate() -> None:
 def test_run_checks_skips_disabled_checks() -> None:
     checks = Checks(parity=Parity(enabled=False), goodput=Goodput(enabled=False))
     verdicts = run_checks(CheckInput(history(), FACTS, checks, baseline_final_loss=None))
-    assert [v.name for v in verdicts] == ["liveness", "reintegration", "durability", "safety"]
+    assert [v.name for v in verdicts] == ["liveness", "reintegration", "durability", "safety", "audit"]
 
 
 def test_verdict_to_json() -> None:

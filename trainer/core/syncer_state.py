@@ -95,6 +95,7 @@ import jax
 import numpy as np
 
 from trainer.core import claims
+from trainer.core.audit import MergeAudit, digest, optimizer_leaves
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.inflight import held_merge_time, hold_seconds
@@ -306,6 +307,7 @@ class MergeRecord:
     late: int = 0  # contributions carried in late (late_uploads="carry")
     held: int = 0  # contributions whose body came after quorum + grace, their header before (trainer.core.inflight)
     held_s: float = 0.0  # how long past quorum + grace the last of those came
+    audit: MergeAudit | None = field(default=None, compare=False, repr=False)  # what it consumed and produced
 
 
 @dataclass(frozen=True)
@@ -395,6 +397,12 @@ class SyncerState:
             return c.tensors
         base = self.past_values[(c.fragment, c.base_version)]
         return {n: t + (glob[n] - base[n]) for n, t in c.tensors.items()}
+
+    def _anchor(self, c: "Contribution") -> Tensors | None:
+        """The value a contribution was rebased from (its base version's), or None if it was not rebased."""
+        if not self.policy.rebases or c.base_version == self.versions[c.fragment]:
+            return None
+        return self.past_values[(c.fragment, c.base_version)]
 
     @staticmethod
     def _frag(params: Tensors, fragment: Fragment) -> Tensors:
@@ -780,11 +788,13 @@ class SyncerState:
         glob = self._frag(self.params, frag)
         contribs = list(rnd.contributions.values())
         vectors = [self._rebased(c, glob) for c in contribs]
+        anchors, start = tuple(self._anchor(c) for c in contribs), self.versions[fragment]
         weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
         rule = merge_rule_label(frag.names, self.policy.merge_rule, self.policy.mean_tensors)
         delta = merge_fragment(vectors, weights, self.policy.merge_rule, self.policy.mean_tensors)
-        new_frag, new_state = outer_step(self.optimizer, self.opt_states[fragment], glob, delta,
-                                         self.policy.step_scale(self.tokens_total))
+        scale = self.policy.step_scale(self.tokens_total)
+        opt_before = self.opt_states[fragment]
+        new_frag, new_state = outer_step(self.optimizer, opt_before, glob, delta, scale)
         if self.policy.validate_uploads and not all(np.all(np.isfinite(t)) for t in new_frag.values()):
             # The round is dropped; parameters, versions and momentum stay as they were.
             raise FloatingPointError(f"merge of fragment {fragment} produced non-finite parameters; refusing it")
@@ -813,9 +823,11 @@ class SyncerState:
                                             c.c_steps, c.c_tokens, c.base_version, c.round))
         # Keys below the previous version can never be re-sent usefully: keep the set small.
         self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1}
+        audit = MergeAudit(fragment, start, v, glob, tuple(c.tensors for c in contribs), anchors,
+                           optimizer_leaves(opt_before), optimizer_leaves(new_state), delta, new_frag, scale)
         return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
                            rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total, rnd.round,
-                           rnd.late, len(waited), held_s)
+                           rnd.late, len(waited), held_s, audit)
 
     def observe_merge_seconds(self, seconds: float) -> None:
         """The shell measured how long a merge took (part of t_sync)."""
@@ -830,6 +842,11 @@ class SyncerState:
         """The current version and a copy of the global value of one fragment."""
         frag = self.fragments[fragment]
         return self.versions[fragment], {n: self.params[n].copy() for n in frag.names}
+
+    def fragment_digests(self) -> list[tuple[str, str]]:
+        """Per fragment, the digests (trainer.core.audit) of its value and of its optimizer state."""
+        return [(digest(self._frag(self.params, f)), digest(optimizer_leaves(self.opt_states[p])))
+                for p, f in enumerate(self.fragments)]
 
     def params_all_finite(self) -> bool:
         return all(np.all(np.isfinite(t)) for t in self.params.values())

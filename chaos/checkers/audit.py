@@ -1,0 +1,199 @@
+"""The merge audit: a model check of every merge, in Jepsen's sense.
+
+The syncer records what each merge consumed and produced (``merge`` events carry digests; a seeded sample of merges
+is kept whole, :mod:`trainer.audit_log`). This checker, reading only the history and those arrays:
+
+1. **recomputes** every kept merge with the independent numpy reference (:mod:`chaos.checkers.merge_reference`:
+   rebase, token weights, mean/RDA per tensor, the Nesterov outer step) and compares the merged update, the new
+   fragment and the new optimizer state, float32 round-off the only tolerance; a kept file must hold the very
+   arrays its event digested;
+2. **chains** every merge of a fragment, kept or not, by digest: it starts from the value and optimizer state the
+   previous merge produced (or the syncer's start, or what a restore restored), so no state is lost, reset or
+   swapped between merges; every checkpoint holds the state of that moment; every restore restored the newest
+   checkpoint written (an older one only when the syncer says newer ones were unreadable);
+3. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest), and
+   each learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it.
+
+A history without digests (a log from before the audit) is indeterminate.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from chaos.checkers import merge_reference as ref
+from chaos.checkers.base import CheckInput, MergeFacts, Verdict
+from trainer import events as ev
+
+ROUNDOFF = 64.0  # float32 round-off units (merge_reference.max_error) a recomputed tensor may differ by
+SHOWN = 5  # problems listed in the evidence (all are counted)
+
+
+def _split(arrays: Mapping[str, np.ndarray], part: str) -> dict[str, np.ndarray]:
+    pre = part + "/"
+    return {n[len(pre):]: a for n, a in arrays.items() if n.startswith(pre)}
+
+
+def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) -> list[str]:
+    """What is wrong with one kept merge (empty: it is what the equations give)."""
+    assert m.audit is not None
+    a = m.audit
+    problems: list[str] = []
+    parts: dict[str, Any] = {p: _split(arrays, p) for p in ("base", "opt_before", "opt_after", "delta", "result")}
+    uploads = [_split(arrays, f"upload/{i}") for i in range(len(a.uploads))]
+    anchors = [_split(arrays, f"anchor/{i}") or None for i in range(len(a.uploads))]
+    recorded = {"base": a.base, "opt_before": a.opt_before, "opt_after": a.opt_after, "delta": a.delta,
+                "result": a.result}
+    for part, want in recorded.items():
+        if ref.digest(parts[part]) != want:
+            problems.append(f"its file's {part} is not what the event digested")
+    for i, (u, anc) in enumerate(zip(uploads, anchors)):
+        if ref.digest(u) != a.uploads[i] or (None if anc is None else ref.digest(anc)) != a.anchors[i]:
+            problems.append(f"its file's upload {i} is not what the event digested")
+    if problems:
+        return problems
+    counters = [(p.c_tokens, p.c_steps) for p in m.participants]
+    delta = ref.merged_delta(uploads, anchors, parts["base"], counters, facts.rule, facts.mean_tensors)
+    err = ref.max_error(delta, parts["delta"])
+    if err > ROUNDOFF:
+        problems.append(f"merged update differs from the reference by {err:.3g} round-off units "
+                        f"(rule {facts.rule}, weights from c_tokens²/c_steps {counters})")
+    if facts.adamw:
+        return problems  # data-parallel: the AdamW step is not recomputed (chained by digest only)
+    result, opt_after = ref.outer_step(parts["base"], parts["opt_before"], delta, lr=facts.outer_lr,
+                                       momentum=facts.outer_momentum, nesterov=facts.nesterov, scale=a.scale)
+    for what, want, got in (("new fragment", result, parts["result"]), ("optimizer state", opt_after,
+                                                                         parts["opt_after"])):
+        err = ref.max_error(want, got)
+        if err > ROUNDOFF:
+            problems.append(f"{what} differs from the reference outer step by {err:.3g} round-off units "
+                            f"(lr {facts.outer_lr}, momentum {facts.outer_momentum}, nesterov {facts.nesterov})")
+    return problems
+
+
+class _Chain:
+    """Per fragment, the (value, optimizer state) digests the syncer must hold now; values by (fragment, version)."""
+
+    def __init__(self) -> None:
+        self.state: dict[int, tuple[str, str]] = {}
+        self.values: dict[tuple[int, int], set[str]] = defaultdict(set)
+        self.checkpoints: list[ev.Checkpoint] = []
+        self.problems: list[str] = []
+
+    def set_all(self, digests: list[ev.FragmentDigest], versions: list[int]) -> None:
+        for p, (d, v) in enumerate(zip(digests, versions)):
+            self.state[p] = (d.params, d.opt)
+            self.values[(p, v)].add(d.params)
+
+    def start(self, e: ev.SyncerStart) -> None:
+        if e.digests:
+            self.set_all(e.digests, e.versions)
+
+    def merge(self, m: ev.Merge, when: float) -> None:
+        a = m.audit
+        assert a is not None
+        held = self.state.get(m.fragment)
+        if held is not None and held != (a.base, a.opt_before):
+            what = " and ".join(w for w, ok in (("value", held[0] == a.base), ("optimizer state", held[1] == a.opt_before))
+                                if not ok)
+            self.problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={when:.1f}s) "
+                                 f"started from a {what} other than the syncer held (lost or reset between merges)")
+        produced = self.values[(m.fragment, m.version)]
+        if produced and a.result not in produced:
+            self.problems.append(f"version {m.version} of fragment {m.fragment} was produced twice with different "
+                                 "values (versions went backwards)")
+        produced.add(a.result)
+        self.state[m.fragment] = (a.result, a.opt_after)
+
+    def checkpoint(self, c: ev.Checkpoint, when: float) -> None:
+        self.checkpoints.append(c)
+        for p, d in enumerate(c.digests):
+            if self.state.get(p, (d.params, d.opt)) != (d.params, d.opt):
+                self.problems.append(f"checkpoint at merge {c.merges_total} (t={when:.1f}s) holds a fragment {p} "
+                                     "other than the syncer's state at that moment (a field left out?)")
+
+    def restore(self, r: ev.Restore, when: float, interval: int) -> None:
+        if not r.digests:
+            return
+        written = [c for c in self.checkpoints if c.digests]
+        same = [c for c in written if [(d.params, d.opt) for d in c.digests] == [(d.params, d.opt) for d in r.digests]]
+        if not same:
+            self.problems.append(f"restore at t={when:.1f}s restored a state no checkpoint held (merges_total "
+                                 f"{r.merges_total}): a field missing from the checkpoint or the restore?")
+        elif written and same[-1] is not written[-1] and r.version_skip <= interval:
+            self.problems.append(f"restore at t={when:.1f}s took the checkpoint of merge {same[-1].merges_total}, "
+                                 f"not the newest ({written[-1].merges_total}), and says no newer one was unreadable")
+        self.set_all(r.digests, r.versions)
+
+
+def check_audit(inp: CheckInput) -> Verdict:
+    h = inp.history
+    merges = h.of(ev.Merge)
+    audited = [m for m in merges if m.audit is not None]
+    if not merges:
+        return Verdict("audit", "indeterminate", "no merge to audit")
+    if len(audited) < len(merges):
+        return Verdict("audit", "indeterminate", f"{len(merges) - len(audited)} of {len(merges)} merges carry no "
+                                                 "audit digests (a log from before the merge audit)")
+    t0 = h.start
+    chain = _Chain()
+    uploads: dict[tuple[str, str, int, int, int], str] = {}
+    for e in sorted(h.of(ev.SyncerStart, ev.Merge, ev.Checkpoint, ev.Restore, ev.Upload), key=lambda e: e.ts):
+        if isinstance(e, ev.SyncerStart):
+            chain.start(e)
+        elif isinstance(e, ev.Merge):
+            chain.merge(e, e.ts - t0)
+            for i, p in enumerate(e.participants):
+                got = uploads.get((p.learner_id, p.incarnation, e.fragment, p.base_version, p.round))
+                if got is not None and e.audit is not None and got != e.audit.uploads[i]:
+                    chain.problems.append(f"merge {e.merges_total} (fragment {e.fragment}) merged a contribution of "
+                                          f"{p.learner_id} other than the upload it received")
+        elif isinstance(e, ev.Checkpoint):
+            chain.checkpoint(e, e.ts - t0)
+        elif isinstance(e, ev.Restore):
+            chain.restore(e, e.ts - t0, inp.facts.checkpoint_every_merges)
+        elif e.digest and not e.duplicate:
+            uploads.setdefault((e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round), e.digest)
+    problems = chain.problems
+    held = 0
+    for e in h.of(ev.Apply, ev.StateFetch):
+        pairs = [(e.fragment, e.version, e.digest)] if isinstance(e, ev.Apply) else \
+            list(zip(range(len(e.digests)), e.versions, e.digests))
+        for p, v, d in pairs:
+            if not d:
+                continue
+            held += 1
+            known = chain.values.get((p, v))
+            if known is not None and d not in known:
+                problems.append(f"{e.source} holds a fragment {p} v{v} other than the syncer's after "
+                                f"{'applying' if isinstance(e, ev.Apply) else 'fetching'} it (t={e.ts - t0:.1f}s)")
+    kept = [m for m in audited if m.audit is not None and m.audit.file]
+    recomputed, missing = 0, 0
+    for m in kept:
+        assert m.audit is not None
+        arrays = inp.audit_files.get(m.audit.file)
+        if arrays is None:
+            missing += 1
+            continue
+        recomputed += 1
+        problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, {m.audit.file}): {p}"
+                     for p in recompute(m, arrays, inp.facts.merge)]
+    evidence = {"merges": len(merges), "recomputed": recomputed, "kept_missing": missing, "learner_values": held,
+                "problems": len(problems), "first_problems": problems[:SHOWN]}
+    if missing and recomputed:  # some kept files are there: the others were lost or damaged
+        problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}): its kept file "
+                     f"{m.audit.file} is missing or unreadable" for m in kept
+                     if m.audit is not None and m.audit.file not in inp.audit_files]
+        evidence["problems"], evidence["first_problems"] = len(problems), problems[:SHOWN]
+    if problems:
+        return Verdict("audit", "fail", f"{len(problems)} problem(s); first: {problems[0]}", evidence)
+    if missing:
+        return Verdict("audit", "indeterminate", f"none of the {missing} kept merges' files could be read (the run "
+                                                 "directory's audit/)", evidence)
+    step = "the merged update (the AdamW step chained by digest)" if inp.facts.merge.adamw else "update, step and state"
+    return Verdict("audit", "pass", f"{recomputed} of {len(merges)} merges recomputed by the reference ({step}); "
+                                    f"every merge chained; {held} learner-held values were the syncer's", evidence)
