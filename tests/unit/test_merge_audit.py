@@ -1,0 +1,115 @@
+"""The merge audit's parts, each shown to fire on the defect it exists for (deterministic mode, planted in-process
+by the test only), and its reference shown independent of the trainer's core and equal to it on random merges."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trainer.core.syncer_state as ss
+from chaos.checkers import merge_reference as ref
+from chaos.scenario import scenario_with
+from chaos.sim import SimOptions, simulate
+from trainer.core.audit import digest
+from trainer.core.merge import merge_fragment
+from trainer.core.outer import outer_optimizer, outer_step
+
+ROOT = Path(__file__).resolve().parents[2]
+OPTS = SimOptions(baseline=False)
+
+
+def _audit(name: str, **overrides):
+    r = simulate(scenario_with(name, **overrides), OPTS)
+    return next(v for v in r.verdicts if v.name == "audit")
+
+
+def test_the_reference_imports_nothing_of_the_trainer() -> None:
+    tree = ast.parse((ROOT / "chaos" / "checkers" / "merge_reference.py").read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert modules <= {"__future__", "hashlib", "collections.abc", "numpy"}, modules
+
+
+def test_the_digest_is_written_twice_and_agrees() -> None:
+    rng = np.random.default_rng(0)
+    t = {"b": rng.normal(size=(3, 4)).astype(np.float32), "a": np.arange(5, dtype=np.int32)}
+    assert ref.digest(t) == digest(t)
+    assert ref.digest({**t, "a": t["a"] + 1}) != digest(t)
+
+
+tensors = st.integers(1, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, 2**31 - 1)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(tensors, st.sampled_from(["rda", "mean"]), st.floats(0.0, 0.95), st.booleans())
+def test_the_reference_equals_the_core_on_random_merges(shape, rule: str, momentum: float, nesterov: bool) -> None:
+    n, seed = shape
+    rng = np.random.default_rng(seed)
+    names = ["embed", "w", "b"]
+    base = {k: rng.normal(size=(n, 3)).astype(np.float32) for k in names}
+    uploads = [{k: rng.normal(size=(n, 3)).astype(np.float32) for k in names} for _ in range(n)]
+    anchors = [None if i % 2 else {k: rng.normal(size=(n, 3)).astype(np.float32) for k in names} for i in range(n)]
+    counters = [(int(rng.integers(0, 5000)), int(rng.integers(0, 9))) for _ in range(n)]
+    vectors = [u if a is None else {k: u[k] + (base[k] - a[k]) for k in names} for u, a in zip(uploads, anchors)]
+    weights = [t * t / s if t > 0 and s > 0 else 0.0 for t, s in counters]
+    delta = merge_fragment(vectors, weights, rule, ("embed",))
+    assert ref.max_error(ref.merged_delta(uploads, anchors, base, counters, rule, ("embed",)), delta) < 64
+    opt = outer_optimizer(0.7, momentum, nesterov)
+    state = opt.init(base)
+    for _ in range(2):  # twice: the second step reads the momentum the first left
+        before = {f"momentum/{k}": np.asarray(v) for k, v in getattr(state[0], "trace", {}).items()} \
+            if momentum else {}
+        new, state = outer_step(opt, state, base, delta)
+        want, _ = ref.outer_step(base, before, delta, lr=0.7, momentum=momentum, nesterov=nesterov, scale=1.0)
+        assert ref.max_error(want, new) < 64
+        base = new
+
+
+def test_every_built_in_mechanism_passes_the_audit_unmutated() -> None:
+    v = _audit("syncer-crash")
+    assert v.status == "pass", v
+    assert v.evidence["recomputed"] == v.evidence["merges"] > 100 and v.evidence["learner_values"] > 100
+
+
+def _momentum_lost_on_restore(orig):
+    def restore(cls, policy, fragments, arrays, meta, version_skip):
+        st = orig.__func__(cls, policy, fragments, arrays, meta, version_skip)
+        st.opt_states = [policy.optimizer.init(cls._frag(st.params, f)) for f in fragments]  # the field left out
+        return st
+    return classmethod(restore)
+
+
+PLANTED = {
+    # merge arithmetic: uniform weights instead of c_tokens²/c_steps
+    "weights": lambda: mock.patch.object(ss, "token_weight", lambda t, s: 1.0),
+    # a contribution dropped from the merge while still listed among the participants
+    "dropped": lambda: mock.patch.object(ss, "merge_fragment", lambda v, w, r, m=(): merge_fragment(
+        v[:-1] or v, w[:-1] or w, r, m)),
+    # the outer momentum not carried from one merge to the next
+    "momentum reset": lambda: mock.patch.object(ss, "outer_step", lambda opt, s, p, g, scale=1.0: outer_step(
+        opt, opt.init(p), p, g, scale)),
+    # the restore path leaves the optimizer state out
+    "restore without momentum": lambda: mock.patch.object(ss.SyncerState, "from_checkpoint", _momentum_lost_on_restore(
+        ss.SyncerState.__dict__["from_checkpoint"])),
+}
+
+
+@pytest.mark.parametrize("defect", sorted(PLANTED))
+def test_the_audit_fails_each_planted_defect_naming_the_merge(defect: str) -> None:
+    with PLANTED[defect]():
+        v = _audit("syncer-crash")
+    assert v.status == "fail", v
+    assert "merge " in v.summary or "restore" in v.summary, v.summary
+
+
+def test_a_restored_state_no_checkpoint_held_is_named() -> None:
+    with PLANTED["restore without momentum"]():
+        v = _audit("syncer-crash")
+    assert any("restored a state no checkpoint held" in p or "optimizer state other than" in p
+               for p in v.evidence["first_problems"]), v.evidence
