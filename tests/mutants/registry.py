@@ -1,0 +1,432 @@
+"""The planted defects: one registry of mutants, each a realistic trainer bug applied by monkeypatching.
+
+Test machinery only: nothing under ``trainer/``, ``chaos/`` or ``faults/`` imports this package, so no user's
+config or installed package can reach a mutant. Deterministic mode (:mod:`chaos.sim`) runs the real core state
+machines in one process, so replacing a core function (where it is *looked up*: ``from x import y`` binds ``y`` in
+the importing module, so ``trainer.core.syncer_state.token_weight`` is patched, not ``trainer.core.merge``'s) changes
+the simulated trainer. Every patch is at function or method granularity: a mutant wraps or replaces one helper,
+never a copy of a large method (``SyncerState.merge`` calls the helpers patched here).
+
+Example:
+    >>> m = MUTANTS_BY_NAME["uniform_weights"]
+    >>> m.mechanism, [s.label for s in m.scenarios]
+    ('weights', ['straggler', 'kill-and-rejoin'])
+    >>> import trainer.core.syncer_state as ss
+    >>> ss.token_weight(600, 3)
+    120000.0
+    >>> with m.applied():
+    ...     ss.token_weight(600, 3)
+    1.0
+    >>> ss.token_weight(600, 3)  # restored on exit
+    120000.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.scenario import Scenario, scenario_with
+
+# The mechanisms a mutant may break (issue 38, item 7), in the order the matrix lists them.
+MECHANISMS: tuple[str, ...] = (
+    "outer optimizer state",
+    "merge arithmetic",
+    "weights",
+    "rebase",
+    "quorum and grace",
+    "late-round handling",
+    "broadcast/wake-up",
+    "restore",
+    "rejoin state fetch",
+    "rejoin membership",
+    "data position",
+    "NaN and outlier guards",
+)
+
+
+@dataclass(frozen=True)
+class ScenarioRef:
+    """A built-in scenario (``chaos/scenarios/<name>.yaml``), optionally with overrides (:func:`scenario_with`)."""
+
+    name: str
+    label: str = ""  # how the matrix names it; defaults to ``name``
+    overrides: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
+
+    def load(self, seed: int = 0) -> Scenario:
+        """The scenario; ``seed`` > 0 draws another schedule and data (scenario and cluster seed), 0 is the file's.
+
+        >>> ScenarioRef("kill-and-rejoin").load(2).cluster.seed
+        2
+        """
+        overrides = dict(self.overrides)
+        if seed:
+            overrides["seed"] = seed
+            overrides["cluster"] = {**overrides.get("cluster", {}), "seed": seed}
+        return scenario_with(self.name, **overrides)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace ``module``'s attribute ``attr`` (a dotted path: ``SyncerState._rebased``) by ``make(original)``.
+
+    ``original`` is what the attribute is bound to as looked up (a bound classmethod for a classmethod); the
+    replacement is set as is (wrap a method's replacement in ``classmethod`` where the original was one).
+    """
+
+    module: str
+    attr: str
+    make: Callable[[Any], Any] = field(compare=False)
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.attr}"
+
+    def _owner(self) -> tuple[Any, str]:
+        owner: Any = importlib.import_module(self.module)
+        *path, name = self.attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        if not hasattr(owner, name):
+            raise AttributeError(f"mutant patch {self.target}: no such attribute (renamed?)")
+        return owner, name
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        owner, name = self._owner()
+        own = name in vars(owner)
+        static = inspect.getattr_static(owner, name)
+        setattr(owner, name, self.make(getattr(owner, name)))
+        try:
+            yield
+        finally:
+            if own:
+                setattr(owner, name, static)
+            else:
+                delattr(owner, name)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted defect: the realistic bug it stands for, the mechanism it breaks, where it shows."""
+
+    name: str
+    mechanism: str  # one of MECHANISMS
+    description: str  # the realistic bug, in one line
+    scenarios: tuple[ScenarioRef, ...]  # built-ins that reach it
+    patches: tuple[Patch, ...]
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"mutant {self.name}: unknown mechanism {self.mechanism!r}")
+        if not self.scenarios or not self.patches:
+            raise ValueError(f"mutant {self.name}: needs a scenario and a patch")
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        """The mutant in force: its patches, and deterministic mode's memoised baselines set aside (a mutant's
+        fault-free baseline runs the mutant too, as a real run's baseline runs the same build)."""
+        import chaos.sim.runner as runner
+
+        saved = runner._BASELINES
+        runner._BASELINES = {}
+        try:
+            with _all(self.patches):
+                yield
+        finally:
+            runner._BASELINES = saved
+
+
+@contextmanager
+def _all(patches: tuple[Patch, ...]) -> Iterator[None]:
+    if not patches:
+        yield
+        return
+    with patches[0].applied(), _all(patches[1:]):
+        yield
+
+
+def refs(*names: str) -> tuple[ScenarioRef, ...]:
+    return tuple(ScenarioRef(n) for n in names)
+
+
+SS = "trainer.core.syncer_state"
+NODES = "chaos.sim.nodes"
+
+# A corrupt learner that sends random bit patterns (mostly finite, absurd magnitudes): the outlier guard's case.
+# corrupt-learner's own schedule with mode garbage instead of nan.
+CORRUPT_GARBAGE = ScenarioRef("corrupt-learner", "corrupt-learner[garbage]", {
+    "schedule": [{"fault": "corrupt", "mode": "garbage", "targets": ["learner-1"], "at": 3, "duration": 40}]})
+
+# A learner killed (and restarted) before the syncer crashes: its first incarnation's tokens are then only in the
+# syncer's checkpointed ledger (every live incarnation reports its cumulative count again after a restore).
+SYNCER_CRASH_AFTER_KILL = ScenarioRef("syncer-crash", "syncer-crash[after kill]", {"schedule": [
+    {"fault": "kill", "targets": ["learner-1"], "at": 2, "duration": 3},
+    {"fault": "syncer_crash", "at": 8, "duration": 4}]})
+
+
+# ---- the mutants' replacements ------------------------------------------------------------------------------------
+
+def _fresh_momentum_each_step(outer_step: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(opt: Any, state: Any, params: Any, outer_grad: Any, scale: float = 1.0) -> Any:
+        return outer_step(opt, opt.init(params), params, outer_grad, scale)  # BUG: the carried state is dropped
+    return mutant
+
+
+def _restore_without_momentum(from_checkpoint: Callable[..., Any]) -> Any:
+    def mutant(cls: Any, policy: Any, fragments: Any, arrays: Any, meta: Any, version_skip: int) -> Any:
+        st = from_checkpoint(policy, fragments, arrays, meta, version_skip)
+        st.opt_states = [policy.optimizer.init(st._frag(st.params, f)) for f in fragments]  # BUG
+        return st
+    return classmethod(mutant)
+
+
+def _drop_last_contribution(merge_fragment: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(vectors: Any, weights: Any, rule: Any, mean_tensors: Any = ()) -> Any:
+        if len(vectors) > 1:
+            vectors, weights = vectors[:-1], weights[:-1]  # BUG: an off-by-one slice
+        return merge_fragment(vectors, weights, rule, mean_tensors)
+    return mutant
+
+
+def _mean_rule(merge_fragment: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(vectors: Any, weights: Any, rule: Any, mean_tensors: Any = ()) -> Any:
+        return merge_fragment(vectors, weights, "mean", mean_tensors)  # BUG: the configured rule is not passed on
+    return mutant
+
+
+def _flipped_sign(merge_fragment: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(vectors: Any, weights: Any, rule: Any, mean_tensors: Any = ()) -> Any:
+        return {n: -t for n, t in merge_fragment(vectors, weights, rule, mean_tensors).items()}  # BUG: θ − Θ
+    return mutant
+
+
+def _misaligned_weights(merge_fragment: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(vectors: Any, weights: Any, rule: Any, mean_tensors: Any = ()) -> Any:
+        return merge_fragment(vectors, list(reversed(weights)), rule, mean_tensors)  # BUG: pairs the wrong weights
+    return mutant
+
+
+def _uniform_weight(token_weight: Callable[..., float]) -> Callable[..., float]:
+    def mutant(c_tokens: int, c_steps: int) -> float:
+        return 1.0  # BUG: quantity × quality dropped
+    return mutant
+
+
+def _not_rebased(rebased: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, c: Any, glob: Any) -> Any:
+        return c.tensors  # BUG: an update against an older base merged as if made against the round's start
+    return mutant
+
+
+def _no_grace(merge_time: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(policy: Any, *args: Any, **kw: Any) -> Any:
+        return merge_time(dataclasses.replace(policy, grace_enabled=False), *args, **kw)  # BUG: grace ignored
+    return mutant
+
+
+def _quorum_off_by_one(merge_time: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(policy: Any, timing: Any, quorum_at: Any, contributions: int, active_learners: int,
+               opened_at: Any = None) -> Any:
+        if contributions <= policy.min_quorum:  # BUG: `>` where `>=` was meant: K + 1 contributions needed
+            return None
+        return merge_time(policy, timing, quorum_at, contributions, active_learners, opened_at)
+    return mutant
+
+
+def _merge_before_opening(merge_time: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(policy: Any, timing: Any, quorum_at: Any, contributions: int, active_learners: int,
+               opened_at: Any = None) -> Any:
+        return merge_time(policy, timing, quorum_at, contributions, active_learners, None)  # BUG: opening ignored
+    return mutant
+
+
+def _late_off_by_one(check_round: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, fragment: int, r: int, now: float) -> None:
+        last = self.last_round[fragment]
+        self.last_round[fragment] = last - 1  # BUG: `<` for `<=`: the round that just merged still takes uploads
+        try:
+            check_round(self, fragment, r, now)
+        finally:
+            self.last_round[fragment] = last
+    return mutant
+
+
+def _no_wake(wake: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, fragment: int) -> None:
+        return None  # BUG: long polls waiting for this merge are not answered (they time out with it)
+    return mutant
+
+
+def _no_version_skip(restore_version_skip: Callable[..., int]) -> Callable[..., int]:
+    def mutant(checkpoint_every_merges: int, unreadable_newer: int = 0) -> int:
+        return 0  # BUG: a restored syncer reissues versions it handed out before the crash
+    return mutant
+
+
+def _restore_without(*fields: str) -> Callable[[Callable[..., Any]], Any]:
+    """from_checkpoint that forgets the named parts of the state (as if the checkpoint had not held them)."""
+    def make(from_checkpoint: Callable[..., Any]) -> Any:
+        def mutant(cls: Any, policy: Any, fragments: Any, arrays: Any, meta: Any, version_skip: int) -> Any:
+            fresh = cls.create(policy, fragments, {k.split("/", 1)[1]: v for k, v in arrays.items()
+                                                   if k.startswith("param/")})
+            st = from_checkpoint(policy, fragments, arrays, meta, version_skip)
+            for f in fields:
+                setattr(st, f, getattr(fresh, f))  # BUG: not restored
+            return st
+        return classmethod(mutant)
+    return make
+
+
+def _restores_previous_checkpoint(start: Callable[..., Any]) -> Callable[..., Any]:
+    """The simulated syncer keeps its checkpoints; a restart restores the one before the newest."""
+    def mutant(self: Any) -> None:
+        kept = self.__dict__.setdefault("_mutant_checkpoints", [])
+        if self.checkpoint is not None and len(kept) >= 2:
+            self.checkpoint = kept[-2]  # BUG: the newest checkpoint is not the one picked
+        start(self)
+    return mutant
+
+
+def _keep_checkpoints(checkpoint: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any) -> None:
+        checkpoint(self)
+        self.__dict__.setdefault("_mutant_checkpoints", []).append(self.checkpoint)
+    return mutant
+
+
+def _rejoin_from_init(got_state: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, values: Any, t0: float) -> None:
+        got_state(self, values, t0)
+        if self.incarnation_index > 0:  # BUG: a restarted learner takes the versions but loads its initial weights
+            init = self.sim.problem.init_params()
+            self.base = {n: init[n].copy() for n in self.base}
+            self.params = {n: init[n].copy() for n in self.base}
+    return mutant
+
+
+def _data_from_the_start(got_state: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, values: Any, t0: float) -> None:
+        got_state(self, values, t0)
+        import numpy as np
+        self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0])  # BUG: stream not keyed by incarnation
+    return mutant
+
+
+def _forget_rejoined(policy_from_config: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(cfg: Any) -> Any:
+        return dataclasses.replace(policy_from_config(cfg), planted_bug="forget_rejoined")
+    return mutant
+
+
+def _skip_upload_nan_check(submit: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, c: Any, now: float) -> Any:
+        policy = self.policy
+        if not policy.validate_uploads:
+            return submit(self, c, now)
+        # BUG: the body's finiteness check is skipped (the header was checked); the norm guard still runs.
+        self.policy = dataclasses.replace(policy, validate_uploads=False)
+        try:
+            res = submit(self, c, now)
+        finally:
+            self.policy = policy
+        return res
+    return mutant
+
+
+def _no_norm_check(check_norm: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, c: Any) -> None:
+        return None  # BUG: the outlier guard is off (e.g. max_norm_ratio lost its default: 0 means off)
+    return mutant
+
+
+# ---- the registry ---------------------------------------------------------------------------------------------
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("momentum_reset", "outer optimizer state",
+           "the outer Nesterov momentum is re-initialised at every merge instead of carried from the last",
+           refs("kill-and-rejoin", "partition-one"), (Patch(SS, "outer_step", _fresh_momentum_each_step),)),
+    Mutant("momentum_not_restored", "outer optimizer state",
+           "a restored syncer starts its outer momentum afresh: the checkpoint's optimizer state is not read back",
+           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without_momentum),)),
+    Mutant("contribution_dropped", "merge arithmetic",
+           "an off-by-one slice drops the last contribution of a round from the merge; participants still list it",
+           refs("straggler", "partition-one"), (Patch(SS, "merge_fragment", _drop_last_contribution),)),
+    Mutant("rule_ignored", "merge arithmetic",
+           "the configured merge rule is not passed on: every tensor is mean-merged instead of by RDA",
+           refs("straggler"), (Patch(SS, "merge_fragment", _mean_rule),)),
+    Mutant("outer_gradient_sign", "merge arithmetic",
+           "the merged outer gradient's sign is flipped (θ − Θ for Θ − θ): each outer step moves away from the learners",
+           refs("kill-and-rejoin"), (Patch(SS, "merge_fragment", _flipped_sign),)),
+    Mutant("uniform_weights", "weights",
+           "token weights dropped: every contribution weighs the same instead of c_tokens²/c_steps",
+           refs("straggler", "kill-and-rejoin"), (Patch(SS, "token_weight", _uniform_weight),)),
+    Mutant("weights_misaligned", "weights",
+           "weights paired with the wrong contributions (the weights' list reversed against the updates')",
+           refs("straggler"), (Patch(SS, "merge_fragment", _misaligned_weights),)),
+    Mutant("no_rebase", "rebase",
+           "an update made against an older base is merged as is, not rebased onto its round's start value",
+           refs("latency-jitter", "throttle-all"), (Patch(SS, "SyncerState._rebased", _not_rebased),)),
+    Mutant("grace_ignored", "quorum and grace",
+           "the grace window is ignored: a round merges the moment its quorum is in",
+           refs("straggler", "latency-jitter"), (Patch(SS, "merge_time", _no_grace),)),
+    Mutant("quorum_off_by_one", "quorum and grace",
+           "quorum tested with `>` for `>=`: a round needs K + 1 contributions",
+           refs("partition-majority"), (Patch(SS, "merge_time", _quorum_off_by_one),)),
+    Mutant("merge_before_opening", "quorum and grace",
+           "a round merges once its quorum and grace are in, even before its scheduled opening",
+           refs("latency-jitter", "straggler"), (Patch(SS, "merge_time", _merge_before_opening),)),
+    Mutant("late_accepted", "late-round handling",
+           "the late-round test is off by one (`<` for `<=`): an upload for the round that just merged is accepted "
+           "and carried although late_uploads is refuse",
+           refs("latency-jitter", "throttle-all"), (Patch(SS, "SyncerState._check_round", _late_off_by_one),)),
+    Mutant("wake_missing", "broadcast/wake-up",
+           "learners long-polling for a fragment are not woken by its merge: they get it when their poll times out",
+           refs("straggler", "kill-and-rejoin"), (Patch(NODES, "SyncerNode._wake", _no_wake),)),
+    Mutant("restore_no_version_skip", "restore",
+           "a restored syncer does not skip its versions ahead: it reissues versions it had handed out",
+           refs("syncer-crash"), (Patch(NODES, "restore_version_skip", _no_version_skip),)),
+    Mutant("restore_clock_lost", "restore",
+           "a restored syncer's step clock is not read back: it starts again at step 0",
+           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without("clock")),)),
+    Mutant("restore_ledger_lost", "restore",
+           "a restored syncer's token ledger (tokens_by_incarnation) is not read back: tokens of incarnations that "
+           "ended before the crash are forgotten, and the run trains past its budget",
+           (SYNCER_CRASH_AFTER_KILL,),
+           (Patch(SS, "SyncerState.from_checkpoint", _restore_without("tokens_by_incarnation")),)),
+    Mutant("restore_older_checkpoint", "restore",
+           "the restart picks the checkpoint before the newest (e.g. a wrong sort), and skips versions for one",
+           refs("syncer-crash"), (Patch(NODES, "SyncerNode._checkpoint", _keep_checkpoints),
+                                  Patch(NODES, "SyncerNode.start", _restores_previous_checkpoint))),
+    Mutant("rejoin_from_init", "rejoin state fetch",
+           "a restarted learner takes the fetched versions but its initial weights, not the current global state",
+           refs("kill-and-rejoin", "rolling-restarts"), (Patch(NODES, "LearnerNode._got_state", _rejoin_from_init),)),
+    Mutant("forget_rejoined", "rejoin membership",
+           "the syncer keeps a rejoining learner's old record: the new incarnation is refused forever "
+           "(the planted bug syncer.planted_bug: forget_rejoined)",
+           refs("kill-and-rejoin", "rolling-restarts"), (Patch("chaos.sim.runner", "policy_from_config",
+                                                               _forget_rejoined),)),
+    Mutant("data_replayed", "data position",
+           "a restarted learner's data stream is not keyed by its incarnation: it replays its first incarnation's data",
+           refs("kill-and-rejoin", "rolling-restarts"),
+           (Patch(NODES, "LearnerNode._got_state", _data_from_the_start),)),
+    Mutant("nan_guard_off", "NaN and outlier guards",
+           "an upload's body is not checked for NaN/Inf (only its header is): NaN updates reach the merge",
+           refs("corrupt-learner"), (Patch(SS, "SyncerState.submit", _skip_upload_nan_check),)),
+    Mutant("outlier_guard_off", "NaN and outlier guards",
+           "the outlier-norm guard is off: finite garbage of absurd magnitude is merged",
+           (CORRUPT_GARBAGE,), (Patch(SS, "SyncerState._check_norm", _no_norm_check),)),
+)
+
+MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
+if len(MUTANTS_BY_NAME) != len(MUTANTS):
+    raise ValueError("two mutants share a name")
