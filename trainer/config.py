@@ -291,8 +291,17 @@ class RunConfig(_Strict):
     learner: LearnerSection = LearnerSection()
 
     def config_hash(self) -> str:
-        """Stable hash of the canonical JSON form; learners must match the syncer's."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """Stable hash of the canonical JSON form of what is trained; learners must match the syncer's.
+
+        What only changes what is recorded (``syncer.audit_keep_fraction``) is left out: runs that differ in it
+        train alike and share cached baselines and measurements.
+
+            >>> RunConfig().config_hash() == RunConfig.model_validate({"syncer": {"audit_keep_fraction": 1}}).config_hash()
+            True
+        """
+        tree = self.model_dump(mode="json")
+        tree["syncer"].pop("audit_keep_fraction")
+        blob = json.dumps(tree, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def to_yaml(self) -> str:

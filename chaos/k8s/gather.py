@@ -3,6 +3,7 @@
 
     RUN_DIR/scenario.json      copied from the export directory
     RUN_DIR/events/*.jsonl     each pod's events (kubectl cp from /data/run/events)
+    RUN_DIR/audit/*.npz        the merges the syncer kept whole (the merge audit's, /data/run/audit)
     RUN_DIR/controller.jsonl   the faults' history, from Chaos Mesh's records
     RUN_DIR/k8s/*.json         the Workflow, its nodes and chaos objects as kubectl printed them (evidence)
 
@@ -23,6 +24,7 @@ from chaos.k8s.collect import WORKFLOW_LABEL, Obj, controller_records
 from chaos.k8s.manifests import RUN_DIR
 from chaos.scenario import Scenario, parse_scenario
 from faults.base import SYNCER
+from trainer.audit_log import AUDIT_DIR
 from trainer.config import learner_ids
 
 CHAOS_KINDS = "podchaos,networkchaos,stresschaos"
@@ -62,6 +64,8 @@ def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kube
     for unit in [SYNCER, *learner_ids(scenario.cluster.algorithm.num_learners)]:  # each pod's volume: its events
         _kubectl(kubectl, "cp", f"{namespace}/{pod_of(unit)}:{RUN_DIR}/events/{unit}.jsonl",
                  str(run_dir / "events" / f"{unit}.jsonl"))
+    # The merges the syncer kept whole, for the merge audit to recompute (without them it can only chain digests).
+    _kubectl(kubectl, "cp", f"{namespace}/{pod_of(SYNCER)}:{RUN_DIR}/{AUDIT_DIR}", str(run_dir / AUDIT_DIR))
     shutil.copy(scenario_file, run_dir / "scenario.json")
     (run_dir / "controller.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records))
     return scenario

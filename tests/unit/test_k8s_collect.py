@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+import shutil
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,7 @@ def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_ve
     (cluster / "events").mkdir(parents=True)
     for f in (sim_dir / "events").glob("*.jsonl"):
         (cluster / "events" / f.name).write_bytes(f.read_bytes())
+    shutil.copytree(sim_dir / "audit", cluster / "audit")  # what gather copies from the syncer's volume
     (cluster / "scenario.json").write_text(s.model_dump_json())
     (cluster / "controller.jsonl").write_text(
         "".join(r.model_dump_json() + "\n" for r in controller_records(s, flow, nodes, chaos)))
