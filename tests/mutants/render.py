@@ -73,6 +73,7 @@ def markdown(doc: dict[str, Any]) -> str:
             failed = [k for k in checks if any(c["verdicts"].get(k) == "fail" for c in cells)]
             verdict = ", ".join(failed) if failed else ("survives" if any(c.get("changed") for c in cells)
                                                         else "survives (run unchanged)")
+            verdict += " (timed out)" if any(c.get("status") == "timeout" for c in cells) else ""
             rows.append([m["name"], m["mechanism"], label,
                          *(_mark([c["verdicts"][k] for c in cells if k in c["verdicts"]]) for k in checks), verdict])
     lines.append(markdown_table(["mutant", "mechanism", "scenario", *checks, "caught by"], rows))

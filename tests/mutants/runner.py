@@ -200,7 +200,8 @@ def rows(matrix: Matrix) -> list[list[str]]:
             out.append([r.mutant.name, r.mutant.mechanism, label,
                         *(_mark([c.verdicts[k] for c in cells if k in c.verdicts]) for k in matrix.checks),
                         "yes" if any(c.changed for c in cells) else "NO",
-                        f"caught ({', '.join(caught)})" if caught else "survives"])
+                        (f"caught ({', '.join(caught)})" if caught else "survives")
+                        + (" (timed out)" if any(c.status == "timeout" for c in cells) else "")])
     return out
 
 
@@ -239,12 +240,12 @@ def git_state() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+            return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError):
             return ""
     changed = [line[3:] for line in git("status", "--porcelain", "--", "trainer", "chaos", "faults",
-                                        "tests/mutants").splitlines()]
-    return {"commit": git("rev-parse", "HEAD"), "uncommitted": changed}
+                                        "tests/mutants").splitlines() if line.strip()]
+    return {"commit": git("rev-parse", "HEAD").strip(), "uncommitted": changed}
 
 
 def results_doc(matrix: Matrix, command: str) -> dict[str, Any]:
