@@ -365,7 +365,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "the configured merge rule is not passed on: every tensor is mean-merged instead of by RDA",
            refs("straggler"), (Patch(SS, "merge_fragment", _mean_rule),)),
     Mutant("outer_gradient_sign", "merge arithmetic",
-           "the merged outer gradient's sign is flipped (θ − Θ for Θ − θ): each outer step moves away from the learners",
+           "the merged outer gradient's sign is flipped (θ − Θ for Θ − θ): each outer step moves away from the "
+           "learners",
            refs("kill-and-rejoin"), (Patch(SS, "merge_fragment", _flipped_sign),)),
     Mutant("uniform_weights", "weights",
            "token weights dropped: every contribution weighs the same instead of c_tokens²/c_steps",

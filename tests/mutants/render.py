@@ -31,7 +31,8 @@ from typing import Any
 from benchmarks.common import markdown_table
 
 DOC = Path("docs/scenarios-and-checks.md")
-BEGIN = "<!-- mutants:begin (rendered from benchmarks/results/mutants.json by `.venv/bin/python -m tests.mutants.render`; do not edit by hand) -->"
+BEGIN = ("<!-- mutants:begin (rendered from benchmarks/results/mutants.json by "
+         "`.venv/bin/python -m tests.mutants.render`; do not edit by hand) -->")
 END = "<!-- mutants:end -->"
 SECTION = re.compile(r"<!-- mutants:begin[^\n]*-->\n.*?<!-- mutants:end -->", re.S)
 

@@ -220,8 +220,9 @@ def text_table(matrix: Matrix) -> str:
 
 def summary(matrix: Matrix) -> str:
     caught = [r for r in matrix.results if r.caught]
+    clean = all(c.status == "pass" for c in matrix.unmutated.values())
     lines = [f"{len(caught)} of {len(matrix.results)} mutants caught; "
-             f"unmutated runs: {'all pass' if all(c.status == 'pass' for c in matrix.unmutated.values()) else 'NOT all pass'}"]
+             f"unmutated runs: {'all pass' if clean else 'NOT all pass'}"]
     for r in matrix.results:
         if not r.caught:
             lines.append(f"  survives: {r.mutant.name} ({r.mutant.mechanism})" + ("" if r.changed else
@@ -229,7 +230,7 @@ def summary(matrix: Matrix) -> str:
     return "\n".join(lines)
 
 
-# ---- the results file -------------------------------------------------------------------------------------------------
+# ---- the results file ------------------------------------------------------------------------------------------------
 
 RESULTS_PATH = "benchmarks/results/mutants.json"
 

@@ -83,7 +83,7 @@ def test_folders_and_markers_match() -> None:
     """A module under tests/<folder>/ for real parts carries that folder's marker (the tiers select by marker), and
     the fast folders carry none of the real parts' markers at module level."""
     wrong = []
-    for folder in (*FOLDER_MARKERS, "unit", "property"):
+    for folder in (*FOLDER_MARKERS, "unit", "property", "mutants"):
         for path in sorted((TESTS / folder).glob("test_*.py")):
             names = {m.name for m in _marks(importlib.import_module(f"tests.{folder}.{path.stem}"))}
             if folder in FOLDER_MARKERS and FOLDER_MARKERS[folder] not in names:
