@@ -263,6 +263,14 @@ class Audit(_Strict):
     enabled: bool = True
 
 
+class Ledger(_Strict):
+    """The token ledger (chaos.checkers.ledger): every uploaded token merged, superseded, refused with a reason,
+    lost with the syncer or in flight at the end; the learners' and the syncer's books agree; the result is fixed
+    within one round of the budget."""
+
+    enabled: bool = True
+
+
 class Checks(_Strict):
     liveness: Liveness = Liveness()
     reintegration: Reintegration = Reintegration()
@@ -272,6 +280,7 @@ class Checks(_Strict):
     safety: Safety = Safety()
     goodput: Goodput = Goodput()
     audit: Audit = Audit()
+    ledger: Ledger = Ledger()
 
     @property
     def needs_baseline(self) -> bool:

@@ -263,6 +263,7 @@ class SyncResult(_Event):
     kind: Literal["sync_result"] = "sync_result"
     fragment: int
     base_version: int
+    round: int = 0  # the sync_start's, so that the ledger matches the two (chaos/checkers/ledger.py)
     accepted: bool
     reason: str
     seconds: float

@@ -164,13 +164,14 @@ class Comm:
             except (SyncerUnavailable, TrainerError) as err:
                 self._down(err)
                 self.failed.put((s.fragment, s.base_version))
-                self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=False,
+                self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, round=s.round, accepted=False,
                                               reason=UNREACHABLE, seconds=time.monotonic() - t0, bytes=nbytes))
                 continue
             self.l.heard_header(sent_step, reply.header_step)
             self.l.heard_clock(reply.cluster_step, reply.step_pace_s)
-            self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, accepted=reply.accepted,
-                                          reason=reply.reason, seconds=time.monotonic() - t0, bytes=nbytes))
+            self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, round=s.round,
+                                          accepted=reply.accepted, reason=reply.reason, seconds=time.monotonic() - t0,
+                                          bytes=nbytes))
             out = upload_outcome(reply.accepted, reply.reason, s.base_version, reply.current_version)
             if out.failed:
                 self.failed.put((s.fragment, s.base_version))

@@ -12,6 +12,7 @@ from chaos.checkers.audit import check_audit
 from chaos.checkers.base import CheckInput, RunFacts, Verdict, overall
 from chaos.checkers.durability import check_durability
 from chaos.checkers.goodput import check_goodput
+from chaos.checkers.ledger import check_ledger
 from chaos.checkers.liveness import check_liveness
 from chaos.checkers.parity import check_parity
 from chaos.checkers.reference import check_reference
@@ -27,12 +28,16 @@ CHECKERS: dict[str, Callable[[CheckInput], Verdict]] = {
     "safety": check_safety,
     "goodput": check_goodput,
     "audit": check_audit,
+    "ledger": check_ledger,
 }
 
 
 def run_checks(inp: CheckInput) -> list[Verdict]:
-    """Every enabled check of the scenario, in a fixed order."""
-    return [fn(inp) for name, fn in CHECKERS.items() if getattr(inp.checks, name).enabled]
+    """Every enabled check of the scenario, in a fixed order; liveness always for a run the progress watchdog
+    ended (chaos.watchdog): a run that stopped training gets its verdict whatever the scenario switched off."""
+    stalled = inp.stalled is not None
+    return [fn(inp) for name, fn in CHECKERS.items()
+            if getattr(inp.checks, name).enabled or (stalled and name == "liveness")]
 
 
 __all__ = ["CHECKERS", "CheckInput", "RunFacts", "Verdict", "overall", "run_checks"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from chaos.checkers.bounds import RunPace, run_pace
 from chaos.exit_codes import for_status
-from chaos.history import FaultWindow, History, Phase
+from chaos.history import FaultWindow, History, Phase, Stalled
 from chaos.records import JsonObject
 from chaos.scenario import Checks, Scenario
 from faults.kinds import removes, stops_training
@@ -66,13 +66,17 @@ class RunFacts:
     checkpoint_every_merges: int
     num_fragments: int = 1
     merge: MergeFacts = MergeFacts()
+    token_budget: int = 0  # 0: none
+    round_tokens: int = 0  # tokens every learner trains in one round (M × H × tokens per step); 0: unknown
 
     @classmethod
     def of(cls, scenario: Scenario) -> "RunFacts":
         """The facts of a scenario's cluster (real and simulated runs take them the same way)."""
         cfg = scenario.cluster
+        p = policy_from_config(cfg)
         return cls(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
-                   cfg.algorithm.num_fragments, MergeFacts.of(cfg))
+                   cfg.algorithm.num_fragments, MergeFacts.of(cfg), cfg.token_budget,
+                   cfg.algorithm.num_learners * p.sync_every * p.tokens_per_step)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,11 @@ class CheckInput:
         """When the budget was reached (the run's result): the syncer's ``finished`` event, else the run's last event."""
         done = self.history.of(ev.Finished)
         return done[0].ts if done else self.history.end
+
+    @property
+    def stalled(self) -> Stalled | None:
+        """Why the progress watchdog ended the run (chaos.watchdog); None: it did not."""
+        return self.history.stalled()
 
     @cached_property
     def pace(self) -> RunPace:

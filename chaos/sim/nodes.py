@@ -658,8 +658,8 @@ class LearnerNode:
             self._up()
         if clock is not None:
             self._heard_clock(clock)
-        self.emit(ev.SyncResult, fragment=s.fragment, base_version=s.base_version, accepted=accepted, reason=reason,
-                  seconds=self.sim.loop.now - t0, bytes=nbytes)
+        self.emit(ev.SyncResult, fragment=s.fragment, base_version=s.base_version, round=s.round, accepted=accepted,
+                  reason=reason, seconds=self.sim.loop.now - t0, bytes=nbytes)
         out = upload_outcome(accepted, reason, s.base_version, current)
         assert self.book is not None
         if out.failed:

@@ -43,7 +43,7 @@ def test_builtin_scenario(name: str, run_chaos) -> None:
     assert teardown.proxies_left == [] and teardown.processes_left == []
     assert not result.report.not_run, "a planned fault never ran: the run ended too early"
     history = History.read(result.out_dir)
-    assert_result_at_budget(history, scenario_with(name).cluster)
+    assert_result_at_budget(result.verdicts)
     for w in history.fault_windows():
         assert w.injected and w.healed, f"{w.fault_id} not injected and healed: {w}"
     for artifact in ("report.json", "report.md", "timeline.png", "history.jsonl"):

@@ -29,7 +29,7 @@ COMPOUND = [
 
 
 @pytest.mark.covers("kill", "partition", "syncer_crash", "liveness", "reintegration", "parity", "durability", "safety",
-                     "goodput", "audit")
+                     "goodput", "audit", "ledger")
 def test_a_kill_a_partition_and_a_syncer_crash_pass_under_cpu_load(run_chaos) -> None:
     # The built-in's budget trained for ~50 s after steady state on 2026-12-02's faster VM, so the crash at 50 s
     # raced the end of training (it lost once: "f2 never ran"); 1.4x leaves ~20 s after the last fault starts.

@@ -117,7 +117,8 @@ def test_the_default_history_passes_every_check() -> None:
     assert [v.name for v in verdicts] == on_by_default
     # no learner step events: goodput has nothing to measure; no merge digests: nothing for the audit to recompute
     assert {v.name: v.status for v in verdicts} == {**{name: "pass" for name in on_by_default},
-                                                    "goodput": "indeterminate", "audit": "indeterminate"}
+                                                    "goodput": "indeterminate", "audit": "indeterminate",
+                                                    "ledger": "indeterminate"}
 
 
 # ---- reference (synchronous DiLoCo at equal tokens) ---------------------------------------------------------------
@@ -619,7 +620,7 @@ def test_goodput_without_steps_is_indeterminate() -> None:
 def test_run_checks_skips_disabled_checks() -> None:
     checks = Checks(parity=Parity(enabled=False), goodput=Goodput(enabled=False))
     verdicts = run_checks(CheckInput(history(), FACTS, checks, baseline_final_loss=None))
-    assert [v.name for v in verdicts] == ["liveness", "reintegration", "durability", "safety", "audit"]
+    assert [v.name for v in verdicts] == ["liveness", "reintegration", "durability", "safety", "audit", "ledger"]
 
 
 def test_verdict_to_json() -> None:

@@ -1,0 +1,183 @@
+"""The token ledger: every token a learner sent for merging is accounted for, exactly, and the result is fixed at
+the budget.
+
+Tokens here are contributions' ``c_tokens`` (a contribution for fragment p stands for the tokens trained since the
+learner last received p). Three books must balance:
+
+- **the syncer's**: each upload it accepted (``upload``, not a duplicate) ends in exactly one bin — *merged* (in
+  the next merge of its fragment; any part of its count the syncer capped by time is *capped*), *superseded* (the
+  same learner's newer upload for that fragment replaced it in the pending round), *lost with the syncer* (pending
+  when the syncer restarted; a merge the restored checkpoint did not hold counts there too), *dropped by a refused
+  merge* (a merge refused as non-finite), or *in flight at the end*. An accepted upload left out of its fragment's
+  merge, or a participant the syncer never had pending, is unaccounted: a FAIL naming it.
+- **the learners' against the syncer's**: each upload a learner counts as accepted (``sync_result``) is one the
+  syncer accepted with the same counters; each refusal it was told has its ``reject`` with that reason; each upload
+  the syncer accepted was sent by that learner incarnation (``sync_start``).
+- **the budget**: the result (``finished``) is fixed with tokens in [budget, budget + one round of every learner].
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from chaos.checkers.base import CheckInput, Verdict
+from trainer import events as ev
+
+Key = tuple[str, str, int, int, int]  # learner, incarnation, fragment, base version, round
+SHOWN = 5
+UNREACHABLE = "unreachable"  # a learner's sync_result when no answer came (trainer.core.replies.UNREACHABLE)
+
+
+@dataclass
+class SyncerBook:
+    """The syncer's side, fed its events in time order."""
+
+    pending: dict[int, dict[str, tuple[Key, int]]] = field(default_factory=dict)  # fragment -> learner -> (key, tokens)
+    bins: Counter = field(default_factory=Counter)
+    accepted: dict[Key, int] = field(default_factory=dict)  # every accepted key -> its claimed c_tokens
+    merged_at: list[tuple[int, int]] = field(default_factory=list)  # (merges_total, tokens merged) per merge
+    starts: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def start(self, e: ev.SyncerStart) -> None:
+        self.starts += 1
+        if self.starts > 1:  # a restart: what was pending died with the process, and merges after the checkpoint
+            for frag in self.pending.values():
+                self.bins["lost with the syncer"] += sum(t for _, t in frag.values())
+            self.pending = {}
+            undone = sum(t for n, t in self.merged_at if n > e.restored_from_merges) if e.restored_from_merges >= 0 \
+                else sum(t for _, t in self.merged_at)
+            self.bins["merged"] -= undone
+            self.bins["lost with the syncer"] += undone
+            self.merged_at = [(n, t) for n, t in self.merged_at if e.restored_from_merges >= 0
+                              and n <= e.restored_from_merges]
+
+    def upload(self, e: ev.Upload) -> None:
+        key = (e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round)
+        if e.duplicate:
+            return
+        self.accepted.setdefault(key, e.c_tokens)
+        frag = self.pending.setdefault(e.fragment, {})
+        if e.learner_id in frag:
+            self.bins["superseded"] += frag[e.learner_id][1]
+        frag[e.learner_id] = (key, e.c_tokens)
+
+    def merge(self, m: ev.Merge) -> None:
+        frag = self.pending.pop(m.fragment, {})
+        total = 0
+        for p in m.participants:
+            key = (p.learner_id, p.incarnation, m.fragment, p.base_version, p.round)
+            held = frag.pop(p.learner_id, None)
+            if held is None or held[0] != key:
+                self.problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}) took "
+                                     f"{p.learner_id}'s contribution (base v{p.base_version}, round {p.round}), which "
+                                     "was not pending")
+                continue
+            total += p.c_tokens
+            self.bins["capped"] += held[1] - p.c_tokens
+        self.bins["merged"] += total
+        self.merged_at.append((m.merges_total, total))
+        for lid, (key, tokens) in frag.items():
+            self.bins["unaccounted"] += tokens
+            self.problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}) left out {lid}'s "
+                                 f"accepted upload (base v{key[3]}, round {key[4]}, {tokens} tokens), not superseded")
+
+    def refused_merge(self, r: ev.Reject) -> None:
+        for _, tokens in self.pending.pop(r.fragment, {}).values():
+            self.bins["dropped by a refused merge"] += tokens
+
+    def end(self) -> None:
+        for frag in self.pending.values():
+            self.bins["in flight at the end"] += sum(t for _, t in frag.values())
+
+
+def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[str]]:
+    """The learners' side: what each sent, what it was told, checked against the syncer's book."""
+    h = inp.history
+    rejects = Counter((r.learner_id, r.fragment, r.base_version, r.reason) for r in h.of(ev.Reject)
+                      if r.call == "Upload")
+    bins: Counter = Counter()
+    problems: list[str] = []
+    incarnation: dict[str, str] = {}
+    sent: dict[Key, tuple[int, int]] = {}
+    for e in h.of(ev.LearnerStart, ev.SyncStartEvent, ev.SyncResult):
+        if isinstance(e, ev.LearnerStart):
+            incarnation[e.learner_id] = e.learner_incarnation
+            continue
+        inc = incarnation.get(e.source)
+        if inc is None:
+            continue
+        key = (e.source, inc, e.fragment, e.base_version, e.round)
+        if isinstance(e, ev.SyncStartEvent):
+            sent[key] = (e.c_tokens, e.c_steps)
+            bins["sent"] += e.c_tokens
+            continue
+        tokens = sent.get(key, (0, 0))[0]
+        if e.accepted:
+            bins["accepted"] += tokens
+            if key not in syncer.accepted:
+                problems.append(f"{e.source} was told its upload for fragment {e.fragment} (base v{e.base_version}, "
+                                f"round {e.round}) was accepted; the syncer has no such upload")
+            elif syncer.accepted[key] != tokens:
+                problems.append(f"{e.source}'s upload for fragment {e.fragment} (round {e.round}) carried {tokens} "
+                                f"tokens; the syncer counted {syncer.accepted[key]}")
+        elif e.reason == UNREACHABLE:
+            bins["no answer" if key not in syncer.accepted else "accepted, answer lost"] += tokens
+        else:
+            bins[f"refused: {e.reason}"] += tokens
+            if not rejects[(e.source, e.fragment, e.base_version, e.reason)]:
+                problems.append(f"{e.source} was told {e.reason!r} for fragment {e.fragment} (base "
+                                f"v{e.base_version}); the syncer recorded no such refusal")
+    answered = sum(t for b, t in bins.items() if b != "sent")
+    bins["no answer recorded"] = bins["sent"] - answered  # the learner died, or the run ended, before an answer
+    known = set(incarnation)
+    for key in syncer.accepted:
+        if key[0] in known and key not in sent:
+            problems.append(f"the syncer accepted an upload of {key[0]}/{key[1]} for fragment {key[2]} (base v{key[3]}, "
+                            f"round {key[4]}) that no sync_start of that incarnation sent")
+    return bins, problems
+
+
+def _budget(inp: CheckInput) -> tuple[dict[str, int] | None, str | None]:
+    done = inp.history.of(ev.Finished)
+    budget, one_round = inp.facts.token_budget, inp.facts.round_tokens
+    if not done or not budget or not one_round:
+        return None, None
+    tokens = done[0].tokens_total
+    evidence = {"finished_tokens": tokens, "budget": budget, "one_round": one_round}
+    if not budget <= tokens <= budget + one_round:
+        return evidence, (f"the result was fixed at {tokens} tokens, {tokens / budget:.2f}× the budget {budget} "
+                          f"(allowed: up to one round, {one_round} tokens, beyond it)")
+    return evidence, None
+
+
+def check_ledger(inp: CheckInput) -> Verdict:
+    if any(p.base_version < 0 for m in inp.history.of(ev.Merge) for p in m.participants):
+        return Verdict("ledger", "indeterminate", "merge participants carry no base version (a log from before the "
+                                                  "ledger): contributions cannot be matched to uploads")
+    book = SyncerBook()
+    for e in inp.history.of(ev.SyncerStart, ev.Upload, ev.Merge, ev.Reject):
+        if isinstance(e, ev.SyncerStart):
+            book.start(e)
+        elif isinstance(e, ev.Upload):
+            book.upload(e)
+        elif isinstance(e, ev.Merge):
+            book.merge(e)
+        elif e.call == "merge":
+            book.refused_merge(e)
+    book.end()
+    learner_bins, learner_problems = _learner_book(inp, book)
+    budget, late = _budget(inp)
+    problems = book.problems + learner_problems + ([late] if late else [])
+    accepted = sum(book.accepted.values())
+    evidence = {"syncer": {"accepted": accepted, **dict(book.bins)}, "learners": dict(learner_bins),
+                "budget": budget, "problems": len(problems), "first_problems": problems[:SHOWN]}
+    if problems:
+        return Verdict("ledger", "fail", f"{len(problems)} problem(s); first: {problems[0]}", evidence)
+    if not book.accepted:
+        return Verdict("ledger", "indeterminate", "the syncer accepted no upload: nothing to account for", evidence)
+    merged = book.bins["merged"]
+    return Verdict("ledger", "pass", f"{accepted} uploaded tokens accounted for ({merged} merged); the learners' "
+                                     "and the syncer's books agree" + ("; result fixed at the budget" if budget else ""),
+                   evidence)
