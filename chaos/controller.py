@@ -9,12 +9,16 @@ Lifecycle of :func:`run_scenario` (Chaos Toolkit's, with its users' complaints f
     steady     wait for the first merge; the fault schedule's times count from here
     faults     the fault plan, played: inject / heal by time or merge count, recording each step
     finished   the syncer reached the token budget
+    (stalled)  or the progress watchdog ended the run: no merge and no new tokens, outside faults, for longer
+               than a bound derived from the run's own pace (chaos.watchdog); it is judged (liveness fails)
     teardown   heal what is active, delete this run's proxies, stop every process;
                runs on every exit path, SIGINT/SIGTERM and exceptions included
     check      pure checkers over the history; report.json, report.md, timeline.png
 
-Exit codes (chaos.exit_codes): 0 every check passed, 1 a check failed, 2 the
-run could not be done (or was interrupted), 3 a check could not decide.
+Exit codes (chaos.exit_codes): 0 every check passed, 1 a check failed (a
+stalled run among them), 2 the run could not be done (or was interrupted, or
+ran into the scenario's timeout_s while still progressing), 3 a check could
+not decide.
 
 Example:
     result = run_scenario(load_scenario("chaos/scenarios/kill-one-learner.yaml"), RunOptions(Path("runs/k1")))
@@ -40,11 +44,13 @@ from chaos.backends.local import LocalBackend
 from chaos.analysis import RunResult, analyse
 from chaos.errors import ChaosError, RunError
 from chaos.fault_metrics import FaultMetrics
-from chaos.history import FaultOp, NotRun, NotRunPhase, Phase, PlanRecord, Recorder, Teardown, TeardownPhase
+from chaos.history import (EventTail, FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Recorder, StalledPhase,
+                           Teardown, TeardownPhase)
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.run_report import Band, Baseline
 from chaos.fault_plan import Planned, plan
 from chaos.scenario import Scenario
+from chaos.watchdog import FIRST_MERGE_S, POLL_S, Progress, stalled
 from faults.base import Fault
 from faults.errors import FaultError
 from faults.kinds import syncer_only
@@ -70,7 +76,7 @@ class RunOptions:
     baseline: bool = True
     baseline_cache: Path = DEFAULT_CACHE
     progress: Callable[[str], None] | None = print
-    steady_timeout_s: float = 240.0
+    steady_timeout_s: float = FIRST_MERGE_S  # no first merge by then: the run is ended and judged (chaos.watchdog)
     poll_s: float = 0.1
     # Benchmarks end a run early (e.g. on reaching a target eval loss): called with each polled syncer
     # Status; True ends the run as if the budget were reached, except that nothing waits for learners to leave.
@@ -151,6 +157,8 @@ class _Execution:
         self.steady_at: float | None = None
         self.merges = 0
         self.status_line = ""
+        self.progress = Progress()  # the syncer's counters at the last status poll (chaos.watchdog)
+        self.syncer_events = EventTail(self.backend.events_dir / "syncer.jsonl", kinds=("merge", "finished"))
 
     def say(self, msg: str) -> None:
         if self.opts.progress:
@@ -218,8 +226,10 @@ class _Execution:
                 self.backend.bring_up()
             except (TrainerError, FaultError) as err:
                 raise RunError(f"bring-up failed: {err}; see {self.run_dir / 'logs'}") from None
-            self._wait_steady()
-            self._loop()
+            if self._wait_steady():
+                self._loop()
+            else:
+                self._end(wait_for_learners=False)
         finally:
             with _shielded():
                 self._teardown()
@@ -230,10 +240,24 @@ class _Execution:
         except (TrainerError, Exception):  # noqa: BLE001 - the syncer may be down on purpose
             return None
         self.merges = max(self.merges, st.merges)
+        self.progress = self.progress.observe(st.merges, st.tokens, time.time())
         return st
 
-    def _wait_steady(self) -> None:
-        deadline = time.monotonic() + self.opts.steady_timeout_s
+    def _stalled(self) -> bool:
+        """The progress watchdog over what the run has recorded so far (chaos.watchdog): on a stall, record it
+        (the liveness check reads it) and say so; the caller ends the run."""
+        history = History(list(self.recorder.records), list(self.syncer_events.read()))
+        stall = stalled(history, self.progress, time.time(), self.scenario.checks.liveness,
+                        first_merge_s=self.opts.steady_timeout_s)
+        if stall is None:
+            return False
+        self.recorder.add(StalledPhase(detail=stall))
+        self.say(f"stalled: no progress for {stall.quiet_s:.1f}s, past the watchdog's bound {stall.bound_s:.1f}s "
+                 f"({stall.how}); ending the run to judge it")
+        return True
+
+    def _wait_steady(self) -> bool:
+        """Wait for the first merge; False when the watchdog's first-merge cap passed without one (recorded)."""
         with self.backend.client() as client:
             while True:
                 st = self._poll_status(client)
@@ -242,14 +266,14 @@ class _Execution:
                 if not self.backend.alive("syncer"):
                     raise RunError("the syncer exited during start-up; "
                                    + see_log(self.run_dir / "logs" / "syncer.log"))
-                if time.monotonic() > deadline:
-                    raise RunError(f"no merge within {self.opts.steady_timeout_s}s of start; "
-                                   f"see {self.run_dir / 'logs'}")
+                if self._stalled():
+                    return False
                 time.sleep(0.2)
         self.steady_at = time.time()
         self.interp = PlanInterpreter(self.planned, origin=self.steady_at)
         self.recorder.add(Phase(name="steady", detail={"merges": self.merges}))
         self.say("steady: first merge seen; the fault schedule's clock starts")
+        return True
 
     def _syncer_fault_active(self) -> bool:
         return any(syncer_only(p.kind) or "syncer" in p.targets for p, _ in self.interp.active.values())
@@ -257,14 +281,14 @@ class _Execution:
     def _loop(self) -> None:
         assert self.steady_at is not None
         deadline = time.monotonic() + self.scenario.timeout_s
-        stopped_early = False
+        stopped_early = stalled_run = False
         result_fixed = False  # the syncer reached the budget: a settle phase may follow, no new faults start
         last_status = last_say = 0.0
         with self.backend.client() as client:
             while True:
                 now = time.time()
                 rel = now - self.steady_at
-                if time.monotonic() - last_status > 0.5:
+                if time.monotonic() - last_status > POLL_S:
                     last_status = time.monotonic()
                     st = self._poll_status(client)
                     if st is not None:
@@ -275,6 +299,9 @@ class _Execution:
                             stopped_early = True
                             self.say(f"stop condition met: {self.status_line}")
                             break
+                    if self._stalled():
+                        stalled_run = True
+                        break
                 for step in self.interp.due(now, self.merges, result_fixed):
                     self.inject(step.planned, rel) if isinstance(step, Inject) else self.heal(step)
                 if not self.backend.alive("syncer") and not self._syncer_fault_active():
@@ -283,19 +310,28 @@ class _Execution:
                         raise RunError(f"the syncer exited with code {code} outside any fault; "
                                        f"{see_log(self.run_dir / 'logs' / 'syncer.log')}")
                     break  # budget reached: the syncer finished and exited
-                if time.monotonic() > deadline:
-                    raise RunError(f"the run did not finish within timeout_s = {self.scenario.timeout_s}s")
+                if time.monotonic() > deadline:  # the last resort: the watchdog ends a run that stops progressing
+                    raise RunError(f"the run did not finish within timeout_s = {self.scenario.timeout_s}s "
+                                   f"(last status: {self.status_line or 'none'}); it had not stopped progressing "
+                                   "outside faults, or the watchdog would have ended it: raise timeout_s, shrink the "
+                                   "token budget or shorten the faults")
                 if time.monotonic() - last_say > 3.0:
                     last_say = time.monotonic()
                     act = ", ".join(f"{fid}:{p.kind}" for fid, (p, _) in self.interp.active.items())
                     self.say(f"+{rel:.0f}s {self.status_line}" + (f" | active {act}" if act else ""))
                 time.sleep(self.opts.poll_s)
-        self.recorder.add(Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early}))
+        if not stalled_run:
+            self.recorder.add(Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early}))
+        self._end(wait_for_learners=not (stopped_early or stalled_run))
+
+    def _end(self, wait_for_learners: bool) -> None:
+        """The run ended (finished, stopped early or stalled): record the faults never started, heal the active ones;
+        after a finish, give the learners time to leave on their own."""
         if self.interp.not_run():
             self.recorder.add(NotRunPhase(detail=NotRun(faults=self.interp.not_run())))
         for heal in self.interp.finish():
             self.heal(heal)
-        if not stopped_early:
+        if wait_for_learners:
             self._wait_learners_exit(30.0)
 
     def _wait_learners_exit(self, timeout_s: float) -> None:

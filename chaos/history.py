@@ -94,8 +94,26 @@ class NotRunPhase(Phase):
     detail: NotRun  # type: ignore[assignment]
 
 
+class Stalled(Record):
+    """The progress watchdog ended the run (chaos.watchdog): no merge and no new tokens, outside every fault, for
+    longer than its bound. The liveness check judges such a run FAIL."""
+
+    since: float  # when the quiet began: the last progress or fault step (before a first merge: the bring-up)
+    quiet_s: float  # how long it had lasted when the run was ended
+    bound_s: float
+    how: str  # the bound's derivation
+    merges: int  # the syncer's merge count at the last poll (-1: it never answered one)
+    tokens: int  # and its token count
+    first_merge: bool  # whether the run had reached steady state (a first merge)
+
+
+class StalledPhase(Phase):
+    name: Literal["stalled"] = "stalled"
+    detail: Stalled  # type: ignore[assignment]
+
+
 # Phases whose detail has a record of its own (read by name: history.jsonl's layout is the same for every phase).
-TYPED_PHASES: dict[str, type[Phase]] = {"teardown": TeardownPhase, "not_run": NotRunPhase}
+TYPED_PHASES: dict[str, type[Phase]] = {"teardown": TeardownPhase, "not_run": NotRunPhase, "stalled": StalledPhase}
 
 
 class FaultOp(_Record):
@@ -151,6 +169,38 @@ class Recorder:
     def close(self) -> None:
         with self._lock:
             self._f.close()
+
+
+class EventTail:
+    """One unit's events file as the run writes it: each :meth:`read` parses the complete lines appended since
+    the last, keeping the events of ``kinds`` (the others are skipped unparsed); a missing file reads as none yet.
+
+    The controller's view of the syncer's merges while the run executes (chaos.watchdog measures the pace on them).
+    """
+
+    def __init__(self, path: Path, kinds: tuple[str, ...]) -> None:
+        self.path = Path(path)
+        self._needles = tuple(f'"kind":"{k}"'.encode() for k in kinds)
+        self._offset = 0
+        self._partial = b""
+        self.events: list[ev.Event] = []
+
+    def read(self) -> list[ev.Event]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return self.events
+        self._offset += len(chunk)
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for line in lines:
+            if any(n in line for n in self._needles):
+                try:
+                    self.events.append(ev.parse_event(line.decode("utf-8", errors="replace")))
+                except ValueError:
+                    continue  # not an event of this schema: the checks read the file again after the run
+        return self.events
 
 
 @dataclass(frozen=True)
@@ -224,6 +274,10 @@ class History:
     def not_run(self) -> list[str]:
         """The ids of the planned faults that never started."""
         return next((r.detail.faults for r in self.records if isinstance(r, NotRunPhase)), [])
+
+    def stalled(self) -> Stalled | None:
+        """Why the progress watchdog ended the run (None: it did not)."""
+        return next((r.detail for r in self.records if isinstance(r, StalledPhase)), None)
 
     @property
     def start(self) -> float:

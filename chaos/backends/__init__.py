@@ -61,6 +61,12 @@ class Backend(Cluster, Protocol):
     tag: str  # prefix of every Toxiproxy proxy this backend creates
     run_dir: Path
 
+    @property
+    def events_dir(self) -> Path:
+        """Where the units write their events while the run executes (the controller's watchdog reads the
+        syncer's merges there: chaos.watchdog)."""
+        ...
+
     def bring_up(self) -> None:
         """Start the syncer, one proxy per learner, and the learners behind their proxies."""
         ...

@@ -229,6 +229,10 @@ class DockerBackend(ProxiedUnits):
         self.signal(unit, signal.SIGCONT)  # a SIGSTOPped trainer cannot handle SIGTERM
         c.stop(timeout=max(int(timeout_s), 1))
 
+    @property
+    def events_dir(self) -> Path:
+        return self.work_local / "events"  # copied into the run directory at teardown
+
     # ---- lifecycle --------------------------------------------------------------
     def bring_up(self) -> None:
         self._stop_units(self.d.services())

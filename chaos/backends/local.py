@@ -95,6 +95,10 @@ class LocalBackend(ProxiedUnits):
             self.signal(unit, signal.SIGKILL)
             self.procs.procs[unit].wait(10)
 
+    @property
+    def events_dir(self) -> Path:
+        return self.run_dir / "events"
+
     # ---- lifecycle -------------------------------------------------------------
     def bring_up(self) -> None:
         """Start the syncer, one proxy per learner, then the learners (through their proxies)."""

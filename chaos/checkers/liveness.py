@@ -3,12 +3,23 @@
 The longest gap between merges is measured only over the time when at least
 ``min_reachable`` learners could contribute and the syncer was up; the raw
 longest gap is reported too.
+
+A run the progress watchdog ended (:mod:`chaos.watchdog`: no merge and no new
+tokens, outside every fault, for longer than its bound) fails, whatever the
+gaps: training stopped. Its evidence names the learners that were not taking
+part (no accepted upload since the last merge) with their last merge, last
+upload, last sign of life and the calls the syncer refused them since; the
+last merge; and the watchdog's bound and how it was derived.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from chaos.checkers.base import CheckInput, Verdict, covered, unavailable_intervals
 from chaos.checkers.bounds import derive_bound
+from chaos.history import History, Stalled
+from chaos.records import JsonObject
 from trainer import events as ev
 
 
@@ -26,11 +37,78 @@ def _available_time(a: float, b: float, need: int, per: dict[str, list[tuple[flo
     return total
 
 
+def _rel(t: float | None, origin: float) -> float | None:
+    return None if t is None else round(t - origin, 3)
+
+
+def participation(history: History, learners: tuple[str, ...], since: float, origin: float) -> dict[str, JsonObject]:
+    """Per learner, seconds after ``origin``: its last merge, last accepted upload and last sign of life (an event
+    of its own or the syncer's about it); whether it had an upload accepted since ``since``; the calls the syncer
+    refused it since then, by reason."""
+    out: dict[str, JsonObject] = {}
+    merges = history.of(ev.Merge)
+    for lid in learners:
+        merged = [m.ts for m in merges if any(p.learner_id == lid for p in m.participants)]
+        uploads = [u.ts for u in history.of(ev.Upload) if u.learner_id == lid]
+        seen = [e.ts for e in history.events if e.source == lid or getattr(e, "learner_id", None) == lid]
+        refused = Counter(r.reason for r in history.of(ev.Reject) if r.learner_id == lid and r.ts >= since)
+        out[lid] = {"last_merged_s": _rel(max(merged, default=None), origin),
+                    "last_upload_s": _rel(max(uploads, default=None), origin),
+                    "last_seen_s": _rel(max(seen, default=None), origin),
+                    "uploaded_since_last_merge": any(t >= since for t in uploads),
+                    "refused_since_last_merge": dict(sorted(refused.items()))}
+    return out
+
+
+def _at(x: object) -> str:
+    return "never" if x is None else f"{x:+.1f}s"
+
+
+def _learner_line(lid: str, p: JsonObject) -> str:
+    refused = p["refused_since_last_merge"]
+    assert isinstance(refused, dict)
+    calls = f"; {sum(refused.values())} call(s) refused since ({', '.join(refused)})" if refused else ""
+    return (f"{lid} (last merged {_at(p['last_merged_s'])}, last upload {_at(p['last_upload_s'])}, "
+            f"last seen {_at(p['last_seen_s'])}{calls})")
+
+
+def stalled_verdict(inp: CheckInput, stall: Stalled, evidence: JsonObject) -> Verdict:
+    """FAIL for a run the progress watchdog ended, naming who was not taking part and the last merge."""
+    steady = inp.steady
+    origin = steady if steady is not None else stall.since
+    where = "steady state" if steady is not None else "bring-up"
+    merges = inp.history.of(ev.Merge)
+    last = merges[-1] if merges else None
+    since = last.ts if last is not None else origin
+    who = participation(inp.history, inp.facts.learners, since, origin)
+    out = [lid for lid, p in who.items() if not p["uploaded_since_last_merge"]]
+    evidence = {**evidence, "stalled": {**stall.model_dump(mode="json"), "since_s": _rel(stall.since, origin)},
+                "times_after": where, "not_taking_part": out, "learners": who,
+                "last_merge": None if last is None else {"s": _rel(last.ts, origin), "merges_total": last.merges_total,
+                                                         "fragment": last.fragment}}
+    if stall.first_merge:
+        head = (f"training stopped: no merge and no new tokens for {stall.quiet_s:.1f}s outside any fault "
+                f"(from {stall.since - origin:+.1f}s), past the watchdog's bound {stall.bound_s:.1f}s = {stall.how}; "
+                "the run was ended and judged")
+    else:
+        head = (f"training never reached a first merge: none {stall.quiet_s:.1f}s after bring-up, past the "
+                f"watchdog's bound {stall.bound_s:.1f}s ({stall.how}); the run was ended and judged")
+    part = ("Not taking part (no upload accepted since the last merge): " + "; ".join(_learner_line(lid, who[lid])
+                                                                                     for lid in out)
+            if out else "Every learner had an upload accepted since the last merge, yet none merged")
+    merged = ("No merge at all" if last is None else
+              f"Last merge {last.ts - origin:+.1f}s (merges_total {last.merges_total})")
+    return Verdict("liveness", "fail", f"{head}. {part}. {merged}; times after {where}", evidence)
+
+
 def check_liveness(inp: CheckInput) -> Verdict:
     cfg = inp.checks.liveness
     need = cfg.min_reachable
     steady = inp.steady
+    stall = inp.stalled
     if steady is None:
+        if stall is not None:
+            return stalled_verdict(inp, stall, {})
         return Verdict("liveness", "indeterminate", "training never reached a first merge; nothing to measure")
     # Up to the end of training, settle phase included: a stall that outlasts the result is still a stall.
     finish = inp.training_end
@@ -52,6 +130,8 @@ def check_liveness(inp: CheckInput) -> Verdict:
                 "longest_gap_while_reachable_s": round(worst_eff, 3), "gap_starts_s": round(at - steady, 3),
                 "min_reachable": need, "max_gap_s": None if limit is None else round(limit, 3),
                 "bound": bound.to_json(), "pace": pace.to_json()}
+    if stall is not None:
+        return stalled_verdict(inp, stall, evidence)
     if limit is None:
         return Verdict("liveness", "indeterminate", f"longest gap {worst_eff:.1f}s while reachable, but no bound: "
                                                     f"{bound.how}", evidence)

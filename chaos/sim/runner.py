@@ -17,6 +17,11 @@ messages in the cut direction (the sender learns at its RPC deadline);
 ``latency`` and ``bandwidth`` delay them; ``syncer_crash`` (or ``kill`` of the
 syncer) loses everything since the last checkpoint and restores from it.
 
+The progress watchdog (:mod:`chaos.watchdog`) polls the syncer on the virtual
+clock as the controller does on the wall clock: a run that stops training is
+ended, its faults healed and its learners stopped, and judged (liveness FAIL,
+exit 1), not left to run into ``timeout_s``.
+
 Example:
     >>> from chaos.scenario import parse_scenario
     >>> s = parse_scenario({"name": "demo", "cluster": {"token_budget": 1_000_000},
@@ -40,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
-from chaos.history import FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Teardown, TeardownPhase
+from chaos.history import (FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Stalled, StalledPhase, Teardown,
+                           TeardownPhase)
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.records import JsonObject
 from chaos.scenario import Scenario
@@ -51,6 +57,7 @@ from chaos.sim.network import Link
 from chaos.sim.nodes import LearnerNode, SyncerNode
 from chaos.sim.options import SimOptions
 from chaos.sim.problem import MAX_CURVATURE, QuadraticProblem
+from chaos.watchdog import POLL_S, Progress, stalled
 from trainer import events as ev
 from trainer import model as model_mod
 from trainer.audit_log import AuditWriter
@@ -78,6 +85,7 @@ class SimResult:
     timed_out: bool
     events_handled: int
     audit: AuditWriter | None = None  # the merges kept whole, in memory (written to audit/ by write)
+    stalled: bool = False  # the progress watchdog ended it (chaos.watchdog): training had stopped
 
     def failed(self, *names: str) -> list[Verdict]:
         """Verdicts that failed (only those named, when names are given)."""
@@ -211,6 +219,8 @@ class Simulation:
         self.merges_total = 0
         self.interp = PlanInterpreter(planned, origin=0.0)  # re-made with the steady time as its origin
         self._wakes: set[float] = set()  # times a _tick is scheduled for
+        self.progress = Progress()  # the syncer's counters at the watchdog's last poll
+        self.stalled: Stalled | None = None  # why the watchdog ended the run
         self.done = False
 
     # ---- recording ----------------------------------------------------------------------
@@ -297,10 +307,29 @@ class Simulation:
     def restart_syncer(self) -> None:
         self.loop.after(self.opts.syncer_restart_delay_s, lambda: self.done or self.syncer.up or self.syncer.start())
 
+    def _watch(self) -> None:
+        """Poll the syncer's progress as the controller does; end and judge a run that stopped (chaos.watchdog)."""
+        if self.done:
+            return
+        st = self.syncer.state
+        if st is not None and self.syncer.up and not self.syncer.paused:  # a down or stopped syncer answers no poll
+            self.progress = self.progress.observe(st.merges_total, st.tokens_total, self.ts)
+        stall = stalled(History(self.records, self.events), self.progress, self.ts, self.scenario.checks.liveness)
+        if stall is None:
+            self.loop.after(POLL_S, self._watch)
+            return
+        self.stalled = stall
+        self.record(StalledPhase, detail=stall)
+        self._wind_up()
+
     def _finish(self) -> None:
         if self.done:
             return
         self.record(Phase, name="finished", detail={"merges": max((m.merges_total for m in self._merges()), default=0)})
+        self._wind_up()
+
+    def _wind_up(self) -> None:
+        """The run ended: record the faults never started, heal the active ones, tear down."""
         if self.interp.not_run():
             self.record(NotRunPhase, detail=NotRun(faults=self.interp.not_run()))
         for heal in self.interp.finish():
@@ -323,7 +352,8 @@ class Simulation:
 
     # ---- the run ------------------------------------------------------------------------------
     def run(self) -> bool:
-        """Run to the end (or the scenario's timeout, in virtual seconds); returns whether it timed out."""
+        """Run to the end, to the progress watchdog's stop, or to the scenario's timeout (in virtual seconds, the
+        last-resort cap); returns whether it timed out."""
         self.record(PlanRecord, scenario=self.scenario.name, seed=self.scenario.seed,
                     faults=[p.record() for p in self.planned])
         self.record(Phase, name="bring_up", detail={"backend": "sim", "simulated": True})
@@ -332,6 +362,7 @@ class Simulation:
         self.loop.after(self.opts.syncer_restart_delay_s, self.syncer.start)
         for node in self.learners.values():
             self.loop.after(self.opts.restart_delay_s, node.start)
+        self.loop.after(POLL_S, self._watch)
         self.loop.run(until=self.scenario.timeout_s)
         if not self.done:
             for heal in self.interp.finish(why="teardown"):
@@ -374,4 +405,4 @@ def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[P
     if timed_out:
         status, code = "timeout", 2
     return SimResult(scenario, history, verdicts, status, code, base, _final_loss(sim.events), sim.loop.now,
-                     timed_out, sim.loop.handled, sim.audit)
+                     timed_out, sim.loop.handled, sim.audit, stalled=sim.stalled is not None)
