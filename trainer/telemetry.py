@@ -35,7 +35,7 @@ from typing import Any, Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from trainer import events as ev
-from trainer.core.merged_tokens import merged_share
+from trainer.core.merged_tokens import MergedTokens
 
 # Seconds: from a 50 ms emulated step to a minute-long outage.
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -52,7 +52,7 @@ class EventMetrics:
         # as 0 (a syncer's "learner loss 0" joined a learner dashboard). Unregistered metrics still count.
         rs = r if role != "learner" else None
         rl = r if role != "syncer" else None
-        self.num_fragments = num_fragments  # merged tokens count c_tokens ÷ P (trainer.core.merged_tokens)
+        self.merged_book = MergedTokens(num_fragments)  # each trained token once (trainer.core.merged_tokens)
         # syncer
         self.merges = Counter("diloco_merges", "Merges, by fragment", ["fragment"], registry=rs)
         self.participants = Histogram("diloco_merge_participants", "Learners whose contribution a merge took",
@@ -105,7 +105,8 @@ class EventMetrics:
             self.grace_wait.observe(e.quorum_wait_s)
             self.version.labels(fragment=str(e.fragment)).set(e.version)
             self.tokens_merged.set(e.tokens_total)
-            self.merged_tokens.inc(sum(merged_share(p.c_tokens, self.num_fragments) for p in e.participants))
+            self.merged_tokens.inc(sum(self.merged_book.add(p.learner_id, p.incarnation, e.fragment, p.base_version,
+                                                            p.c_tokens) for p in e.participants))
             self.last_merge.set(e.ts)
         elif isinstance(e, ev.Reject):
             self.rejections.labels(call=e.call, reason=e.reason).inc()

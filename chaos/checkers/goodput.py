@@ -9,11 +9,13 @@ from collections.abc import Iterable
 
 from chaos.checkers.base import CheckInput, Verdict
 from trainer import events as ev
-from trainer.core.merged_tokens import merged_share
+from trainer.core.merged_tokens import MergedTokens
 
 
 def trained_tokens(events: list[ev.Event]) -> dict[str, int]:
-    """Tokens each learner trained, summed over its incarnations (each restarts its counter at zero)."""
+    """Tokens each learner trained, summed over its incarnations (each restarts its counter at zero): the most any
+    of its events shows — ``step`` summaries, its stop, and the step a sync started at (a learner killed between two
+    summaries trained at least up to its last sync, which a merge may hold)."""
     per: dict[str, int] = {}
     current: dict[str, int] = {}
     for e in events:
@@ -21,22 +23,21 @@ def trained_tokens(events: list[ev.Event]) -> dict[str, int]:
             per[e.learner_id] = per.get(e.learner_id, 0) + current.pop(e.learner_id, 0)
         elif isinstance(e, (ev.Step, ev.LearnerStop)):
             current[e.source] = max(current.get(e.source, 0), e.tokens)
+        elif isinstance(e, ev.SyncStartEvent) and e.c_steps > 0:
+            current[e.source] = max(current.get(e.source, 0), e.step * (e.c_tokens // e.c_steps))
     for lid, t in current.items():
         per[lid] = per.get(lid, 0) + t
     return per
 
 
 def merged_tokens(events: Iterable[ev.Event], num_fragments: int) -> dict[str, int]:
-    """Tokens per learner whose training reached a merge.
-
-    Each contribution stands for its c_tokens ÷ P of them (trainer.core.merged_tokens).
-    """
-    merged: dict[str, int] = {}
+    """Trained tokens per learner that merges took, each once (trainer.core.merged_tokens): ≤ what it trained."""
+    book = MergedTokens(num_fragments)
     for m in events:
         if isinstance(m, ev.Merge):
             for p in m.participants:
-                merged[p.learner_id] = merged.get(p.learner_id, 0) + merged_share(p.c_tokens, num_fragments)
-    return merged
+                book.add(p.learner_id, p.incarnation, m.fragment, p.base_version, p.c_tokens)
+    return book.per_learner
 
 
 def check_goodput(inp: CheckInput) -> Verdict:
@@ -48,6 +49,11 @@ def check_goodput(inp: CheckInput) -> Verdict:
         return Verdict("goodput", "indeterminate", "no learner trained any tokens")
     frac = sum(merged.values()) / total
     evidence = {"goodput": round(frac, 4), "min": need, "trained_tokens": trained, "merged_tokens": merged}
+    over = sorted(lid for lid, t in merged.items() if t > trained.get(lid, 0))
+    if over:  # each trained token is merged at most once: more merged than trained is tokens counted twice
+        return Verdict("goodput", "fail", f"merges took more tokens of {', '.join(over)} than they trained "
+                                          f"({frac:.1%} overall): a contribution's counters spanned tokens already "
+                                          "merged, or counted tokens nobody trained", evidence)
     status = "pass" if frac >= need else "fail"
     return Verdict("goodput", status, f"compute goodput {frac:.1%}: merged ÷ trained tokens (minimum {need:.0%})",
                    evidence)

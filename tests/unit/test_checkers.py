@@ -39,9 +39,9 @@ def upload(t: float, lid: str, fragment: int = 0, incarnation: str | None = None
 
 
 def merge(t: float, n: int, who: Iterable[str], fragment: int = 0, version: int | None = None,
-          c_tokens: int = 640, grad_norm: float = 0.5) -> ev.Merge:
-    parts = [ev.ParticipantInfo(learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=c_tokens)
-             for lid in who]
+          c_tokens: int = 640, grad_norm: float = 0.5, base: int = -1) -> ev.Merge:
+    parts = [ev.ParticipantInfo(learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=c_tokens,
+                                base_version=base) for lid in who]
     v = n if version is None else version
     return ev.Merge(ts=T0 + t, source="syncer", fragment=fragment, version=v, base_version=v - 1,
                     participants=parts, rule="rda", wait_s=0.1, quorum_wait_s=0.0, outer_grad_norm=grad_norm,
@@ -565,10 +565,11 @@ def stop(t: float, lid: str, tokens: int) -> ev.LearnerStop:
 
 
 def _goodput_history(merged_each: int, num_merges: int = 1) -> History:
-    """learner-0 trains 1000 tokens (steps then stop); ``num_merges`` merges each carrying ``merged_each`` of it."""
+    """learner-0 trains 1000 tokens (steps then stop); ``num_merges`` merges each carrying ``merged_each`` of it,
+    each from the version the one before made (disjoint spans of its training)."""
     evs = [learner_start(-3, "learner-0", "learner-0-a"), step(1, "learner-0", 500), stop(9, "learner-0", 1000)]
     for n in range(1, num_merges + 1):
-        evs += [upload(n - 0.1, "learner-0"), merge(n, n, ["learner-0"], c_tokens=merged_each)]
+        evs += [upload(n - 0.1, "learner-0"), merge(n, n, ["learner-0"], c_tokens=merged_each, base=n - 1)]
     return History(records=[Phase(ts=T0, name="steady")], events=sorted(evs, key=lambda e: e.ts))
 
 
@@ -610,6 +611,22 @@ def test_goodput_sums_incarnations() -> None:
     v = check(check_goodput, h)
     assert v.evidence["trained_tokens"] == {"learner-0": 1500, "learner-1": 500}
     assert v.evidence["goodput"] == pytest.approx(1000 / 2000)
+
+
+def test_goodput_counts_a_span_re_sent_from_one_base_once() -> None:
+    """A learner that missed a round's result syncs again from the same base: the second contribution holds the
+    first's tokens and more; merged tokens count the span once, so goodput stays ≤ 100%."""
+    evs = [learner_start(-3, "learner-0", "learner-0-a"), stop(9, "learner-0", 1000)]
+    for n, tokens in ((1, 600), (2, 900)):
+        evs += [upload(n - 0.1, "learner-0"), merge(n, n, ["learner-0"], c_tokens=tokens, base=0)]
+    v = check(check_goodput, History(records=[Phase(ts=T0, name="steady")], events=sorted(evs, key=lambda e: e.ts)))
+    assert v.evidence["merged_tokens"] == {"learner-0": 900} and v.status == "pass", v
+
+
+def test_goodput_above_all_trained_fails() -> None:
+    """Negative control: merges holding more of a learner's tokens than it trained (counters never reset)."""
+    v = check(check_goodput, _goodput_history(700, num_merges=2))
+    assert v.status == "fail" and "more tokens of learner-0 than they trained" in v.summary, v
 
 
 def test_goodput_without_steps_is_indeterminate() -> None:

@@ -10,8 +10,8 @@ from trainer.telemetry import EventMetrics, MetricsServer
 
 
 def _merge(n: int, fragment: int, who: list[str]) -> ev.Merge:
-    parts = [ev.ParticipantInfo(learner_id=lid, incarnation=f"{lid}.0", weight=1.0, c_steps=8, c_tokens=64)
-             for lid in who]
+    parts = [ev.ParticipantInfo(learner_id=lid, incarnation=f"{lid}.0", weight=1.0, c_steps=8, c_tokens=64,
+                                base_version=n - 1) for lid in who]
     return ev.Merge(ts=float(n), source="syncer", fragment=fragment, version=n, base_version=n - 1,
                     participants=parts, rule="rda", wait_s=0.2, quorum_wait_s=0.05, outer_grad_norm=1.0,
                     merges_total=n, tokens_total=64 * n)
