@@ -7,9 +7,10 @@ longest gap is reported too.
 A run the progress watchdog ended (:mod:`chaos.watchdog`: no merge and no new
 tokens, outside every fault, for longer than its bound) fails, whatever the
 gaps: training stopped. Its evidence names the learners that were not taking
-part (no accepted upload since the last merge) with their last merge, last
-upload, last sign of life and the calls the syncer refused them since; the
-last merge; and the watchdog's bound and how it was derived.
+part (out by a fault, or no upload of their latest incarnation accepted since
+the last merge) with their last merge, last upload, last sign of life and the
+calls the syncer refused them since; the last merge; and the watchdog's bound
+and how it was derived.
 """
 
 from __future__ import annotations
@@ -41,23 +42,34 @@ def _rel(t: float | None, origin: float) -> float | None:
     return None if t is None else round(t - origin, 3)
 
 
-def participation(history: History, learners: tuple[str, ...], since: float, origin: float) -> dict[str, JsonObject]:
+def participation(history: History, learners: tuple[str, ...], since: float, origin: float,
+                  at: float) -> dict[str, JsonObject]:
     """Per learner, seconds after ``origin``: its last merge, last accepted upload and last sign of life (an event
-    of its own or the syncer's about it); whether it had an upload accepted since ``since``; the calls the syncer
-    refused it since then, by reason."""
+    of its own or the syncer's about it); its latest incarnation; whether a fault had it out at ``at`` (the end:
+    not back by then); whether that incarnation had an upload accepted since ``since`` (taking part: it is waiting
+    on the others); the calls the syncer refused it since then, by reason."""
     out: dict[str, JsonObject] = {}
     merges = history.of(ev.Merge)
+    per, _ = unavailable_intervals(history, learners)
     for lid in learners:
         merged = [m.ts for m in merges if any(p.learner_id == lid for p in m.participants)]
-        uploads = [u.ts for u in history.of(ev.Upload) if u.learner_id == lid]
+        uploads = [u for u in history.of(ev.Upload) if u.learner_id == lid]
         seen = [e.ts for e in history.events if e.source == lid or getattr(e, "learner_id", None) == lid]
+        starts = [(e.ts, e.learner_incarnation) for e in history.of(ev.LearnerStart, ev.Join) if e.learner_id == lid]
+        latest = max(starts)[1] if starts else None
         refused = Counter(r.reason for r in history.of(ev.Reject) if r.learner_id == lid and r.ts >= since)
         out[lid] = {"last_merged_s": _rel(max(merged, default=None), origin),
-                    "last_upload_s": _rel(max(uploads, default=None), origin),
+                    "last_upload_s": _rel(max((u.ts for u in uploads), default=None), origin),
                     "last_seen_s": _rel(max(seen, default=None), origin),
-                    "uploaded_since_last_merge": any(t >= since for t in uploads),
+                    "incarnation": latest, "out_by_a_fault": any(a <= at <= b for a, b in per[lid]),
+                    "uploaded_since_last_merge": any(u.ts >= since and latest in (None, u.learner_incarnation)
+                                                     for u in uploads),
                     "refused_since_last_merge": dict(sorted(refused.items()))}
     return out
+
+
+def _taking_part(p: JsonObject) -> bool:
+    return bool(p["uploaded_since_last_merge"]) and not p["out_by_a_fault"]
 
 
 def _at(x: object) -> str:
@@ -80,8 +92,8 @@ def stalled_verdict(inp: CheckInput, stall: Stalled, evidence: JsonObject) -> Ve
     merges = inp.history.of(ev.Merge)
     last = merges[-1] if merges else None
     since = last.ts if last is not None else origin
-    who = participation(inp.history, inp.facts.learners, since, origin)
-    out = [lid for lid, p in who.items() if not p["uploaded_since_last_merge"]]
+    who = participation(inp.history, inp.facts.learners, since, origin, at=stall.since + stall.quiet_s)
+    out = [lid for lid, p in who.items() if not _taking_part(p)]
     evidence = {**evidence, "stalled": {**stall.model_dump(mode="json"), "since_s": _rel(stall.since, origin)},
                 "times_after": where, "not_taking_part": out, "learners": who,
                 "last_merge": None if last is None else {"s": _rel(last.ts, origin), "merges_total": last.merges_total,
@@ -93,9 +105,9 @@ def stalled_verdict(inp: CheckInput, stall: Stalled, evidence: JsonObject) -> Ve
     else:
         head = (f"training never reached a first merge: none {stall.quiet_s:.1f}s after bring-up, past the "
                 f"watchdog's bound {stall.bound_s:.1f}s ({stall.how}); the run was ended and judged")
-    part = ("Not taking part (no upload accepted since the last merge): " + "; ".join(_learner_line(lid, who[lid])
-                                                                                     for lid in out)
-            if out else "Every learner had an upload accepted since the last merge, yet none merged")
+    part = ("Not taking part (out by a fault, or no upload of its latest incarnation accepted since the last merge): "
+            + "; ".join(_learner_line(lid, who[lid]) for lid in out) if out else
+            "Every learner's latest incarnation had an upload accepted since the last merge, yet none merged")
     merged = ("No merge at all" if last is None else
               f"Last merge {last.ts - origin:+.1f}s (merges_total {last.merges_total})")
     return Verdict("liveness", "fail", f"{head}. {part}. {merged}; times after {where}", evidence)

@@ -21,6 +21,7 @@ CLUSTER = {"token_budget": 1_200_000}
 # learners wait for their merged fragments, so the token count stops growing too: training has stopped for good.
 NEVER_AGAIN = {"token_budget": 1_200_000, "syncer": {"planted_bug": "forget_rejoined"},
                "algorithm": {"min_quorum": 3, "blocking": True}}
+SYNC_DILOCO = {**NEVER_AGAIN, "algorithm": {"mode": "sync-diloco"}}  # K = M and blocking by the mode (the real test's)
 KILL = [{"fault": "kill", "targets": ["learner-1"], "at": 3, "duration": 4}]
 
 
@@ -28,8 +29,9 @@ def _liveness(r):
     return next(v for v in r.verdicts if v.name == "liveness")
 
 
-def test_a_learner_that_never_rejoins_under_a_quorum_of_all_ends_the_run_with_liveness_failing() -> None:
-    s = scenario_with("kill-and-rejoin", name="never-again", cluster=NEVER_AGAIN, schedule=KILL)
+@pytest.mark.parametrize("cluster", [NEVER_AGAIN, SYNC_DILOCO], ids=["decoupled-blocking", "sync-diloco"])
+def test_a_learner_that_never_rejoins_under_a_quorum_of_all_ends_the_run_with_liveness_failing(cluster) -> None:
+    s = scenario_with("kill-and-rejoin", name="never-again", cluster=cluster, schedule=KILL)
     r = simulate(s)
     assert not r.timed_out and r.stalled, f"{r.status} after {r.virtual_s:.0f} virtual s"
     assert (r.status, r.exit_code) == ("fail", ExitCode.FAIL)

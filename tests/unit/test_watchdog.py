@@ -135,6 +135,24 @@ def test_liveness_fails_a_stalled_run_naming_who_was_not_taking_part_and_the_las
         assert words in v.summary, v.summary
 
 
+def test_an_upload_of_a_replaced_incarnation_or_a_learner_out_by_a_fault_is_not_taking_part() -> None:
+    # Everyone uploads for the round after the last merge (10 s); then learner-1 restarts as a new incarnation that
+    # the syncer never takes, and learner-2 is partitioned off and stays so (its heal failed).
+    after = [upload(10.3, lid) for lid in LEARNERS]
+    restart = ev.LearnerStart(ts=T0 + 15, source="learner-1", learner_id="learner-1", learner_incarnation="learner-1-b",
+                              pid=3, syncer="127.0.0.1:1", config_hash="abc")
+    ops = fault("p", "partition", ["learner-2"], 12.0, 13.0)
+    cut = [*ops[:3], ops[3].model_copy(update={"outcome": "fail"})]
+    h = _stopped_at(10.0, events=[*after, restart], records=cut)
+    h = _with(h, _stall_record(h, 10.0, T0 + 13 + BOUND + 0.5))
+    v = check_liveness(CheckInput(h, FACTS, Checks(), baseline_final_loss=None))
+    assert v.status == "fail" and v.evidence["not_taking_part"] == ["learner-1", "learner-2"], v.summary
+    who = v.evidence["learners"]
+    assert who["learner-1"]["incarnation"] == "learner-1-b" and not who["learner-1"]["uploaded_since_last_merge"]
+    assert who["learner-2"]["out_by_a_fault"] and who["learner-2"]["uploaded_since_last_merge"]
+    assert not who["learner-0"]["out_by_a_fault"] and who["learner-0"]["uploaded_since_last_merge"]
+
+
 def test_a_stalled_run_is_judged_by_liveness_even_when_the_scenario_switched_it_off() -> None:
     h = _stopped_at(10.0, who=without("learner-2"))
     h = _with(h, _stall_record(h, 10.0, T0 + 40.0))
