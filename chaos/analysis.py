@@ -13,6 +13,7 @@ from pathlib import Path
 from chaos.audit_files import AuditFiles
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.false_alarm import FalseAlarmQuote, cluster_key, measured_rate
+from chaos.checkers.parity import tolerance_of
 from chaos.history import History, Teardown
 from chaos.regime import regime_warnings
 from chaos.run_report import REPORT_SCHEMA_VERSION, Baseline, FaultRow, RunReport
@@ -64,7 +65,7 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: Baseline | None,
         started_at=history.start, wall_s=round(history.end - history.start, 3), backend=history.backend(),
         verdicts=verdicts, warnings=warnings, plan=plan.faults if plan else [],
         faults=_relative_faults(history, steady), not_run=history.not_run(),
-        baseline=baseline, reference=reference, parity_false_alarm=_false_alarm(scenario),
+        baseline=baseline, reference=reference, parity_false_alarm=_false_alarm(scenario, band),
         metrics=summarize_run(out_dir).summary(), teardown=history.teardown() or Teardown(),
     )
     _write_reports(out_dir, history, report)
@@ -83,12 +84,14 @@ def _baseline_merges(baseline: Baseline | None) -> list[tuple[float, list[str]]]
     return _merged_ids(History.read(run_dir)) if run_dir and (run_dir / "events").is_dir() else None
 
 
-def _false_alarm(scenario: Scenario) -> FalseAlarmQuote | None:
-    """The measured rate at which parity fails a fault-free run at this scenario's tolerance (None: parity off)."""
+def _false_alarm(scenario: Scenario, band: tuple[float, ...]) -> FalseAlarmQuote | None:
+    """The measured rate at which parity fails a fault-free run at this run's tolerance (None: parity off, or a
+    derived tolerance without a band to derive it from)."""
     parity = scenario.checks.parity
-    if not parity.enabled:
+    tolerance = tolerance_of(parity, band) if parity.enabled else None
+    if tolerance is None:
         return None
-    return measured_rate(tolerance=parity.tolerance, baseline_seeds=parity.baseline_seeds,
+    return measured_rate(tolerance=tolerance, baseline_seeds=parity.baseline_seeds,
                          cluster=cluster_key(scenario.cluster))
 
 

@@ -215,8 +215,20 @@ class Parity(_Strict):
     """
 
     enabled: bool = True
-    tolerance: float = Field(0.15, gt=0)
+    tolerance: float | Literal["derived"] = Field(
+        0.15, description="nats beyond the band; `derived`: from the band's own spread, a 99% prediction bound for "
+                          "one more fault-free run, t(n−1) · sd · √(1 + 1/n) over its n ≥ 3 seeds "
+                          "(chaos.checkers.parity.derived_tolerance)")
     baseline_seeds: int = Field(3, ge=1, le=16, description="fault-free runs whose final losses make the band")
+
+    @model_validator(mode="after")
+    def _derivable(self) -> "Parity":
+        if self.tolerance == "derived" and self.baseline_seeds < 3:
+            raise ValueError(f"tolerance: derived needs baseline_seeds >= 3 (the spread of {self.baseline_seeds} "
+                             "run(s) says nothing); give a number instead")
+        if not isinstance(self.tolerance, str) and self.tolerance <= 0:
+            raise ValueError(f"tolerance must be > 0 or `derived`, got {self.tolerance}")
+        return self
 
 
 class Reference(_Strict):

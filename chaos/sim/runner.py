@@ -49,6 +49,7 @@ from chaos.history import (FaultOp, History, NotRun, NotRunPhase, Phase, PlanRec
                            TeardownPhase)
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.records import JsonObject
+from chaos.run_report import Band
 from chaos.scenario import Scenario
 from chaos.fault_plan import Planned, plan
 from chaos.sim.clock import EventLoop
@@ -85,6 +86,7 @@ class SimResult:
     timed_out: bool
     events_handled: int
     audit: AuditWriter | None = None  # the merges kept whole, in memory (written to audit/ by write)
+    baseline_band: Band | None = None  # the fault-free seeds parity judged against
     stalled: bool = False  # the progress watchdog ended it (chaos.watchdog): training had stopped
 
     def failed(self, *names: str) -> list[Verdict]:
@@ -114,7 +116,7 @@ class SimResult:
             self.audit.write_files(out)
         baseline = None
         if self.baseline_final_loss is not None:
-            baseline = Baseline(final_eval_loss=self.baseline_final_loss, simulated=True)
+            baseline = Baseline(final_eval_loss=self.baseline_final_loss, simulated=True, band=self.baseline_band)
             baseline.write(out / "baseline.json")
         return analyse(self.scenario, out, baseline)
 
@@ -372,7 +374,7 @@ class Simulation:
         return False
 
 
-_BASELINES: dict[tuple[str, str, int], float | None] = {}
+_BASELINES: dict[tuple[str, str, int], tuple[float | None, float | None]] = {}
 
 
 def _final_loss(events: list[ev.Event]) -> float | None:
@@ -380,15 +382,38 @@ def _final_loss(events: list[ev.Event]) -> float | None:
     return finals[-1] if finals else None
 
 
+def _final_excess(events: list[ev.Event]) -> float | None:
+    finals = [e for e in events if isinstance(e, ev.Eval) and e.final]
+    return finals[-1].loss - finals[-1].loss_floor if finals else None
+
+
 def baseline_loss(scenario: Scenario, opts: SimOptions) -> float | None:
     """Final eval loss of the same cluster without faults (memoised per config and options)."""
-    key = (scenario.cluster.config_hash(), opts.key(), scenario.seed)
+    return _fault_free(scenario, opts, scenario.cluster.seed)[0]
+
+
+def _fault_free(scenario: Scenario, opts: SimOptions, seed: int) -> tuple[float | None, float | None]:
+    """(final loss, its excess over the floor) of the cluster at ``seed`` without faults (memoised)."""
+    cluster = scenario.cluster.fault_free_at(seed)
+    key = (cluster.config_hash(), opts.key(), scenario.seed)
     if key not in _BASELINES:
-        clean = scenario.model_copy(update={"schedule": [], "random": None})
+        clean = scenario.model_copy(update={"schedule": [], "random": None, "cluster": cluster})
         sim = Simulation(clean, opts, [])
         sim.run()
-        _BASELINES[key] = _final_loss(sim.events)
+        _BASELINES[key] = (_final_loss(sim.events), _final_excess(sim.events))
     return _BASELINES[key]
+
+
+def baseline_band(scenario: Scenario, opts: SimOptions) -> Band | None:
+    """The parity band as the real controller builds it: each fault-free run's final loss, floor and excess over
+    it, at the cluster seeds s, s+1, … (``checks.parity.baseline_seeds`` of them); None if one never finished."""
+    seeds = [scenario.cluster.seed + k for k in range(scenario.checks.parity.baseline_seeds)]
+    runs = [_fault_free(scenario, opts, seed) for seed in seeds]
+    if any(loss is None or excess is None for loss, excess in runs):
+        return None
+    losses = [float(loss) for loss, _ in runs]  # type: ignore[arg-type]
+    excess = [float(x) for _, x in runs]  # type: ignore[arg-type]
+    return Band(seeds=seeds, losses=losses, floors=[a - b for a, b in zip(losses, excess)], excess=excess)
 
 
 def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[Planned] | None = None) -> SimResult:
@@ -398,11 +423,13 @@ def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[P
     sim = Simulation(scenario, opts, planned)
     timed_out = sim.run()
     history = History(sorted(sim.records, key=lambda r: r.ts), sorted(sim.events, key=lambda e: e.ts))
-    base = baseline_loss(scenario, opts) if opts.baseline and scenario.checks.needs_baseline else None
+    judged = opts.baseline and scenario.checks.needs_baseline
+    base = baseline_loss(scenario, opts) if judged else None
+    band = baseline_band(scenario, opts) if judged else None
     verdicts = run_checks(CheckInput(history, RunFacts.of(scenario), scenario.checks, base,
-                                     audit_files=sim.audit.files))
+                                     baseline_band=tuple(band.excess) if band else (), audit_files=sim.audit.files))
     status, code = overall(verdicts)
     if timed_out:
         status, code = "timeout", 2
     return SimResult(scenario, history, verdicts, status, code, base, _final_loss(sim.events), sim.loop.now,
-                     timed_out, sim.loop.handled, sim.audit, stalled=sim.stalled is not None)
+                     timed_out, sim.loop.handled, sim.audit, stalled=sim.stalled is not None, baseline_band=band)

@@ -35,7 +35,7 @@ def test_a_kill_a_partition_and_a_syncer_crash_pass_under_cpu_load(run_chaos) ->
     # raced the end of training (it lost once: "f2 never ran"); 1.4x leaves ~20 s after the last fault starts.
     budget = round(1.4 * scenario_with("kill-and-rejoin").cluster.token_budget)
     scenario = scenario_with("kill-and-rejoin", name="kill-partition-crash", schedule=COMPOUND,
-                             cluster={"token_budget": budget}, checks={"parity": {"baseline_seeds": 1}})
+                             cluster={"token_budget": budget}, checks={"parity": {"baseline_seeds": 1, "tolerance": 0.05}})
     with CpuLoad(seed=1):
         result = run_chaos(scenario)
     verdicts = {v.name: f"{v.status}: {v.summary}" for v in result.verdicts}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from benchmarks.parity_false_alarm import no_op_scenario
 from chaos.checkers.false_alarm import MEASURED, cluster_key, measured_rate
+from chaos.checkers.parity import tolerance_of
 from chaos.scenario import builtin_scenarios, load_scenario
 
 RUNS = [{"outside_band": d} for d in (0.0, 0.0, -0.02, 0.07, 0.0)]
@@ -68,6 +69,7 @@ def test_the_committed_measurement_covers_every_built_in() -> None:
     assert doc["results"]["cluster"] == cluster_key(no_op_scenario(3).cluster)
     for path in builtin_scenarios().values():
         s = load_scenario(path)
-        r = measured_rate(tolerance=s.checks.parity.tolerance, baseline_seeds=s.checks.parity.baseline_seeds,
+        tolerance = tolerance_of(s.checks.parity, doc["results"]["band"]["excess"])  # the measured band's
+        r = measured_rate(tolerance=tolerance, baseline_seeds=s.checks.parity.baseline_seeds,
                           cluster=cluster_key(s.cluster))
         assert r.same_cluster and r.runs >= 8, (s.name, r)
