@@ -197,6 +197,10 @@ class Reintegration(_Strict):
     within_s: float | None = Field(None, gt=0, description="a fixed bound in seconds; unset: derived")
     startups: float = Field(3.0, ge=0, description="the derived bound's multiple of this run's start-up time")
     rounds: float = Field(25.0, ge=0, description="the derived bound's multiple of this run's round time")
+    eventually_rounds: float = Field(
+        10.0, ge=0, description="the eventually phase starts this many rounds after the last learner is back from "
+                                "the last fault: from then to the end of training every learner alive and reachable "
+                                "must take part in merges at its fault-free rate (chaos.checkers.reintegration)")
 
     @model_validator(mode="after")
     def _some_bound(self) -> "Reintegration":

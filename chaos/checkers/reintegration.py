@@ -10,11 +10,22 @@ while no other fault acted on it (one naming it, or one taking the syncer
 down). A learner killed, then throttled to 50 kB/s while it fetches its state,
 then cut off by a syncer crash (nightly, 2026-12-03) owes its slowness to the
 later faults, not to the kill; each of those is judged on its own.
+
+**Eventually** (liveness is not participation): coming back once is not enough. From ``eventually_rounds`` rounds
+after the last learner is back from the last fault to the end of training, every learner alive and reachable must
+take part in merges at its fault-free rate — its share of the merges before the first fault (or, with too few of
+those, the median share of the others in the phase) — less three binomial standard errors of the two shares and a
+5-point slack. Learners that stay out are named. A phase with fewer than ``MIN_PHASE_ROUNDS`` rounds of every
+fragment is not judged (its evidence says so).
 """
 
 from __future__ import annotations
 
-from chaos.checkers.base import CheckInput, Verdict, removes_learner, uncovered_seconds
+import math
+import statistics
+
+from chaos.checkers.base import CheckInput, Verdict, covered, removes_learner, uncovered_seconds, \
+    unavailable_intervals
 from chaos.history import FaultWindow
 from chaos.checkers.bounds import derive_bound
 from faults.kinds import stops_training
@@ -66,6 +77,15 @@ def check_reintegration(inp: CheckInput) -> Verdict:
             rows.append(row)
     evidence.update(within_s=None if within is None else round(within, 3), learners=rows)
     limit = f"limit {within:.1f}s = {bound.how}" if within is not None else f"no bound: {bound.how}"
+    phase = eventually(inp)
+    evidence["eventually"] = phase
+    out = [r for r in phase.get("learners", []) if r["status"] == "fail"]
+    if out:
+        names = ", ".join(f"{r['learner']} in {r['rate']:.0%} of merges (fault-free {r['reference']:.0%}, needs "
+                          f"{r['needs']:.0%})" for r in out)
+        return Verdict("reintegration", "fail", f"after the last fault, {len(out)} learner(s) alive and reachable took "
+                                                f"part less than at their fault-free rate: {names} (phase from "
+                                                f"{phase['from_s']:.1f}s, {phase['merges']} merges)", evidence)
     if not rows:
         return Verdict("reintegration", "pass", "no fault took a learner out; nothing to reintegrate", evidence)
     failed = [r for r in rows if r["status"] == "fail"]
@@ -79,6 +99,51 @@ def check_reintegration(inp: CheckInput) -> Verdict:
         return Verdict("reintegration", "indeterminate", f"undecided: {why}", evidence)
     worst = max(r["seconds"] for r in rows)
     return Verdict("reintegration", "pass", f"{len(rows)} reintegrations, slowest {worst:.1f}s ({limit})", evidence)
+
+
+MIN_PHASE_ROUNDS = 4  # rounds of every fragment the eventually phase needs to be judged
+MIN_REFERENCE_MERGES = 8  # merges before the first fault that make a learner's own fault-free rate
+SLACK = 0.05  # participation a learner may lack beyond the binomial error (rounds are not independent draws)
+
+
+def eventually(inp: CheckInput) -> dict:
+    """The eventually phase's evidence: its window, and per learner alive and reachable through it, its share of
+    the merges against its fault-free share (``status`` fail: it stayed out)."""
+    h, pace = inp.history, inp.pace
+    steady, end = inp.steady, inp.training_end
+    if steady is None or pace.round_s is None:
+        return {"judged": False, "why": "no steady state or no measured round time"}
+    windows = [w for w in h.fault_windows() if w.injected]
+    per, syncer = unavailable_intervals(h, inp.facts.learners)
+    heals = [w.end for w in windows if w.end is not None]
+    backs = [b for ivs in per.values() for _, b in ivs if b < end] + [b for _, b in syncer if b < end]
+    start = max([steady, *heals, *backs]) + inp.checks.reintegration.eventually_rounds * pace.round_s
+    merges = [m for m in h.of(ev.Merge) if start <= m.ts <= end]
+    phase: dict = {"from_s": round(start - h.start, 3), "to_s": round(end - h.start, 3), "merges": len(merges)}
+    if len(merges) < MIN_PHASE_ROUNDS * max(inp.facts.num_fragments, 1):
+        return {**phase, "judged": False, "why": f"{len(merges)} merges after the last fault settled, fewer than "
+                                                 f"{MIN_PHASE_ROUNDS} rounds of every fragment"}
+    first = min((w.start for w in windows), default=end)
+    before = [m for m in h.of(ev.Merge) if steady <= m.ts < first]
+    alive = [lid for lid in inp.facts.learners
+             if not any(a < end and b > start for a, b in per[lid]) and not covered(start, syncer)]
+
+    def share(lid: str, ms: list[ev.Merge]) -> float:
+        return sum(any(p.learner_id == lid for p in m.participants) for m in ms) / len(ms)
+
+    rates = {lid: share(lid, merges) for lid in alive}
+    rows = []
+    for lid in alive:
+        if len(before) >= MIN_REFERENCE_MERGES:
+            ref, n_ref, source = share(lid, before), len(before), "before the first fault"
+        else:
+            others = [r for o, r in rates.items() if o != lid]
+            ref, n_ref, source = (statistics.median(others) if others else 1.0), len(merges), "the others' median"
+        err = 3 * math.sqrt(ref * (1 - ref) * (1 / len(merges) + 1 / n_ref))
+        needs = max(ref - err - SLACK, 0.0)
+        rows.append({"learner": lid, "rate": round(rates[lid], 4), "reference": round(ref, 4), "source": source,
+                     "needs": round(needs, 4), "status": "pass" if rates[lid] >= needs else "fail"})
+    return {**phase, "judged": True, "learners": rows}
 
 
 def _other_faults_on(lid: str, w: FaultWindow, windows: list[FaultWindow], until: float) -> list[tuple[float, float]]:
