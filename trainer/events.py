@@ -232,6 +232,14 @@ class StateFetch(_Event):
     digests: list[str] = []  # per fragment, of the value the learner took (trainer.core.audit.digest)
 
 
+class DataPosition(BaseModel):
+    """Where a learner is in its training data: its stream's key (the config's seed, the learner's data key, the
+    incarnation index the syncer gave it: trainer.data.learner_batches) and how many batches it drew from it."""
+
+    stream: list[int]
+    batches: int
+
+
 class Step(_Event):
     """A summary every ``learner.step_event_every`` steps."""
 
@@ -241,6 +249,7 @@ class Step(_Event):
     tokens: int
     step_time_s: float
     blocked_s: float  # time spent waiting for merged fragments since the last summary
+    data: DataPosition | None = None  # None: a log from before the data ledger
 
 
 class SyncStartEvent(_Event):

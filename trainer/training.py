@@ -86,8 +86,12 @@ class TrainingSetup:
         return {k: np.asarray(v) for k, v in model_mod.init_params(self.model, self.config.seed).items()}
 
     def batches(self, learner_id: str, incarnation_index: int) -> Iterator[np.ndarray]:
-        return data_mod.learner_batches(self.source, self.config.seed, learner_seed_index(learner_id),
-                                        incarnation_index, self.config.inner.batch_size, self.model.seq_len)
+        return data_mod.learner_batches(self.source, *self.data_stream(learner_id, incarnation_index),
+                                        self.config.inner.batch_size, self.model.seq_len)
+
+    def data_stream(self, learner_id: str, incarnation_index: int) -> list[int]:
+        """The key of the learner incarnation's data stream: (seed, the learner's data key, incarnation index)."""
+        return [self.config.seed, learner_seed_index(learner_id), incarnation_index]
 
     def eval_set(self) -> np.ndarray:
         """``data.eval_tokens`` held-out tokens (rounded up to whole batches of ``EVAL_BATCH`` sequences)."""

@@ -72,9 +72,13 @@ class RunFacts:
     @classmethod
     def of(cls, scenario: Scenario) -> "RunFacts":
         """The facts of a scenario's cluster (real and simulated runs take them the same way)."""
-        cfg = scenario.cluster
+        return cls.of_config(scenario.cluster, tuple(scenario.learner_ids()))
+
+    @classmethod
+    def of_config(cls, cfg: RunConfig, learners: tuple[str, ...]) -> "RunFacts":
+        """The facts of a run config whose learners are ``learners``."""
         p = policy_from_config(cfg)
-        return cls(tuple(scenario.learner_ids()), cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
+        return cls(learners, cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
                    cfg.algorithm.num_fragments, MergeFacts.of(cfg), cfg.token_budget,
                    cfg.algorithm.num_learners * p.sync_every * p.tokens_per_step)
 

@@ -13,7 +13,10 @@ learner last received p). Three books must balance:
 - **the learners' against the syncer's**: each upload a learner counts as accepted (``sync_result``) is one the
   syncer accepted with the same counters; each refusal it was told has its ``reject`` with that reason; each upload
   the syncer accepted was sent by that learner incarnation (``sync_start``).
-- **the budget**: the result (``finished``) is fixed with tokens in [budget, budget + one round of every learner].
+- **the budget**: the result (``finished``) is fixed with tokens in [budget, budget + one round of every learner];
+- **the data** (learners' ``step`` events): each incarnation trains its own stream — the config's seed, the
+  learner's data key, the incarnation index the syncer gave it — from its start, one batch a step; no stream is
+  trained by two incarnations or two learners.
 """
 
 from __future__ import annotations
@@ -139,6 +142,49 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
     return bins, problems
 
 
+def _data_book(inp: CheckInput) -> tuple[dict, list[str]]:
+    """The data ledger: each learner incarnation trains its own stream — (seed, the learner's data key, the
+    incarnation index the syncer gave it at its first join) — from its start, one batch a step; no stream is
+    trained by two incarnations or two learners (shards disjoint, no sample trained twice across restarts)."""
+    problems: list[str] = []
+    incarnation: dict[str, str] = {}
+    first_index: dict[tuple[str, str], int] = {}
+    streams: dict[tuple[int, ...], tuple[str, str]] = {}
+    keys: dict[str, int] = {}
+    positions = 0
+    for e in inp.history.of(ev.LearnerStart, ev.LearnerJoin, ev.Step):
+        if isinstance(e, ev.LearnerStart):
+            incarnation[e.learner_id] = e.learner_incarnation
+            continue
+        who = (e.source, incarnation.get(e.source, ""))
+        if isinstance(e, ev.LearnerJoin):
+            first_index.setdefault((e.source, e.learner_incarnation), e.incarnation_index)
+            continue
+        if e.data is None:
+            continue
+        positions += 1
+        stream = tuple(e.data.stream)
+        owner = streams.setdefault(stream, who)
+        if owner != who and len(problems) < 50:
+            problems.append(f"{who[0]} incarnation {who[1]} trains data stream {list(stream)}, which "
+                            f"{owner[0]} incarnation {owner[1]} trained: the same samples twice")
+        if len(stream) == 3:
+            key = keys.setdefault(who[0], stream[1])
+            if key != stream[1] and len(problems) < 50:
+                problems.append(f"{who[0]} switched data key from {key} to {stream[1]}")
+            index = first_index.get(who)
+            if index is not None and stream[2] != index and len(problems) < 50:
+                problems.append(f"{who[0]} incarnation {who[1]} trains stream {list(stream)}, not the incarnation "
+                                f"index {index} the syncer gave it: a rejoin that does not start its own data")
+        if e.data.batches != e.step and len(problems) < 50:
+            problems.append(f"{who[0]} at step {e.step} had drawn {e.data.batches} batches of its stream (one a "
+                            "step from its start: data skipped or trained twice)")
+    duplicate_keys = {k for k in keys.values() if list(keys.values()).count(k) > 1}
+    problems += [f"learners {sorted(lid for lid, k in keys.items() if k == dk)} share data key {dk}: their shards "
+                 "overlap" for dk in sorted(duplicate_keys)]
+    return {"streams": len(streams), "positions": positions}, problems
+
+
 def _budget(inp: CheckInput) -> tuple[dict[str, int] | None, str | None]:
     done = inp.history.of(ev.Finished)
     budget, one_round = inp.facts.token_budget, inp.facts.round_tokens
@@ -169,15 +215,17 @@ def check_ledger(inp: CheckInput) -> Verdict:
     book.end()
     learner_bins, learner_problems = _learner_book(inp, book)
     budget, late = _budget(inp)
-    problems = book.problems + learner_problems + ([late] if late else [])
+    data, data_problems = _data_book(inp)
+    problems = book.problems + learner_problems + ([late] if late else []) + data_problems
     accepted = sum(book.accepted.values())
     evidence = {"syncer": {"accepted": accepted, **dict(book.bins)}, "learners": dict(learner_bins),
-                "budget": budget, "problems": len(problems), "first_problems": problems[:SHOWN]}
+                "budget": budget, "data": data, "problems": len(problems), "first_problems": problems[:SHOWN]}
     if problems:
         return Verdict("ledger", "fail", f"{len(problems)} problem(s); first: {problems[0]}", evidence)
     if not book.accepted:
         return Verdict("ledger", "indeterminate", "the syncer accepted no upload: nothing to account for", evidence)
     merged = book.bins["merged"]
     return Verdict("ledger", "pass", f"{accepted} uploaded tokens accounted for ({merged} merged); the learners' "
-                                     "and the syncer's books agree" + ("; result fixed at the budget" if budget else ""),
-                   evidence)
+                                     "and the syncer's books agree" + ("; result fixed at the budget" if budget else "")
+                   + (f"; {data['streams']} data streams, each its own incarnation's from its start"
+                      if data["positions"] else ""), evidence)

@@ -409,6 +409,8 @@ class LearnerNode:
         self.progress = 0.0
         self.clock = StepClock()  # the syncer's step clock as last heard, on virtual time
         self.incarnation_index = 0
+        self.data_stream: list[int] = []
+        self.drawn = 0
         self.want = [0] * n
         self.got = [-1] * n
         self.fetching = [False] * n
@@ -542,7 +544,9 @@ class LearnerNode:
         self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
                                 versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
                                 start_step=self.clock.step_at(self.sim.loop.now))
-        self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])
+        self.data_stream = [self.sim.cfg.seed, self.index, self.incarnation_index]  # its "data": the noise it draws
+        self.rng = np.random.default_rng(self.data_stream)
+        self.drawn = 0
         self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
         self.emit(ev.StateFetch, versions=versions, seconds=self.sim.loop.now - t0,
                   digests=[digest({n: self.params[n] for n in tensors}) for _, tensors in values])
@@ -580,6 +584,7 @@ class LearnerNode:
         else:
             lr = self.sim.opts.inner_lr * lr_scale(cfg.inner, self.progress)
             self.params = self.sim.problem.sgd_step(self.params, self.index, lr, self.rng)
+        self.drawn += 1
         self.step += 1
         per = self.sim.tokens_per_step
         self.tokens += per
@@ -600,7 +605,8 @@ class LearnerNode:
         self._apply_ready()
         if self.step % cfg.learner.step_event_every == 0:
             self.emit(ev.Step, step=self.step, loss=self.sim.problem.loss(self.params), tokens=self.tokens,
-                      step_time_s=self.step_time(), blocked_s=self.blocked_s)
+                      step_time_s=self.step_time(), blocked_s=self.blocked_s,
+                      data=ev.DataPosition(stream=self.data_stream, batches=self.drawn))
             self.blocked_s = 0.0
         if book.waiting_for(self.step):
             self.waiting_since = self.sim.loop.now  # blocking modes: wait for the merged fragments

@@ -16,7 +16,7 @@ import pytest
 from chaos.audit_files import AuditFiles
 from chaos.checkers import CheckInput, RunFacts
 from chaos.checkers.audit import check_audit
-from chaos.checkers.base import MergeFacts
+from chaos.checkers.ledger import check_ledger
 from chaos.history import History
 from chaos.scenario import Checks
 from trainer.audit_log import AUDIT_DIR
@@ -25,6 +25,7 @@ from trainer.config import load_config
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "tiny-decoupled.yaml"
+LEARNERS = ("learner-0", "learner-1", "learner-2")
 
 
 def _launch(run_dir: Path, *sets: str) -> None:
@@ -35,9 +36,7 @@ def _launch(run_dir: Path, *sets: str) -> None:
 
 
 def _audit(run_dir: Path, *sets: str):
-    cfg = load_config(CONFIG, [*sets])
-    facts = RunFacts(("learner-0", "learner-1", "learner-2"), 1, cfg.syncer.checkpoint_every_merges,
-                     cfg.algorithm.num_fragments, MergeFacts.of(cfg))
+    facts = RunFacts.of_config(load_config(CONFIG, [*sets]), LEARNERS)
     return check_audit(CheckInput(History.read(run_dir), facts, Checks(), None, audit_files=AuditFiles(run_dir)))
 
 
@@ -53,6 +52,16 @@ def test_every_merge_of_a_real_run_is_recomputed_and_chained(decoupled_run: Path
     assert v.status == "pass", v
     assert v.evidence["recomputed"] == v.evidence["merges"] >= 20, v.evidence
     assert v.evidence["learner_values"] > v.evidence["merges"], v.evidence  # applies and state fetches, all matched
+
+
+def test_the_ledgers_of_a_real_run_balance(decoupled_run: Path) -> None:
+    """The token and data ledgers on real processes: every uploaded token accounted for, the learners' books
+    agreeing with the syncer's, each learner on its own data stream from its start."""
+    facts = RunFacts.of_config(load_config(CONFIG), LEARNERS)
+    v = check_ledger(CheckInput(History.read(decoupled_run), facts, Checks(), None))
+    assert v.status == "pass", v
+    assert v.evidence["data"]["streams"] == 3 and v.evidence["data"]["positions"] > 10, v.evidence
+    assert v.evidence["syncer"]["merged"] > 0 and v.evidence["budget"], v.evidence
 
 
 def _corrupted(run_dir: Path, tmp_path: Path, part: str) -> tuple[Path, str]:

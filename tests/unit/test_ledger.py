@@ -11,7 +11,7 @@ import pytest
 import trainer.core.syncer_state as ss
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
-from chaos.sim.nodes import SyncerNode
+from chaos.sim.nodes import LearnerNode, SyncerNode
 
 OPTS = SimOptions(baseline=False)
 
@@ -30,6 +30,7 @@ def test_an_unmodified_run_balances() -> None:
     learners = v.evidence["learners"]
     assert learners["sent"] == sum(t for b, t in learners.items() if b != "sent")
     assert v.evidence["budget"]["budget"] <= v.evidence["budget"]["finished_tokens"]
+    assert v.evidence["data"]["streams"] == 3 and v.evidence["data"]["positions"] > 100
 
 
 def _drop_one(merge):
@@ -48,11 +49,33 @@ def _halve_counters(handle):
     return mutated
 
 
+def _rejoin_replays_first_stream(got_state):
+    def mutated(self, values, t0):  # a restarted learner opens its first incarnation's data stream again
+        index, self.incarnation_index = self.incarnation_index, 0
+        try:
+            return got_state(self, values, t0)
+        finally:
+            self.incarnation_index = index
+    return mutated
+
+
+def _skips_a_batch(step):
+    def mutated(self):
+        if self.step == 30:
+            self.drawn += 1  # one batch drawn and dropped: the data position runs ahead of the steps
+        return step(self)
+    return mutated
+
+
 PLANTED = {
     "a contribution dropped from its round": (mock.patch.object(ss.SyncerState, "merge", _drop_one(ss.SyncerState.merge)),
                                               "left out"),
     "counters changed between learner and syncer": (
         mock.patch.object(SyncerNode, "handle_upload", _halve_counters(SyncerNode.handle_upload)), "the syncer counted"),
+    "a rejoin replaying its first data stream": (
+        mock.patch.object(LearnerNode, "_got_state", _rejoin_replays_first_stream(LearnerNode._got_state)),
+        "the same samples twice"),
+    "a batch skipped": (mock.patch.object(LearnerNode, "_step", _skips_a_batch(LearnerNode._step)), "batches of its"),
     "the result fixed at twice the budget": (
         mock.patch.object(ss.SyncerState, "budget_reached",
                           property(lambda self: self.tokens_total >= 2 * self.policy.token_budget)), "the budget"),
