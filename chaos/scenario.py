@@ -319,7 +319,9 @@ class Scenario(_Strict):
     schedule: list[FaultEntry] = []
     random: RandomSchedule | None = None
     checks: Checks = Checks()
-    timeout_s: float = Field(900.0, gt=0, description="give up (exit 2) after this long")
+    timeout_s: float = Field(900.0, gt=0, description="the last resort for a run that keeps progressing but never "
+                                                         "finishes: give up (exit 2) after this long (a run whose "
+                                                         "progress stops is ended by the watchdog and judged first)")
 
     @model_validator(mode="after")
     def _targets_and_timing(self) -> "Scenario":
