@@ -266,6 +266,7 @@ class SyncStartEvent(_Event):
     clock_step: float | None = None
     lookahead_s: float | None = None
     lag_margin_steps: float | None = None
+    base_digest: str = ""  # of the global value of base_version it computes its outer gradient against (merge audit)
 
 
 class SyncResult(_Event):

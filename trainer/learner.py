@@ -423,11 +423,12 @@ class Learner:
                 boundary_at, waited = now_b, 0.0
                 now_m, ahead = time.monotonic(), self.lookahead_s()
                 for s in self.book.on_step(self.step, per_step, sync_step(self.clock, now_m, ahead)):
+                    names = self.fragments[s.fragment]
                     self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                                                     c_tokens=s.c_tokens, step=s.step, round=s.round,
                                                     clock_step=self.clock.step_at(now_m), lookahead_s=ahead,
-                                                    lag_margin_steps=self.lag_margin()))
-                    names = self.fragments[s.fragment]
+                                                    lag_margin_steps=self.lag_margin(),
+                                                    base_digest=digest({n: self.base[n] for n in names})))
                     if data_parallel:
                         comm.uploads.put(_UploadJob(s, {n: grads[n] for n in names}, None))
                     else:

@@ -11,8 +11,9 @@ is kept whole, :mod:`trainer.audit_log`). This checker, reading only the history
    previous merge produced (or the syncer's start, or what a restore restored), so no state is lost, reset or
    swapped between merges; every checkpoint holds the state of that moment; every restore restored the newest
    checkpoint written (an older one only when the syncer says newer ones were unreadable);
-3. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest), and
-   each learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it.
+3. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest); each
+   learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it, and
+   each sync a learner started was computed against the syncer's value of the base version it names.
 
 A history without digests (a log from before the audit) is indeterminate.
 """
@@ -160,17 +161,21 @@ def check_audit(inp: CheckInput) -> Verdict:
             uploads.setdefault((e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round), e.digest)
     problems = chain.problems
     held = 0
-    for e in h.of(ev.Apply, ev.StateFetch):
-        pairs = [(e.fragment, e.version, e.digest)] if isinstance(e, ev.Apply) else \
-            list(zip(range(len(e.digests)), e.versions, e.digests))
+    for e in h.of(ev.Apply, ev.StateFetch, ev.SyncStartEvent):
+        if isinstance(e, ev.Apply):
+            pairs, doing = [(e.fragment, e.version, e.digest)], "after applying"
+        elif isinstance(e, ev.StateFetch):
+            pairs, doing = list(zip(range(len(e.digests)), e.versions, e.digests)), "after fetching"
+        else:  # the base its outer gradient is computed against must be the syncer's value of the version it names
+            pairs, doing = [(e.fragment, e.base_version, e.base_digest)], "as the base of a sync of"
         for p, v, d in pairs:
             if not d:
                 continue
             held += 1
             known = chain.values.get((p, v))
             if known is not None and d not in known:
-                problems.append(f"{e.source} holds a fragment {p} v{v} other than the syncer's after "
-                                f"{'applying' if isinstance(e, ev.Apply) else 'fetching'} it (t={e.ts - t0:.1f}s)")
+                problems.append(f"{e.source} holds a fragment {p} v{v} other than the syncer's {doing} it "
+                                f"(t={e.ts - t0:.1f}s)")
     kept = [m for m in audited if m.audit is not None and m.audit.file]
     recomputed, missing = 0, 0
     for m in kept:

@@ -593,10 +593,10 @@ class LearnerNode:
         margin = self.header_lags.margin(rule, h)
         ahead = lookahead_s(rule, self.boundaries, h, self.nominal_step_time()) + margin * self.clock.pace_s
         for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, ahead)):
+            names = self.sim.fragment_names[s.fragment]
             self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
                       c_tokens=s.c_tokens, step=s.step, round=s.round, clock_step=self.clock.step_at(self.sim.loop.now),
-                      lookahead_s=ahead, lag_margin_steps=margin)
-            names = self.sim.fragment_names[s.fragment]
+                      lookahead_s=ahead, lag_margin_steps=margin, base_digest=digest({n: self.base[n] for n in names}))
             arrays = {n: grads[n] if grads is not None else self.base[n] - self.params[n] for n in names}
             if self.corrupt:
                 arrays = corrupted(arrays, self.corrupt, self.corrupt_rng)
