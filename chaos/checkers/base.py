@@ -49,12 +49,14 @@ class MergeFacts:
     outer_momentum: float = 0.9
     nesterov: bool = True
     adamw: bool = False  # data-parallel: the step is AdamW's, which the reference does not recompute
+    clocked: bool = True  # rounds: clock — one merge per scheduled round of each fragment
+    late_carry: bool = False  # late_uploads: carry — an upload for a merged round joins the next one
 
     @classmethod
     def of(cls, cfg: RunConfig) -> "MergeFacts":
         p = policy_from_config(cfg)
         return cls(p.merge_rule, tuple(p.mean_tensors), p.outer_lr, p.outer_momentum, p.nesterov,
-                   p.outer_adamw is not None)
+                   p.outer_adamw is not None, p.clocked, p.late_uploads == "carry")
 
 
 @dataclass(frozen=True)

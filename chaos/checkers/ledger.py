@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from chaos.checkers.base import CheckInput, Verdict
+from chaos.checkers.base import CheckInput, MergeFacts, Verdict
 from trainer import events as ev
 
 Key = tuple[str, str, int, int, int]  # learner, incarnation, fragment, base version, round
@@ -42,6 +42,9 @@ class SyncerBook:
     merged_at: list[tuple[int, int]] = field(default_factory=list)  # (merges_total, tokens merged) per merge
     starts: int = 0
     problems: list[str] = field(default_factory=list)
+    facts: MergeFacts = field(default_factory=MergeFacts)
+    rounds: list[tuple[int, int, int]] = field(default_factory=list)  # (merges_total, fragment, round) per merge
+    last_round: dict[int, int] = field(default_factory=dict)  # fragment -> the last round merged
 
     def start(self, e: ev.SyncerStart) -> None:
         self.starts += 1
@@ -55,6 +58,11 @@ class SyncerBook:
             self.bins["lost with the syncer"] += undone
             self.merged_at = [(n, t) for n, t in self.merged_at if e.restored_from_merges >= 0
                               and n <= e.restored_from_merges]
+            # The restored syncer's rounds: those its checkpoint held (merges after it were lost and may merge again).
+            self.rounds = [x for x in self.rounds if x[0] <= e.restored_from_merges]
+            self.last_round = {}
+            for _, frag, r in self.rounds:
+                self.last_round[frag] = max(self.last_round.get(frag, -1), r)
 
     def upload(self, e: ev.Upload) -> None:
         key = (e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round)
@@ -68,6 +76,8 @@ class SyncerBook:
 
     def merge(self, m: ev.Merge) -> None:
         frag = self.pending.pop(m.fragment, {})
+        if self.facts.clocked:
+            self._rounds(m)
         total = 0
         for p in m.participants:
             key = (p.learner_id, p.incarnation, m.fragment, p.base_version, p.round)
@@ -85,6 +95,20 @@ class SyncerBook:
             self.bins["unaccounted"] += tokens
             self.problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}) left out {lid}'s "
                                  f"accepted upload (base v{key[3]}, round {key[4]}, {tokens} tokens), not superseded")
+
+    def _rounds(self, m: ev.Merge) -> None:
+        """A round merges once; with late uploads refused, no contribution made for a merged round is merged."""
+        last = self.last_round.get(m.fragment, -1)
+        if m.round <= last:
+            self.problems.append(f"merge {m.merges_total} closed round {m.round} of fragment {m.fragment}, which "
+                                 f"had merged (last merged round {last}): a round merges once")
+        late = [p for p in m.participants if p.round <= last]
+        if late and not self.facts.late_carry:
+            self.problems.append(f"merge {m.merges_total} (fragment {m.fragment}, round {m.round}) took "
+                                 f"{', '.join(p.learner_id for p in late)}'s upload for round {late[0].round}, which "
+                                 "had merged (late_uploads: refuse — a late upload misses its merge)")
+        self.last_round[m.fragment] = max(last, m.round)
+        self.rounds.append((m.merges_total, m.fragment, m.round))
 
     def refused_merge(self, r: ev.Reject) -> None:
         for _, tokens in self.pending.pop(r.fragment, {}).values():
@@ -202,7 +226,7 @@ def check_ledger(inp: CheckInput) -> Verdict:
     if any(p.base_version < 0 for m in inp.history.of(ev.Merge) for p in m.participants):
         return Verdict("ledger", "indeterminate", "merge participants carry no base version (a log from before the "
                                                   "ledger): contributions cannot be matched to uploads")
-    book = SyncerBook()
+    book = SyncerBook(facts=inp.facts.merge)
     for e in inp.history.of(ev.SyncerStart, ev.Upload, ev.Merge, ev.Reject):
         if isinstance(e, ev.SyncerStart):
             book.start(e)

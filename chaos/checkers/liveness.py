@@ -1,8 +1,9 @@
 """Liveness: merges keep happening while enough learners are reachable ("zero global downtime").
 
-The longest gap between merges is measured only over the time when at least
-``min_reachable`` learners could contribute and the syncer was up; the raw
-longest gap is reported too.
+The longest gap between merges *of each fragment* (every part of the model must
+keep training; a fragment's gaps run to the end of training) is measured only
+over the time when at least ``min_reachable`` learners could contribute and the
+syncer was up; the raw longest gap is reported too.
 
 A run the progress watchdog ended (:mod:`chaos.watchdog`: no merge and no new
 tokens, outside every fault, for longer than its bound) fails, whatever the
@@ -124,22 +125,26 @@ def check_liveness(inp: CheckInput) -> Verdict:
         return Verdict("liveness", "indeterminate", "training never reached a first merge; nothing to measure")
     # Up to the end of training, settle phase included: a stall that outlasts the result is still a stall.
     finish = inp.training_end
-    merges = sorted(m.ts for m in inp.history.of(ev.Merge) if steady <= m.ts <= finish)
+    all_merges = [m for m in inp.history.of(ev.Merge) if steady <= m.ts <= finish]
+    merges = sorted(m.ts for m in all_merges)
     per, syncer = unavailable_intervals(inp.history, inp.facts.learners)
-    points = [steady, *merges]
-    if not inp.history.of(ev.Finished):
-        points.append(finish)  # a run that never finished: the stall up to its end counts too
-    worst_eff, worst_raw, at = 0.0, 0.0, steady
-    for a, b in zip(points, points[1:]):
-        eff = _available_time(a, b, need, per, syncer)
-        if eff > worst_eff:
-            worst_eff, at = eff, a
-        worst_raw = max(worst_raw, b - a)
+    # Per fragment: training continues only if every part of the model keeps being merged (one fragment stuck while
+    # the others merge — e.g. its learners holding a version a restored syncer reissued — is a stall of that part).
+    # Each fragment's gaps run to the end of training: a fragment that stops merging for good is a gap too.
+    worst_eff, worst_raw, at, frag = 0.0, 0.0, steady, -1
+    for p in sorted({m.fragment for m in all_merges}) or [-1]:
+        points = [steady, *sorted(m.ts for m in all_merges if m.fragment == p), finish]
+        for a, b in zip(points, points[1:]):
+            eff = _available_time(a, b, need, per, syncer)
+            if eff > worst_eff:
+                worst_eff, at, frag = eff, a, p
+            worst_raw = max(worst_raw, b - a)
     pace = inp.pace
     bound = derive_bound(cfg.max_gap_s, pace, startups=0, rounds=cfg.rounds)
     limit = bound.seconds
     evidence = {"merges": len(merges), "longest_gap_s": round(worst_raw, 3),
                 "longest_gap_while_reachable_s": round(worst_eff, 3), "gap_starts_s": round(at - steady, 3),
+                "gap_fragment": frag,
                 "min_reachable": need, "max_gap_s": None if limit is None else round(limit, 3),
                 "bound": bound.to_json(), "pace": pace.to_json()}
     if stall is not None:
@@ -149,8 +154,9 @@ def check_liveness(inp: CheckInput) -> Verdict:
                                                     f"{bound.how}", evidence)
     if worst_eff > limit:
         return Verdict("liveness", "fail",
-                       f"no merge for {worst_eff:.1f}s while at least {need} learner(s) could contribute "
+                       f"no merge of fragment {frag} for {worst_eff:.1f}s while at least {need} learner(s) could "
+                       "contribute "
                        f"(starting {at - steady:.1f}s after steady state; limit {limit:.1f}s = {bound.how})", evidence)
     return Verdict("liveness", "pass",
-                   f"{len(merges)} merges; longest gap {worst_raw:.1f}s, {worst_eff:.1f}s of it while "
+                   f"{len(merges)} merges; longest gap of a fragment {worst_raw:.1f}s, {worst_eff:.1f}s of it while "
                    f"≥{need} learner(s) were reachable (limit {limit:.1f}s = {bound.how})", evidence)

@@ -78,7 +78,7 @@ def test_merges_stopped_while_learners_keep_training_is_left_to_finish() -> None
     r = simulate(scenario_with("kill-and-rejoin", name="tokens-grow", cluster=cluster, schedule=KILL))
     assert not r.stalled and r.history.of(ev.Finished)
     v = _liveness(r)
-    assert v.status == "fail" and "no merge for" in v.summary and "stalled" not in v.evidence
+    assert v.status == "fail" and "no merge of fragment" in v.summary and "stalled" not in v.evidence
     heal = r.history.fault_windows()[0].end
     merges = [m.ts for m in r.history.of(ev.Merge)]
     after = min(t for t in merges if t > heal)  # the first merge after the heal: the budget's flush
