@@ -242,9 +242,25 @@ class MarkovSource:
         return total / seq_len
 
 
+class LearnerBatches(Iterator[np.ndarray]):
+    """Infinite stream of int32 ``[batch, seq_len + 1]`` training batches that knows where it is: ``stream`` (its
+    key) and ``drawn`` (batches taken), what the data ledger logs (chaos.checkers.ledger)."""
+
+    def __init__(self, source: MarkovSource, seed: int, learner_id: int, incarnation: int, batch: int,
+                 seq_len: int) -> None:
+        self.source, self.batch, self.seq_len = source, batch, seq_len
+        self.stream = [seed, learner_id, incarnation]
+        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_LEARNER_TAG, learner_id, incarnation)))
+        self.drawn = 0
+
+    def __next__(self) -> np.ndarray:
+        self.drawn += 1
+        return self.source.sample(self.rng, self.batch, self.seq_len + 1)
+
+
 def learner_batches(
     source: MarkovSource, seed: int, learner_id: int, incarnation: int, batch: int, seq_len: int
-) -> Iterator[np.ndarray]:
+) -> LearnerBatches:
     """Infinite stream of int32 ``[batch, seq_len + 1]`` training batches.
 
     Deterministic in ``(seed, learner_id, incarnation)``; distinct learners and
@@ -253,13 +269,10 @@ def learner_batches(
     Example:
         >>> src = MarkovSource.create(64, seed=0)
         >>> it = learner_batches(src, seed=0, learner_id=1, incarnation=0, batch=4, seq_len=8)
-        >>> next(it).shape
-        (4, 9)
+        >>> next(it).shape, it.stream, it.drawn
+        ((4, 9), [0, 1, 0], 1)
     """
-    ss = np.random.SeedSequence(seed, spawn_key=(_LEARNER_TAG, learner_id, incarnation))
-    rng = np.random.default_rng(ss)
-    while True:
-        yield source.sample(rng, batch, seq_len + 1)
+    return LearnerBatches(source, seed, learner_id, incarnation, batch, seq_len)
 
 
 def eval_set(

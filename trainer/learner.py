@@ -379,7 +379,6 @@ class Learner:
         train_step = self.setup.train_step
         grad_step = self.setup.grad_step
         batches = self.setup.batches(self.learner_id, self.incarnation_index)
-        stream, drawn = self.setup.data_stream(self.learner_id, self.incarnation_index), 0  # the data ledger's
         if self.incarnation_index == 0 and self.cfg.learner.start_together_s > 0:
             self._start_together(train_step, opt_state, stop_flag)
         per_step = self.setup.tokens_per_step
@@ -398,7 +397,6 @@ class Learner:
                     break
                 t0 = time.perf_counter()
                 batch = jnp.asarray(next(batches))
-                drawn += 1
                 if data_parallel:
                     loss, grads = grad_step(self.params, batch)
                 else:
@@ -443,7 +441,7 @@ class Learner:
                 if self.step % every == 0:
                     self.log.emit(ev.Step(step=self.step, loss=self.last_loss, tokens=self.tokens,
                                           step_time_s=self.step_time_ema, blocked_s=blocked,
-                                          data=ev.DataPosition(stream=stream, batches=drawn)))
+                                          data=ev.DataPosition(stream=batches.stream, batches=batches.drawn)))
                     blocked = 0.0
         finally:
             comm.close()

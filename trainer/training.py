@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import jax
@@ -85,7 +84,7 @@ class TrainingSetup:
     def init_params(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in model_mod.init_params(self.model, self.config.seed).items()}
 
-    def batches(self, learner_id: str, incarnation_index: int) -> Iterator[np.ndarray]:
+    def batches(self, learner_id: str, incarnation_index: int) -> data_mod.LearnerBatches:
         return data_mod.learner_batches(self.source, *self.data_stream(learner_id, incarnation_index),
                                         self.config.inner.batch_size, self.model.seq_len)
 

@@ -409,7 +409,6 @@ class LearnerNode:
         self.progress = 0.0
         self.clock = StepClock()  # the syncer's step clock as last heard, on virtual time
         self.incarnation_index = 0
-        self.data_stream: list[int] = []
         self.drawn = 0
         self.want = [0] * n
         self.got = [-1] * n
@@ -544,8 +543,7 @@ class LearnerNode:
         self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
                                 versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
                                 start_step=self.clock.step_at(self.sim.loop.now))
-        self.data_stream = [self.sim.cfg.seed, self.index, self.incarnation_index]  # its "data": the noise it draws
-        self.rng = np.random.default_rng(self.data_stream)
+        self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])  # its "data"
         self.drawn = 0
         self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
         self.emit(ev.StateFetch, versions=versions, seconds=self.sim.loop.now - t0,
@@ -554,6 +552,12 @@ class LearnerNode:
         self._schedule_step()
 
     # ---- the step loop --------------------------------------------------------------
+    @property
+    def data_stream(self) -> list[int]:
+        """The key of the noise stream it draws (its "data"), read off the generator it really uses."""
+        entropy = self.rng.bit_generator.seed_seq.entropy  # type: ignore[attr-defined]
+        return [int(x) for x in entropy] if isinstance(entropy, (list, tuple)) else [int(entropy)]
+
     def nominal_step_time(self) -> float:
         """This learner's step time without faults (what its reports say)."""
         return self.sim.opts.step_times.get(self.lid, self.sim.opts.step_time_s)
