@@ -160,6 +160,7 @@ class Checkpoint(_Event):
     seconds: float
     params_finite: bool
     digests: list[FragmentDigest] = []  # per fragment, what the checkpoint holds
+    state_digest: str = ""  # of its metadata: versions, clock, token ledger, merged keys … (merge audit)
 
 
 class Restore(_Event):
@@ -170,6 +171,7 @@ class Restore(_Event):
     version_skip: int
     path: str
     digests: list[FragmentDigest] = []  # per fragment, what was restored
+    state_digest: str = ""  # of the restored metadata, versions less the skip: the checkpoint's if nothing was lost
 
 
 class Eval(_Event):

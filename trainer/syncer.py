@@ -133,7 +133,8 @@ class SyncerService(pbg.SyncerServicer):
             self.state = SyncerState.from_checkpoint(policy, self.fragments, arrays, meta, version_skip=skip)
             self.log.emit(ev.Restore(merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
                                      versions=list(self.state.versions), version_skip=skip, path=str(path),
-                                     digests=fragment_digests(self.state.fragment_digests())))
+                                     digests=fragment_digests(self.state.fragment_digests()),
+                                     state_digest=self.state.state_digest(version_skip=skip)))
         self.log.emit(ev.SyncerStart(syncer_incarnation=self.incarnation, address=address, config_hash=self.config_hash,
                                      versions=list(self.state.versions),
                                      restored_from_merges=self.state.restored_from_merges, pid=os.getpid(),
@@ -347,7 +348,8 @@ class SyncerService(pbg.SyncerServicer):
         self.log.emit(ev.Checkpoint(merges_total=self.state.merges_total, versions=list(self.state.versions),
                                     path=str(path), seconds=time.monotonic() - t0,
                                     params_finite=self.state.params_all_finite(),
-                                    digests=fragment_digests(self.state.fragment_digests())))
+                                    digests=fragment_digests(self.state.fragment_digests()),
+                                    state_digest=self.state.state_digest()))
         return path
 
     def _merge_loop(self) -> None:

@@ -10,7 +10,8 @@ is kept whole, :mod:`trainer.audit_log`). This checker, reading only the history
 2. **chains** every merge of a fragment, kept or not, by digest: it starts from the value and optimizer state the
    previous merge produced (or the syncer's start, or what a restore restored), so no state is lost, reset or
    swapped between merges; every checkpoint holds the state of that moment; every restore restored the newest
-   checkpoint written (an older one only when the syncer says newer ones were unreadable);
+   checkpoint written (an older one only when the syncer says newer ones were unreadable), all of it — the
+   metadata's digest (versions less the skip, clock, token ledger, merged keys …) included;
 3. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest); each
    learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it, and
    each sync a learner started was computed against the syncer's value of the base version it names.
@@ -125,6 +126,10 @@ class _Chain:
         if not same:
             self.problems.append(f"restore at t={when:.1f}s restored a state no checkpoint held (merges_total "
                                  f"{r.merges_total}): a field missing from the checkpoint or the restore?")
+        elif r.state_digest and same[-1].state_digest and r.state_digest != same[-1].state_digest:
+            self.problems.append(f"restore at t={when:.1f}s restored syncer state (versions, clock, token ledger, "
+                                 f"merged keys …) other than the checkpoint of merge {same[-1].merges_total} held: a "
+                                 "field left out of the restore")
         elif written and same[-1] is not written[-1] and r.version_skip <= interval:
             self.problems.append(f"restore at t={when:.1f}s took the checkpoint of merge {same[-1].merges_total}, "
                                  f"not the newest ({written[-1].merges_total}), and says no newer one was unreadable")

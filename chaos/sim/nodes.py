@@ -128,7 +128,8 @@ class SyncerNode:
             self.state = SyncerState.from_checkpoint(sim.policy, sim.fragments, arrays, meta, version_skip=skip)
             sim.emit("syncer", ev.Restore, merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
                      versions=list(self.state.versions), version_skip=skip, path="sim",
-                     digests=fragment_digests(self.state.fragment_digests()))
+                     digests=fragment_digests(self.state.fragment_digests()),
+                     state_digest=self.state.state_digest(version_skip=skip))
         self.up, self.paused, self.finalized = True, False, False  # a restored finished run finalizes again
         self._finished_at = None
         if self.state.checkpoint_due():  # as the real syncer: at start and right after a restore
@@ -365,7 +366,7 @@ class SyncerNode:
         self.checkpoint = ({k: np.array(v, copy=True) for k, v in arrays.items()}, dict(meta))
         self.sim.emit("syncer", ev.Checkpoint, merges_total=st.merges_total, versions=list(st.versions),
                       path="sim", seconds=0.0, params_finite=st.params_all_finite(),
-                      digests=fragment_digests(st.fragment_digests()))
+                      digests=fragment_digests(st.fragment_digests()), state_digest=st.state_digest())
 
     def _eval(self, final: bool) -> None:
         st = self.state

@@ -86,6 +86,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -868,7 +870,17 @@ class SyncerState:
         for p, st in enumerate(self.opt_states):
             for i, leaf in enumerate(jax.tree_util.tree_leaves(st)):
                 arrays[f"opt/{p}/{i}"] = np.asarray(leaf)
-        meta = {
+        return arrays, self._meta()
+
+    def state_digest(self, version_skip: int = 0) -> str:
+        """Digest of everything a checkpoint's metadata holds (versions less ``version_skip``): a restored syncer's,
+        taken with the skip it applied, equals the checkpoint's — nothing left out of the restore (merge audit)."""
+        meta = self._meta()
+        meta["versions"] = [v - version_skip for v in meta["versions"]]
+        return hashlib.sha256(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+
+    def _meta(self) -> dict[str, Any]:
+        return {
             "versions": list(self.versions),
             "merges_total": self.merges_total,
             "incarnation_counts": dict(self.incarnation_counts),
@@ -880,7 +892,6 @@ class SyncerState:
             "last_round": list(self.last_round),
             "late_carried": self.late_carried,
         }
-        return arrays, meta
 
     @classmethod
     def from_checkpoint(cls, policy: SyncerPolicy, fragments: tuple[Fragment, ...], arrays: Mapping[str, np.ndarray],
