@@ -133,6 +133,19 @@ class MergeDigests(BaseModel):
     scale: float = 1.0
 
 
+class MergeDecision(BaseModel):
+    """What timed a merge: contributions and active learners when it merged, and the grace window's moving
+    averages (seconds) as the syncer held them (trainer.core.grace)."""
+
+    contributions: int
+    active_learners: int
+    t_step: float
+    t_quorum: float
+    t_upload: float
+    t_merge: float
+    t_broadcast: float
+
+
 class Merge(_Event):
     kind: Literal["merge"] = "merge"
     fragment: int
@@ -150,6 +163,7 @@ class Merge(_Event):
     held: int = 0  # participants whose body came after quorum + grace, their header before (a hold)
     held_s: float = 0.0  # how long past quorum + grace the last of them came
     audit: MergeDigests | None = None  # None: a log from before the merge audit
+    decision: MergeDecision | None = None  # None: a flush after training ended, or a log from before
 
 
 class Checkpoint(_Event):

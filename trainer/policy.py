@@ -36,7 +36,10 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
 
 def merge_fields(rec: MergeRecord, tokens_total: int, audit: ev.MergeDigests | None = None) -> dict[str, Any]:
     """The fields of the ``merge`` event for one merge (the simulator writes the same); ``audit``: its digests."""
-    return dict(audit=audit,
+    decision = None if rec.decision is None else ev.MergeDecision(
+        contributions=rec.decision[0], active_learners=rec.decision[1],
+        **dict(zip(("t_step", "t_quorum", "t_upload", "t_merge", "t_broadcast"), rec.decision[2])))
+    return dict(audit=audit, decision=decision,
         fragment=rec.fragment, version=rec.version, base_version=rec.base_version,
         participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation, weight=x.weight,
                                          c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version,

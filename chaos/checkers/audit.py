@@ -12,7 +12,10 @@ is kept whole, :mod:`trainer.audit_log`). This checker, reading only the history
    swapped between merges; every checkpoint holds the state of that moment; every restore restored the newest
    checkpoint written (an older one only when the syncer says newer ones were unreadable), all of it — the
    metadata's digest (versions less the skip, clock, token ledger, merged keys …) included;
-3. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest); each
+3. **times every merge** (rounds on the clock): K contributions, no earlier than its opening and quorum plus the
+   grace window the syncer's own moving averages give (the reference's :func:`grace_s`), no later than that plus a
+   hold and a shell's slack;
+4. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest); each
    learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it, and
    each sync a learner started was computed against the syncer's value of the base version it names.
 
@@ -75,6 +78,36 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
             problems.append(f"{what} differs from the reference outer step by {err:.3g} round-off units "
                             f"(lr {facts.outer_lr}, momentum {facts.outer_momentum}, nesterov {facts.nesterov})")
     return problems
+
+
+TIMING_SLACK_STEPS = 3.0  # a merge may come this many steps (at least TIMING_SLACK_S) after its rule: a busy shell
+TIMING_SLACK_S = 0.5
+
+
+def timing(m: ev.Merge, facts: MergeFacts) -> str | None:
+    """What is wrong with when ``m`` merged (None: it is what quorum and grace allow): it needs K contributions,
+    and may merge no earlier than its opening and quorum plus the grace window (none when every active learner is
+    in), no later than that plus a hold for late bodies and a shell's scheduling slack."""
+    d = m.decision
+    if d is None:
+        return None
+    if d.contributions < facts.min_quorum:
+        return f"merged {d.contributions} contribution(s), fewer than the quorum K = {facts.min_quorum}"
+    after = min(m.wait_s, m.quorum_wait_s)  # since it could first merge: its opening and its quorum both
+    grace = 0.0 if d.contributions >= d.active_learners else ref.grace_s(
+        enabled=facts.grace, gamma=facts.gamma, cap_steps=facts.cap_steps, overlap_steps=facts.overlap_steps,
+        overlap_auto=facts.overlap_auto, t_step=d.t_step, t_quorum=d.t_quorum,
+        t_sync=d.t_upload + d.t_merge + d.t_broadcast)
+    if after < grace - 1e-6 * (1 + grace):
+        before = "its opening" if m.wait_s < 0 else "the end of its grace window"
+        return (f"merged {after:.3f}s after its opening and quorum, before {before} ({grace:.3f}s; "
+                f"{d.contributions} of {d.active_learners} active learners in)")
+    hold = max(3 * d.t_upload, d.t_step)
+    late = grace + max(hold, m.held_s) + max(TIMING_SLACK_STEPS * d.t_step, TIMING_SLACK_S)
+    if after > late:
+        return (f"merged {after:.3f}s after its opening and quorum, past the grace window ({grace:.3f}s), a hold "
+                f"({hold:.3f}s) and a shell's slack: a round with its quorum kept waiting")
+    return None
 
 
 class _Chain:
@@ -165,6 +198,12 @@ def check_audit(inp: CheckInput) -> Verdict:
         elif e.digest and not e.duplicate:
             uploads.setdefault((e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round), e.digest)
     problems = chain.problems
+    if inp.facts.merge.clocked:
+        for m in audited:
+            wrong = timing(m, inp.facts.merge)
+            if wrong is not None:
+                problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={m.ts - t0:.1f}s) "
+                                f"{wrong}")
     held = 0
     for e in h.of(ev.Apply, ev.StateFetch, ev.SyncStartEvent):
         if isinstance(e, ev.Apply):

@@ -51,12 +51,20 @@ class MergeFacts:
     adamw: bool = False  # data-parallel: the step is AdamW's, which the reference does not recompute
     clocked: bool = True  # rounds: clock — one merge per scheduled round of each fragment
     late_carry: bool = False  # late_uploads: carry — an upload for a merged round joins the next one
+    # Quorum and grace (the merge's timing): K, whether the grace window is on, γ, its cap in steps, τ's floor, auto τ
+    min_quorum: int = 1
+    grace: bool = True
+    gamma: float = 0.5
+    cap_steps: float = 1.0
+    overlap_steps: int = 2
+    overlap_auto: bool = True
 
     @classmethod
     def of(cls, cfg: RunConfig) -> "MergeFacts":
         p = policy_from_config(cfg)
         return cls(p.merge_rule, tuple(p.mean_tensors), p.outer_lr, p.outer_momentum, p.nesterov,
-                   p.outer_adamw is not None, p.clocked, p.late_uploads == "carry")
+                   p.outer_adamw is not None, p.clocked, p.late_uploads == "carry", p.min_quorum, p.grace_enabled,
+                   p.grace_gamma, p.grace_cap_steps, p.overlap_steps, p.overlap_auto)
 
 
 @dataclass(frozen=True)

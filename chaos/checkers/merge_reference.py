@@ -15,6 +15,11 @@ syncer's value A_i of b_i where b_i is not the round's start, counters c_tokens_
 4. the outer step on Δ, SGD with Nesterov momentum μ and learning rate η, times the step's scale s:
    m' = Δ + μ m;  Θ' = Θ − s·η (Δ + μ m')   (plain momentum: Θ' = Θ − s·η m';  μ = 0: Θ' = Θ − s·η Δ, no state).
 
+And when a round may merge (:func:`grace_s`): once K contributions are in and the round has opened, after the grace
+window — none when every active learner is in — clamp(γ · (τ·t_step − (t_quorum + t_sync)), 0, cap·t_step), with
+t_sync = t_upload + t_merge + t_broadcast and, for automatic τ, τ = max(τ_floor, ⌈(t_quorum + t_sync)/t_step⌉ + 1);
+it waits at most a hold, max(3 t_upload, t_step), longer for bodies whose headers came in time.
+
     >>> import numpy as np
     >>> u = [{"w": np.array([1.0, 0.0])}, {"w": np.array([0.0, 1.0])}]
     >>> d = merged_delta(u, [None, None], {"w": np.zeros(2)}, [(10, 10), (10, 10)], "rda", ())
@@ -29,6 +34,7 @@ syncer's value A_i of b_i where b_i is not the round's start, counters c_tokens_
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -120,3 +126,19 @@ def max_error(expected: Arrays, got: Arrays) -> float:
         diff = float(np.max(np.abs(e64 - g64), initial=0.0))
         worst = max(worst, 0.0 if diff == 0 else diff / scale if scale > 0 else float("inf"))
     return worst
+
+
+def grace_s(*, enabled: bool, gamma: float, cap_steps: float, overlap_steps: int, overlap_auto: bool, t_step: float,
+            t_quorum: float, t_sync: float) -> float:
+    """The grace window after quorum and opening, from the syncer's moving averages (seconds).
+
+    >>> round(grace_s(enabled=True, gamma=0.5, cap_steps=1.0, overlap_steps=2, overlap_auto=False, t_step=0.1,
+    ...               t_quorum=0.0, t_sync=0.05), 6)                  # 0.5 · (2 · 0.1 − 0.05)
+    0.075
+    """
+    if not enabled:
+        return 0.0
+    tau = float(overlap_steps)
+    if overlap_auto and t_step > 0:
+        tau = max(tau, math.ceil((t_quorum + t_sync) / t_step - 1e-9) + 1)
+    return min(max(gamma * (tau * t_step - (t_quorum + t_sync)), 0.0), cap_steps * t_step)

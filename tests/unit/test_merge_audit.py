@@ -33,7 +33,7 @@ def test_the_reference_imports_nothing_of_the_trainer() -> None:
     tree = ast.parse((ROOT / "chaos" / "checkers" / "merge_reference.py").read_text())
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert modules <= {"__future__", "hashlib", "collections.abc", "numpy"}, modules
+    assert modules <= {"__future__", "hashlib", "math", "collections.abc", "numpy"}, modules
 
 
 def test_the_digest_is_written_twice_and_agrees() -> None:

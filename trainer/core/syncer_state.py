@@ -310,6 +310,10 @@ class MergeRecord:
     held: int = 0  # contributions whose body came after quorum + grace, their header before (trainer.core.inflight)
     held_s: float = 0.0  # how long past quorum + grace the last of those came
     audit: MergeAudit | None = field(default=None, compare=False, repr=False)  # what it consumed and produced
+    # What decided its timing (the merge audit checks it against quorum and grace): contributions and active learners
+    # when it merged, and the moving averages the grace window is computed from (t_step, t_quorum, t_upload,
+    # t_merge, t_broadcast), as the core held them.
+    decision: tuple[int, int, tuple[float, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -779,6 +783,9 @@ class SyncerState:
     def merge(self, fragment: int, now: float) -> MergeRecord:
         """Merge the pending round of ``fragment``: weights, outer gradient, one outer step, version + 1."""
         rnd = self.rounds.pop(fragment)
+        t = self.timing
+        decision = (len(rnd.contributions), len(self.active_learners(now)),
+                    (t.t_step.get(), t.t_quorum.get(), t.t_upload.get(), t.t_merge.get(), t.t_broadcast.get()))
         # Bodies that came after quorum + grace made the round only because their headers had (the hold).
         unheld = self._unheld_merge_at(rnd, now) if self.policy.clocked and not self.finished else None
         waited = [] if unheld is None else [t for t in rnd.arrived_at.values() if t > unheld]
@@ -829,7 +836,7 @@ class SyncerState:
                            optimizer_leaves(opt_before), optimizer_leaves(new_state), delta, new_frag, scale)
         return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
                            rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total, rnd.round,
-                           rnd.late, len(waited), held_s, audit)
+                           rnd.late, len(waited), held_s, audit, None if self.finished else decision)
 
     def observe_merge_seconds(self, seconds: float) -> None:
         """The shell measured how long a merge took (part of t_sync)."""
