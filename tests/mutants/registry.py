@@ -329,17 +329,25 @@ def _forget_rejoined(policy_from_config: Callable[..., Any]) -> Callable[..., An
 
 
 def _skip_upload_nan_check(submit: Callable[..., Any]) -> Callable[..., Any]:
+    """submit with the body's finiteness check skipped and its outlier-norm check kept (where submit makes it:
+    right after capping the contribution's steps, ``_bounded``). A NaN norm passes that check (NaN > x is false)."""
     def mutant(self: Any, c: Any, now: float) -> Any:
         policy = self.policy
         if not policy.validate_uploads:
             return submit(self, c, now)
-        # BUG: the body's finiteness check is skipped (the header was checked); the norm guard still runs.
-        self.policy = dataclasses.replace(policy, validate_uploads=False)
+        bounded = self._bounded
+
+        def bounded_then_norm(c: Any, now: float) -> Any:
+            c = bounded(c, now)
+            self._check_norm(c)
+            return c
+        # BUG: the body's NaN/Inf check is skipped (its header was checked); the norm guard still runs.
+        self.policy, self._bounded = dataclasses.replace(policy, validate_uploads=False), bounded_then_norm
         try:
-            res = submit(self, c, now)
+            return submit(self, c, now)
         finally:
             self.policy = policy
-        return res
+            del self._bounded
     return mutant
 
 
