@@ -53,7 +53,9 @@ def test_search_finds_the_planted_bug_and_shrinks_it_to_at_most_three_faults(fou
     assert len(found.schedule) <= 3, found.schedule.describe()
     # The bug only bites a learner that comes back as a new incarnation.
     assert any(f.kind in ("kill", "stop", "corrupt") for f in found.schedule.faults), found.schedule.describe()
-    assert [v.name for v in found.result.failed()] == ["reintegration"]
+    # The planted bug keeps the rejoining learner out (reintegration) and hands its new incarnation the old one's
+    # incarnation index, so it trains its first incarnation's data again (the ledger's data book).
+    assert [v.name for v in found.result.failed()] in (["reintegration"], ["reintegration", "ledger"])
 
 
 def test_the_shrunk_schedule_passes_without_the_bug(found) -> None:
