@@ -124,6 +124,10 @@ class Mutant:
     description: str  # the realistic bug, in one line
     scenarios: tuple[ScenarioRef, ...]  # built-ins that reach it
     patches: tuple[Patch, ...]
+    # It acts only on a fault's path (a restore, a rejoin, a corrupt upload), so a fault-free run is bit for bit the
+    # unmutated one: its runs share the unmutated fault-free baselines (3 seeds of parity's band) instead of
+    # recomputing them. Claimed here, verified by runner.fault_free_unchanged (the matrix and the per-change tier).
+    fault_free_unchanged: bool = False
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -132,13 +136,18 @@ class Mutant:
             raise ValueError(f"mutant {self.name}: needs a scenario and a patch")
 
     @contextmanager
-    def applied(self) -> Iterator[None]:
-        """The mutant in force: its patches, and deterministic mode's memoised baselines set aside (a mutant's
-        fault-free baseline runs the mutant too, as a real run's baseline runs the same build)."""
+    def applied(self, share_baselines: bool | None = None) -> Iterator[None]:
+        """The mutant in force: its patches, and deterministic mode's memoised fault-free baselines set aside (a
+        mutant's baseline runs the mutant too, as a real run's baseline runs the same build) unless they are shared
+        (``share_baselines``; default: :attr:`fault_free_unchanged`)."""
         import chaos.sim.runner as runner
 
+        if not hasattr(runner, "_BASELINES"):
+            raise AttributeError("chaos.sim.runner._BASELINES is gone: update Mutant.applied to its new memo")
+        share = self.fault_free_unchanged if share_baselines is None else share_baselines
         saved = runner._BASELINES
-        runner._BASELINES = {}
+        if not share:
+            runner._BASELINES = {}
         try:
             with _all(self.patches):
                 yield
@@ -365,7 +374,8 @@ MUTANTS: tuple[Mutant, ...] = (
            refs("kill-and-rejoin", "partition-one"), (Patch(SS, "outer_step", _fresh_momentum_each_step),)),
     Mutant("momentum_not_restored", "outer optimizer state",
            "a restored syncer starts its outer momentum afresh: the checkpoint's optimizer state is not read back",
-           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without_momentum),)),
+           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without_momentum),),
+           fault_free_unchanged=True),
     Mutant("contribution_dropped", "merge arithmetic",
            "an off-by-one slice drops the last contribution of a round from the merge; participants still list it",
            refs("straggler", "partition-one"), (Patch(SS, "merge_fragment", _drop_last_contribution),)),
@@ -403,37 +413,46 @@ MUTANTS: tuple[Mutant, ...] = (
            refs("straggler", "kill-and-rejoin"), (Patch(NODES, "SyncerNode._wake", _no_wake),)),
     Mutant("restore_no_version_skip", "restore",
            "a restored syncer does not skip its versions ahead: it reissues versions it had handed out",
-           refs("syncer-crash"), (Patch(NODES, "restore_version_skip", _no_version_skip),)),
+           refs("syncer-crash"), (Patch(NODES, "restore_version_skip", _no_version_skip),),
+           fault_free_unchanged=True),
     Mutant("restore_clock_lost", "restore",
            "a restored syncer's step clock is not read back: it starts again at step 0",
-           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without("clock")),)),
+           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without("clock")),),
+           fault_free_unchanged=True),
     Mutant("restore_ledger_lost", "restore",
            "a restored syncer's token ledger (tokens_by_incarnation) is not read back: tokens of incarnations that "
            "ended before the crash are forgotten, and the run trains past its budget",
            (SYNCER_CRASH_AFTER_KILL,),
-           (Patch(SS, "SyncerState.from_checkpoint", _restore_without("tokens_by_incarnation")),)),
+           (Patch(SS, "SyncerState.from_checkpoint", _restore_without("tokens_by_incarnation")),),
+           fault_free_unchanged=True),
     Mutant("restore_older_checkpoint", "restore",
            "the restart picks the checkpoint before the newest (e.g. a wrong sort), and skips versions for one",
            refs("syncer-crash"), (Patch(NODES, "SyncerNode._checkpoint", _keep_checkpoints),
-                                  Patch(NODES, "SyncerNode.start", _restores_previous_checkpoint))),
+                                  Patch(NODES, "SyncerNode.start", _restores_previous_checkpoint)),
+           fault_free_unchanged=True),
     Mutant("rejoin_from_init", "rejoin state fetch",
            "a restarted learner takes the fetched versions but its initial weights, not the current global state",
-           refs("kill-and-rejoin", "rolling-restarts"), (Patch(NODES, "LearnerNode._got_state", _rejoin_from_init),)),
+           refs("kill-and-rejoin", "rolling-restarts"), (Patch(NODES, "LearnerNode._got_state", _rejoin_from_init),),
+           fault_free_unchanged=True),
     Mutant("forget_rejoined", "rejoin membership",
            "the syncer keeps a rejoining learner's old record: the new incarnation is refused forever "
            "(the planted bug syncer.planted_bug: forget_rejoined)",
            refs("kill-and-rejoin", "rolling-restarts"), (Patch("chaos.sim.runner", "policy_from_config",
-                                                               _forget_rejoined),)),
+                                                               _forget_rejoined),),
+           fault_free_unchanged=True),
     Mutant("data_replayed", "data position",
            "a restarted learner's data stream is not keyed by its incarnation: it replays its first incarnation's data",
            refs("kill-and-rejoin", "rolling-restarts"),
-           (Patch(NODES, "LearnerNode._got_state", _data_from_the_start),)),
+           (Patch(NODES, "LearnerNode._got_state", _data_from_the_start),),
+           fault_free_unchanged=True),
     Mutant("nan_guard_off", "NaN and outlier guards",
            "an upload's body is not checked for NaN/Inf (only its header is): NaN updates reach the merge",
-           refs("corrupt-learner"), (Patch(SS, "SyncerState.submit", _skip_upload_nan_check),)),
+           refs("corrupt-learner"), (Patch(SS, "SyncerState.submit", _skip_upload_nan_check),),
+           fault_free_unchanged=True),
     Mutant("outlier_guard_off", "NaN and outlier guards",
            "the outlier-norm guard is off: finite garbage of absurd magnitude is merged",
-           (CORRUPT_GARBAGE,), (Patch(SS, "SyncerState._check_norm", _no_norm_check),)),
+           (CORRUPT_GARBAGE,), (Patch(SS, "SyncerState._check_norm", _no_norm_check),),
+           fault_free_unchanged=True),
 )
 
 MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

@@ -75,6 +75,20 @@ def run_cell(mutant: Mutant | None, ref: ScenarioRef, seed: int = 0) -> Cell:
                 len(r.history.of(ev.Merge)), round(wall, 3))
 
 
+def fault_free_unchanged(mutant: Mutant, ref: ScenarioRef, seed: int = 0) -> bool:
+    """Whether ``mutant`` leaves ``ref``'s same-seed fault-free run (parity's baseline) exactly as it is: its final
+    loss and excess over the floor, bit for bit (deterministic mode is exact, so any effect shows). What a mutant
+    claims with ``fault_free_unchanged`` before its runs share the unmutated baselines."""
+    import chaos.sim.runner as sim_runner
+
+    s = ref.load(seed)
+    opts = sim_options(s.cluster.learner.step_delay_s)
+    clean = sim_runner._fault_free(s, opts, s.cluster.seed)
+    with mutant.applied(share_baselines=False):
+        mutated = sim_runner._fault_free(s, opts, s.cluster.seed)
+    return clean == mutated
+
+
 def scenario_refs(mutants: Iterable[Mutant]) -> list[ScenarioRef]:
     """Every scenario the mutants reach, each once, in first-seen order."""
     seen: dict[str, ScenarioRef] = {}
@@ -88,6 +102,7 @@ def scenario_refs(mutants: Iterable[Mutant]) -> list[ScenarioRef]:
 class MutantResult:
     mutant: Mutant
     cells: list[Cell]
+    fault_free_verified: bool | None = None  # its fault_free_unchanged claim checked (None: it makes none)
 
     @property
     def caught_by(self) -> list[str]:
@@ -113,7 +128,8 @@ def run_mutant(mutant: Mutant, seeds: Sequence[int], unmutated: dict[tuple[str, 
             base = unmutated.get((ref.label, seed))
             cell.changed = None if base is None else cell.history_sha != base.history_sha
             cells.append(cell)
-    return MutantResult(mutant, cells)
+    verified = fault_free_unchanged(mutant, mutant.scenarios[0]) if mutant.fault_free_unchanged else None
+    return MutantResult(mutant, cells, verified)
 
 
 def run_unmutated(refs: Iterable[ScenarioRef], seeds: Sequence[int]) -> dict[tuple[str, int], Cell]:
@@ -146,6 +162,7 @@ class Matrix:
                          "scenarios": [s.label for s in r.mutant.scenarios],
                          "patches": [p.target for p in r.mutant.patches],
                          "caught_by": r.caught_by, "changed": r.changed,
+                         "fault_free_unchanged": r.fault_free_verified,
                          "cells": [c.to_json() for c in r.cells]} for r in self.results],
             "survivors": self.survivors, "wall_s": round(self.wall_s, 1),
         }
@@ -224,6 +241,9 @@ def summary(matrix: Matrix) -> str:
     lines = [f"{len(caught)} of {len(matrix.results)} mutants caught; "
              f"unmutated runs: {'all pass' if clean else 'NOT all pass'}"]
     for r in matrix.results:
+        if r.fault_free_verified is False:
+            lines.append(f"  WRONG CLAIM: {r.mutant.name} changes the fault-free run (fault_free_unchanged=True): "
+                         "its runs were judged against the unmutated baselines")
         if not r.caught:
             lines.append(f"  survives: {r.mutant.name} ({r.mutant.mechanism})" + ("" if r.changed else
                                                                                    " — it changed no run!"))

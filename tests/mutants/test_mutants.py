@@ -17,7 +17,7 @@ import pytest
 
 from tests.mutants import render
 from tests.mutants.registry import MECHANISMS, MUTANTS, MUTANTS_BY_NAME, Mutant, ScenarioRef
-from tests.mutants.runner import RESULTS_PATH, Cell, run_cell
+from tests.mutants.runner import RESULTS_PATH, Cell, fault_free_unchanged, run_cell
 
 pytestmark = pytest.mark.chaos_simulation
 
@@ -78,6 +78,15 @@ def judge(name: str) -> None:
 @pytest.mark.parametrize("name", [m.name for m in MUTANTS if runs_here(m, rounds=False)])
 def test_mutant_is_caught(name: str) -> None:
     judge(name)
+
+
+@pytest.mark.parametrize("name", [m.name for m in MUTANTS if m.fault_free_unchanged])
+def test_a_mutant_sharing_the_unmutated_baselines_leaves_a_fault_free_run_as_it_is(name: str) -> None:
+    """A mutant that claims to act only on a fault's path shares the unmutated fault-free baselines (3 runs saved):
+    its same-seed fault-free run must be the unmutated one, bit for bit, or parity would judge it against the wrong
+    band."""
+    m = MUTANTS_BY_NAME[name]
+    assert fault_free_unchanged(m, m.scenarios[0]), f"{name} changes a fault-free run: drop fault_free_unchanged"
 
 
 def test_a_mutant_run_replays_bit_for_bit() -> None:
