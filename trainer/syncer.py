@@ -367,6 +367,7 @@ class SyncerService(pbg.SyncerServicer):
                     deadline = self.state.next_deadline(now)
                     self.cond.wait(0.5 if deadline is None else min(max(deadline - now, 0.001), 0.5))
                     continue
+                took = []  # observed after the batch: every merge of it is timed by what decided it due (audit)
                 for p in due:
                     t0 = time.monotonic()
                     try:
@@ -374,13 +375,15 @@ class SyncerService(pbg.SyncerServicer):
                     except FloatingPointError as err:
                         self.record_reject("merge", RejectReason.NON_FINITE, str(err), fragment=p)
                         continue
-                    self.state.observe_merge_seconds(time.monotonic() - t0)
+                    took.append(time.monotonic() - t0)
                     audit = self.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
                     self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total, audit)))
                     if self.state.checkpoint_due():
                         self._checkpoint_locked()
                     if rec.merges_total % every_eval == 0:
                         self._request_eval_locked(final=False)
+                for seconds in took:
+                    self.state.observe_merge_seconds(seconds)
                 self.cond.notify_all()
 
     def _settled_locked(self, now: float) -> None:

@@ -79,6 +79,7 @@ class RunFacts:
     token_budget: int = 0  # 0: none
     round_tokens: int = 0  # tokens every learner trains in one round (M × H × tokens per step); 0: unknown
     sync_every: int = 8  # H: cluster steps between two rounds of a fragment
+    long_poll_s: float = 2.0  # how long a learner's wait for a merged fragment lasts before it asks again
 
     @classmethod
     def of(cls, scenario: Scenario) -> "RunFacts":
@@ -91,7 +92,7 @@ class RunFacts:
         p = policy_from_config(cfg)
         return cls(learners, cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
                    cfg.algorithm.num_fragments, MergeFacts.of(cfg), cfg.token_budget,
-                   cfg.algorithm.num_learners * p.sync_every * p.tokens_per_step, p.sync_every)
+                   cfg.algorithm.num_learners * p.sync_every * p.tokens_per_step, p.sync_every, cfg.learner.long_poll_s)
 
 
 @dataclass(frozen=True)

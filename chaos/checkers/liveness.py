@@ -4,7 +4,8 @@ The longest gap between merges *of each fragment* (every part of the model must
 keep training; a fragment's gaps run to the end of training) is measured only
 over the time when at least ``min_reachable`` learners could contribute and the
 syncer was up; the raw longest gap is reported too. Merged results must reach the learners too: outside faults, at
-most a quarter of ``apply`` events may come more than half a round after their merge (:func:`broadcast`).
+most half of the ``apply`` events may come later after their merge than half a round and a quarter of a long poll —
+an unwoken learner gets its result only when its poll times out (:func:`broadcast`).
 
 A run the progress watchdog ended (:mod:`chaos.watchdog`: no merge and no new
 tokens, outside every fault, for longer than its bound) fails, whatever the
@@ -115,15 +116,17 @@ def stalled_verdict(inp: CheckInput, stall: Stalled, evidence: JsonObject) -> Ve
     return Verdict("liveness", "fail", f"{head}. {part}. {merged}; times after {where}", evidence)
 
 
-LATE_APPLY_ROUNDS = 0.5  # an apply this many rounds after its merge is late (on time: about τ steps, ~¼ round)
-LATE_APPLY_SHARE = 0.25  # more late applies than this, outside faults: results are not reaching the learners
+LATE_APPLY_ROUNDS = 0.5  # an apply this many rounds after its merge is late (on time: about τ steps, ~¼ round) ...
+LATE_APPLY_POLLS = 0.25  # ... and this much of a long poll: an unwoken learner waits for its poll to time out
+LATE_APPLY_SHARE = 0.5  # more late applies than this, outside faults: results are not reaching the learners
 MIN_APPLIES = 20
 
 
 def broadcast(inp: CheckInput) -> JsonObject:
     """How promptly merged fragments reach the learners waiting for them, outside faults: the share of ``apply``
-    events later than ``LATE_APPLY_ROUNDS`` rounds after the merge that made their version (a broadcast that leaves
-    long polls to time out instead of waking them applies a round or more late). Applies whose span — from a round
+    events later than half a round and a quarter of a long poll after the merge that made their version (a
+    broadcast that leaves long polls to time out instead of waking them applies up to a whole poll late; a slow
+    learner applies at its own, later step boundaries, which the poll's quarter leaves room for). Applies whose span — from a round
     before the merge to the apply — touches any fault window are not judged."""
     round_s = inp.pace.round_s
     if round_s is None:
@@ -133,8 +136,9 @@ def broadcast(inp: CheckInput) -> JsonObject:
               if w.injected]
     lags = [a.ts - made[(a.fragment, a.version)] for a in inp.history.of(ev.Apply) if (a.fragment, a.version) in made
             and not any(lo < a.ts and made[(a.fragment, a.version)] - round_s < hi for lo, hi in faults)]
-    late = sum(lag > LATE_APPLY_ROUNDS * round_s for lag in lags)
-    out: JsonObject = {"applies": len(lags), "late": late, "late_after_s": round(LATE_APPLY_ROUNDS * round_s, 3),
+    after = max(LATE_APPLY_ROUNDS * round_s, LATE_APPLY_POLLS * inp.facts.long_poll_s)
+    late = sum(lag > after for lag in lags)
+    out: JsonObject = {"applies": len(lags), "late": late, "late_after_s": round(after, 3),
                        "judged": len(lags) >= MIN_APPLIES}
     if lags:
         out["median_lag_s"] = round(sorted(lags)[len(lags) // 2], 4)
@@ -181,7 +185,8 @@ def check_liveness(inp: CheckInput) -> Verdict:
     if cast["judged"] and cast["late"] > LATE_APPLY_SHARE * cast["applies"]:
         return Verdict("liveness", "fail", f"merged fragments reached the learners late: {cast['late']} of "
                                            f"{cast['applies']} applies outside faults came more than "
-                                           f"{cast['late_after_s']:.2f}s ({LATE_APPLY_ROUNDS} round) after their merge "
+                                           f"{cast['late_after_s']:.2f}s after their merge (half a round, a quarter "
+                                           "of a long poll) "
                                            f"(median {cast.get('median_lag_s')}s): are waiting learners woken?",
                        evidence)
     if limit is None:
