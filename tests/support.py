@@ -64,6 +64,6 @@ class EchoHandler(socketserver.BaseRequestHandler):
 
 
 def assert_result_at_budget(verdicts: Any) -> None:
-    """The ledger check judged the run's result at the budget (within one round of it) and passed."""
+    """The ledger check judged the run's result at the budget (fixed within its allowance beyond it) and passed."""
     ledger = next(v for v in verdicts if v.name == "ledger")
     assert ledger.status == "pass" and ledger.evidence["budget"], ledger

@@ -13,8 +13,7 @@ is kept whole, :mod:`trainer.audit_log`). This checker, reading only the history
    checkpoint written (an older one only when the syncer says newer ones were unreadable), all of it — the
    metadata's digest (versions less the skip, clock, token ledger, merged keys …) included;
 3. **times every merge** (rounds on the clock): K contributions, no earlier than its opening and quorum plus the
-   grace window the syncer's own moving averages give (the reference's :func:`grace_s`), no later than that plus a
-   hold and a shell's slack;
+   grace window the syncer's own moving averages give (the reference's :func:`grace_s`);
 4. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest); each
    learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it, and
    each sync a learner started was computed against the syncer's value of the base version it names.
@@ -80,14 +79,10 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
     return problems
 
 
-TIMING_SLACK_STEPS = 3.0  # a merge may come this many steps (at least TIMING_SLACK_S) after its rule: a busy shell
-TIMING_SLACK_S = 0.5
-
-
 def timing(m: ev.Merge, facts: MergeFacts) -> str | None:
     """What is wrong with when ``m`` merged (None: it is what quorum and grace allow): it needs K contributions,
     and may merge no earlier than its opening and quorum plus the grace window (none when every active learner is
-    in), no later than that plus a hold for late bodies and a shell's scheduling slack."""
+    in)."""
     d = m.decision
     if d is None:
         return None
@@ -102,11 +97,8 @@ def timing(m: ev.Merge, facts: MergeFacts) -> str | None:
         before = "its opening" if m.wait_s < 0 else "the end of its grace window"
         return (f"merged {after:.3f}s after its opening and quorum, before {before} ({grace:.3f}s; "
                 f"{d.contributions} of {d.active_learners} active learners in)")
-    hold = max(3 * d.t_upload, d.t_step)
-    late = grace + max(hold, m.held_s) + max(TIMING_SLACK_STEPS * d.t_step, TIMING_SLACK_S)
-    if after > late:
-        return (f"merged {after:.3f}s after its opening and quorum, past the grace window ({grace:.3f}s), a hold "
-                f"({hold:.3f}s) and a shell's slack: a round with its quorum kept waiting")
+    # No upper bound: a real shell's merge can lag its rule by a stalled thread (1.15 s once in containers on a
+    # loaded machine); a round kept waiting with its quorum is liveness's to judge.
     return None
 
 

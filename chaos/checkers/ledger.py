@@ -13,7 +13,8 @@ learner last received p). Three books must balance:
 - **the learners' against the syncer's**: each upload a learner counts as accepted (``sync_result``) is one the
   syncer accepted with the same counters; each refusal it was told has its ``reject`` with that reason; each upload
   the syncer accepted was sent by that learner incarnation (``sync_start``).
-- **the budget**: the result (``finished``) is fixed with tokens in [budget, budget + one round of every learner];
+- **the budget**: the result (``finished``) is fixed with tokens in [budget, budget + max(one round of every learner,
+  a quarter of the budget)];
 - **the data** (learners' ``step`` events): each incarnation trains its own stream — the config's seed, the
   learner's data key, the incarnation index the syncer gave it — from its start, one batch a step; no stream is
   trained by two incarnations or two learners.
@@ -215,10 +216,13 @@ def _budget(inp: CheckInput) -> tuple[dict[str, int] | None, str | None]:
     if not done or not budget or not one_round:
         return None, None
     tokens = done[0].tokens_total
-    evidence = {"finished_tokens": tokens, "budget": budget, "one_round": one_round}
-    if not budget <= tokens <= budget + one_round:
+    # One round of every learner, or a quarter of the budget where reports come coarser than rounds (a real
+    # 300k-token run reached its budget with one report at 1.11×): the 3.57× of a late result still fails.
+    allowed = max(one_round, budget // 4)
+    evidence = {"finished_tokens": tokens, "budget": budget, "one_round": one_round, "allowed_over": allowed}
+    if not budget <= tokens <= budget + allowed:
         return evidence, (f"the result was fixed at {tokens} tokens, {tokens / budget:.2f}× the budget {budget} "
-                          f"(allowed: up to one round, {one_round} tokens, beyond it)")
+                          f"(allowed: up to {allowed} tokens beyond it)")
     return evidence, None
 
 
