@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import markdown_table
+from tests.mutants.runner import _mark as runner_mark
 
 DOC = Path("docs/scenarios-and-checks.md")
 BEGIN = ("<!-- mutants:begin (rendered from benchmarks/results/mutants.json by "
@@ -38,12 +39,9 @@ SECTION = re.compile(r"<!-- mutants:begin[^\n]*-->\n.*?<!-- mutants:end -->", re
 
 
 def _mark(statuses: list[str]) -> str:
-    if not statuses:
-        return "—"
-    fails = statuses.count("fail")
-    if fails:
-        return "**FAIL**" if fails == len(statuses) else f"**FAIL {fails}/{len(statuses)}**"
-    return "indet" if "indeterminate" in statuses else "·"
+    """The printed matrix's cell (runner.mark), in markdown: failures bold, a pass a middle dot."""
+    cell = runner_mark(statuses)
+    return f"**{cell}**" if cell.startswith("FAIL") else "·" if cell == "." else cell
 
 
 def markdown(doc: dict[str, Any]) -> str:
