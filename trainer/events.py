@@ -162,6 +162,9 @@ class Merge(_Event):
     late: int = 0  # contributions carried in from rounds that had merged
     held: int = 0  # participants whose body came after quorum + grace, their header before (a hold)
     held_s: float = 0.0  # how long past quorum + grace the last of them came
+    # Since it first held its quorum with its opening passed -> merged, rounds it was carried over included (the
+    # audit bounds it: grace, a hold, a few rounds of a shell's lag). None: a log from before, or never eligible.
+    due_wait_s: float | None = None
     audit: MergeDigests | None = None  # None: a log from before the merge audit
     decision: MergeDecision | None = None  # None: a flush after training ended, or a log from before
 

@@ -48,4 +48,5 @@ def merge_fields(rec: MergeRecord, tokens_total: int, audit: ev.MergeDigests | N
         rule=rec.rule, wait_s=rec.merged_at - rec.opened_at, round=rec.round, late=rec.late, held=rec.held,
         held_s=rec.held_s,
         quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
+        due_wait_s=None if rec.eligible_at is None else rec.merged_at - rec.eligible_at,
         outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)

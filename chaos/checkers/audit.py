@@ -13,7 +13,8 @@ is kept whole, :mod:`trainer.audit_log`). This checker, reading only the history
    checkpoint written (an older one only when the syncer says newer ones were unreadable), all of it — the
    metadata's digest (versions less the skip, clock, token ledger, merged keys …) included;
 3. **times every merge** (rounds on the clock): K contributions, no earlier than its opening and quorum plus the
-   grace window the syncer's own moving averages give (the reference's :func:`grace_s`);
+   grace window the syncer's own moving averages give (the reference's :func:`grace_s`), and no later than that
+   window's cap, a hold and a few of the run's rounds after the round first held its quorum past its opening;
 4. **follows the tensors**: each merged contribution is the upload the syncer received (``upload`` digest); each
    learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it, and
    each sync a learner started was computed against the syncer's value of the base version it names.
@@ -35,6 +36,10 @@ from trainer import events as ev
 
 ROUNDOFF = 64.0  # float32 round-off units (merge_reference.max_error) a recomputed tensor may differ by
 SHOWN = 5  # problems listed in the evidence (all are counted)
+# A due round may merge this many of the run's rounds (bounds.RunPace.round_s) late: a real shell's driver can stall
+# (1.15 s once in containers on a loaded machine, ~1.5 rounds there); a round kept waiting with its quorum for longer
+# — carried on into later rounds — is a broken quorum rule (partition-majority's lone learner, 16 rounds).
+LAG_ROUNDS = 4.0
 
 
 def _split(arrays: Mapping[str, np.ndarray], part: str) -> dict[str, np.ndarray]:
@@ -79,10 +84,11 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
     return problems
 
 
-def timing(m: ev.Merge, facts: MergeFacts) -> str | None:
+def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str | None:
     """What is wrong with when ``m`` merged (None: it is what quorum and grace allow): it needs K contributions,
-    and may merge no earlier than its opening and quorum plus the grace window (none when every active learner is
-    in)."""
+    may merge no earlier than its opening and quorum plus the grace window (none when every active learner is in),
+    and no later than grace, a hold and :data:`LAG_ROUNDS` of this run's rounds (``round_s``; None: not bounded)
+    after it first could — a round carried on with its quorum in counts from its first opening."""
     d = m.decision
     if d is None:
         return None
@@ -97,9 +103,21 @@ def timing(m: ev.Merge, facts: MergeFacts) -> str | None:
         before = "its opening" if m.wait_s < 0 else "the end of its grace window"
         return (f"merged {after:.3f}s after its opening and quorum, before {before} ({grace:.3f}s; "
                 f"{d.contributions} of {d.active_learners} active learners in)")
-    # No upper bound: a real shell's merge can lag its rule by a stalled thread (1.15 s once in containers on a
-    # loaded machine); a round kept waiting with its quorum is liveness's to judge.
+    limit = due_limit_s(facts, d, round_s)
+    if limit is not None and m.due_wait_s is not None and m.due_wait_s > limit:
+        return (f"merged {m.due_wait_s:.3f}s after its quorum and opening were both in, past grace + hold + "
+                f"{LAG_ROUNDS:g} rounds = {limit:.3f}s: a round with its quorum was kept waiting")
     return None
+
+
+def due_limit_s(facts: MergeFacts, d: ev.MergeDecision, round_s: float | None) -> float | None:
+    """How long after its quorum and opening a round may merge: the grace window's cap, a hold for an announced
+    body, and :data:`LAG_ROUNDS` rounds of this run's pace for a shell's lag (a stalled thread: 1.15 s once in
+    containers on a loaded machine). None: the pace was not measured."""
+    if round_s is None:
+        return None
+    cap = facts.cap_steps * d.t_step if facts.grace else 0.0
+    return cap + ref.hold_s(t_upload=d.t_upload, t_step=d.t_step) + LAG_ROUNDS * round_s
 
 
 class _Chain:
@@ -190,9 +208,13 @@ def check_audit(inp: CheckInput) -> Verdict:
         elif e.digest and not e.duplicate:
             uploads.setdefault((e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round), e.digest)
     problems = chain.problems
+    pace, lag_rounds = inp.pace, 0.0
     if inp.facts.merge.clocked:
         for m in audited:
-            wrong = timing(m, inp.facts.merge)
+            if pace.round_s and m.decision is not None and m.due_wait_s is not None:  # the margin, for the evidence
+                base = due_limit_s(inp.facts.merge, m.decision, 0.0) or 0.0
+                lag_rounds = max(lag_rounds, (m.due_wait_s - base) / pace.round_s)
+            wrong = timing(m, inp.facts.merge, pace.round_s)
             if wrong is not None:
                 problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={m.ts - t0:.1f}s) "
                                 f"{wrong}")
@@ -223,7 +245,7 @@ def check_audit(inp: CheckInput) -> Verdict:
         recomputed += 1
         problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, {m.audit.file}): {p}"
                      for p in recompute(m, arrays, inp.facts.merge)]
-    evidence = {"merges": len(merges), "recomputed": recomputed, "kept_missing": missing, "learner_values": held,
+    evidence = {"merges": len(merges), "recomputed": recomputed, "lag_rounds_max": round(lag_rounds, 3), "kept_missing": missing, "learner_values": held,
                 "problems": len(problems), "first_problems": problems[:SHOWN]}
     if missing and recomputed:  # some kept files are there: the others were lost or damaged
         problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}): its kept file "

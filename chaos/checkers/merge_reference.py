@@ -142,3 +142,13 @@ def grace_s(*, enabled: bool, gamma: float, cap_steps: float, overlap_steps: int
     if overlap_auto and t_step > 0:
         tau = max(tau, math.ceil((t_quorum + t_sync) / t_step - 1e-9) + 1)
     return min(max(gamma * (tau * t_step - (t_quorum + t_sync)), 0.0), cap_steps * t_step)
+
+
+def hold_s(*, t_upload: float, t_step: float) -> float:
+    """How long past its merge time a round waits for the body of an upload whose header came in time: three
+    average uploads or one step, whichever is longer (docs/trainer.md, "who made a round").
+
+    >>> hold_s(t_upload=0.02, t_step=0.1), hold_s(t_upload=0.5, t_step=0.1)
+    (0.1, 1.5)
+    """
+    return max(3.0 * t_upload, t_step)

@@ -13,9 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trainer.core.syncer_state as ss
+from chaos.checkers import audit
 from chaos.checkers import merge_reference as ref
+from chaos.checkers.base import MergeFacts
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
+from trainer import events as ev
 from trainer.core.audit import digest
 from trainer.core.merge import merge_fragment
 from trainer.core.outer import outer_optimizer, outer_step
@@ -113,3 +116,30 @@ def test_a_restored_state_no_checkpoint_held_is_named() -> None:
         v = _audit("syncer-crash")
     assert any("restored a state no checkpoint held" in p or "optimizer state other than" in p
                for p in v.evidence["first_problems"]), v.evidence
+
+
+def _timed(due_wait_s: float | None, contributions: int = 1, active: int = 3) -> "ev.Merge":
+    d = ev.MergeDecision(contributions=contributions, active_learners=active, t_step=0.1, t_quorum=0.05,
+                         t_upload=0.02, t_merge=0.01, t_broadcast=0.01)
+    return ev.Merge(ts=0.0, source="syncer", fragment=0, version=3, base_version=2, participants=[], rule="rda",
+                    wait_s=0.2, quorum_wait_s=0.2, outer_grad_norm=1.0, merges_total=3, tokens_total=0,
+                    decision=d, due_wait_s=due_wait_s)
+
+
+def test_a_round_kept_waiting_with_its_quorum_fails_the_timing() -> None:
+    facts = MergeFacts()  # K = 1, grace capped at one step (0.1 s); a hold here is one step (0.1 s)
+    limit = audit.due_limit_s(facts, _timed(None).decision, round_s=0.5)
+    assert limit == pytest.approx(0.1 + 0.1 + audit.LAG_ROUNDS * 0.5)
+    assert audit.timing(_timed(limit - 0.01), facts, round_s=0.5) is None
+    wrong = audit.timing(_timed(limit + 0.01), facts, round_s=0.5)  # negative control: just past the bound
+    assert wrong is not None and "kept waiting" in wrong, wrong
+    assert audit.timing(_timed(100.0), facts, round_s=None) is None  # no measured pace: not bounded
+    assert audit.timing(_timed(None), facts, round_s=0.5) is None  # a log from before the field
+
+
+def test_a_carried_round_keeps_the_moment_it_first_was_due() -> None:
+    r = ss.Round(0, 0, opened_at=2.0, round=4, quorum_at=2.5)
+    r.eligible_at = r.eligible_since(3.0)  # carried at t=3 into round 5, which opens at t=4
+    r.round, r.opened_at = 5, 4.0
+    assert r.eligible_since(4.5) == 2.5
+    assert ss.Round(0, 0, opened_at=4.0, quorum_at=2.5).eligible_since(4.5) == 4.0  # never carried: its opening

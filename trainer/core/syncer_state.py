@@ -270,6 +270,21 @@ class Round:
     contributions: dict[str, Contribution] = field(default_factory=dict)
     late: int = 0  # contributions carried in from rounds that had already merged
     arrived_at: dict[str, float] = field(default_factory=dict)  # learner -> when its contribution's body arrived
+    eligible_at: float | None = None  # first held its quorum with its opening passed, before a carry moved the opening
+
+    def eligible_since(self, now: float) -> float | None:
+        """Since when the round could have merged by quorum and opening (a carried round: its first such moment).
+
+        >>> r = Round(0, 0, opened_at=2.0, quorum_at=1.0)
+        >>> r.eligible_since(3.0), r.eligible_since(1.5)
+        (2.0, None)
+        """
+        if self.quorum_at is None:
+            return self.eligible_at
+        e = max(self.quorum_at, self.opened_at)
+        if e > now:
+            return self.eligible_at
+        return e if self.eligible_at is None else min(self.eligible_at, e)
 
 
 @dataclass(frozen=True)
@@ -309,6 +324,7 @@ class MergeRecord:
     late: int = 0  # contributions carried in late (late_uploads="carry")
     held: int = 0  # contributions whose body came after quorum + grace, their header before (trainer.core.inflight)
     held_s: float = 0.0  # how long past quorum + grace the last of those came
+    eligible_at: float | None = None  # since when it could merge by quorum and opening (Round.eligible_since)
     audit: MergeAudit | None = field(default=None, compare=False, repr=False)  # what it consumed and produced
     # What decided its timing (the merge audit checks it against quorum and grace): contributions and active learners
     # when it merged, and the moving averages the grace window is computed from (t_step, t_quorum, t_upload,
@@ -687,6 +703,7 @@ class SyncerState:
             if rnd is None:
                 rnd = self.rounds[c.fragment] = Round(c.fragment, current, self._opens_at(c.fragment, target, now), target)
             elif target > rnd.round:  # the pending round never merged: its contributions carry on into this one
+                rnd.eligible_at = rnd.eligible_since(now)  # (with its quorum in, it was due: the audit times that)
                 rnd.round, rnd.opened_at = target, self._opens_at(c.fragment, target, now)
             if late:
                 rnd.late += 1
@@ -836,7 +853,8 @@ class SyncerState:
                            optimizer_leaves(opt_before), optimizer_leaves(new_state), delta, new_frag, scale)
         return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
                            rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total, rnd.round,
-                           rnd.late, len(waited), held_s, audit, None if self.finished else decision)
+                           rnd.late, len(waited), held_s, rnd.eligible_since(now), audit,
+                           None if self.finished else decision)
 
     def observe_merge_seconds(self, seconds: float) -> None:
         """The shell measured how long a merge took (part of t_sync)."""
