@@ -49,8 +49,9 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: Baseline | None,
     base_loss = baseline.final_eval_loss if baseline else None
     band = tuple(baseline.band.excess) if baseline and baseline.band else ()  # a run directory from before bands
     ref_loss = reference.final_eval_loss if reference else None
+    goodputs = tuple(baseline.band.goodputs) if baseline and baseline.band else ()
     verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band,
-                                     audit_files=AuditFiles(out_dir)))
+                                     audit_files=AuditFiles(out_dir), baseline_goodput=goodputs))
     status, code = overall(verdicts)
     steady_phase = history.phase("steady")
     steady = steady_phase.ts if steady_phase else history.start

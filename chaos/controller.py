@@ -42,6 +42,7 @@ from typing import Any
 from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
 from chaos.analysis import RunResult, analyse
+from chaos.checkers.goodput import compute_goodput
 from chaos.errors import ChaosError, RunError
 from chaos.fault_metrics import FaultMetrics
 from chaos.history import (EventTail, FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Recorder, StalledPhase,
@@ -428,8 +429,17 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baselin
     floors = [r.loss_floor for r in runs]
     # No floor known (not a synthetic source): no band; parity then compares with the same-seed run.
     excess = [] if None in floors else [loss - f for loss, f in zip(losses, floors) if f is not None]
-    band = Band(seeds=[seed + k for k in range(n)], losses=losses, floors=floors, excess=excess)
+    goodputs = [_goodput(r, scenario.cluster.algorithm.num_fragments) for r in runs]
+    band = Band(seeds=[seed + k for k in range(n)], losses=losses, floors=floors, excess=excess,
+                goodputs=[] if None in goodputs else goodputs)
     return runs[0].model_copy(update={"band": band, "runs": runs[1:]})
+
+
+def _goodput(run: Baseline, num_fragments: int) -> float | None:
+    """A fault-free run's compute goodput, read off its history (None: its directory is gone or nobody trained)."""
+    if not run.run_dir or not Path(run.run_dir).is_dir():
+        return None
+    return compute_goodput(History.read(Path(run.run_dir)).events, num_fragments)
 
 
 def _fault_free(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions,

@@ -48,6 +48,7 @@ class Band(SparseRecord):
     losses: list[float] = []
     floors: list[float | None] = []
     excess: list[float] = []  # empty: no floor known (not a synthetic source), so no band
+    goodputs: list[float] = []  # each run's compute goodput (the goodput check's bound); empty: not measured
 
 
 class Baseline(SparseRecord):

@@ -263,9 +263,11 @@ class Safety(_Strict):
 class Goodput(_Strict):
     """Compute goodput: the fraction of learner compute (tokens trained) that ended up in merges.
 
-    The default minimum, 10%, is below every healthy run measured (23–76% across 47 real and 21 simulated runs of
-    the built-ins, the container faults and the nightly tier, 2026-12-02/03; low by design: docs/scenarios-and-
-    checks.md) and above a run that stalls (6% when a quorum of all learners loses one: a negative control)."""
+    The check's bound is derived from the fault-free runs' goodput and the run's fault windows
+    (chaos.checkers.goodput); ``min`` is its floor, and the bound when no fault-free run was measured. The default
+    floor, 10%, is below every healthy run measured (23–76% across 47 real and 21 simulated runs of the built-ins,
+    the container faults and the nightly tier, 2026-12-02/03; low by design: docs/scenarios-and-checks.md) and above
+    a run that stalls (6% when a quorum of all learners loses one: a negative control)."""
 
     enabled: bool = True
     min: float = Field(0.1, ge=0, le=1)

@@ -104,6 +104,8 @@ class CheckInput:
     reference_final_loss: float | None = None  # synchronous DiLoCo on the same cluster (None: not run)
     # Excess of each fault-free run's final loss over its own entropy floor, over seeds (empty: just the one).
     baseline_band: tuple[float, ...] = ()
+    # Each fault-free run's compute goodput (the goodput check's bound; empty: not measured).
+    baseline_goodput: tuple[float, ...] = ()
     # The merge audit's kept merges: file name (the merge event's audit.file) -> its arrays (chaos.audit_files).
     audit_files: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
+from chaos.checkers.goodput import compute_goodput
 from chaos.history import (FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Stalled, StalledPhase, Teardown,
                            TeardownPhase)
 from chaos.interpreter import Heal, Inject, PlanInterpreter
@@ -374,7 +375,7 @@ class Simulation:
         return False
 
 
-_BASELINES: dict[tuple[str, str, int], tuple[float | None, float | None]] = {}
+_BASELINES: dict[tuple[str, str, int], tuple[float | None, float | None, float | None]] = {}
 
 
 def _final_loss(events: list[ev.Event]) -> float | None:
@@ -392,15 +393,17 @@ def baseline_loss(scenario: Scenario, opts: SimOptions) -> float | None:
     return _fault_free(scenario, opts, scenario.cluster.seed)[0]
 
 
-def _fault_free(scenario: Scenario, opts: SimOptions, seed: int) -> tuple[float | None, float | None]:
-    """(final loss, its excess over the floor) of the cluster at ``seed`` without faults (memoised)."""
+def _fault_free(scenario: Scenario, opts: SimOptions, seed: int) -> tuple[float | None, float | None, float | None]:
+    """(final loss, its excess over the floor, compute goodput) of the cluster at ``seed`` without faults
+    (memoised)."""
     cluster = scenario.cluster.fault_free_at(seed)
     key = (cluster.config_hash(), opts.key(), scenario.seed)
     if key not in _BASELINES:
         clean = scenario.model_copy(update={"schedule": [], "random": None, "cluster": cluster})
         sim = Simulation(clean, opts, [])
         sim.run()
-        _BASELINES[key] = (_final_loss(sim.events), _final_excess(sim.events))
+        _BASELINES[key] = (_final_loss(sim.events), _final_excess(sim.events),
+                           compute_goodput(sim.events, cluster.algorithm.num_fragments))
     return _BASELINES[key]
 
 
@@ -409,11 +412,13 @@ def baseline_band(scenario: Scenario, opts: SimOptions) -> Band | None:
     it, at the cluster seeds s, s+1, … (``checks.parity.baseline_seeds`` of them); None if one never finished."""
     seeds = [scenario.cluster.seed + k for k in range(scenario.checks.parity.baseline_seeds)]
     runs = [_fault_free(scenario, opts, seed) for seed in seeds]
-    if any(loss is None or excess is None for loss, excess in runs):
+    if any(loss is None or excess is None for loss, excess, _ in runs):
         return None
-    losses = [float(loss) for loss, _ in runs]  # type: ignore[arg-type]
-    excess = [float(x) for _, x in runs]  # type: ignore[arg-type]
-    return Band(seeds=seeds, losses=losses, floors=[a - b for a, b in zip(losses, excess)], excess=excess)
+    losses = [float(loss) for loss, _, _ in runs]  # type: ignore[arg-type]
+    excess = [float(x) for _, x, _ in runs]  # type: ignore[arg-type]
+    goodputs = [float(g) for _, _, g in runs if g is not None]
+    return Band(seeds=seeds, losses=losses, floors=[a - b for a, b in zip(losses, excess)], excess=excess,
+                goodputs=goodputs if len(goodputs) == len(runs) else [])
 
 
 def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[Planned] | None = None) -> SimResult:
@@ -427,7 +432,8 @@ def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[P
     base = baseline_loss(scenario, opts) if judged else None
     band = baseline_band(scenario, opts) if judged else None
     verdicts = run_checks(CheckInput(history, RunFacts.of(scenario), scenario.checks, base,
-                                     baseline_band=tuple(band.excess) if band else (), audit_files=sim.audit.files))
+                                     baseline_band=tuple(band.excess) if band else (), audit_files=sim.audit.files,
+                                     baseline_goodput=tuple(band.goodputs) if band else ()))
     status, code = overall(verdicts)
     if timed_out:
         status, code = "timeout", 2
