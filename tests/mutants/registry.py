@@ -7,6 +7,12 @@ the importing module, so ``trainer.core.syncer_state.token_weight`` is patched, 
 the simulated trainer. Every patch is at function or method granularity: a mutant wraps or replaces one helper,
 never a copy of a large method (``SyncerState.merge`` calls the helpers patched here).
 
+Each mutant says where the suite applies it (:attr:`Mutant.modes`): ``sim``, deterministic mode's one process
+(:mod:`tests.mutants.runner`, per change); ``real``, the syncer and learner processes of a real run
+(:mod:`tests.mutants.real`, nightly: tests/nightly/test_mutants_real.py). A patch of ``chaos.sim`` means nothing to a
+real process and one of the gRPC shells (``trainer.syncer``, ``trainer.learner``, ``trainer.training``) nothing to
+deterministic mode; the shared core (``trainer.core``) means the same in both (:data:`PATCH_MODES`).
+
 Example:
     >>> m = MUTANTS_BY_NAME["uniform_weights"]
     >>> m.mechanism, [s.label for s in m.scenarios]
@@ -24,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Iterator
@@ -48,6 +55,30 @@ MECHANISMS: tuple[str, ...] = (
     "data position",
     "NaN and outlier guards",
 )
+
+MODES = ("sim", "real")  # deterministic mode's one process; the syncer's and learners' processes of a real run
+SIM, REAL, BOTH = ("sim",), ("real",), ("sim", "real")
+
+# Where a patch of a module means something, by the module's dotted prefix (the longest that matches wins).
+PATCH_MODES: dict[str, frozenset[str]] = {
+    "chaos.sim": frozenset(SIM),  # the simulated nodes and runner: no real process runs them
+    "trainer.core": frozenset(BOTH),  # the pure core, shared by the gRPC shells and deterministic mode
+    "trainer": frozenset(REAL),  # the gRPC shells and the learner's JAX setup: deterministic mode runs none of it
+}
+
+
+def patch_modes(module: str) -> frozenset[str]:
+    """Where a patch of ``module`` means something.
+
+    >>> sorted(patch_modes("trainer.core.syncer_state")), sorted(patch_modes("trainer.syncer"))
+    (['real', 'sim'], ['real'])
+    >>> sorted(patch_modes("chaos.sim.nodes"))
+    ['sim']
+    """
+    best = max((p for p in PATCH_MODES if module == p or module.startswith(p + ".")), key=len, default=None)
+    if best is None:
+        raise ValueError(f"a mutant patch of {module}: no mode is known for it (add it to PATCH_MODES)")
+    return PATCH_MODES[best]
 
 
 @dataclass(frozen=True)
@@ -100,12 +131,20 @@ class Patch:
             raise AttributeError(f"mutant patch {self.target}: no such attribute (renamed?)")
         return owner, name
 
+    @property
+    def modes(self) -> frozenset[str]:
+        """Where this patch means something (:data:`PATCH_MODES`, by the patched module)."""
+        return patch_modes(self.module)
+
     @contextmanager
-    def applied(self) -> Iterator[None]:
+    def applied(self, observe: Callable[[str], None] | None = None) -> Iterator[None]:
+        """The patch in force; ``observe(target)`` is called each time the replacement is (real processes record
+        that the mutated code ran: :mod:`tests.mutants.real`)."""
         owner, name = self._owner()
         own = name in vars(owner)
         static = inspect.getattr_static(owner, name)
-        setattr(owner, name, self.make(getattr(owner, name)))
+        replacement = self.make(getattr(owner, name))
+        setattr(owner, name, replacement if observe is None else _observed(replacement, lambda: observe(self.target)))
         try:
             yield
         finally:
@@ -128,18 +167,41 @@ class Mutant:
     # unmutated one: its runs share the unmutated fault-free baselines (3 seeds of parity's band) instead of
     # recomputing them. Claimed here, verified by runner.fault_free_unchanged (the matrix and the per-change tier).
     fault_free_unchanged: bool = False
+    # Where the suite applies it: "sim" (deterministic mode, per change), "real" (the processes of a real run,
+    # nightly). Never where a patch means nothing (PATCH_MODES); "real" only with fault_free_unchanged, since the
+    # real tier judges it against the unmutated fault-free baselines (a core mutant that changes fault-free runs
+    # stays "sim": on real processes its three baselines would have to run it too, ~3.5 min each, for the core
+    # code the per-change tier already runs).
+    modes: tuple[str, ...] = ("sim",)
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
             raise ValueError(f"mutant {self.name}: unknown mechanism {self.mechanism!r}")
         if not self.scenarios or not self.patches:
             raise ValueError(f"mutant {self.name}: needs a scenario and a patch")
+        if not self.modes or set(self.modes) - set(MODES):
+            raise ValueError(f"mutant {self.name}: modes {self.modes!r} not a non-empty subset of {MODES}")
+        for p in self.patches:
+            if set(self.modes) - p.modes:
+                raise ValueError(f"mutant {self.name}: {p.target} means nothing in mode(s) "
+                                 f"{sorted(set(self.modes) - p.modes)}")
+        if "real" in self.modes and not self.fault_free_unchanged:
+            raise ValueError(f"mutant {self.name}: a real-process mutant must be fault_free_unchanged (the real tier "
+                             "shares the unmutated fault-free baselines)")
+
+    @contextmanager
+    def patched(self, observe: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Its patches in force, nothing else (what a real process applies for its lifetime)."""
+        with _all(self.patches, observe):
+            yield
 
     @contextmanager
     def applied(self, share_baselines: bool | None = None) -> Iterator[None]:
         """The mutant in force: its patches, and deterministic mode's memoised fault-free baselines set aside (a
         mutant's baseline runs the mutant too, as a real run's baseline runs the same build) unless they are shared
         (``share_baselines``; default: :attr:`fault_free_unchanged`)."""
+        if "sim" not in self.modes:
+            raise ValueError(f"mutant {self.name} applies to real processes only (tests/mutants/real.py)")
         import chaos.sim.runner as runner
 
         if not hasattr(runner, "_BASELINES"):
@@ -149,19 +211,40 @@ class Mutant:
         if not share:
             runner._BASELINES = {}
         try:
-            with _all(self.patches):
+            with self.patched():
                 yield
         finally:
             runner._BASELINES = saved
 
 
 @contextmanager
-def _all(patches: tuple[Patch, ...]) -> Iterator[None]:
+def _all(patches: tuple[Patch, ...], observe: Callable[[str], None] | None = None) -> Iterator[None]:
     if not patches:
         yield
         return
-    with patches[0].applied(), _all(patches[1:]):
+    with patches[0].applied(observe), _all(patches[1:], observe):
         yield
+
+
+def _observed(replacement: Any, hit: Callable[[], None]) -> Any:
+    """``replacement`` calling ``hit()`` first on each call (a classmethod's function likewise); anything not a
+    function as is.
+
+    >>> calls = []
+    >>> f = _observed(lambda x: x + 1, lambda: calls.append(1))
+    >>> f(1), f(2), len(calls)
+    (2, 3, 2)
+    """
+    if isinstance(replacement, classmethod):
+        return classmethod(_observed(replacement.__func__, hit))
+    if not inspect.isfunction(replacement):
+        return replacement
+
+    @functools.wraps(replacement)
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        hit()
+        return replacement(*args, **kwargs)
+    return observed
 
 
 def refs(*names: str) -> tuple[ScenarioRef, ...]:
@@ -170,6 +253,7 @@ def refs(*names: str) -> tuple[ScenarioRef, ...]:
 
 SS = "trainer.core.syncer_state"
 NODES = "chaos.sim.nodes"
+LEARNER, SYNCER_SHELL, TRAINING = "trainer.learner", "trainer.syncer", "trainer.training"  # the shells (real only)
 
 # A corrupt learner that sends random bit patterns (mostly finite, absurd magnitudes): the outlier guard's case.
 # corrupt-learner's own schedule with mode garbage instead of nan.
@@ -366,6 +450,59 @@ def _no_norm_check(check_norm: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+# ---- the gRPC shells' replacements (real processes only) -------------------------------------------------------
+
+def _join_keeps_initial_weights(join: Callable[..., Any]) -> Callable[..., Any]:
+    """Learner.join that fetches (and logs) the global state, then trains a restarted incarnation from its initial
+    weights. A first incarnation (incarnation_index 0, every learner of a fault-free run) is left as it is."""
+    def mutant(self: Any, fetch_state: bool) -> None:
+        join(self, fetch_state)
+        if fetch_state and self.incarnation_index > 0:  # BUG: the fetched state is not loaded on a rejoin
+            import jax.numpy as jnp
+
+            init = self.setup.init_params()
+            self.base = {n: init[n].copy() for n in self.base}
+            self.params = {n: jnp.asarray(init[n]) for n in self.base}
+    return mutant
+
+
+def _stream_of_first_incarnation(batches: Callable[..., Any]) -> Callable[..., Any]:
+    """TrainingSetup.batches that ignores the incarnation index: a restarted learner replays its first stream."""
+    def mutant(self: Any, learner_id: str, incarnation_index: int) -> Any:
+        return batches(self, learner_id, 0)  # BUG: the data position (the join's incarnation index) is dropped
+    return mutant
+
+
+def _load_previous_checkpoint(load_latest: Callable[..., Any]) -> Callable[..., Any]:
+    """trainer.checkpoint.load_latest as the syncer shell sees it, picking the checkpoint before the newest. A fresh
+    syncer (no checkpoint: a fault-free run's only start) gets None as before."""
+    def mutant(directory: Any) -> Any:
+        from trainer.checkpoint import list_checkpoints, read_checkpoint
+
+        newest = load_latest(directory)
+        if newest is None:
+            return None
+        older = [p for p in list_checkpoints(directory) if p.name < newest[2].name]
+        if not older:
+            return newest
+        arrays, meta = read_checkpoint(older[-1])  # BUG: e.g. a sort that takes [-2] for the newest
+        return arrays, meta, older[-1]
+    return mutant
+
+
+def _load_without(*keys: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """load_latest as the syncer shell sees it, dropping metadata fields (a reader that keeps an older schema's)."""
+    def make(load_latest: Callable[..., Any]) -> Callable[..., Any]:
+        def mutant(directory: Any) -> Any:
+            got = load_latest(directory)
+            if got is None:
+                return None
+            arrays, meta, path = got
+            return arrays, {k: v for k, v in meta.items() if k not in keys}, path  # BUG: fields not read back
+        return mutant
+    return make
+
+
 # ---- the registry ---------------------------------------------------------------------------------------------
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -375,7 +512,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("momentum_not_restored", "outer optimizer state",
            "a restored syncer starts its outer momentum afresh: the checkpoint's optimizer state is not read back",
            refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without_momentum),),
-           fault_free_unchanged=True),
+           fault_free_unchanged=True, modes=BOTH),
     Mutant("contribution_dropped", "merge arithmetic",
            "an off-by-one slice drops the last contribution of a round from the merge; participants still list it",
            refs("straggler", "partition-one"), (Patch(SS, "merge_fragment", _drop_last_contribution),)),
@@ -418,13 +555,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("restore_clock_lost", "restore",
            "a restored syncer's step clock is not read back: it starts again at step 0",
            refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without("clock")),),
-           fault_free_unchanged=True),
+           fault_free_unchanged=True, modes=BOTH),
     Mutant("restore_ledger_lost", "restore",
            "a restored syncer's token ledger (tokens_by_incarnation) is not read back: tokens of incarnations that "
            "ended before the crash are forgotten, and the run trains past its budget",
            (SYNCER_CRASH_AFTER_KILL,),
            (Patch(SS, "SyncerState.from_checkpoint", _restore_without("tokens_by_incarnation")),),
-           fault_free_unchanged=True),
+           fault_free_unchanged=True, modes=BOTH),
     Mutant("restore_older_checkpoint", "restore",
            "the restart picks the checkpoint before the newest (e.g. a wrong sort), and skips versions for one",
            refs("syncer-crash"), (Patch(NODES, "SyncerNode._checkpoint", _keep_checkpoints),
@@ -448,13 +585,39 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("nan_guard_off", "NaN and outlier guards",
            "an upload's body is not checked for NaN/Inf (only its header is): NaN updates reach the merge",
            refs("corrupt-learner"), (Patch(SS, "SyncerState.submit", _skip_upload_nan_check),),
-           fault_free_unchanged=True),
+           fault_free_unchanged=True, modes=BOTH),
     Mutant("outlier_guard_off", "NaN and outlier guards",
            "the outlier-norm guard is off: finite garbage of absurd magnitude is merged",
            (CORRUPT_GARBAGE,), (Patch(SS, "SyncerState._check_norm", _no_norm_check),),
-           fault_free_unchanged=True),
+           fault_free_unchanged=True, modes=BOTH),
+    # The gRPC shells' own defects: real processes only (deterministic mode runs none of this code).
+    Mutant("shell_rejoin_from_init", "rejoin state fetch",
+           "the learner shell fetches (and logs) the global state on a rejoin, then trains from its initial weights",
+           refs("kill-and-rejoin", "rolling-restarts"), (Patch(LEARNER, "Learner.join", _join_keeps_initial_weights),),
+           fault_free_unchanged=True, modes=REAL),
+    Mutant("shell_data_replayed", "data position",
+           "the learner shell builds a restarted incarnation's data stream without its incarnation index: it "
+           "replays its first incarnation's data",
+           refs("kill-and-rejoin", "rolling-restarts"),
+           (Patch(TRAINING, "TrainingSetup.batches", _stream_of_first_incarnation),),
+           fault_free_unchanged=True, modes=REAL),
+    Mutant("shell_restore_no_version_skip", "restore",
+           "the syncer shell restores without skipping its versions ahead: it reissues versions it had handed out",
+           refs("syncer-crash"), (Patch(SYNCER_SHELL, "restore_version_skip", _no_version_skip),),
+           fault_free_unchanged=True, modes=REAL),
+    Mutant("shell_restore_older_checkpoint", "restore",
+           "the syncer shell restores the checkpoint before the newest (and skips versions for the one it missed)",
+           refs("syncer-crash"), (Patch(SYNCER_SHELL, "load_latest", _load_previous_checkpoint),),
+           fault_free_unchanged=True, modes=REAL),
+    Mutant("shell_restore_field_dropped", "restore",
+           "the syncer shell's checkpoint reader drops a field (merged_keys): a restored syncer forgets which "
+           "uploads it merged",
+           refs("syncer-crash"), (Patch(SYNCER_SHELL, "load_latest", _load_without("merged_keys")),),
+           fault_free_unchanged=True, modes=REAL),
 )
 
 MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
 if len(MUTANTS_BY_NAME) != len(MUTANTS):
     raise ValueError("two mutants share a name")
+SIM_MUTANTS: tuple[Mutant, ...] = tuple(m for m in MUTANTS if "sim" in m.modes)  # the per-change tier and matrix
+REAL_MUTANTS: tuple[Mutant, ...] = tuple(m for m in MUTANTS if "real" in m.modes)  # the nightly real tier

@@ -5,7 +5,8 @@ mutant changed the run at all (its history against the unmutated run's, bit for 
 exactly, so any difference is the mutant's). A mutant is *caught* when some check FAILs on one of its cells.
 
 ``.venv/bin/python -m tests.mutants`` runs the whole matrix (:mod:`tests.mutants.__main__`); the per-change tier
-(``tests/mutants/test_mutants*.py``) runs each mutant on its first scenario.
+(``tests/mutants/test_mutants*.py``) runs each mutant on its first scenario. Deterministic mode only: the mutants of
+:data:`~tests.mutants.registry.SIM_MUTANTS` (real-process ones run nightly, :mod:`tests.mutants.real`).
 
 Example (a matrix cell over seeds):
     >>> _mark(["pass", "pass"]), _mark(["fail", "fail"]), _mark(["pass", "fail"]), _mark([])
@@ -22,7 +23,7 @@ from typing import Any
 
 from chaos.checkers import CHECKERS
 from chaos.sim import SimOptions, simulate
-from tests.mutants.registry import MUTANTS, Mutant, ScenarioRef
+from tests.mutants.registry import SIM_MUTANTS, Mutant, ScenarioRef
 from trainer import events as ev
 
 UNMUTATED = "(unmutated)"
@@ -168,7 +169,7 @@ class Matrix:
         }
 
 
-def run_matrix(mutants: Sequence[Mutant] = MUTANTS, seeds: Sequence[int] = (0,), progress: Any = None) -> Matrix:
+def run_matrix(mutants: Sequence[Mutant] = SIM_MUTANTS, seeds: Sequence[int] = (0,), progress: Any = None) -> Matrix:
     """The unmutated runs of every scenario the mutants reach, then every mutant on its scenarios."""
     t0 = time.perf_counter()
     matrix = Matrix(list(seeds), run_unmutated(scenario_refs(mutants), seeds))

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mutants.registry import MUTANTS
+from tests.mutants.registry import SIM_MUTANTS
 from tests.mutants.test_mutants import judge, runs_here
 
 pytestmark = pytest.mark.chaos_simulation
 
 
-@pytest.mark.parametrize("name", [m.name for m in MUTANTS if runs_here(m, rounds=True)])
+@pytest.mark.parametrize("name", [m.name for m in SIM_MUTANTS if runs_here(m, rounds=True)])
 def test_round_mutant_is_caught(name: str) -> None:
     judge(name)
 
 
 def test_the_two_modules_run_every_mutant_once() -> None:
-    here = {m.name for m in MUTANTS if runs_here(m, rounds=True)}
-    there = {m.name for m in MUTANTS if runs_here(m, rounds=False)}
-    assert here and there and not here & there and here | there == {m.name for m in MUTANTS}
+    here = {m.name for m in SIM_MUTANTS if runs_here(m, rounds=True)}
+    there = {m.name for m in SIM_MUTANTS if runs_here(m, rounds=False)}
+    assert here and there and not here & there and here | there == {m.name for m in SIM_MUTANTS}
