@@ -100,16 +100,24 @@ def test_every_mechanism_has_a_mutant_and_every_list_names_real_ones() -> None:
 
 
 def test_no_package_module_can_reach_the_mutants() -> None:
-    """Test machinery only: no module of the installed packages imports tests.mutants (read with ast)."""
-    reaching = []
+    """Test machinery only: no module of the installed packages imports tests.mutants (read with ast), and none
+    names the real-process hook's variables or directory (tests/mutants/real.py): a user's config or environment
+    handled by the packages can never select a mutant; only a test that sets them for its children can."""
+    from tests.mutants.real import ENV_LOG, ENV_MUTANT
+
+    reaching, naming = [], []
     for pkg in ("trainer", "faults", "chaos", "benchmarks"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
+            text = path.read_text()
+            for node in ast.walk(ast.parse(text)):
                 names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                          [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 if any(n == "tests" or n.startswith("tests.") for n in names):
                     reaching.append(str(path.relative_to(ROOT)))
+            if any(word in text for word in (ENV_MUTANT, ENV_LOG, "mutants/inject", "sitecustomize")):
+                naming.append(str(path.relative_to(ROOT)))
     assert not reaching, f"{sorted(set(reaching))} import the tests package"
+    assert not naming, f"{naming} name the mutant hook's variables or directory"
 
 
 def test_the_docs_show_the_recorded_matrix_of_every_mutant() -> None:
