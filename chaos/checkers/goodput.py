@@ -58,7 +58,8 @@ def compute_goodput(events: list[ev.Event], num_fragments: int) -> float | None:
 
 
 IN_FLIGHT_ROUNDS = 2  # rounds of a learner's steps a fault may catch unsynced (each fragment's since its last sync)
-NOISE = 0.2  # a run's goodput below its fault-free seeds' lowest by this share, outside faults' reach, fails
+NOISE = 0.3  # a run's goodput below its fault-free seeds' lowest by this share, outside faults' reach, fails (real
+# built-ins at seed 0 measured 1.23-1.40x the bound at 0.2, 2026-12-04: a loaded machine needs more room)
 
 
 def exposed_tokens(inp: CheckInput, trained: dict[str, int]) -> dict[str, int]:

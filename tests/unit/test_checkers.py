@@ -696,22 +696,22 @@ def _judged(h: History, baseline_goodput: tuple[float, ...]) -> Verdict:
 
 
 def test_goodput_is_bounded_by_the_fault_free_runs_outside_faults() -> None:
-    """No fault touched learner-0's training: it must merge about what the fault-free runs did (80% × (1 − 0.2)),
+    """No fault touched learner-0's training: it must merge about what the fault-free runs did (80% × (1 − 0.3)),
     not just the 10% floor. Negative control: the same 40% passes against the floor alone."""
     h = _goodput_history(400, num_merges=1)
     assert _judged(h, ()).status == "pass"
     v = _judged(h, (0.8, 0.85))
-    assert v.status == "fail" and v.evidence["derived_min"] == pytest.approx(0.8 * 0.8), v
+    assert v.status == "fail" and v.evidence["derived_min"] == pytest.approx(0.8 * 0.7), v
     assert "fault-free runs' lowest 80.0%" in v.summary and v.evidence["exposed_share"] == 0
     assert _judged(_goodput_history(400, num_merges=2), (0.8, 0.85)).status == "pass"
 
 
 def test_goodput_bound_forgives_what_a_fault_exposed() -> None:
     """A partition over the second half of learner-0's training (it never uploads again) exposes that half: the
-    bound falls to 80% × (1 − ½) × 0.8 = 32%, and 40% passes."""
+    bound falls to 80% × (1 − ½) × 0.7 = 28%, and 40% passes."""
     h = _goodput_history(400, num_merges=1)
     h = History(records=sorted(h.records + fault("f1", "partition", ["learner-0"], 3.0, 6.0),
                                key=lambda r: r.ts), events=h.events)
     v = _judged(h, (0.8,))
     assert v.evidence["exposed_share"] == pytest.approx(0.5, abs=0.01), v.evidence
-    assert v.status == "pass" and v.evidence["derived_min"] == pytest.approx(0.32, abs=0.01), v
+    assert v.status == "pass" and v.evidence["derived_min"] == pytest.approx(0.28, abs=0.01), v
