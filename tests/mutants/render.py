@@ -32,10 +32,26 @@ from benchmarks.common import markdown_table
 from tests.mutants.runner import _mark as runner_mark
 
 DOC = Path("docs/scenarios-and-checks.md")
-BEGIN = ("<!-- mutants:begin (rendered from benchmarks/results/mutants.json by "
-         "`.venv/bin/python -m tests.mutants.render`; do not edit by hand) -->")
-END = "<!-- mutants:end -->"
-SECTION = re.compile(r"<!-- mutants:begin[^\n]*-->\n.*?<!-- mutants:end -->", re.S)
+
+
+def begin(name: str = "mutants", source: str = "benchmarks/results/mutants.json",
+          command: str = "`.venv/bin/python -m tests.mutants.render`") -> str:
+    """The opening marker of a rendered table (``name``: mutants, the deterministic matrix; mutants-real, the real
+    processes' one, :mod:`tests.mutants.real_matrix`)."""
+    return f"<!-- {name}:begin (rendered from {source} by {command}; do not edit by hand) -->"
+
+
+def end(name: str = "mutants") -> str:
+    return f"<!-- {name}:end -->"
+
+
+def _section(name: str) -> re.Pattern[str]:
+    return re.compile(rf"<!-- {re.escape(name)}:begin[^\n]*-->\n.*?<!-- {re.escape(name)}:end -->", re.S)
+
+
+BEGIN, END, SECTION = begin(), end(), _section("mutants")
+COMMANDS = {"mutants": "`.venv/bin/python -m tests.mutants.render`",
+            "mutants-real": "`.venv/bin/python -m tests.mutants.real_matrix DIR --render`"}
 
 
 def _mark(statuses: list[str]) -> str:
@@ -79,19 +95,21 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def section(doc: dict[str, Any]) -> str:
-    return f"{BEGIN}\n{markdown(doc)}\n{END}"
+def section(doc: dict[str, Any], name: str = "mutants", source: str = "benchmarks/results/mutants.json") -> str:
+    return f"{begin(name, source, COMMANDS[name])}\n{markdown(doc)}\n{end(name)}"
 
 
-def rendered(text: str, doc: dict[str, Any]) -> str:
-    """``text`` with its marked section replaced by the matrix of ``doc``."""
-    if not SECTION.search(text):
-        raise ValueError(f"no '{BEGIN[:20]}…' … '{END}' markers in the document")
-    return SECTION.sub(lambda _: section(doc), text, count=1)
+def rendered(text: str, doc: dict[str, Any], name: str = "mutants",
+             source: str = "benchmarks/results/mutants.json") -> str:
+    """``text`` with its section ``name`` replaced by the matrix of ``doc``."""
+    if not _section(name).search(text):
+        raise ValueError(f"no '<!-- {name}:begin …' … '{end(name)}' markers in the document")
+    return _section(name).sub(lambda _: section(doc, name, source), text, count=1)
 
 
-def update_docs(doc: dict[str, Any], path: Path = DOC) -> Path:
-    path.write_text(rendered(path.read_text(), doc))
+def update_docs(doc: dict[str, Any], path: Path = DOC, name: str = "mutants",
+                source: str = "benchmarks/results/mutants.json") -> Path:
+    path.write_text(rendered(path.read_text(), doc, name, source))
     return path
 
 

@@ -131,3 +131,20 @@ def test_the_docs_show_the_recorded_matrix_of_every_mutant() -> None:
     assert recorded == sim, f"mutants.json is stale: {sorted(recorded ^ sim)}"
     text = (ROOT / render.DOC).read_text()
     assert render.rendered(text, doc) == text, "docs/scenarios-and-checks.md is stale: python -m tests.mutants.render"
+
+
+def test_the_docs_show_the_recorded_real_process_matrix() -> None:
+    """The nightly's real-process matrix (tests/mutants/real_matrix.py) is recorded for every real mutant, each caught,
+    and docs/scenarios-and-checks.md shows what it renders to."""
+    import json
+
+    from tests.mutants.real_matrix import NAME, RESULTS_PATH as REAL_PATH
+    from tests.mutants.registry import REAL_MUTANTS
+
+    doc = json.loads((ROOT / REAL_PATH).read_text())
+    recorded = {m["name"] for m in doc["results"]["mutants"]}
+    assert recorded == {m.name for m in REAL_MUTANTS}, f"mutants_real.json is stale: {sorted(recorded)}"
+    assert not doc["results"]["survivors"], doc["results"]["survivors"]
+    text = (ROOT / render.DOC).read_text()
+    assert render.rendered(text, doc, NAME, str(REAL_PATH)) == text, \
+        "docs/scenarios-and-checks.md is stale: python -m tests.mutants.real_matrix DIR --render"
