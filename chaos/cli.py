@@ -236,7 +236,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from chaos.search import DEFAULT_CHECKS, find_failure
-    from chaos.strategies import fault_schedules
+    from chaos.strategies import FaultSchedule, fault_schedules
     from faults.kinds import LOCAL_KINDS
 
     s = _load(args.template, None, args.set)
@@ -251,9 +251,11 @@ def cmd_search(args: argparse.Namespace) -> int:
                                max_down=args.max_down, min_quorum=a.min_quorum or 1)
     print(f"searching {args.examples} schedules of up to {args.max_faults} fault(s) ({', '.join(kinds)}) "
           f"for a failure of {', '.join(checks)}; seed {args.seed}", flush=True)
-    found = find_failure(s, schedules=strategy, checks=checks, max_examples=args.examples, seed=args.seed)
+    simulated: list[FaultSchedule] = []
+    found = find_failure(s, schedules=strategy, checks=checks, max_examples=args.examples, seed=args.seed,
+                         on_example=lambda schedule, _: simulated.append(schedule))
     if found is None:
-        print(f"no failing schedule in {args.examples} examples")
+        print(f"no failing schedule in {len(simulated)} simulated schedule(s)")
         return EXIT_PASS
     out = Path(args.out or f"{s.name}-repro.yaml")
     found.write(out)

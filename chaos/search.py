@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,8 +69,10 @@ class Found:
 
 def find_failure(template: Scenario, *, schedules: SearchStrategy[FaultSchedule] | None = None,
                  checks: tuple[str, ...] = DEFAULT_CHECKS, opts: SimOptions | None = None,
-                 max_examples: int = 200, seed: int = 0) -> Found | None:
-    """The minimal schedule (after shrinking) whose simulated run fails one of ``checks``; None if none failed."""
+                 max_examples: int = 200, seed: int = 0,
+                 on_example: Callable[[FaultSchedule, bool], None] | None = None) -> Found | None:
+    """The minimal schedule (after shrinking) whose simulated run fails one of ``checks``; None if none failed.
+    ``on_example(schedule, failed)`` hears of every schedule simulated (a search that ran nothing proves nothing)."""
     opts = opts or SimOptions()
     outer_s = outer_step_seconds(template, opts.step_time_s)
     strategy = schedules if schedules is not None else fault_schedules(learners=template.cluster.algorithm.num_learners,
@@ -78,7 +81,10 @@ def find_failure(template: Scenario, *, schedules: SearchStrategy[FaultSchedule]
 
     def fails(schedule: FaultSchedule) -> bool:
         count[0] += 1
-        return bool(simulate(to_scenario(template, schedule, outer_s), opts).failed(*checks))
+        failed = bool(simulate(to_scenario(template, schedule, outer_s), opts).failed(*checks))
+        if on_example is not None:
+            on_example(schedule, failed)
+        return failed
 
     try:
         minimal = find(strategy, fails, random=random.Random(seed),

@@ -136,5 +136,19 @@ def test_the_fixture_gives_up_naming_the_lock(tmp_path: Path) -> None:
         holder.wait(10)
 
 
-def test_no_lock_file_no_wait(tmp_path: Path) -> None:
-    wait_for_a_build_under_way(tmp_path / "never-built.lock", timeout_s=0.0)
+def test_no_build_under_way_no_wait(tmp_path: Path) -> None:
+    """With a timeout of 0 any wait fails (the fixture's own assertion), so returning is the check: no lock file
+    (never built) or a lock nobody holds (a build that ended) lets the tests run at once."""
+    missing = tmp_path / "never-built.lock"
+    wait_for_a_build_under_way(missing, timeout_s=0.0)
+    assert not missing.exists(), "waiting must not create the build's lock"
+    ended = tmp_path / "built.lock"
+    ended.touch()
+    wait_for_a_build_under_way(ended, timeout_s=0.0)
+    holder = _holder(ended, tmp_path / "release")  # negative control: a held lock with no time to wait fails
+    try:
+        with pytest.raises(AssertionError, match="held"):
+            wait_for_a_build_under_way(ended, timeout_s=0.0)
+    finally:
+        (tmp_path / "release").touch()
+        holder.wait(10)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from faults.network import Partition
@@ -27,9 +30,28 @@ def test_partition_by_hand_on_a_fixture_cluster(chaos_cluster, chaos_toxiproxy) 
     assert all(cluster.alive(u) for u in ("syncer", "learner-0", "learner-1"))
 
 
-def test_the_fixture_left_no_proxy_and_no_process(chaos_toxiproxy) -> None:
-    """Runs after the test above (same module, file order): its cluster was torn down."""
-    assert [n for n in chaos_toxiproxy.client().proxies() if n.startswith("pytest-")] == []
+def test_the_fixture_leaves_no_proxy_and_no_process(pytester: pytest.Pytester, toxiproxy_server) -> None:
+    """An inner session brings a cluster up with the fixture and records its proxies' tag and processes; once that
+    session ended (its teardown ran), none of them is left. Standalone: it needs no other test to have run first."""
+    record = pytester.path / "cluster.json"
+    pytester.makepyfile(f'''
+import json
+
+
+def test_bring_up(chaos_cluster, chaos_toxiproxy):
+    c = chaos_cluster({{"token_budget": 10_000_000, "algorithm": {{"num_learners": 2}}}})
+    proxies = [n for n in chaos_toxiproxy.client().proxies() if n.startswith(c.tag)]
+    pids = [p.pid for p in c.procs.procs.values()]
+    assert len(proxies) == 2 and len(pids) == 3 and all(c.alive(u) for u in ("syncer", "learner-0", "learner-1"))
+    open({str(record)!r}, "w").write(json.dumps({{"tag": c.tag, "pids": pids}}))
+''')
+    pytester.runpytest("-p", "no:cacheprovider", "--chaos-toxiproxy-url", toxiproxy_server.url).assert_outcomes(
+        passed=1)
+    made = json.loads(record.read_text())
+    assert [n for n in toxiproxy_server.client().proxies() if n.startswith(made["tag"])] == []
+    for pid in made["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # stopped and reaped
 
 
 def test_chaos_toxiproxy_reuses_a_running_server(pytester: pytest.Pytester, toxiproxy_server,

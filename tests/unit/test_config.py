@@ -35,7 +35,17 @@ def test_shipped_config_files_validate():
     assert files, "expected at least one config under configs/"
     for f in files:
         cfg = load_config(f)
-        assert isinstance(cfg, RunConfig)
+        dumped = cfg.model_dump(mode="json")
+
+        def leaves(tree: dict, path: tuple[str, ...] = ()):
+            for k, v in tree.items():
+                yield from leaves(v, (*path, k)) if isinstance(v, dict) else [((*path, k), v)]
+
+        for path, want in leaves(yaml.safe_load(f.read_text())):  # every value the file sets is the config's
+            got = dumped
+            for k in path:
+                got = got[k]
+            assert got == want, f"{f.name}: {'.'.join(path)} is {got!r}, the file says {want!r}"
 
 
 # ---- mode presets (the docstring table) ---------------------------------------------
