@@ -86,8 +86,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import hashlib
-import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,6 +96,7 @@ import numpy as np
 
 from trainer.core import claims
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
+from trainer.core.checkpoint_meta import CheckpointMeta
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.inflight import held_merge_time, hold_seconds
@@ -895,63 +894,49 @@ class SyncerState:
         for p, st in enumerate(self.opt_states):
             for i, leaf in enumerate(jax.tree_util.tree_leaves(st)):
                 arrays[f"opt/{p}/{i}"] = np.asarray(leaf)
-        return arrays, self._meta()
+        return arrays, self._meta().to_json()
 
     def state_digest(self, version_skip: int = 0) -> str:
         """Digest of everything a checkpoint's metadata holds (versions less ``version_skip``): a restored syncer's,
         taken with the skip it applied, equals the checkpoint's — nothing left out of the restore (merge audit)."""
-        meta = self._meta()
-        meta["versions"] = [v - version_skip for v in meta["versions"]]
-        return hashlib.sha256(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+        return self._meta().digest(version_skip)
 
-    def _meta(self) -> dict[str, Any]:
-        return {
-            "versions": list(self.versions),
-            "merges_total": self.merges_total,
-            "incarnation_counts": dict(self.incarnation_counts),
-            "tokens_by_incarnation": dict(self.tokens_by_incarnation),
-            "finished": self.finished,
-            "merged_norms": [dict(r) for r in self.merged_norms],
-            "merged_keys": sorted([list(k) for k in self.merged_keys]),
-            "clock": [self.clock.anchor_time, self.clock.anchor_step, self.clock.pace_s],
-            "last_round": list(self.last_round),
-            "late_carried": self.late_carried,
-        }
+    def _meta(self) -> CheckpointMeta:
+        return CheckpointMeta(
+            versions=tuple(self.versions), merges_total=self.merges_total,
+            incarnation_counts=dict(self.incarnation_counts), tokens_by_incarnation=dict(self.tokens_by_incarnation),
+            finished=self.finished, merged_norms=tuple(dict(r) for r in self.merged_norms),
+            merged_keys=frozenset(self.merged_keys),
+            clock=(self.clock.anchor_time, self.clock.anchor_step, self.clock.pace_s),
+            last_round=tuple(self.last_round), late_carried=self.late_carried)
 
     @classmethod
     def from_checkpoint(cls, policy: SyncerPolicy, fragments: tuple[Fragment, ...], arrays: Mapping[str, np.ndarray],
                         meta: Mapping[str, Any], version_skip: int) -> "SyncerState":
         """Restore; every version jumps ahead by ``version_skip`` (the checkpoint interval)."""
+        m = CheckpointMeta.from_json(meta, len(fragments))
         params = {k.split("/", 1)[1]: np.array(v) for k, v in arrays.items() if k.startswith("param/")}
         st = cls.create(policy, fragments, params)
         for p in range(len(fragments)):
             leaves, treedef = jax.tree_util.tree_flatten(st.opt_states[p])
             restored = [np.array(arrays[f"opt/{p}/{i}"]) for i in range(len(leaves))]
             st.opt_states[p] = jax.tree_util.tree_unflatten(treedef, restored)
-        versions = [int(v) for v in meta["versions"]]
-        if len(versions) != len(fragments):
-            raise ValueError(f"checkpoint has {len(versions)} fragments, the config {len(fragments)}")
-        st.versions = [v + version_skip for v in versions]
+        st.versions = [v + version_skip for v in m.versions]
         st.past_values = {}
         for fragment in range(len(fragments)):
             st._remember(fragment)
-        st.merges_total = int(meta["merges_total"])
+        st.merges_total = m.merges_total
         st.restored_from_merges = st.merges_total
-        st.incarnation_counts = {k: int(v) for k, v in meta.get("incarnation_counts", {}).items()}
-        st.tokens_by_incarnation = {k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()}
-        st.finished = bool(meta.get("finished", False))
-        st.merged_keys = {(str(a), str(b), int(c), int(d), int(e)) for a, b, c, d, e in meta.get("merged_keys", [])}
-        anchor_time, anchor_step, pace = meta.get("clock", [None, 0.0, 0.0])
+        st.incarnation_counts = dict(m.incarnation_counts)
+        st.tokens_by_incarnation = dict(m.tokens_by_incarnation)
+        st.finished = m.finished
+        st.merged_keys = set(m.merged_keys)
         # The clock runs on from the checkpoint: rounds keep their times, and the syncer's downtime passes as steps.
-        st.clock = StepClock(None if anchor_time is None else float(anchor_time), float(anchor_step), float(pace))
-        last_round = [int(r) for r in meta.get("last_round", [-1] * len(fragments))]
-        if len(last_round) != len(fragments):
-            raise ValueError(f"checkpoint has {len(last_round)} fragments' rounds, the config {len(fragments)}")
-        st.last_round = last_round
-        st.late_carried = int(meta.get("late_carried", 0))
-        norms = meta.get("merged_norms")  # absent in checkpoints from before per-learner references: start empty
-        if isinstance(norms, list) and len(norms) == len(fragments) and all(isinstance(r, dict) for r in norms):
-            st.merged_norms = [{str(k): float(x) for k, x in r.items()} for r in norms]
+        st.clock = StepClock(*m.clock)
+        st.last_round = list(m.last_round)
+        st.late_carried = m.late_carried
+        if m.merged_norms is not None:
+            st.merged_norms = [dict(r) for r in m.merged_norms]
         return st
 
     def copy_params(self) -> Tensors:
