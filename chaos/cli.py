@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from chaos.errors import ChaosError, ScenarioError
+from trainer.errors import DilocoChaosError
 from chaos.exit_codes import ExitCode
 from chaos.json_output import add_json_argument, emit_json, json_mode
 
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with json_mode(getattr(args, "json", None)):
             return args.fn(args)
-    except ChaosError as err:
+    except DilocoChaosError as err:  # the trainer's, the faults' and the harness's: a message, never a traceback
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

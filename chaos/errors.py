@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from trainer.errors import DilocoChaosError
 
-class ChaosError(Exception):
+
+class ChaosError(DilocoChaosError):
     """Base of every error the chaos controller raises on purpose."""
 
 

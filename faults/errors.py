@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from trainer.errors import DilocoChaosError
 
-class FaultError(Exception):
+
+class FaultError(DilocoChaosError):
     """Base of every error a fault injector raises on purpose."""
 
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 
-class TrainerError(Exception):
+class DilocoChaosError(Exception):
+    """Root of every error this project raises on purpose (trainer, faults, chaos): the CLI prints its message and
+    exits 2, never a traceback. Catch this to handle them all."""
+
+
+class TrainerError(DilocoChaosError):
     """Base of every error the trainer raises on purpose."""
 
 

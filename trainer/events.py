@@ -27,6 +27,8 @@ from typing import Annotated, Literal, TextIO, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from trainer.errors import TrainerError
+
 
 class _Event(BaseModel):
     # NaN/Inf are written as the JSON constants Python's json module also reads: a diverged
@@ -338,7 +340,7 @@ EVENT_KINDS: tuple[str, ...] = tuple(
 )
 
 
-class EventError(ValueError):
+class EventError(TrainerError, ValueError):
     """A line is not a valid event; the message names the file and line."""
 
 

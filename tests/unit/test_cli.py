@@ -58,3 +58,34 @@ def test_seed_override_changes_the_random_plan(capsys: pytest.CaptureFixture[str
     b = [p.record().model_dump(mode="json") for p in plan(_load("random-mix", seed=7))]
     assert a != b
     assert json.dumps(a) == json.dumps([p.record().model_dump(mode="json") for p in plan(_load("random-mix"))])
+
+
+def test_a_run_directory_with_a_corrupt_event_is_an_error_naming_the_line(tmp_path, capsys) -> None:
+    """A damaged events file is bad input: an error of the project's root naming the file and line, which the CLI
+    prints and exits 2 on (the test below). Before one exception root, `diloco-chaos report` on such a directory
+    ended in a traceback and exit 1, the code for a failed check."""
+    from chaos.history import History
+
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "learner-0.jsonl").write_text('{"kind": "merge", "ts": "x"}\n')
+    from trainer.errors import DilocoChaosError
+
+    with pytest.raises(DilocoChaosError, match=r"learner-0\.jsonl:1"):
+        History.read(tmp_path)
+
+
+@pytest.mark.parametrize("err", ["trainer.errors.ConfigError", "faults.errors.TargetError", "trainer.events.EventError",
+                                 "chaos.errors.ScenarioError", "trainer.core.fragments.FragmentationError"])
+def test_every_package_error_is_a_message_and_exit_2(err: str, monkeypatch, capsys) -> None:
+    import importlib
+
+    import chaos.cli
+
+    module, name = err.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+
+    def fails(args):
+        raise cls("what is wrong, and where")
+    monkeypatch.setattr(chaos.cli, "cmd_list", fails)
+    assert main(["list"]) == EXIT_ERROR
+    assert capsys.readouterr().err == "error: what is wrong, and where\n"

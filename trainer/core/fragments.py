@@ -18,8 +18,10 @@ import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from trainer.errors import TrainerError
 
-class FragmentationError(ValueError):
+
+class FragmentationError(TrainerError, ValueError):
     """The tensors cannot be split as asked (e.g. more fragments than tensors)."""
 
 
