@@ -245,8 +245,9 @@ def check_audit(inp: CheckInput) -> Verdict:
         recomputed += 1
         problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, {m.audit.file}): {p}"
                      for p in recompute(m, arrays, inp.facts.merge)]
-    evidence = {"merges": len(merges), "recomputed": recomputed, "lag_rounds_max": round(lag_rounds, 3), "kept_missing": missing, "learner_values": held,
-                "problems": len(problems), "first_problems": problems[:SHOWN]}
+    evidence = {"merges": len(merges), "recomputed": recomputed, "lag_rounds_max": round(lag_rounds, 3),
+                "kept_missing": missing, "learner_values": held, "problems": len(problems),
+                "first_problems": problems[:SHOWN]}
     if missing and recomputed:  # some kept files are there: the others were lost or damaged
         problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}): its kept file "
                      f"{m.audit.file} is missing or unreadable" for m in kept
