@@ -1,22 +1,45 @@
-"""Where a test tier's time goes: a JUnit file summed per test folder (docs/ci-tiers.md).
+"""Where a test tier's time goes, recorded and rendered (docs/ci-tiers.md, "Measuring a tier").
 
     DILOCO_JUNIT_DIR=J scripts/test -p no:cacheprovider     # or scripts/test --quick ..., scripts/nightly
-    .venv/bin/python -m benchmarks.tier_times J/*.xml [--slowest 3]
+    .venv/bin/python -m benchmarks.tier_times J/*.xml [--slowest 3]          # print the per-folder table
+    .venv/bin/python -m benchmarks.tier_times J/*.xml --log J/log --record per-change   # into the results file
+    .venv/bin/python -m benchmarks.tier_times --render     # draw benchmarks/results/tier_times.json into the doc
+    .venv/bin/python -m benchmarks.tier_times --check      # exit 1 if docs/ci-tiers.md is not what it renders to
 
 Each row is a folder's tests summed (doctests: one row, by package): how many, how many did not pass, the sum of
 their durations and the slowest. Under parallel workers (``-n 2``) the sums are per-test times, which add up to
-more than the wall time; the wall time is the script's ``tier:`` line.
+more than the wall time; the wall time is the ``real`` line of ``time`` in the tier's log (or the nightly's
+"finished … in M min S s" line), its parts the script's ``tier: <part> <seconds> s`` lines.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from benchmarks.common import markdown_table
+from benchmarks import rendered
+from benchmarks.common import machine, markdown_table
+
+RESULTS_PATH = Path("benchmarks/results/tier_times.json")
+DOC = Path("docs/ci-tiers.md")
+SECTION = "tier-times"
+RENDER_COMMAND = "`.venv/bin/python -m benchmarks.tier_times --render`"
+# The tiers in the order the doc shows them: how each is measured (the command --record stores unless told), and
+# its bar in minutes on the reference 2-core machine (docs/ci-tiers.md, "Sizing").
+TIERS: dict[str, dict[str, Any]] = {
+    "quick": {"measure": "( time DILOCO_JUNIT_DIR=J scripts/test --quick ) >J/log 2>&1", "bar_min": 3},
+    "per-change": {"measure": "git clone … && ( time CI=true DILOCO_JUNIT_DIR=J .ci/run ) >J/log 2>&1",
+                   "bar_min": 15},
+    "nightly": {"measure": "git clone … && ( time CI=true scripts/nightly ) >J/log 2>&1", "bar_min": 60},
+}
 
 
 @dataclass
@@ -81,18 +104,149 @@ def table(times: dict[str, FolderTime], slowest: int = 3) -> str:
     return markdown_table(["folder", "tests", "not passed", "minutes (summed)", "slowest"], rows)
 
 
+# ---- the results file: one measurement per tier, the latest ----------------------------------------------------------
+
+def parts_of(log: str) -> dict[str, int]:
+    """The ``tier: <part> <seconds> s`` lines of a tier's log (scripts/test prints one per part).
+
+    >>> parts_of("x\\ntier: setup 50 s\\n....\\ntier: pytest-cpu 169 s\\n")
+    {'setup': 50, 'pytest-cpu': 169}
+    """
+    return {m[1]: int(m[2]) for m in re.finditer(r"^tier: (\S+) (\d+) s$", log, re.M)}
+
+
+def wall_of(log: str) -> float | None:
+    """The tier's whole wall time: bash ``time``'s ``real`` line, else scripts/nightly's closing line.
+
+    >>> wall_of("...\\nreal\\t11m58.412s\\nuser\\t19m12.0s\\n"), wall_of("finished with status 0 in 39 min 59 s")
+    (718.412, 2399.0)
+    >>> wall_of("no timing") is None
+    True
+    """
+    if m := re.search(r"^real\s+(?:(\d+)m)?([\d.]+)s$", log, re.M):
+        return round(int(m[1] or 0) * 60 + float(m[2]), 3)
+    if m := re.search(r"finished with status \d+ in (\d+) min (\d+) s", log):
+        return float(int(m[1]) * 60 + int(m[2]))
+    return None
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def measurement(times: dict[str, FolderTime], log: str, command: str, note: str = "",
+                slowest: int = 3) -> dict[str, Any]:
+    """One tier's record: the command, commit, machine, whole and parts' wall time, and the folders' sums."""
+    return {"command": command, "commit": _git("rev-parse", "HEAD"),
+            "uncommitted": [line[3:] for line in _git("status", "--porcelain").splitlines() if line.strip()],
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+            "note": note, "whole_s": wall_of(log), "parts_s": parts_of(log),
+            "tests": sum(t.tests for t in times.values()), "not_passed": sum(t.not_passed for t in times.values()),
+            "folders": {name: {"tests": t.tests, "not_passed": t.not_passed, "seconds": round(t.seconds, 1),
+                               "slowest": [[round(s, 1), test] for s, test in sorted(t.each, reverse=True)[:slowest]]}
+                        for name, t in times.items()}}
+
+
+def record(tier: str, entry: dict[str, Any], path: Path = RESULTS_PATH) -> Path:
+    """``path`` with ``tier``'s measurement replaced by ``entry`` (the others kept)."""
+    doc = json.loads(path.read_text()) if path.exists() else {"tiers": {}}
+    doc["tiers"][tier] = entry
+    doc["tiers"] = {name: doc["tiers"][name] for name in [*TIERS, *sorted(set(doc["tiers"]) - set(TIERS))]
+                    if name in doc["tiers"]}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path
+
+
+# ---- the rendered tables ---------------------------------------------------------------------------------------------
+
+def _minutes(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The tiers' latest measurements, then where each one's time went (folders summed over workers).
+
+    >>> doc = {"tiers": {"quick": {"command": "t", "commit": "abc1234def", "uncommitted": [],
+    ...     "finished": "2026-12-03T22:00:00+00:00", "machine": {"cpus_usable": 2}, "note": "", "whole_s": 136,
+    ...     "parts_s": {"pytest-quick": 136}, "tests": 1204, "not_passed": 0,
+    ...     "folders": {"tests/unit": {"tests": 600, "not_passed": 0, "seconds": 72.0, "slowest": [[9.0, "t::x"]]}}}}}
+    >>> print(markdown(doc))
+    | tier | whole | bar | parts (wall) | tests | measured with | at | machine |
+    |---|---|---|---|---|---|---|---|
+    | quick | **2.3 min** | 3 min | pytest-quick 136 s | 1204 passed | `t` | abc1234, 2026-12-03 | 2 cores |
+    <BLANKLINE>
+    | tier | folder | tests | not passed | minutes (summed over workers) | slowest |
+    |---|---|---|---|---|---|
+    | quick | tests/unit | 600 | 0 | 1.2 | x 9 s |
+    """
+    rows, folders, notes = [], [], []
+    for name, t in doc["tiers"].items():
+        passed = f"{t['tests'] - t['not_passed']} passed" + (f", **{t['not_passed']} not passed**"
+                                                             if t["not_passed"] else "")
+        at = str(t.get("commit", ""))[:7] + (" + uncommitted" if t.get("uncommitted") else "")
+        cores = t.get("machine", {}).get("cpus_usable")
+        where = "; ".join(x for x in [f"{cores} cores" if cores else "", t.get("note", "")] if x)
+        bar = TIERS.get(name, {}).get("bar_min")
+        rows.append([name, f"**{_minutes(t.get('whole_s'))}**", f"{bar} min" if bar else "—",
+                     ", ".join(f"{part} {s:.0f} s" for part, s in t.get("parts_s", {}).items()) or "—",
+                     passed, f"`{t['command']}`", f"{at}, {t['finished'][:10]}", where or "—"])
+        for folder, f in t.get("folders", {}).items():
+            folders.append([name, folder, f.get("tests"), f.get("not_passed"), f"{f['seconds'] / 60:.1f}",
+                            "; ".join(f"{test.rsplit('::', 1)[-1].rsplit('.', 1)[-1]} {s:.0f} s"
+                                      for s, test in f.get("slowest", []))])
+        if t.get("transcribed"):
+            notes.append(f"- {name}: {t['transcribed']}")
+    out = [markdown_table(["tier", "whole", "bar", "parts (wall)", "tests", "measured with", "at", "machine"], rows)]
+    if folders:
+        out += ["", markdown_table(["tier", "folder", "tests", "not passed", "minutes (summed over workers)",
+                                    "slowest"], folders)]
+    if notes:
+        out += ["", *notes]
+    return "\n".join(out)
+
+
+def render(doc: dict[str, Any], text: str) -> str:
+    """``text`` (docs/ci-tiers.md) with its ``tier-times`` section drawn from ``doc``."""
+    return rendered.replace(text, SECTION, markdown(doc), source=str(RESULTS_PATH), command=RENDER_COMMAND)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("junit", type=Path, nargs="+", help="pytest's --junitxml files (scripts/test writes one per "
+    ap.add_argument("junit", type=Path, nargs="*", help="pytest's --junitxml files (scripts/test writes one per "
                     "phase with DILOCO_JUNIT_DIR=<dir>): their folders summed together")
     ap.add_argument("--slowest", type=int, default=3, help="name this many slowest tests per folder")
+    ap.add_argument("--record", choices=list(TIERS), help=f"store this tier's measurement in {RESULTS_PATH}")
+    ap.add_argument("--log", type=Path, help="the tier's console output (with --record): its `time` and `tier:` lines")
+    ap.add_argument("--command", help="how it was measured (with --record; default: the tier's usual command)")
+    ap.add_argument("--note", default="", help="with --record: what else to know (e.g. 'fresh clone, Go caches cold')")
+    ap.add_argument("--render", action="store_true", help=f"draw {RESULTS_PATH} into {DOC}")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 if {DOC} is not what {RESULTS_PATH} renders to")
     args = ap.parse_args(argv)
+    if args.render or args.check:
+        text = DOC.read_text()
+        new = render(json.loads(RESULTS_PATH.read_text()), text)
+        if args.check:
+            print(f"{DOC}: {'stale: run ' + RENDER_COMMAND.strip('`') if new != text else 'up to date'}")
+            return int(new != text)
+        DOC.write_text(new)
+        print(f"rendered {RESULTS_PATH} into {DOC}")
+        return 0
+    if not args.junit:
+        ap.error("name the JUnit files (or --render / --check)")
     try:
         times = tier_times(*(path.read_text(encoding="utf-8") for path in args.junit))
+        log = args.log.read_text(encoding="utf-8", errors="replace") if args.log else ""
     except (OSError, ET.ParseError) as err:
         print(f"error: cannot read {' '.join(map(str, args.junit))} as JUnit XML files: {err}", file=sys.stderr)
         return 2
     print(table(times, args.slowest))
+    if args.record:
+        entry = measurement(times, log, args.command or TIERS[args.record]["measure"], args.note, args.slowest)
+        print(f"recorded {args.record} in {record(args.record, entry)}; now: .venv/bin/python -m "
+              "benchmarks.tier_times --render")
     return 0
 
 
