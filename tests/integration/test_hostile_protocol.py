@@ -66,7 +66,7 @@ def monitor_bound(between_batches: list[float]) -> float:
     calls between batches (no hostile call in flight) when the machine itself stalls longer, never above half the
     calls' deadline. What the flood does to Status is judged against what the machine does to it: one night a
     neighbouring test's containers stalled this process for up to 2.6 s, and the calls between batches (p99
-    1.02 s) were as slow as the monitor's during the flood (p99 1.09 s; docs/ci-tiers.md, 2026-12-03).
+    1.02 s) were as slow as the monitor's during the flood (p99 1.09 s; docs/decisions.md).
 
     >>> monitor_bound([0.01] * 50), monitor_bound([0.01] * 40 + [0.9] * 10), monitor_bound([4.0] * 10)
     (1.0, 1.8, 2.5)

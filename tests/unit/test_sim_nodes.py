@@ -148,7 +148,7 @@ def _back_after_a_partition_while_the_cluster_slowed() -> float:
     """Seconds from the heal to learner-3's first merge. Cut off, learner-3 extrapolates the syncer's clock at the
     pace it last heard (0.01 s a step: the lower median of 0.005, 0.01, 0.05, 0.05); without it the syncer's pace
     is 0.05 s, so over 20 s learner-3's copy of the clock runs ~1,600 cluster steps ahead (a compose run lost
-    40 s to this: docs/ci-tiers.md)."""
+    40 s to this: docs/decisions.md)."""
     s = parse_scenario({"name": "t", "cluster": {"token_budget": 4_000_000, "algorithm": {"num_learners": 4},
                                                  "syncer": {"checkpoint_every_merges": 10, "settle_s": 30}},
                         "schedule": [{"fault": "partition", "targets": ["learner-3"], "at": 3, "duration": 20}]})
