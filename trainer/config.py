@@ -46,6 +46,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.grace import QuorumPolicy
 from trainer.errors import ConfigError
 
@@ -212,6 +213,16 @@ class AlgorithmSection(_Strict):
         """τ in steps as the schedule uses it: the configured one, or with ``auto`` its floor, the paper's 2 (a
         learner applies a result when it arrives, and never before this many steps after its sync started)."""
         return AUTO_OVERLAP_FLOOR if self.overlap_steps == "auto" else int(self.overlap_steps or 0)
+
+    def fragment_schedule(self) -> FragmentSchedule:
+        """When each fragment syncs and may apply its result: the one schedule the learner, the syncer's policy and
+        the scale simulator all read (P fragments every H steps, staggered or not, τ its floor).
+
+        >>> build_config({"algorithm": {"num_fragments": 2, "sync_every": 4}}).algorithm.fragment_schedule().offset(0)
+        2
+        """
+        return FragmentSchedule(int(self.num_fragments or 1), int(self.sync_every or 1), self.overlap_floor,
+                                bool(self.staggered))
 
 
 class SyncerSection(_Strict):

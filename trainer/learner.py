@@ -46,7 +46,6 @@ from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
-from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s, reported_step_time
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
@@ -299,7 +298,7 @@ class Learner:
             self.params = {n: jnp.asarray(t) for n, t in self.base.items()}
             versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]
             a = self.cfg.algorithm
-            self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
+            self.book = LearnerBook(a.fragment_schedule(),
                                     versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
                                     start_step=self.clock.step_at(time.monotonic()))
             self._held = self.book.held

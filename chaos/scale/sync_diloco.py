@@ -32,7 +32,6 @@ from chaos.scale.outages import Outages
 from chaos.scale.result import COMM, WAIT, Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.grace import Timing, merge_time
-from trainer.core.fragment_schedule import FragmentSchedule
 
 
 def _finish(o: Outages, k: int, t: float, work: float, lost: list[float]) -> tuple[float, int]:
@@ -58,7 +57,7 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         progress: Callable[[float], None] | None = None) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m = a.num_learners
-    fragment_schedule = FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered))
+    fragment_schedule = a.fragment_schedule()
     sync_step = max(fragment_schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
     work = [sync_step * cfg.step_s(i) for i in range(m)]
     policy = a.quorum_policy()
