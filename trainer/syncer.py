@@ -45,6 +45,7 @@ from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.syncer_driver import MergeRefused, Merged, ResultFixed, next_wake, tick
 from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip
 from trainer.errors import AddressInUse, ConfigError
 from trainer.proto import diloco_pb2 as pb
@@ -353,44 +354,43 @@ class SyncerService(pbg.SyncerServicer):
         return path
 
     def _merge_loop(self) -> None:
+        """Carry out what the driver says is due (trainer.core.syncer_driver.tick), then sleep to its next wake-up
+        or until an upload or a shutdown wakes the condition."""
         every_eval = self.cfg.syncer.eval_every_merges
         while not self.stopping.is_set():
             with self.cond:
                 now = time.time()
-                if self._finalized and self.state.settle(now):
-                    self._settled_locked(now)
-                due = self.state.due_merges(now)
-                if not due:
-                    if self.state.budget_reached and not self._finalized:
-                        self._finalize_locked()
-                        continue
-                    deadline = self.state.next_deadline(now)
-                    self.cond.wait(0.5 if deadline is None else min(max(deadline - now, 0.001), 0.5))
-                    continue
-                took = []  # observed after the batch: every merge of it is timed by what decided it due (audit)
-                for p in due:
+                actions = tick(self.state, now, eval_every=every_eval, result_fixed=self._finalized)
+                took, acted = [], False  # merge times observed after the batch: each merge is timed by what decided
+                while True:  # it due (audit)
                     t0 = time.monotonic()
-                    try:
-                        rec = self.state.merge(p, now)
-                    except FloatingPointError as err:
-                        self.record_reject("merge", RejectReason.NON_FINITE, str(err), fragment=p)
-                        continue
-                    took.append(time.monotonic() - t0)
-                    audit = self.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
-                    self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total, audit)))
-                    if self.state.checkpoint_due():
-                        self._checkpoint_locked()
-                    if rec.merges_total % every_eval == 0:
-                        self._request_eval_locked(final=False)
+                    a = next(actions, None)
+                    if a is None:
+                        break
+                    acted = True
+                    if isinstance(a, Merged):
+                        took.append(time.monotonic() - t0)
+                        rec = a.record
+                        audit = self.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
+                        self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total, audit)))
+                        if a.checkpoint:
+                            self._checkpoint_locked()
+                        if a.evaluate:
+                            self._request_eval_locked(final=False)
+                    elif isinstance(a, MergeRefused):
+                        self.record_reject("merge", RejectReason.NON_FINITE, a.why, fragment=a.fragment)
+                    elif isinstance(a, ResultFixed):
+                        self._finalize_locked()
+                    else:
+                        self.log.emit(ev.Settled(seconds=a.seconds, awaited=list(a.awaited),
+                                                 merges_total=a.merges_total))
                 for seconds in took:
                     self.state.observe_merge_seconds(seconds)
-                self.cond.notify_all()
-
-    def _settled_locked(self, now: float) -> None:
-        assert self.state.budget_reached_at is not None
-        self.log.emit(ev.Settled(seconds=now - self.state.budget_reached_at, awaited=self.state.awaited(now),
-                                 merges_total=self.state.merges_total))
-        self.cond.notify_all()
+                if acted:
+                    self.cond.notify_all()
+                    continue
+                wake = next_wake(self.state, now, result_fixed=self._finalized)
+                self.cond.wait(0.5 if wake is None else min(max(wake - now, 0.001), 0.5))
 
     def training_over(self) -> bool:
         """Learners are told to stop: the budget is reached and any settle phase is over."""

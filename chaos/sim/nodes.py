@@ -35,6 +35,7 @@ from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.step_timer import StepTimes, lookahead_s
+from trainer.core.syncer_driver import MergeRefused, Merged, ResultFixed, next_wake, tick
 from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip, tensor_specs
 from trainer.policy import merge_fields
 from trainer.training import lr_scale
@@ -278,14 +279,11 @@ class SyncerNode:
 
     # ---- the merge loop ---------------------------------------------------------------
     def arm(self) -> None:
-        """Set the merge timer to the core's next deadline (or now, to finish)."""
+        """Set the merge timer to the driver's next wake-up (trainer.core.syncer_driver.next_wake)."""
         if not self.serving:
             return
         assert self.state is not None
-        now = self.sim.loop.now
-        d = self.state.next_deadline(now)
-        if self.state.budget_reached and not self.finalized:
-            d = now  # as the real syncer's loop: the result is fixed as soon as the budget is reached
+        d = next_wake(self.state, self.sim.loop.now, result_fixed=self.finalized)
         if d is None:
             return
         if self._merge_timer is not None and not self._merge_timer.cancelled and self._merge_timer.when <= d:
@@ -295,41 +293,37 @@ class SyncerNode:
         self._merge_timer = self.sim.loop.at(d, self._tick)
 
     def _tick(self) -> None:
+        """Carry out what the driver says is due (trainer.core.syncer_driver.tick), as the real syncer's loop does."""
         self._merge_timer = None
         if not self.serving:
             return
         st = self.state
         assert st is not None
         cfg, now = self.sim.cfg, self.sim.loop.now
-        due = st.due_merges(now)
-        for p in due:
-            try:
-                rec = st.merge(p, now)
-            except FloatingPointError as err:
-                self._reject("merge", Rejected(RejectReason.NON_FINITE, str(err)), fragment=p)
-                continue
-            audit = self.sim.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
-            self.sim.emit("syncer", ev.Merge, **merge_fields(rec, st.tokens_total, audit))
-            if st.checkpoint_due():
+        for a in tick(st, now, eval_every=cfg.syncer.eval_every_merges, result_fixed=self.finalized):
+            if isinstance(a, Merged):
+                rec = a.record
+                audit = self.sim.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
+                self.sim.emit("syncer", ev.Merge, **merge_fields(rec, st.tokens_total, audit))
+                if a.checkpoint:
+                    self._checkpoint()
+                if a.evaluate:
+                    self._eval(final=False)
+                self._wake(a.fragment)
+                self.sim.on_merge(rec.merges_total)
+                if not self.serving:  # a fault triggered by this merge count took the syncer down: nothing more
+                    return
+            elif isinstance(a, MergeRefused):
+                self._reject("merge", Rejected(RejectReason.NON_FINITE, a.why), fragment=a.fragment)
+            elif isinstance(a, ResultFixed):
+                self.finalized = True  # the result is fixed at the budget; a settle phase may follow
                 self._checkpoint()
-            if rec.merges_total % cfg.syncer.eval_every_merges == 0:
-                self._eval(final=False)
-            self._wake(p)
-            self.sim.on_merge(rec.merges_total)
-            if not self.serving:  # a fault triggered by this merge count took the syncer down
-                return
-        if st.budget_reached and not self.finalized and not st.due_merges(now):
-            # As the real syncer's loop, which merges what is due, then finds nothing due and fixes the result.
-            # (Finalizing only on a tick with no merge due fixed it ~3.6x the budget late: ticks come at merges.)
-            self.finalized = True  # as the real syncer: the result is fixed at the budget; a settle phase may follow
-            self._checkpoint()
-            self.sim.emit("syncer", ev.Finished, tokens_total=st.tokens_total, merges_total=st.merges_total,
-                          versions=list(st.versions))
-            self._eval(final=True)
-        if self.finalized and st.settle(now):
-            assert st.budget_reached_at is not None
-            self.sim.emit("syncer", ev.Settled, seconds=now - st.budget_reached_at, awaited=st.awaited(now),
-                          merges_total=st.merges_total)
+                self.sim.emit("syncer", ev.Finished, tokens_total=st.tokens_total, merges_total=st.merges_total,
+                              versions=list(st.versions))
+                self._eval(final=True)
+            else:
+                self.sim.emit("syncer", ev.Settled, seconds=a.seconds, awaited=list(a.awaited),
+                              merges_total=a.merges_total)
         if self.finalized and st.finished and self._finished_at is None:
             self._finished_at = now
             self.sim.loop.after(0.2, self._maybe_exit)
