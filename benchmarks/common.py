@@ -37,6 +37,20 @@ def machine() -> dict[str, Any]:
             "load_avg_at_start": [round(x, 2) for x in load]}
 
 
+def git_commit() -> str | None:
+    """The commit measured (None outside a git checkout); a trailing ``+`` when tracked files differ from it."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+" if dirty else "")
+
+
 def command_line() -> str:
     return " ".join([".venv/bin/python -m " + sys.modules["__main__"].__spec__.name] + sys.argv[1:]) \
         if getattr(sys.modules.get("__main__"), "__spec__", None) else " ".join(sys.argv)
@@ -76,7 +90,7 @@ def write_results(name: str, *, config: dict[str, Any], results: dict[str, Any],
     """``<out_dir>/<name>.json`` with the command, seed-bearing config, machine and results; returns the path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    doc = {"benchmark": name, "command": command_line(),
+    doc = {"benchmark": name, "command": command_line(), "commit": git_commit(),
            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "machine": machine(), "config": config, "results": results, "table": table}
     path.write_text(json.dumps(doc, indent=2, default=str))
