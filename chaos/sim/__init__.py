@@ -3,7 +3,8 @@
 - :mod:`chaos.sim.clock` — the discrete-event loop.
 - :mod:`chaos.sim.problem` — the surrogate objective learners optimise.
 - :mod:`chaos.sim.network` — learner ↔ syncer links and network faults.
-- :mod:`chaos.sim.nodes` — the simulated syncer and learner processes.
+- :mod:`chaos.sim.syncer_node`, :mod:`chaos.sim.learner_node` — the simulated syncer and learner processes
+  (:mod:`chaos.sim.host`: what they need of the simulation).
 - :mod:`chaos.sim.runner` — :func:`simulate`: scenario in, judged history out.
 """
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from chaos.fault_plan import Planned
     from chaos.sim.network import Link
-    from chaos.sim.nodes import LearnerNode, SyncerNode
+    from chaos.sim.learner_node import LearnerNode
+    from chaos.sim.syncer_node import SyncerNode
 
 
 class SimCluster(Protocol):

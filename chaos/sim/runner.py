@@ -2,7 +2,7 @@
 
 :func:`simulate` takes the same :class:`~chaos.scenario.Scenario` the real
 controller runs, plans it with the same :func:`~chaos.fault_plan.plan`, drives
-the real syncer and learner cores (:mod:`chaos.sim.nodes`) with a
+the real syncer and learner cores (:mod:`chaos.sim.syncer_node`, :mod:`chaos.sim.learner_node`) with a
 discrete-event loop, applies faults as events, and judges the recorded history
 with the same checkers. Given a scenario (its seeds included) and
 :class:`SimOptions`, a run is reproducible bit for bit: no sockets, threads or
@@ -56,7 +56,8 @@ from chaos.fault_plan import Planned, plan
 from chaos.sim.clock import EventLoop
 from chaos.sim.effects import play
 from chaos.sim.network import Link
-from chaos.sim.nodes import LearnerNode, SyncerNode
+from chaos.sim.learner_node import LearnerNode
+from chaos.sim.syncer_node import SyncerNode
 from chaos.sim.options import SimOptions
 from chaos.sim.problem import MAX_CURVATURE, QuadraticProblem
 from chaos.watchdog import POLL_S, Progress, stalled

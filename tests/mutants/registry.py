@@ -72,7 +72,7 @@ def patch_modes(module: str) -> frozenset[str]:
 
     >>> sorted(patch_modes("trainer.core.syncer_state")), sorted(patch_modes("trainer.syncer"))
     (['real', 'sim'], ['real'])
-    >>> sorted(patch_modes("chaos.sim.nodes"))
+    >>> sorted(patch_modes("chaos.sim.syncer_node"))
     ['sim']
     """
     best = max((p for p in PATCH_MODES if module == p or module.startswith(p + ".")), key=len, default=None)
@@ -252,7 +252,7 @@ def refs(*names: str) -> tuple[ScenarioRef, ...]:
 
 
 SS = "trainer.core.syncer_state"
-NODES = "chaos.sim.nodes"
+SYNCER_NODE, LEARNER_NODE = "chaos.sim.syncer_node", "chaos.sim.learner_node"  # deterministic mode's nodes
 LEARNER, SYNCER_SHELL, TRAINING = "trainer.learner", "trainer.syncer", "trainer.training"  # the shells (real only)
 
 # A corrupt learner that sends random bit patterns (mostly finite, absurd magnitudes): the outlier guard's case.
@@ -547,10 +547,10 @@ MUTANTS: tuple[Mutant, ...] = (
            refs("latency-jitter", "throttle-all"), (Patch(SS, "SyncerState._check_round", _late_off_by_one),)),
     Mutant("wake_missing", "broadcast/wake-up",
            "learners long-polling for a fragment are not woken by its merge: they get it when their poll times out",
-           refs("straggler", "kill-and-rejoin"), (Patch(NODES, "SyncerNode._wake", _no_wake),)),
+           refs("straggler", "kill-and-rejoin"), (Patch(SYNCER_NODE, "SyncerNode._wake", _no_wake),)),
     Mutant("restore_no_version_skip", "restore",
            "a restored syncer does not skip its versions ahead: it reissues versions it had handed out",
-           refs("syncer-crash"), (Patch(NODES, "restore_version_skip", _no_version_skip),),
+           refs("syncer-crash"), (Patch(SYNCER_NODE, "restore_version_skip", _no_version_skip),),
            fault_free_unchanged=True),
     Mutant("restore_clock_lost", "restore",
            "a restored syncer's step clock is not read back: it starts again at step 0",
@@ -564,12 +564,12 @@ MUTANTS: tuple[Mutant, ...] = (
            fault_free_unchanged=True, modes=BOTH),
     Mutant("restore_older_checkpoint", "restore",
            "the restart picks the checkpoint before the newest (e.g. a wrong sort), and skips versions for one",
-           refs("syncer-crash"), (Patch(NODES, "SyncerNode._checkpoint", _keep_checkpoints),
-                                  Patch(NODES, "SyncerNode.start", _restores_previous_checkpoint)),
+           refs("syncer-crash"), (Patch(SYNCER_NODE, "SyncerNode._checkpoint", _keep_checkpoints),
+                                  Patch(SYNCER_NODE, "SyncerNode.start", _restores_previous_checkpoint)),
            fault_free_unchanged=True),
     Mutant("rejoin_from_init", "rejoin state fetch",
            "a restarted learner takes the fetched versions but its initial weights, not the current global state",
-           refs("kill-and-rejoin", "rolling-restarts"), (Patch(NODES, "LearnerNode._got_state", _rejoin_from_init),),
+           refs("kill-and-rejoin", "rolling-restarts"), (Patch(LEARNER_NODE, "LearnerNode._got_state", _rejoin_from_init),),
            fault_free_unchanged=True),
     Mutant("forget_rejoined", "rejoin membership",
            "the syncer keeps a rejoining learner's old record: the new incarnation is refused forever "
@@ -580,7 +580,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("data_replayed", "data position",
            "a restarted learner's data stream is not keyed by its incarnation: it replays its first incarnation's data",
            refs("kill-and-rejoin", "rolling-restarts"),
-           (Patch(NODES, "LearnerNode._got_state", _data_from_the_start),),
+           (Patch(LEARNER_NODE, "LearnerNode._got_state", _data_from_the_start),),
            fault_free_unchanged=True),
     Mutant("nan_guard_off", "NaN and outlier guards",
            "an upload's body is not checked for NaN/Inf (only its header is): NaN updates reach the merge",

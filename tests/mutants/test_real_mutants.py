@@ -41,7 +41,7 @@ def test_every_mutant_runs_somewhere_and_each_tier_takes_its_own() -> None:
 
 
 @pytest.mark.parametrize("modes, module, ffu, why", [
-    (REAL, "chaos.sim.nodes", True, "means nothing in mode"),  # a simulated node's patch on real processes
+    (REAL, "chaos.sim.syncer_node", True, "means nothing in mode"),  # a simulated node's patch on real processes
     (SIM, "trainer.syncer", True, "means nothing in mode"),  # a shell's patch in deterministic mode
     (BOTH, SS, False, "must be fault_free_unchanged"),  # real, but its baselines would have to run it
     (("gpu",), SS, True, "not a non-empty subset"),

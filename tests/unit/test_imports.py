@@ -95,7 +95,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_the_package() -> None:
     g = graph()
-    assert "chaos.sim.runner" in g and "trainer.core.syncer_state" in g["chaos.sim.nodes"]
+    assert "chaos.sim.runner" in g and "trainer.core.syncer_state" in g["chaos.sim.syncer_node"]
     assert "chaos.controller" in reachable(g, "chaos.cli")  # imports inside functions count too
 
 

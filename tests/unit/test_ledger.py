@@ -11,7 +11,8 @@ import pytest
 import trainer.core.syncer_state as ss
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
-from chaos.sim.nodes import LearnerNode, SyncerNode
+from chaos.sim.learner_node import LearnerNode
+from chaos.sim.syncer_node import SyncerNode
 
 OPTS = SimOptions(baseline=False)
 

@@ -1,6 +1,6 @@
 """The syncer's driving loop, once: what is due at ``now``, as actions the shells carry out in order.
 
-The gRPC syncer (``trainer/syncer.py``) and deterministic mode's node (``chaos/sim/nodes.py``) both wake at
+The gRPC syncer (``trainer/syncer.py``) and deterministic mode's node (``chaos/sim/syncer_node.py``) both wake at
 :func:`next_wake`, then run :func:`tick` and do what each action says; the copies of this loop they had drifted
 (deterministic mode fixed its result 3.57× the budget late). One tick:
 
