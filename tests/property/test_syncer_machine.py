@@ -43,6 +43,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import jax
@@ -56,6 +57,7 @@ from trainer.core.fragments import partition_tensors
 from trainer.core.grace import Timing, merge_time
 from trainer.core.merge import fragment_norm
 from trainer.core.reasons import Rejected, RejectReason
+from trainer.core.syncer_driver import Action, MergeRefused, Merged, ResultFixed, tick
 from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
 
 EXAMPLES = int(os.environ.get("SYNCER_MACHINE_EXAMPLES", "200"))
@@ -68,6 +70,7 @@ STRANGER = "X9"  # never joins
 LIVENESS_S = 5.0
 GRACE_CAP_STEPS = 1.0
 MERGE_SECONDS = 0.01  # what the shell would measure per merge and feed to observe_merge_seconds
+NO_EVALS = 1 << 30  # evals are not modelled: the driver's eval flag never comes up
 HUGE = 3.0e38  # finite in float32, but an outer step on it overflows: provokes FloatingPointError
 
 Key = tuple[str, str, int, int, int]
@@ -519,21 +522,33 @@ class SyncerMachine(RuleBasedStateMachine):
         self._merge_due()
 
     def _merge_due(self) -> None:
+        """One tick of the syncer's driver (trainer.core.syncer_driver), as both shells carry it out: every due round
+        merged in order, a checkpoint after each that makes one due, the result fixed once the budget is reached
+        and nothing more is due (no settle phase here: settle_s is 0, so the budget finishes the syncer at once)."""
         due = self.state.due_merges(self.now)
         assert due == self._due()
+        actions = tick(self.state, self.now, eval_every=NO_EVALS, result_fixed=self.finalized)
         for p in due:
-            self._merge_one(p)
+            self._merge_one(p, actions)
+        rest = list(actions)
+        if rest:
+            assert rest == [ResultFixed()] and self.finished and not self.finalized, rest
+            event("the driver fixed the result")
+            self.finalized = True
+            self._take_checkpoint()  # the shells checkpoint the result (trainer/syncer.py _finalize_locked)
+        else:
+            assert self.finalized or not self.finished or self.state.due_merges(self.now), "the result was not fixed"
 
-    def _merge_one(self, p: int) -> None:
+    def _merge_one(self, p: int, actions: Iterator[Action]) -> None:
         rnd = self.rounds[p]
         live = self.state.rounds[p].contributions
         assert all(live[lid] is sub.contribution for lid, sub in rnd.contribs.items())  # by identity
         params0 = {n: v.copy() for n, v in self.state.params.items()}
         opt0 = _opt_leaves(self.state)
         merges0 = self.state.merges_total
-        try:
-            rec = self.state.merge(p, now=self.now)
-        except FloatingPointError:
+        a = next(actions)  # the driver merges p now
+        assert isinstance(a, (Merged, MergeRefused)) and a.fragment == p, a
+        if isinstance(a, MergeRefused):
             # Refused merge: the round is dropped; parameters, versions and momentum stay as they were.
             assert self.policy.validate_uploads, "FloatingPointError with validate_uploads off"
             event("merge: refused (non-finite)")
@@ -544,6 +559,7 @@ class SyncerMachine(RuleBasedStateMachine):
             for sub in self.rounds.pop(p).contribs.values():
                 sub.status = "dropped"
             return
+        rec = a.record
         self.rounds.pop(p)
         subs = list(rnd.contribs.values())
         event(f"merge: {len(subs)} participant(s)")
@@ -575,15 +591,15 @@ class SyncerMachine(RuleBasedStateMachine):
                 assert np.array_equal(self.state.params[n], params0[n], equal_nan=True), "other fragment changed"
         self.state.observe_merge_seconds(MERGE_SECONDS)
         self.timing = self.timing.observe_merge(MERGE_SECONDS)
+        assert a.checkpoint == self._checkpoint_due(), "the driver's checkpoint flag is not the model's"
         self._checkpoint_if_due()
 
     @precondition(lambda self: self.finished and not self.finalized)
     @rule()
     def finalize(self) -> None:
-        """The syncer checkpoints once more when the budget is reached (trainer/syncer.py _finalize_locked)."""
-        if not self.state.due_merges(self.now):
-            self.finalized = True
-            self._take_checkpoint()
+        """The budget was reached by a report: the merge loop's next tick merges what is due and fixes the result,
+        checkpointing once more (trainer/syncer.py _finalize_locked)."""
+        self._merge_due()
 
     # ---- crash ------------------------------------------------------------
     @rule()
