@@ -361,8 +361,9 @@ class SyncerService(pbg.SyncerServicer):
             with self.cond:
                 now = time.time()
                 actions = tick(self.state, now, eval_every=every_eval, result_fixed=self._finalized)
-                took, acted = [], False  # merge times observed after the batch: each merge is timed by what decided
-                while True:  # it due (audit)
+                # Merge times are observed after the batch, so that each merge is timed by what decided it due (audit).
+                took, acted = [], False
+                while True:
                     t0 = time.monotonic()
                     a = next(actions, None)
                     if a is None:
