@@ -110,14 +110,19 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
     return None
 
 
+def due_allowance_s(facts: MergeFacts, d: ev.MergeDecision) -> float:
+    """What the rule itself lets a due round wait: the grace window's cap and a hold for an announced body."""
+    cap = facts.cap_steps * d.t_step if facts.grace else 0.0
+    return cap + ref.hold_s(t_upload=d.t_upload, t_step=d.t_step)
+
+
 def due_limit_s(facts: MergeFacts, d: ev.MergeDecision, round_s: float | None) -> float | None:
-    """How long after its quorum and opening a round may merge: the grace window's cap, a hold for an announced
-    body, and :data:`LAG_ROUNDS` rounds of this run's pace for a shell's lag (a stalled thread: 1.15 s once in
-    containers on a loaded machine). None: the pace was not measured."""
+    """How long after its quorum and opening a round may merge: :func:`due_allowance_s` and :data:`LAG_ROUNDS`
+    rounds of this run's pace for a shell's lag (a stalled thread: 1.15 s once in containers on a loaded machine).
+    None: the pace was not measured."""
     if round_s is None:
         return None
-    cap = facts.cap_steps * d.t_step if facts.grace else 0.0
-    return cap + ref.hold_s(t_upload=d.t_upload, t_step=d.t_step) + LAG_ROUNDS * round_s
+    return due_allowance_s(facts, d) + LAG_ROUNDS * round_s
 
 
 class _Chain:
@@ -212,8 +217,8 @@ def check_audit(inp: CheckInput) -> Verdict:
     if inp.facts.merge.clocked:
         for m in audited:
             if pace.round_s and m.decision is not None and m.due_wait_s is not None:  # the margin, for the evidence
-                base = due_limit_s(inp.facts.merge, m.decision, 0.0) or 0.0
-                lag_rounds = max(lag_rounds, (m.due_wait_s - base) / pace.round_s)
+                lag = m.due_wait_s - due_allowance_s(inp.facts.merge, m.decision)
+                lag_rounds = max(lag_rounds, lag / pace.round_s)
             wrong = timing(m, inp.facts.merge, pace.round_s)
             if wrong is not None:
                 problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={m.ts - t0:.1f}s) "

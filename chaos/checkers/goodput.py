@@ -50,11 +50,16 @@ def merged_tokens(events: Iterable[ev.Event], num_fragments: int) -> dict[str, i
     return book.per_learner
 
 
+def goodput_of(trained: dict[str, int], merged: dict[str, int]) -> float | None:
+    """Compute goodput, the one definition: merged ÷ trained tokens over all learners (None: nobody trained)."""
+    total = sum(trained.values())
+    return sum(merged.values()) / total if total else None
+
+
 def compute_goodput(events: list[ev.Event], num_fragments: int) -> float | None:
-    """Merged ÷ trained tokens of a whole run (None: nobody trained): what the check judges, and what a fault-free
-    baseline measured for its bound."""
-    total = sum(trained_tokens(events).values())
-    return sum(merged_tokens(events, num_fragments).values()) / total if total else None
+    """A whole run's compute goodput (:func:`goodput_of`): what the check judges, and what a fault-free baseline
+    measured for its bound."""
+    return goodput_of(trained_tokens(events), merged_tokens(events, num_fragments))
 
 
 IN_FLIGHT_ROUNDS = 2  # rounds of a learner's steps a fault may catch unsynced (each fragment's since its last sync)
@@ -107,10 +112,9 @@ def check_goodput(inp: CheckInput) -> Verdict:
     need = inp.checks.goodput.min
     trained = trained_tokens(inp.history.events)
     merged = merged_tokens(inp.history.events, inp.facts.num_fragments)
-    total = sum(trained.values())
-    if total == 0:
+    frac = goodput_of(trained, merged)
+    if frac is None:
         return Verdict("goodput", "indeterminate", "no learner trained any tokens")
-    frac = sum(merged.values()) / total
     evidence = {"goodput": round(frac, 4), "min": need, "trained_tokens": trained, "merged_tokens": merged}
     over = sorted(lid for lid, t in merged.items() if t > trained.get(lid, 0))
     if over:  # each trained token is merged at most once: more merged than trained is tokens counted twice
