@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
 from trainer import events as ev
+from trainer.core.checkpoint_meta import Key  # one upload: learner, incarnation, fragment, base version, round
 
-Key = tuple[str, str, int, int, int]  # learner, incarnation, fragment, base version, round
 SHOWN = 5
 UNREACHABLE = "unreachable"  # a learner's sync_result when no answer came (trainer.core.replies.UNREACHABLE)
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-Key = tuple[str, str, int, int, int]  # (learner, incarnation, fragment, base version, round): one merged upload
+Key = tuple[str, str, int, int, int]  # one upload: learner, incarnation, fragment, base version, round
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ import numpy as np
 
 from trainer.core import claims
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
-from trainer.core.checkpoint_meta import CheckpointMeta
+from trainer.core.checkpoint_meta import CheckpointMeta, Key
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.inflight import held_merge_time, hold_seconds
@@ -252,9 +252,6 @@ class Contribution:
     @property
     def key(self) -> Key:
         return (self.learner_id, self.incarnation, self.fragment, self.base_version, self.round)
-
-
-Key = tuple[str, str, int, int, int]  # learner, incarnation, fragment, base version, round
 
 
 @dataclass
