@@ -20,7 +20,7 @@ import platform
 import statistics
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,14 @@ RESULTS = Path("benchmarks/results")
 def machine() -> dict[str, Any]:
     """Where the numbers were measured (cores this process may use, not only the machine's)."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    return {"cpus_usable": len(os.sched_getaffinity(0)), "cpus": os.cpu_count(), "arch": platform.machine(),
-            "python": platform.python_version(), "platform": platform.platform(terse=True),
-            "load_avg_at_start": [round(x, 2) for x in load]}
+    return {
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpus": os.cpu_count(),
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "load_avg_at_start": [round(x, 2) for x in load],
+    }
 
 
 def git_commit() -> str | None:
@@ -42,18 +47,23 @@ def git_commit() -> str | None:
     import subprocess
 
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+" if dirty else "")
 
 
 def command_line() -> str:
-    return " ".join([".venv/bin/python -m " + sys.modules["__main__"].__spec__.name] + sys.argv[1:]) \
-        if getattr(sys.modules.get("__main__"), "__spec__", None) else " ".join(sys.argv)
+    return (
+        " ".join([".venv/bin/python -m " + sys.modules["__main__"].__spec__.name] + sys.argv[1:])
+        if getattr(sys.modules.get("__main__"), "__spec__", None)
+        else " ".join(sys.argv)
+    )
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -85,14 +95,22 @@ def median_or_none(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def write_results(name: str, *, config: dict[str, Any], results: dict[str, Any], table: str,
-                  out_dir: Path = RESULTS) -> Path:
+def write_results(
+    name: str, *, config: dict[str, Any], results: dict[str, Any], table: str, out_dir: Path = RESULTS
+) -> Path:
     """``<out_dir>/<name>.json`` with the command, seed-bearing config, machine and results; returns the path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    doc = {"benchmark": name, "command": command_line(), "commit": git_commit(),
-           "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": machine(), "config": config, "results": results, "table": table}
+    doc = {
+        "benchmark": name,
+        "command": command_line(),
+        "commit": git_commit(),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": config,
+        "results": results,
+        "table": table,
+    }
     path.write_text(json.dumps(doc, indent=2, default=str))
     return path
 

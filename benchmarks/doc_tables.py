@@ -51,7 +51,9 @@ SECTIONS: list[tuple[str, str, str]] = [
 def caption(result: dict[str, Any]) -> str:
     """The line under a table: what measured it, when, where (and at which commit, if recorded)."""
     m = result.get("machine") or {}
-    where = f"{m.get('cpus_usable', m.get('cpus', '?'))} cores ({m.get('arch', '?')})" if m else "machine not recorded"
+    where = (
+        f"{m.get('cpus_usable', m.get('cpus', '?'))} cores ({m.get('arch', '?')})" if m else "machine not recorded"
+    )
     commit = f" at {result['commit']}" if result.get("commit") else ""
     return f"*Measured by `{result['command']}`{commit}, finished {result.get('finished', '?')}, on {where}.*"
 
@@ -66,8 +68,9 @@ def render(doc: str, text: str, root: Path = ROOT) -> str:
         if name_doc != doc:
             continue
         result = json.loads((root / RESULTS / results).read_text())
-        text = rendered.replace(text, section, body(result), source=f"benchmarks/results/{results}",
-                                command=RENDER_COMMAND)
+        text = rendered.replace(
+            text, section, body(result), source=f"benchmarks/results/{results}", command=RENDER_COMMAND
+        )
     return text
 
 

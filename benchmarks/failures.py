@@ -35,8 +35,13 @@ class Failure:
 
     def spec(self, index: int) -> dict[str, Any]:
         """The scenario fault spec (a kill healed by a restart ``downtime_s`` later)."""
-        return {"fault": "kill", "id": f"fail{index}", "targets": [self.learner], "at": round(self.at, 3),
-                "duration": self.downtime_s}
+        return {
+            "fault": "kill",
+            "id": f"fail{index}",
+            "targets": [self.learner],
+            "at": round(self.at, 3),
+            "duration": self.downtime_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,14 @@ class FailurePlan:
         return sum(1 for f in self.failures if f.at < seconds)
 
 
-def exponential_kills(*, learners: list[str], mtbf_s: float, downtime_s: float, horizon_s: float, seed: int,
-                      min_up: int = 1) -> FailurePlan:
+def exponential_kills(
+    *, learners: list[str], mtbf_s: float, downtime_s: float, horizon_s: float, seed: int, min_up: int = 1
+) -> FailurePlan:
     """Kills over ``[0, horizon_s)``: per learner, gaps ~ Exp(mean ``mtbf_s``) counted from when it is back up."""
     if mtbf_s <= 0 or downtime_s < 0 or horizon_s <= 0:
-        raise ValueError(f"mtbf_s ({mtbf_s}) and horizon_s ({horizon_s}) must be > 0, downtime_s ({downtime_s}) >= 0")
+        raise ValueError(
+            f"mtbf_s ({mtbf_s}) and horizon_s ({horizon_s}) must be > 0, downtime_s ({downtime_s}) >= 0"
+        )
     rng = random.Random(seed)
     candidates: list[Failure] = []
     for lid in learners:  # one stream per learner, drawn in a fixed order: the plan depends on the seed alone

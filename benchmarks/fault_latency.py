@@ -92,7 +92,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, machine, markdown_table, median_or_none, new_figure, save_figure, write_results
+from benchmarks.common import (
+    RESULTS,
+    machine,
+    markdown_table,
+    median_or_none,
+    new_figure,
+    save_figure,
+    write_results,
+)
 from benchmarks.fault_latency_observers import PROBE_GAP_S, PROBE_OPTIONS, PROC_POLL_S, STATUS_POLL_S, Observer
 from benchmarks.fault_latency_plan import (
     FIRST_SLOT_S,
@@ -127,11 +135,11 @@ from benchmarks.fault_latency_reading import (
 from benchmarks.measures import percentile
 from chaos.history import ControllerRecord, History
 
-
 NAME = "fault_latency"
 
 
 # ---- turning observations into one repeat's numbers -----------------------------------------------------------
+
 
 @dataclass
 class Sample:
@@ -189,12 +197,19 @@ def measure(slot: Slot, ft: FaultTimes, steady: float, obs: Observer, window_end
         recovery_t = recovery(o, t_heal, t_end, spec.stable_s)
     else:
         changes = obs.changes.get(slot.target, [])
-        s.trace = [(round(1000 * (c.t - t_inj), 1), c.pid, c.cls) for c in changes
-                   if t_inj - 0.1 <= c.t < min(t_end, t_heal + 1.0)][:60]
+        s.trace = [
+            (round(1000 * (c.t - t_inj), 1), c.pid, c.cls)
+            for c in changes
+            if t_inj - 0.1 <= c.t < min(t_end, t_heal + 1.0)
+        ][:60]
         ref = state_at(changes, t_inj)
         pid_ref = ref.pid if ref else None
-        gone = proc_intervals(changes, obs.proc_last, lambda c: (c.pid == pid_ref and c.cls == "dead")
-                              or c.pid != pid_ref, lambda c: c.pid != pid_ref and c.cls == "running")
+        gone = proc_intervals(
+            changes,
+            obs.proc_last,
+            lambda c: (c.pid == pid_ref and c.cls == "dead") or c.pid != pid_ref,
+            lambda c: c.pid != pid_ref and c.cls == "running",
+        )
         if slot.kind in ("pause", "slow"):
             o = proc_intervals(changes, obs.proc_last, lambda c: c.cls == "stopped", lambda c: c.cls == "running")
             effect_t = onset(o, t_inj, t_heal)
@@ -218,8 +233,9 @@ def measure(slot: Slot, ft: FaultTimes, steady: float, obs: Observer, window_end
         if slot.kind in RESTART_KINDS | {"syncer_crash"}:
             at_heal = state_at(changes, t_heal)
             pid_heal = at_heal.pid if at_heal else None
-            up = proc_intervals(changes, obs.proc_last, lambda c: False,
-                                lambda c: c.pid != pid_heal and c.cls == "running")
+            up = proc_intervals(
+                changes, obs.proc_last, lambda c: False, lambda c: c.pid != pid_heal and c.cls == "running"
+            )
             s.process_up_ms = _ms(recovery(up, t_heal, t_end), t_heal)
     s.effect_ms = _ms(effect_t, t_inj)
     s.recovery_ms = _ms(recovery_t, t_heal) if ft.heal_invoke is not None else None
@@ -245,28 +261,36 @@ def measure_all(slots: Sequence[Slot], times: dict[str, FaultTimes], steady: flo
     return out
 
 
-def _rejoin(status: Sequence[StatusSample], learner: str, before: StatusSample | None, t0: float,
-            t1: float) -> float | None:
+def _rejoin(
+    status: Sequence[StatusSample], learner: str, before: StatusSample | None, t0: float, t1: float
+) -> float | None:
     """When the syncer's Status first lists an incarnation of ``learner`` other than the one in ``before``."""
     inc = before.learners.get(learner) if before else None
-    o = status_obs(status, lambda x: False, lambda x: x.ok and learner in x.learners and x.learners[learner] != inc)
+    o = status_obs(
+        status, lambda x: False, lambda x: x.ok and learner in x.learners and x.learners[learner] != inc
+    )
     return recovery(o, t0, t1)
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------
 
+
 def scenario_tree(slots: Sequence[Slot], seed: int) -> dict[str, Any]:
     """The chaos scenario: a tiny 2-learner cluster that never reaches its budget, and the slots' faults."""
     end = max((s.end_s for s in slots), default=FIRST_SLOT_S)
     return {
-        "name": "fault-latency", "seed": seed,
+        "name": "fault-latency",
+        "seed": seed,
         "description": "benchmarks.fault_latency: one fault at a time, each in its own slot",
-        "cluster": {"seed": seed, "token_budget": 10**12, "model": {"size": "tiny"},
-                    "algorithm": {"mode": "decoupled", "num_learners": len(LEARNERS), "num_fragments": 4,
-                                  "sync_every": 8},
-                    # a step delay keeps 2 learners off the 2 cores' back; rare evals keep the syncer light
-                    "learner": {"step_delay_s": 0.05},
-                    "syncer": {"checkpoint_every_merges": 10, "eval_every_merges": 1000}},
+        "cluster": {
+            "seed": seed,
+            "token_budget": 10**12,
+            "model": {"size": "tiny"},
+            "algorithm": {"mode": "decoupled", "num_learners": len(LEARNERS), "num_fragments": 4, "sync_every": 8},
+            # a step delay keeps 2 learners off the 2 cores' back; rare evals keep the syncer light
+            "learner": {"step_delay_s": 0.05},
+            "syncer": {"checkpoint_every_merges": 10, "eval_every_merges": 1000},
+        },
         "schedule": [s.spec() for s in slots],
         # The run never finishes training: stop_when ends it after the last slot; this is only a safety net.
         "timeout_s": round(end + 120.0, 3),
@@ -298,8 +322,9 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[Co
 
     end = max((s.end_s for s in slots), default=FIRST_SLOT_S)
     try:
-        run_scenario(scenario, RunOptions(out, backend=backend, baseline=False, progress=None,
-                                          stop_when=after_last_slot))
+        run_scenario(
+            scenario, RunOptions(out, backend=backend, baseline=False, progress=None, stop_when=after_last_slot)
+        )
         if not started or started[-1] - started[0] <= end:
             raise RuntimeError("the chaos run finished training before its schedule ended")  # budget is 10^12
     finally:
@@ -316,8 +341,10 @@ def resolution(obs: Observer) -> dict[str, dict[str, float | None]]:
     probe = [g for ss in obs.probes.values() for g in period_ms([p.start for p in ss])]
     status = period_ms([s.start for s in obs.status])
     proc = [round(1000 * g, 3) for g in obs.proc_gaps]
-    return {name: {"median_ms": median_or_none(v), "p99_ms": percentile(v, 0.99), "max_ms": max(v) if v else None}
-            for name, v in (("proc", proc), ("status", status), ("probe", probe))}
+    return {
+        name: {"median_ms": median_or_none(v), "p99_ms": percentile(v, 0.99), "max_ms": max(v) if v else None}
+        for name, v in (("proc", proc), ("status", status), ("probe", probe))
+    }
 
 
 def observers_of(kind: str) -> tuple[str, str]:
@@ -331,8 +358,9 @@ def observers_of(kind: str) -> tuple[str, str]:
     return "proc", "status"
 
 
-def table_rows(samples: Sequence[Sample], kinds: Sequence[str],
-               res: dict[str, dict[str, float | None]]) -> tuple[list[list[Any]], dict[str, Any]]:
+def table_rows(
+    samples: Sequence[Sample], kinds: Sequence[str], res: dict[str, dict[str, float | None]]
+) -> tuple[list[list[Any]], dict[str, Any]]:
     """The Markdown rows and the per-kind summary (JSON) of the table described in the module docstring."""
     rows, summary = [], {}
     for kind in kinds:
@@ -342,27 +370,64 @@ def table_rows(samples: Sequence[Sample], kinds: Sequence[str],
         used = [s for s in mine if not s.overlapped]  # an overlapped repeat's observations mix two faults
         eff, rec = summarize([s.effect_ms for s in used]), summarize([s.recovery_ms for s in used])
         lag = summarize([s.sched_lag_ms for s in mine])  # the controller's lag is its own, overlapped or not
-        missed = [f"{n} {w}" for n, w in ((len(used) - eff.n, "e"), (len(used) - rec.n, "r"),
-                                          (len(mine) - len(used), "o")) if n]
+        missed = [
+            f"{n} {w}"
+            for n, w in ((len(used) - eff.n, "e"), (len(used) - rec.n, "r"), (len(mine) - len(used), "o"))
+            if n
+        ]
         oe, orc = observers_of(kind)
-        r = ms_cell(res[oe]["median_ms"]) if oe == orc else \
-            f"{ms_cell(res[oe]['median_ms'])} / {ms_cell(res[orc]['median_ms'])}"
+        r = (
+            ms_cell(res[oe]["median_ms"])
+            if oe == orc
+            else f"{ms_cell(res[oe]['median_ms'])} / {ms_cell(res[orc]['median_ms'])}"
+        )
         params = ", ".join(f"{k}={v}" for k, v in KINDS[kind].params.items())
-        rows.append([kind + (f" ({params})" if params else ""), KINDS[kind].effect, KINDS[kind].recovery, len(mine),
-                     ", ".join(missed) or "0", ms_cell(eff.median), ms_cell(eff.worst), ms_cell(rec.median),
-                     ms_cell(rec.worst), ms_cell(lag.median), ms_cell(lag.worst), r])
-        summary[kind] = {"n": len(mine), "overlapped": len(mine) - len(used), "effect_ms": asdict(eff),
-                         "recovery_ms": asdict(rec),
-                         "sched_lag_ms": asdict(lag), "heal_lag_ms": asdict(summarize([s.heal_lag_ms for s in mine])),
-                         "process_up_ms": asdict(summarize([s.process_up_ms for s in used])),
-                         "inject_call_ms": asdict(summarize([s.inject_call_ms for s in mine])),
-                         "effect": KINDS[kind].effect, "recovery": KINDS[kind].recovery,
-                         "observers": {"effect": oe, "recovery": orc}}
+        rows.append(
+            [
+                kind + (f" ({params})" if params else ""),
+                KINDS[kind].effect,
+                KINDS[kind].recovery,
+                len(mine),
+                ", ".join(missed) or "0",
+                ms_cell(eff.median),
+                ms_cell(eff.worst),
+                ms_cell(rec.median),
+                ms_cell(rec.worst),
+                ms_cell(lag.median),
+                ms_cell(lag.worst),
+                r,
+            ]
+        )
+        summary[kind] = {
+            "n": len(mine),
+            "overlapped": len(mine) - len(used),
+            "effect_ms": asdict(eff),
+            "recovery_ms": asdict(rec),
+            "sched_lag_ms": asdict(lag),
+            "heal_lag_ms": asdict(summarize([s.heal_lag_ms for s in mine])),
+            "process_up_ms": asdict(summarize([s.process_up_ms for s in used])),
+            "inject_call_ms": asdict(summarize([s.inject_call_ms for s in mine])),
+            "effect": KINDS[kind].effect,
+            "recovery": KINDS[kind].recovery,
+            "observers": {"effect": oe, "recovery": orc},
+        }
     return rows, summary
 
 
-HEADER = ["fault", "effect", "recovery", "n", "missed", "inject→effect median", "worst", "heal→recovery median",
-          "worst", "sched lag median", "worst", "res."]
+HEADER = [
+    "fault",
+    "effect",
+    "recovery",
+    "n",
+    "missed",
+    "inject→effect median",
+    "worst",
+    "heal→recovery median",
+    "worst",
+    "sched lag median",
+    "worst",
+    "res.",
+]
 
 
 def plot(samples: Sequence[Sample], kinds: Sequence[str], out_dir: Path) -> Path:
@@ -370,9 +435,11 @@ def plot(samples: Sequence[Sample], kinds: Sequence[str], out_dir: Path) -> Path
     fig, ax = new_figure(9.0, 0.45 * len(kinds) + 1.6)
     shown = [k for k in kinds if any(s.kind == k for s in samples)]
     floor = 0.05  # ms: a 0 (effect already seen by a call in flight at the invoke) still shows, at the left edge
-    for attr, label, dy, marker in (("effect_ms", "inject → effect", -0.2, "o"),
-                                    ("recovery_ms", "heal → recovery", 0.0, "s"),
-                                    ("sched_lag_ms", "scheduling lag", 0.2, "^")):
+    for attr, label, dy, marker in (
+        ("effect_ms", "inject → effect", -0.2, "o"),
+        ("recovery_ms", "heal → recovery", 0.0, "s"),
+        ("sched_lag_ms", "scheduling lag", 0.2, "^"),
+    ):
         xs, ys = [], []
         for y, kind in enumerate(shown):
             for s in samples:
@@ -395,8 +462,12 @@ def plot(samples: Sequence[Sample], kinds: Sequence[str], out_dir: Path) -> Path
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.fault_latency", description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3, help="repeats of each fault kind (default 3)")
-    ap.add_argument("--corrupt-repeats", type=int, default=1,
-                    help="repeats of corrupt (default 1: two learner restarts and a training upload, ~16 s each)")
+    ap.add_argument(
+        "--corrupt-repeats",
+        type=int,
+        default=1,
+        help="repeats of corrupt (default 1: two learner restarts and a training upload, ~16 s each)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the order, targets and start jitter (default 0)")
     ap.add_argument("--out-dir", type=Path, default=RESULTS)
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset of: " + ", ".join(KINDS))
@@ -409,8 +480,11 @@ def main(argv: list[str] | None = None) -> int:
     repeats_of = {"corrupt": args.corrupt_repeats}
     slots = build_schedule(kinds, args.repeats, random.Random(args.seed), repeats_of=repeats_of)
     m = machine()
-    print(f"{len(slots)} faults over {slots[-1].end_s:.0f} s of schedule after steady state (plus start-up and "
-          f"teardown); seed {args.seed}; {m['cpus_usable']} cores, load {m['load_avg_at_start']}", flush=True)
+    print(
+        f"{len(slots)} faults over {slots[-1].end_s:.0f} s of schedule after steady state (plus start-up and "
+        f"teardown); seed {args.seed}; {m['cpus_usable']} cores, load {m['load_avg_at_start']}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="fault-latency-") as tmp:
         try:
             obs, records, wall = run(slots, args.seed, Path(tmp))
@@ -430,20 +504,40 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown_table(HEADER, rows)
     print()
     print(table)
-    print(f"\nobserver periods (median / p99 ms): proc {ms_cell(res['proc']['median_ms'])} / "
-          f"{ms_cell(res['proc']['p99_ms'])}, status {ms_cell(res['status']['median_ms'])} / "
-          f"{ms_cell(res['status']['p99_ms'])}, probe {ms_cell(res['probe']['median_ms'])} / "
-          f"{ms_cell(res['probe']['p99_ms'])}; run wall time {wall:.0f} s")
+    print(
+        f"\nobserver periods (median / p99 ms): proc {ms_cell(res['proc']['median_ms'])} / "
+        f"{ms_cell(res['proc']['p99_ms'])}, status {ms_cell(res['status']['median_ms'])} / "
+        f"{ms_cell(res['status']['p99_ms'])}, probe {ms_cell(res['probe']['median_ms'])} / "
+        f"{ms_cell(res['probe']['p99_ms'])}; run wall time {wall:.0f} s"
+    )
     for e in obs.errors:
         print(f"observer problem: {e}", file=sys.stderr)
-    config = {"seed": args.seed, "repeats": args.repeats, "repeats_of": repeats_of, "kinds": kinds,
-              "kind_specs": {k: asdict(KINDS[k]) for k in kinds}, "schedule": [asdict(s) for s in slots],
-              "scenario": scenario_tree(slots, args.seed),
-              "observers": {"proc_poll_s": PROC_POLL_S, "status_poll_s": STATUS_POLL_S, "probe_gap_s": PROBE_GAP_S,
-                            "probe_deadline_s": PROBE_DEADLINE_S, "probe_options": PROBE_OPTIONS},
-              "lead_s": LEAD_S, "jitter_s": JITTER_S, "controller_poll_s": 0.1}
-    results = {"summary": summary, "resolution": res, "wall_s": round(wall, 1), "observer_errors": obs.errors,
-               "samples": [asdict(s) for s in samples]}
+    config = {
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "repeats_of": repeats_of,
+        "kinds": kinds,
+        "kind_specs": {k: asdict(KINDS[k]) for k in kinds},
+        "schedule": [asdict(s) for s in slots],
+        "scenario": scenario_tree(slots, args.seed),
+        "observers": {
+            "proc_poll_s": PROC_POLL_S,
+            "status_poll_s": STATUS_POLL_S,
+            "probe_gap_s": PROBE_GAP_S,
+            "probe_deadline_s": PROBE_DEADLINE_S,
+            "probe_options": PROBE_OPTIONS,
+        },
+        "lead_s": LEAD_S,
+        "jitter_s": JITTER_S,
+        "controller_poll_s": 0.1,
+    }
+    results = {
+        "summary": summary,
+        "resolution": res,
+        "wall_s": round(wall, 1),
+        "observer_errors": obs.errors,
+        "samples": [asdict(s) for s in samples],
+    }
     path = write_results(NAME, config=config, results=results, table=table, out_dir=args.out_dir)
     png = plot(samples, kinds, args.out_dir)
     print(f"\nwrote {path} and {png}")

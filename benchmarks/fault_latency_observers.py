@@ -14,7 +14,6 @@ from benchmarks.fault_latency_reading import ProbeSample, ProcState, StatusSampl
 from chaos.history import FaultOp, Phase, parse_record
 from faults.base import SYNCER
 
-
 PROC_POLL_S = 0.002
 STATUS_POLL_S = 0.02
 PROBE_GAP_S = 0.001
@@ -23,6 +22,7 @@ PROBE_OPTIONS: list[tuple[str, int]] = [("grpc.enable_retries", 0), ("grpc.use_l
 
 
 # ---- the observers (threads; real processes and sockets) -----------------------------------------------------
+
 
 class Observer:
     """The three observers of the module docstring, attached to the run's LocalBackend when it is created."""
@@ -94,9 +94,14 @@ class Observer:
                 t0 = time.time()
                 try:
                     r = prober.stub.Status(pb.StatusRequest(), timeout=0.3, metadata=metadata)
-                    s = StatusSample(t0, time.time(), True, r.syncer_incarnation,
-                                     {lr.learner_id: lr.incarnation for lr in r.learners},
-                                     int(r.rejections.get("non_finite", 0)))
+                    s = StatusSample(
+                        t0,
+                        time.time(),
+                        True,
+                        r.syncer_incarnation,
+                        {lr.learner_id: lr.incarnation for lr in r.learners},
+                        int(r.rejections.get("non_finite", 0)),
+                    )
                 except Exception:  # noqa: BLE001 - grpc.RpcError: the syncer is down or starting
                     s = StatusSample(t0, time.time(), False)
                     prober.reset()  # a fresh channel: no reconnect backoff in the numbers
@@ -124,7 +129,9 @@ class Observer:
 
     # probe: from each network slot's start until its heal + the recovery it needs, Status through the proxy
     def _probe_loop(self) -> None:
-        while self.steady is None and not self.stop.is_set():  # fault schedule times count from the controller's steady
+        while (
+            self.steady is None and not self.stop.is_set()
+        ):  # fault schedule times count from the controller's steady
             self._read_records()
             self.stop.wait(0.05)
         metadata = (("authorization", f"Bearer {self.backend.procs.token}"),)
@@ -203,5 +210,3 @@ def _read_stat(pid: int) -> str | None:
             return f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-
-

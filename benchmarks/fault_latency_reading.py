@@ -12,8 +12,8 @@ from typing import Any
 from benchmarks.common import median_or_none
 from chaos.history import ControllerRecord, FaultOp, Phase, PlanRecord
 
-
 # ---- observations and their reading (pure) ----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Obs:
@@ -36,7 +36,7 @@ def onset(obs: Sequence[Obs], t0: float, t1: float, confirm: int = 1) -> float |
     """
     cand = [o for o in sorted(obs, key=lambda o: o.start) if o.end >= t0 and o.start < t1]
     for k in range(len(cand) - confirm + 1):
-        if all(o.affected for o in cand[k:k + confirm]):
+        if all(o.affected for o in cand[k : k + confirm]):
             return max(cand[k].start, t0)
     return None
 
@@ -88,8 +88,12 @@ class ProcState:
     cls: str
 
 
-def proc_intervals(changes: Sequence[ProcState], t_last: float,
-                   affected: Callable[[ProcState], bool], healthy: Callable[[ProcState], bool]) -> list[Obs]:
+def proc_intervals(
+    changes: Sequence[ProcState],
+    t_last: float,
+    affected: Callable[[ProcState], bool],
+    healthy: Callable[[ProcState], bool],
+) -> list[Obs]:
     """Changes → observations spanning each state until the next change (the last one until ``t_last``).
 
     Example:
@@ -212,13 +216,17 @@ def last_ok(samples: Sequence[StatusSample], before: float) -> StatusSample | No
     return ok[-1] if ok else None
 
 
-def status_obs(samples: Sequence[StatusSample], affected: Callable[[StatusSample], bool],
-               healthy: Callable[[StatusSample], bool]) -> list[Obs]:
+def status_obs(
+    samples: Sequence[StatusSample],
+    affected: Callable[[StatusSample], bool],
+    healthy: Callable[[StatusSample], bool],
+) -> list[Obs]:
     """Status samples as observations (a failed call is neither affected nor healthy unless a predicate says so)."""
     return [Obs(s.start, s.end, affected(s), healthy(s)) for s in samples]
 
 
 # ---- records of the controller (pure) -----------------------------------------------------------------------
+
 
 @dataclass
 class FaultTimes:
@@ -284,6 +292,7 @@ def scheduling_lags(steady: float, ft: FaultTimes) -> tuple[float | None, float 
 
 # ---- summary (pure) ------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Summary:
     """Median and worst (max) of one measure over the values that were observed."""
@@ -324,5 +333,3 @@ def period_ms(starts: Sequence[float], max_gap_s: float = 0.5) -> list[float]:
         [2.0, 3.0]
     """
     return [round(1000 * (b - a), 3) for a, b in zip(starts, starts[1:]) if 0 <= b - a <= max_gap_s]
-
-

@@ -54,12 +54,21 @@ from trainer.training import TrainingSetup
 
 
 def cluster(args: argparse.Namespace, mode: str, **algo: Any) -> dict[str, Any]:
-    return {"seed": args.seed, "token_budget": args.budget, "model": {"size": args.size},
-            "inner": {"batch_size": args.batch, "lr": args.lr},
-            "algorithm": {"mode": mode, "num_learners": args.learners, "num_fragments": args.fragments,
-                          "sync_every": args.sync_every, **algo},
-            "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 4},
-            "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0}}
+    return {
+        "seed": args.seed,
+        "token_budget": args.budget,
+        "model": {"size": args.size},
+        "inner": {"batch_size": args.batch, "lr": args.lr},
+        "algorithm": {
+            "mode": mode,
+            "num_learners": args.learners,
+            "num_fragments": args.fragments,
+            "sync_every": args.sync_every,
+            **algo,
+        },
+        "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 4},
+        "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0},
+    }
 
 
 def nominal_rate(args: argparse.Namespace) -> float:
@@ -68,18 +77,32 @@ def nominal_rate(args: argparse.Namespace) -> float:
     return setup.tokens_per_step / args.step_s
 
 
-def summarise(label: str, h: History, args: argparse.Namespace, plan: FailurePlan | None,
-              reference_loss: float | None) -> dict[str, Any]:
+def summarise(
+    label: str, h: History, args: argparse.Namespace, plan: FailurePlan | None, reference_loss: float | None
+) -> dict[str, Any]:
     t0, t1 = m.training_start(h.events), m.training_end(h.events)
     assert t0 is not None and t1 is not None, f"{label}: the run trained nothing"
-    g = m.goodput(h.events, num_fragments=args.fragments, nominal_tokens_per_s=args.learners * nominal_rate(args),
-                  t0=t0, t1=t1)
+    g = m.goodput(
+        h.events,
+        num_fragments=args.fragments,
+        nominal_tokens_per_s=args.learners * nominal_rate(args),
+        t0=t0,
+        t1=t1,
+    )
     kills = sum(1 for r in h.records if isinstance(r, FaultOp) and r.action == "inject" and r.outcome == "ok")
     final = m.final_eval_loss(h.events)
-    return {"label": label, "failures": kills if plan else 0, "goodput": g.to_json(),
-            "longest_stall_s": round(m.longest_stall(h.events, t0, t1), 2), "wall_s": round(t1 - t0, 2),
-            "final_loss": final, "loss_vs_fault_free": (final - reference_loss) if final is not None and
-            reference_loss is not None else None, "curve": m.eval_curve(h.events, t0)}
+    return {
+        "label": label,
+        "failures": kills if plan else 0,
+        "goodput": g.to_json(),
+        "longest_stall_s": round(m.longest_stall(h.events, t0, t1), 2),
+        "wall_s": round(t1 - t0, 2),
+        "final_loss": final,
+        "loss_vs_fault_free": (final - reference_loss)
+        if final is not None and reference_loss is not None
+        else None,
+        "curve": m.eval_curve(h.events, t0),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,27 +115,62 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     ids = learner_ids(args.learners)
-    plan = exponential_kills(learners=ids, mtbf_s=args.mtbf_s, downtime_s=args.downtime_s,
-                             horizon_s=args.horizon_s, seed=args.seed)
-    print(f"failure plan (seed {args.seed}): {len(plan.failures)} kills over {args.horizon_s:.0f} s, "
-          f"{plan.dropped} dropped; first: " + ", ".join(f"{f.learner}@{f.at:.1f}s" for f in plan.failures[:6]),
-          flush=True)
+    plan = exponential_kills(
+        learners=ids, mtbf_s=args.mtbf_s, downtime_s=args.downtime_s, horizon_s=args.horizon_s, seed=args.seed
+    )
+    print(
+        f"failure plan (seed {args.seed}): {len(plan.failures)} kills over {args.horizon_s:.0f} s, "
+        f"{plan.dropped} dropped; first: " + ", ".join(f"{f.learner}@{f.at:.1f}s" for f in plan.failures[:6]),
+        flush=True,
+    )
     variants = [("sync DiLoCo", "sync-diloco", {}, "sync"), ("decoupled (defaults)", "decoupled", {}, "decoupled")]
     rows_json: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
         for label, mode, algo, slug in variants:
-            free = run_cluster(f"{slug}-free", cluster(args, mode, **algo), root, seed=args.seed,
-                               progress=quiet_progress, reuse=args.reuse)
+            free = run_cluster(
+                f"{slug}-free",
+                cluster(args, mode, **algo),
+                root,
+                seed=args.seed,
+                progress=quiet_progress,
+                reuse=args.reuse,
+            )
             ref = summarise(f"{label}, fault-free", free, args, None, None)
-            faulty = run_cluster(f"{slug}-failures", cluster(args, mode, **algo), root, schedule=plan.specs(),
-                                 seed=args.seed, progress=quiet_progress, reuse=args.reuse)
+            faulty = run_cluster(
+                f"{slug}-failures",
+                cluster(args, mode, **algo),
+                root,
+                schedule=plan.specs(),
+                seed=args.seed,
+                progress=quiet_progress,
+                reuse=args.reuse,
+            )
             rows_json += [ref, summarise(f"{label}, failures", faulty, args, plan, ref["final_loss"])]
 
-    header = ["run", "failures", "merged goodput", "compute goodput", "longest stall (s)", "wall (s)", "final loss",
-              "Δ loss vs fault-free"]
-    rows = [[r["label"], r["failures"], r["goodput"]["merged"], r["goodput"]["compute"], r["longest_stall_s"],
-             r["wall_s"], r["final_loss"], r["loss_vs_fault_free"]] for r in rows_json]
+    header = [
+        "run",
+        "failures",
+        "merged goodput",
+        "compute goodput",
+        "longest stall (s)",
+        "wall (s)",
+        "final loss",
+        "Δ loss vs fault-free",
+    ]
+    rows = [
+        [
+            r["label"],
+            r["failures"],
+            r["goodput"]["merged"],
+            r["goodput"]["compute"],
+            r["longest_stall_s"],
+            r["wall_s"],
+            r["final_loss"],
+            r["loss_vs_fault_free"],
+        ]
+        for r in rows_json
+    ]
     table = markdown_table(header, rows)
     print(f"\n{table}")
     config = config_of(args)
@@ -122,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     plot_loss_and_goodput(rows_json, "goodput", args.out_dir, x="time")
     print(f"\nresults: {path}")
     return 0
-
 
 
 if __name__ == "__main__":

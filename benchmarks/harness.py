@@ -43,9 +43,18 @@ PRE_ROUNDS = {"rounds": "arrival", "outer_gradient": "base", "outer_momentum": 0
 PRE_ROUNDS_LABEL = "before rounds, negative control"
 
 
-def run_cluster(label: str, cluster: dict[str, Any], out_root: Path, *, schedule: list[dict[str, Any]] | None = None,
-                stop_when: Callable[[Any], bool] | None = None, timeout_s: float = 1800.0,
-                seed: int = 0, progress: Callable[[str], None] | None = None, reuse: bool = False) -> History:
+def run_cluster(
+    label: str,
+    cluster: dict[str, Any],
+    out_root: Path,
+    *,
+    schedule: list[dict[str, Any]] | None = None,
+    stop_when: Callable[[Any], bool] | None = None,
+    timeout_s: float = 1800.0,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    reuse: bool = False,
+) -> History:
     """Run ``cluster`` (a RunConfig tree) with ``schedule`` (scenario fault specs) and return its history.
 
     The run directory is ``out_root/label``; a run that ends early by ``stop_when`` is complete for the
@@ -54,16 +63,31 @@ def run_cluster(label: str, cluster: dict[str, Any], out_root: Path, *, schedule
     so a table can be recomputed from a run's artifacts.
     """
     cluster = {**cluster, "learner": {**BENCH_LEARNER, **cluster.get("learner", {})}}
-    scenario = Scenario.model_validate({"name": label, "seed": seed, "cluster": cluster, "schedule": schedule or [],
-                                        "checks": QUIET_CHECKS, "timeout_s": timeout_s})
+    scenario = Scenario.model_validate(
+        {
+            "name": label,
+            "seed": seed,
+            "cluster": cluster,
+            "schedule": schedule or [],
+            "checks": QUIET_CHECKS,
+            "timeout_s": timeout_s,
+        }
+    )
     out = out_root / label
     if reuse and (out / "report.json").exists():
         return History.read(out)
     t = time.monotonic()
     say = progress or (lambda msg: None)
     say(f"[{label}] starting")
-    run_scenario(scenario, RunOptions(out_dir=out, baseline=False, stop_when=stop_when,
-                                      progress=(lambda msg: say(f"[{label}] {msg}")) if progress else None))
+    run_scenario(
+        scenario,
+        RunOptions(
+            out_dir=out,
+            baseline=False,
+            stop_when=stop_when,
+            progress=(lambda msg: say(f"[{label}] {msg}")) if progress else None,
+        ),
+    )
     say(f"[{label}] done in {time.monotonic() - t:.0f} s")
     return History.read(out)
 
@@ -79,18 +103,43 @@ def link_faults(*, rate_kbps: int | None = None, latency_ms: int = 0, jitter_ms:
     """
     faults: list[dict[str, Any]] = []
     if rate_kbps:
-        faults.append({"fault": "bandwidth", "id": "bw", "targets": "all", "rate_kbps": rate_kbps, "at": 0,
-                       "duration": WHOLE_RUN})
+        faults.append(
+            {
+                "fault": "bandwidth",
+                "id": "bw",
+                "targets": "all",
+                "rate_kbps": rate_kbps,
+                "at": 0,
+                "duration": WHOLE_RUN,
+            }
+        )
     if latency_ms:
-        faults.append({"fault": "latency", "id": "lat", "targets": "all", "latency_ms": latency_ms,
-                       "jitter_ms": jitter_ms, "at": 0, "duration": WHOLE_RUN})
+        faults.append(
+            {
+                "fault": "latency",
+                "id": "lat",
+                "targets": "all",
+                "latency_ms": latency_ms,
+                "jitter_ms": jitter_ms,
+                "at": 0,
+                "duration": WHOLE_RUN,
+            }
+        )
     return faults
 
 
-def add_run_arguments(ap: argparse.ArgumentParser, *, learners: int = 4, fragments: int = 4, sync_every: int = 32,
-                      step_s: float = 0.05) -> None:
+def add_run_arguments(
+    ap: argparse.ArgumentParser,
+    *,
+    learners: int = 4,
+    fragments: int = 4,
+    sync_every: int = 32,
+    step_s: float = 0.05,
+) -> None:
     """The arguments every cluster benchmark shares: cluster shape, emulated step, seed and where runs go."""
-    ap.add_argument("--size", default="tiny", choices=["tiny", "small"], help="model size (small: hours on 2 cores)")
+    ap.add_argument(
+        "--size", default="tiny", choices=["tiny", "small"], help="model size (small: hours on 2 cores)"
+    )
     ap.add_argument("--learners", type=int, default=learners)
     ap.add_argument("--fragments", type=int, default=fragments)
     ap.add_argument("--sync-every", type=int, default=sync_every, help="H")
@@ -100,18 +149,30 @@ def add_run_arguments(ap: argparse.ArgumentParser, *, learners: int = 4, fragmen
     ap.add_argument("--seed", type=int, default=0, help="seeds every run (and any failure plan)")
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--keep-runs", type=Path, default=None, help="keep every run directory here")
-    ap.add_argument("--reuse", action="store_true", help="with --keep-runs: read runs already there instead of "
-                                                         "running them again (recompute the table from artifacts)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep-runs: read runs already there instead of "
+        "running them again (recompute the table from artifacts)",
+    )
 
 
 def add_data_arguments(ap: argparse.ArgumentParser, *, vocab: int | None = None) -> None:
     """The data source's flags, for a benchmark whose runs take their data section from :func:`data_of`."""
     ap.add_argument("--data-order", type=int, default=1, choices=[1, 2], help="Markov order of the data source")
-    ap.add_argument("--older-classes", type=int, default=None,
-                    help="order 2: the older token counts only mod this (trainer.data; 2 = one bit)")
-    ap.add_argument("--vocab", type=int, default=vocab,
-                    help="tokens of the synthetic language (data.vocab_size; the model's embedding and output "
-                         "layer follow; default %(default)s; the tiny model's own vocabulary is 64)")
+    ap.add_argument(
+        "--older-classes",
+        type=int,
+        default=None,
+        help="order 2: the older token counts only mod this (trainer.data; 2 = one bit)",
+    )
+    ap.add_argument(
+        "--vocab",
+        type=int,
+        default=vocab,
+        help="tokens of the synthetic language (data.vocab_size; the model's embedding and output "
+        "layer follow; default %(default)s; the tiny model's own vocabulary is 64)",
+    )
 
 
 def data_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -151,8 +212,9 @@ def _goodput_bars(ax: Any, rows: list[dict[str, Any]]) -> None:
     """Horizontal bars of merged goodput with compute goodput outlined, one per row (``label``, ``goodput``)."""
     labels = [r["label"] for r in rows]
     ax.barh(labels, [r["goodput"]["merged"] for r in rows], color="tab:blue", label="merged goodput")
-    ax.barh(labels, [r["goodput"]["compute"] for r in rows], color="none", edgecolor="black",
-            label="compute goodput")
+    ax.barh(
+        labels, [r["goodput"]["compute"] for r in rows], color="none", edgecolor="black", label="compute goodput"
+    )
     ax.set_xlim(0, 1)
     ax.tick_params(axis="y", labelsize=7)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)

@@ -51,13 +51,25 @@ from trainer.training import TrainingSetup
 
 
 def cluster(args: argparse.Namespace, seed: int, slow: list[str], **algo: Any) -> dict[str, Any]:
-    return {"seed": seed, "token_budget": args.budget, "model": {"size": args.size},
-            "inner": {"batch_size": args.batch, "lr": args.lr},
-            "algorithm": {"mode": "decoupled", "num_learners": args.learners, "num_fragments": args.fragments,
-                          "sync_every": args.sync_every, **algo},
-            "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 4},
-            "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0,
-                        "step_delay_overrides": {lid: args.step_s * args.slow_factor for lid in slow}}}
+    return {
+        "seed": seed,
+        "token_budget": args.budget,
+        "model": {"size": args.size},
+        "inner": {"batch_size": args.batch, "lr": args.lr},
+        "algorithm": {
+            "mode": "decoupled",
+            "num_learners": args.learners,
+            "num_fragments": args.fragments,
+            "sync_every": args.sync_every,
+            **algo,
+        },
+        "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 4},
+        "learner": {
+            "step_delay_s": args.step_s,
+            "start_together_s": 60.0,
+            "step_delay_overrides": {lid: args.step_s * args.slow_factor for lid in slow},
+        },
+    }
 
 
 def summarise(h: History, args: argparse.Namespace, seed: int, slow: list[str]) -> dict[str, Any]:
@@ -67,26 +79,37 @@ def summarise(h: History, args: argparse.Namespace, seed: int, slow: list[str]) 
     speeds = {lid: 1 / (args.slow_factor if lid in slow else 1.0) for lid in learner_ids(args.learners)}
     nominal = sum(per_step / args.step_s * s for s in speeds.values())
     g = m.goodput(h.events, num_fragments=args.fragments, nominal_tokens_per_s=nominal, t0=t0, t1=t1)
-    return {"final_loss": m.final_eval_loss(h.events), "merged_goodput": g.merged, "compute_goodput": g.compute,
-            "per_merge": m.participation(h.events)["per_merge"], "slow_weight": m.weight_share(h.events, slow),
-            "slow_speed_share": sum(speeds[lid] for lid in slow) / sum(speeds.values()), "wall_s": t1 - t0}
+    return {
+        "final_loss": m.final_eval_loss(h.events),
+        "merged_goodput": g.merged,
+        "compute_goodput": g.compute,
+        "per_merge": m.participation(h.events)["per_merge"],
+        "slow_weight": m.weight_share(h.events, slow),
+        "slow_speed_share": sum(speeds[lid] for lid in slow) / sum(speeds.values()),
+        "wall_s": t1 - t0,
+    }
 
 
 def all_variants(learners: int) -> list[tuple[str, str, dict[str, Any]]]:
     """(slug, label, algorithm settings) of the configurations compared, for M = ``learners``."""
-    return [("k-m", f"K = M = {learners}", {"min_quorum": learners, "grace": False}),
-            ("k-1", "K = 1, no grace", {"min_quorum": 1, "grace": False}),
-            ("k-1-grace", "K = 1 + grace (default)", {"min_quorum": 1, "grace": True})]
+    return [
+        ("k-m", f"K = M = {learners}", {"min_quorum": learners, "grace": False}),
+        ("k-1", "K = 1, no grace", {"min_quorum": 1, "grace": False}),
+        ("k-1-grace", "K = 1 + grace (default)", {"min_quorum": 1, "grace": True}),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_run_arguments(ap)
-    ap.add_argument("--slow-factor", type=float, default=2.0, help="a slow learner's step takes this many times longer")
+    ap.add_argument(
+        "--slow-factor", type=float, default=2.0, help="a slow learner's step takes this many times longer"
+    )
     ap.add_argument("--budget", type=int, default=1_200_000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--only", nargs="+", choices=[slug for slug, _, _ in all_variants(1)],
-                    help="run only these configurations")
+    ap.add_argument(
+        "--only", nargs="+", choices=[slug for slug, _, _ in all_variants(1)], help="run only these configurations"
+    )
     ap.add_argument("--link-latency-ms", type=int, default=0, help="latency on every learner's link, each way")
     ap.add_argument("--link-jitter-ms", type=int, default=0, help="± jitter of that latency (Toxiproxy's own)")
     ap.add_argument("--results-name", default="heterogeneous", help="benchmarks/results/<this>.json")
@@ -100,30 +123,53 @@ def main(argv: list[str] | None = None) -> int:
         root = args.keep_runs or Path(tmp)
         for seed in args.seeds:
             for slug, _, algo in variants:
-                h = run_cluster(f"{slug}-seed{seed}", cluster(args, seed, slow, **algo), root, seed=seed,
-                                schedule=links, progress=quiet_progress, reuse=args.reuse)
+                h = run_cluster(
+                    f"{slug}-seed{seed}",
+                    cluster(args, seed, slow, **algo),
+                    root,
+                    seed=seed,
+                    schedule=links,
+                    progress=quiet_progress,
+                    reuse=args.reuse,
+                )
                 runs[slug][seed] = summarise(h, args, seed, slow)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     k1 = runs.get("k-1", {})
-    header = ["run", "final eval loss", "merged goodput", "÷ K = 1's merged goodput", "participants / merge",
-              "slow learners' weight share (speed share)"]
+    header = [
+        "run",
+        "final eval loss",
+        "merged goodput",
+        "÷ K = 1's merged goodput",
+        "participants / merge",
+        "slow learners' weight share (speed share)",
+    ]
     rows = []
     for slug, label, _ in variants:
         rs = runs[slug]
         share = rs[next(iter(rs))]["slow_speed_share"]
-        rows.append([label, m.format_ci([r["final_loss"] for r in rs.values()], 4),
-                     m.format_ci([r["merged_goodput"] for r in rs.values()]),
-                     m.format_ci([r["merged_goodput"] / k1[s]["merged_goodput"] for s, r in rs.items() if s in k1])
-                     if k1 else None,
-                     m.format_ci([r["per_merge"] for r in rs.values()], 2),
-                     f"{m.format_ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})"])
+        rows.append(
+            [
+                label,
+                m.format_ci([r["final_loss"] for r in rs.values()], 4),
+                m.format_ci([r["merged_goodput"] for r in rs.values()]),
+                m.format_ci([r["merged_goodput"] / k1[s]["merged_goodput"] for s, r in rs.items() if s in k1])
+                if k1
+                else None,
+                m.format_ci([r["per_merge"] for r in rs.values()], 2),
+                f"{m.format_ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})",
+            ]
+        )
     table = markdown_table(header, rows)
     lat = f"; links +{args.link_latency_ms} ± {args.link_jitter_ms} ms each way" if args.link_latency_ms else ""
-    print(f"\nslow learners {', '.join(slow)} at 1/{args.slow_factor:g} speed{lat}; mean ± 95% t interval over seeds "
-          f"{args.seeds}\n\n{table}")
+    print(
+        f"\nslow learners {', '.join(slow)} at 1/{args.slow_factor:g} speed{lat}; mean ± 95% t interval over seeds "
+        f"{args.seeds}\n\n{table}"
+    )
     config = config_of(args)
     config["slow_learners"] = slow
-    path = write_results(args.results_name, config=config, results={"runs": runs}, table=table, out_dir=args.out_dir)
+    path = write_results(
+        args.results_name, config=config, results={"runs": runs}, table=table, out_dir=args.out_dir
+    )
     print(f"\nresults: {path}")
     return 0
 

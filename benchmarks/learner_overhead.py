@@ -65,19 +65,41 @@ def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> float:
     env = dict(os.environ, **THREAD_ENV)
     old = _pinned(cpus)
     try:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.learner_overhead", "--bare", "--size", size,
-                              "--steps", str(steps), "--seed", str(seed)],
-                             env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.learner_overhead",
+                "--bare",
+                "--size",
+                size,
+                "--steps",
+                str(steps),
+                "--seed",
+                str(seed),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     finally:
         os.sched_setaffinity(0, old)
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def run_synced(size: str, steps: int, seed: int, workdir: Path, learner_cpus: set[int] | None,
-               syncer_cpus: set[int] | None) -> tuple[float, int]:
-    cfg = build_config({"model": {"size": size}, "seed": seed, "token_budget": 10**12,
-                        "algorithm": {"mode": "decoupled", "num_learners": 1, "num_fragments": 4, "sync_every": 8},
-                        "learner": {"step_event_every": 10}})
+def run_synced(
+    size: str, steps: int, seed: int, workdir: Path, learner_cpus: set[int] | None, syncer_cpus: set[int] | None
+) -> tuple[float, int]:
+    cfg = build_config(
+        {
+            "model": {"size": size},
+            "seed": seed,
+            "token_budget": 10**12,
+            "algorithm": {"mode": "decoupled", "num_learners": 1, "num_fragments": 4, "sync_every": 8},
+            "learner": {"step_event_every": 10},
+        }
+    )
     cluster = LocalCluster(cfg, workdir)
     path = workdir / "events" / "learner-0.jsonl"
     try:
@@ -90,12 +112,17 @@ def run_synced(size: str, steps: int, seed: int, workdir: Path, learner_cpus: se
             os.sched_setaffinity(0, old)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            evs = [e for e in ev.read_events(path, strict=False) if isinstance(e, ev.Step)] if path.exists() else []
+            evs = (
+                [e for e in ev.read_events(path, strict=False) if isinstance(e, ev.Step)] if path.exists() else []
+            )
             done = [e for e in evs if e.step >= WARMUP]
             if done and done[-1].step - done[0].step >= steps:
                 a, b = done[0], done[-1]
-                merges = sum(1 for e in ev.read_events(workdir / "events" / "syncer.jsonl", strict=False)
-                             if isinstance(e, ev.Merge))
+                merges = sum(
+                    1
+                    for e in ev.read_events(workdir / "events" / "syncer.jsonl", strict=False)
+                    if isinstance(e, ev.Merge)
+                )
                 return (b.step - a.step) / (b.ts - a.ts), merges
             time.sleep(0.2)
         raise RuntimeError("synced learner did not make progress")
@@ -109,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-pin", action="store_true",
-                    help="do not pin: learner, bare loop and syncer then share every core")
+    ap.add_argument(
+        "--no-pin", action="store_true", help="do not pin: learner, bare loop and syncer then share every core"
+    )
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args(argv)
@@ -129,15 +157,33 @@ def main(argv: list[str] | None = None) -> int:
             s, m = run_synced(args.size, args.steps, args.seed, Path(tmp) / f"run{r}", learner_cpus, syncer_cpus)
             synced.append(s)
             merges.append(m)
-            print(f"repeat {r}: bare {bare[-1]:.1f} steps/s, synced {synced[-1]:.1f} steps/s ({m} merges)", flush=True)
+            print(
+                f"repeat {r}: bare {bare[-1]:.1f} steps/s, synced {synced[-1]:.1f} steps/s ({m} merges)",
+                flush=True,
+            )
     mb, ms = statistics.median(bare), statistics.median(synced)
-    table = markdown_table(["model", "bare steps/s (median)", "synced steps/s (median)", "overhead"],
-                           [[args.size, round(mb, 1), round(ms, 1), f"{100 * (1 - ms / mb):.1f}%"]])
+    table = markdown_table(
+        ["model", "bare steps/s (median)", "synced steps/s (median)", "overhead"],
+        [[args.size, round(mb, 1), round(ms, 1), f"{100 * (1 - ms / mb):.1f}%"]],
+    )
     print(f"\n{table}")
-    config = {"size": args.size, "steps": args.steps, "repeats": args.repeats, "seed": args.seed, "pin": pin,
-              "learner_cpus": sorted(learner_cpus or cpus), "syncer_cpus": sorted(syncer_cpus or cpus)}
-    results = {"bare_steps_per_s": bare, "synced_steps_per_s": synced, "merges": merges,
-               "median_bare": mb, "median_synced": ms, "overhead": 1 - ms / mb}
+    config = {
+        "size": args.size,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "pin": pin,
+        "learner_cpus": sorted(learner_cpus or cpus),
+        "syncer_cpus": sorted(syncer_cpus or cpus),
+    }
+    results = {
+        "bare_steps_per_s": bare,
+        "synced_steps_per_s": synced,
+        "merges": merges,
+        "median_bare": mb,
+        "median_synced": ms,
+        "overhead": 1 - ms / mb,
+    }
     out_dir = Path(args.out_dir)
     write_results("learner_overhead", config=config, results=results, table=table, out_dir=out_dir)
     fig, ax = new_figure(6, 3.5)

@@ -187,8 +187,22 @@ def worst_eval_after_first(events: Sequence[Any]) -> tuple[float, float] | None:
 
 
 # Two-sided 95% Student t quantiles by degrees of freedom (the benchmarks run a handful of seeds).
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+_T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -208,7 +222,7 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
     df = n - 1
     t = _T95.get(df) or next((q for d, q in sorted(_T95.items()) if d >= df), 1.96)
-    return mean, t * sd / n ** 0.5
+    return mean, t * sd / n**0.5
 
 
 def weight_share(events: Sequence[Any], learners: Sequence[str]) -> float | None:
@@ -258,12 +272,18 @@ class Goodput:
     wall_s: float
 
     def to_json(self) -> dict[str, float | int]:
-        return {"compute": round(self.compute, 4), "merged": round(self.merged, 4), "merged_tokens": self.merged_tokens,
-                "trained_tokens": self.trained_tokens, "wall_s": round(self.wall_s, 2)}
+        return {
+            "compute": round(self.compute, 4),
+            "merged": round(self.merged, 4),
+            "merged_tokens": self.merged_tokens,
+            "trained_tokens": self.trained_tokens,
+            "wall_s": round(self.wall_s, 2),
+        }
 
 
-def goodput(events: Sequence[Any], *, num_fragments: int, nominal_tokens_per_s: float, t0: float,
-            t1: float) -> Goodput:
+def goodput(
+    events: Sequence[Any], *, num_fragments: int, nominal_tokens_per_s: float, t0: float, t1: float
+) -> Goodput:
     """Compute and merged goodput of a run whose training ran from ``t0`` to ``t1``.
 
     Example:
@@ -279,9 +299,13 @@ def goodput(events: Sequence[Any], *, num_fragments: int, nominal_tokens_per_s: 
     merged = sum(merged_tokens(events, num_fragments).values())
     trained = sum(trained_tokens(list(events)).values())
     wall = max(t1 - t0, 1e-9)
-    return Goodput(compute=merged / trained if trained else 0.0,
-                   merged=merged / (wall * nominal_tokens_per_s),
-                   merged_tokens=merged, trained_tokens=trained, wall_s=wall)
+    return Goodput(
+        compute=merged / trained if trained else 0.0,
+        merged=merged / (wall * nominal_tokens_per_s),
+        merged_tokens=merged,
+        trained_tokens=trained,
+        wall_s=wall,
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -36,8 +36,12 @@ def no_op_scenario(baseline_seeds: int):
     """The built-ins' cluster with an empty schedule: nothing to find, so every parity failure is a false alarm."""
     from chaos.scenario import scenario_with
 
-    return scenario_with("kill-one-learner", name="no-op", schedule=[],
-                         checks={"parity": {"baseline_seeds": baseline_seeds}, "reintegration": {"enabled": False}})
+    return scenario_with(
+        "kill-one-learner",
+        name="no-op",
+        schedule=[],
+        checks={"parity": {"baseline_seeds": baseline_seeds}, "reintegration": {"enabled": False}},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,8 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rejudge:
         doc = json.loads(args.rejudge.read_text())
-        return _judge(doc["results"]["band"], doc["results"]["runs"], {**doc["config"], "rejudged": True},
-                      args.out_dir, doc["results"].get("cluster"))
+        return _judge(
+            doc["results"]["band"],
+            doc["results"]["runs"],
+            {**doc["config"], "rejudged": True},
+            args.out_dir,
+            doc["results"].get("cluster"),
+        )
     scenario = no_op_scenario(args.baseline_seeds)
     rows_runs, band = [], None
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,13 +71,24 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             t = time.monotonic()
             with CpuLoad(seed=i) if args.load else contextlib.nullcontext():
-                r = run_scenario(scenario, RunOptions(root / f"run-{i}", baseline_cache=root / "baselines",
-                                                      progress=None))
+                r = run_scenario(
+                    scenario, RunOptions(root / f"run-{i}", baseline_cache=root / "baselines", progress=None)
+                )
             p = next(v for v in r.verdicts if v.name == "parity").evidence
             seeds = r.report.baseline.band if r.report.baseline else None  # parity ran: its baseline has a band
-            band = {**p["band"], **(seeds.model_dump() if seeds else {})}  # where it lies; the seeds' losses, floors
-            rows_runs.append({"run": i, "final_eval_loss": p["final_eval_loss"], "delta_same_seed": p["delta"],
-                              "outside_band": p["outside_band"], "seconds": round(time.monotonic() - t, 1)})
+            band = {
+                **p["band"],
+                **(seeds.model_dump() if seeds else {}),
+            }  # where it lies; the seeds' losses, floors
+            rows_runs.append(
+                {
+                    "run": i,
+                    "final_eval_loss": p["final_eval_loss"],
+                    "delta_same_seed": p["delta"],
+                    "outside_band": p["outside_band"],
+                    "seconds": round(time.monotonic() - t, 1),
+                }
+            )
             print(f"  run {i}: {rows_runs[-1]}", flush=True)
     return _judge(band, rows_runs, vars(args), args.out_dir, cluster_key(scenario.cluster))
 
@@ -84,13 +104,17 @@ def _judge(band: dict, runs: list[dict], config: dict, out_dir: Path, cluster: s
         (l1, h1), (l2, h2) = wilson(a1, n), wilson(a2, n)
         results["by_tolerance"][str(tol)] = {"one_baseline": a1, "band": a2, "runs": n}
         rows.append([f"±{tol}", f"{a1}/{n} ({l1:.0%}–{h1:.0%})", f"{a2}/{n} ({l2:.0%}–{h2:.0%})"])
-    table = markdown_table(["tolerance", "false alarms, one baseline (95% CI)", "false alarms, band (95% CI)"], rows)
+    table = markdown_table(
+        ["tolerance", "false alarms, one baseline (95% CI)", "false alarms, band (95% CI)"], rows
+    )
     abs_single = sorted(abs(d) for d in single)
-    print(f"\nno-op scenario, {n} fault-free runs{' under load' if config['load'] else ''}; baselines at "
-          f"{config['baseline_seeds']} seeds: final losses {min(band['losses']):.4f}–{max(band['losses']):.4f}, excess over "
-          f"their floors {min(band['excess']):.4f}–{max(band['excess']):.4f}, so the band is "
-          f"{band['low']:.4f}–{band['high']:.4f}; median |run − same-seed baseline| {abs_single[n // 2]:.4f}"
-          f"\n\n{table}")
+    print(
+        f"\nno-op scenario, {n} fault-free runs{' under load' if config['load'] else ''}; baselines at "
+        f"{config['baseline_seeds']} seeds: final losses {min(band['losses']):.4f}–{max(band['losses']):.4f}, excess over "
+        f"their floors {min(band['excess']):.4f}–{max(band['excess']):.4f}, so the band is "
+        f"{band['low']:.4f}–{band['high']:.4f}; median |run − same-seed baseline| {abs_single[n // 2]:.4f}"
+        f"\n\n{table}"
+    )
     path = write_results("parity_false_alarm", config=config, results=results, table=table, out_dir=out_dir)
     print(f"\nresults: {path}")
     return 0

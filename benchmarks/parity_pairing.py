@@ -45,17 +45,32 @@ def main(argv: list[str] | None = None) -> int:
             r = simulate(s, opts)
             loss = next(e.loss for e in r.history.of(ev.Eval) if e.final)
             band = next(v for v in r.verdicts if v.name == "parity")
-            reps = [baseline_loss(scenario_with(name, seed=seed + REPLICATE_STRIDE * k, cluster={"seed": seed}), opts)
-                    for k in range(1, args.replicates + 1)]
+            reps = [
+                baseline_loss(scenario_with(name, seed=seed + REPLICATE_STRIDE * k, cluster={"seed": seed}), opts)
+                for k in range(1, args.replicates + 1)
+            ]
             tol = derived_tolerance([float(x) for x in reps if x is not None])
             assert tol is not None, f"{name} seed {seed}: a replicate did not finish"
             out = band_distance(loss, (min(reps), max(reps)))
-            rows.append({"scenario": name, "seed": seed, "final_loss": loss, "replicates": reps,
-                         "paired_tolerance": tol, "paired_outside": out, "paired_ratio": abs(out) / tol,
-                         "paired_mde": max(reps) + tol - min(reps), "band_status": band.status,
-                         "band_mde": band.evidence["min_detectable_increase"]})
-            print(f"{name:22s} {seed} paired {abs(out) / tol:.2f} of its tolerance {tol:.4f}, mde {rows[-1]['paired_mde']:.4f}"
-                  f" | band {band.status}, mde {rows[-1]['band_mde']:.4f}", flush=True)
+            rows.append(
+                {
+                    "scenario": name,
+                    "seed": seed,
+                    "final_loss": loss,
+                    "replicates": reps,
+                    "paired_tolerance": tol,
+                    "paired_outside": out,
+                    "paired_ratio": abs(out) / tol,
+                    "paired_mde": max(reps) + tol - min(reps),
+                    "band_status": band.status,
+                    "band_mde": band.evidence["min_detectable_increase"],
+                }
+            )
+            print(
+                f"{name:22s} {seed} paired {abs(out) / tol:.2f} of its tolerance {tol:.4f}, mde {rows[-1]['paired_mde']:.4f}"
+                f" | band {band.status}, mde {rows[-1]['band_mde']:.4f}",
+                flush=True,
+            )
     n = len(rows)
     summary = {
         "runs": n,
@@ -66,13 +81,31 @@ def main(argv: list[str] | None = None) -> int:
     }
     table = markdown_table(
         ("judged by", "false alarms (healthy runs failed)", "median minimum detectable effect (nats)"),
-        [("the seed band (today)", f"{summary['band_false_alarms']} of {n}", fmt(summary["band_mde_median"], 4)),
-         (f"paired: {args.replicates} timing replicates at the run's seed", f"{summary['paired_false_alarms']} of {n}",
-          fmt(summary["paired_mde_median"], 4))])
+        [
+            (
+                "the seed band (today)",
+                f"{summary['band_false_alarms']} of {n}",
+                fmt(summary["band_mde_median"], 4),
+            ),
+            (
+                f"paired: {args.replicates} timing replicates at the run's seed",
+                f"{summary['paired_false_alarms']} of {n}",
+                fmt(summary["paired_mde_median"], 4),
+            ),
+        ],
+    )
     print(table)
-    write_results("parity_pairing", config={"seeds": args.seeds, "replicates": args.replicates,
-                                            "mode": "deterministic", "replicate_stride": REPLICATE_STRIDE},
-                  results={"summary": summary, "runs": rows}, table=table)
+    write_results(
+        "parity_pairing",
+        config={
+            "seeds": args.seeds,
+            "replicates": args.replicates,
+            "mode": "deterministic",
+            "replicate_stride": REPLICATE_STRIDE,
+        },
+        results={"summary": summary, "runs": rows},
+        table=table,
+    )
     return 0
 
 

@@ -33,8 +33,16 @@ from typing import Any
 
 from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
-from benchmarks.harness import (PRE_ROUNDS, PRE_ROUNDS_LABEL, add_data_arguments, add_run_arguments, config_of,
-                               data_of, quiet_progress, run_cluster)
+from benchmarks.harness import (
+    PRE_ROUNDS,
+    PRE_ROUNDS_LABEL,
+    add_data_arguments,
+    add_run_arguments,
+    config_of,
+    data_of,
+    quiet_progress,
+    run_cluster,
+)
 from chaos.history import History
 from trainer import events as ev
 from trainer.core.reasons import RejectReason
@@ -54,24 +62,34 @@ def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict
         evals = 32
     else:
         shape, evals = {"num_fragments": args.fragments, "sync_every": args.sync_every}, args.fragments * 4
-    return {"seed": seed, "token_budget": args.budget, "model": {"size": args.size}, "data": data_of(args),
-            "inner": {"batch_size": args.batch, "lr": args.lr},
-            "algorithm": {"mode": mode, "num_learners": args.learners, **shape, **algo},
-            "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": evals},
-            "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0}}
+    return {
+        "seed": seed,
+        "token_budget": args.budget,
+        "model": {"size": args.size},
+        "data": data_of(args),
+        "inner": {"batch_size": args.batch, "lr": args.lr},
+        "algorithm": {"mode": mode, "num_learners": args.learners, **shape, **algo},
+        "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": evals},
+        "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0},
+    }
 
 
 def summarise(h: History, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     worst = m.worst_eval_after_first(h.events)
     late = sum(1 for e in h.events if isinstance(e, ev.Reject) and e.reason == RejectReason.LATE_ROUND.value)
     final = m.final_eval(h.events)
-    return {"final_loss": final.loss if final else None, "excess": final.loss - final.loss_floor if final else None,
-            "late_refused": late,
-            "late_carried": sum(e.late for e in h.events if isinstance(e, ev.Merge)),
-            "outer_steps_per_round": None if mode == "data-parallel" else
-            m.outer_steps_per_round(h.events, num_fragments=args.fragments, sync_every=args.sync_every),
-            "per_merge": m.participation(h.events)["per_merge"],
-            "first_eval": worst[0] if worst else None, "worst_later_eval": worst[1] if worst else None}
+    return {
+        "final_loss": final.loss if final else None,
+        "excess": final.loss - final.loss_floor if final else None,
+        "late_refused": late,
+        "late_carried": sum(e.late for e in h.events if isinstance(e, ev.Merge)),
+        "outer_steps_per_round": None
+        if mode == "data-parallel"
+        else m.outer_steps_per_round(h.events, num_fragments=args.fragments, sync_every=args.sync_every),
+        "per_merge": m.participation(h.events)["per_merge"],
+        "first_eval": worst[0] if worst else None,
+        "worst_later_eval": worst[1] if worst else None,
+    }
 
 
 def _mean(values: list[Any]) -> str:
@@ -93,32 +111,56 @@ def main(argv: list[str] | None = None) -> int:
         root = args.keep_runs or Path(tmp)
         for seed in args.seeds:
             for slug, _, mode, algo in variants:
-                h = run_cluster(f"{slug}-seed{seed}", cluster(args, seed, mode, **algo), root, seed=seed,
-                                progress=quiet_progress, reuse=args.reuse)
+                h = run_cluster(
+                    f"{slug}-seed{seed}",
+                    cluster(args, seed, mode, **algo),
+                    root,
+                    seed=seed,
+                    progress=quiet_progress,
+                    reuse=args.reuse,
+                )
                 runs[slug][seed] = summarise(h, args, mode)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     ref = runs.get("sync", {})
-    header = ["configuration", "final eval loss", "excess over the floor", "vs sync DiLoCo, same seed (%)",
-              "outer steps / round", "participants / merge", "late uploads refused / carried per run",
-              "runs with a later eval above the first"]
+    header = [
+        "configuration",
+        "final eval loss",
+        "excess over the floor",
+        "vs sync DiLoCo, same seed (%)",
+        "outer steps / round",
+        "participants / merge",
+        "late uploads refused / carried per run",
+        "runs with a later eval above the first",
+    ]
     rows = []
     for slug, label, mode, _ in variants:
         rs = runs[slug]
         losses = [r["final_loss"] for r in rs.values()]
-        rel = [100 * (rs[s]["final_loss"] - ref[s]["final_loss"]) / ref[s]["final_loss"]
-               for s in rs if s in ref and slug != "sync"]
-        rows.append([label, m.format_ci(losses, 4), m.format_ci([r["excess"] for r in rs.values()], 3),
-                     m.format_ci(rel, 2) if rel else "—",
-                     "—" if mode == "data-parallel" else
-                     m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
-                     m.format_ci([r["per_merge"] for r in rs.values()], 2),
-                     f"{_mean([r.get('late_refused') for r in rs.values()])} / "
-                     f"{_mean([r.get('late_carried') for r in rs.values()])}",
-                     f"{sum(1 for r in rs.values() if r['worst_later_eval'] > r['first_eval'])} / {len(rs)}"])
+        rel = [
+            100 * (rs[s]["final_loss"] - ref[s]["final_loss"]) / ref[s]["final_loss"]
+            for s in rs
+            if s in ref and slug != "sync"
+        ]
+        rows.append(
+            [
+                label,
+                m.format_ci(losses, 4),
+                m.format_ci([r["excess"] for r in rs.values()], 3),
+                m.format_ci(rel, 2) if rel else "—",
+                "—"
+                if mode == "data-parallel"
+                else m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
+                m.format_ci([r["per_merge"] for r in rs.values()], 2),
+                f"{_mean([r.get('late_refused') for r in rs.values()])} / "
+                f"{_mean([r.get('late_carried') for r in rs.values()])}",
+                f"{sum(1 for r in rs.values() if r['worst_later_eval'] > r['first_eval'])} / {len(rs)}",
+            ]
+        )
     table = markdown_table(header, rows)
     print(f"\nmean ± 95% t interval over seeds {args.seeds}\n\n{table}")
-    path = write_results("reference_parity", config=config_of(args), results={"runs": runs}, table=table,
-                         out_dir=args.out_dir)
+    path = write_results(
+        "reference_parity", config=config_of(args), results={"runs": runs}, table=table, out_dir=args.out_dir
+    )
     print(f"\nresults: {path}")
     return 0
 

@@ -37,33 +37,58 @@ from chaos.scale import ScaleResult, build_scale_config, simulate_scale
 from chaos.scale.quantities import format_duration, parse_count
 
 
-def plan(args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: float,
-         variant: dict[str, Any] | None = None) -> dict[str, Any]:
+def plan(
+    args: argparse.Namespace, gbps: float, mode: str, bytes_per_param: float, variant: dict[str, Any] | None = None
+) -> dict[str, Any]:
     alg: dict[str, Any] = {"mode": mode}
     if mode == "decoupled":
-        alg.update({"num_learners": args.sites, "num_fragments": 24, "sync_every": 24, "overlap_steps": 2,
-                    **(variant or {})})
+        alg.update(
+            {
+                "num_learners": args.sites,
+                "num_fragments": 24,
+                "sync_every": 24,
+                "overlap_steps": 2,
+                **(variant or {}),
+            }
+        )
     elif mode == "sync-diloco":
         alg.update(num_learners=args.sites, num_fragments=24, sync_every=24)
     # Long enough for the slowest mode to reach the budget; Decoupled gets less (it simulates every sync).
     duration = 8 * args.budget / args.tokens_per_step * args.step if mode == "decoupled" else "60d"
-    return {"name": f"{mode}@{gbps:g}Gbps", "seed": args.seed, "duration": duration, "token_budget": args.budget,
-            "cluster": {"chips": args.chips, "sites": args.sites},
-            "workload": {"step_s": args.step, "tokens_per_step": args.tokens_per_step, "params": args.params,
-                         "bytes_per_param": bytes_per_param},
-            "network": {"bandwidth": gbps, "latency": args.latency, "dp_overlap": 0.5}, "algorithm": alg}
+    return {
+        "name": f"{mode}@{gbps:g}Gbps",
+        "seed": args.seed,
+        "duration": duration,
+        "token_budget": args.budget,
+        "cluster": {"chips": args.chips, "sites": args.sites},
+        "workload": {
+            "step_s": args.step,
+            "tokens_per_step": args.tokens_per_step,
+            "params": args.params,
+            "bytes_per_param": bytes_per_param,
+        },
+        "network": {"bandwidth": gbps, "latency": args.latency, "dp_overlap": 0.5},
+        "algorithm": alg,
+    }
 
 
 # (label, mode, bytes per parameter, decoupled algorithm settings). The plain rows refuse a late upload ("a late
 # fragment simply misses that merge") with the paper's τ = 2; carrying late uploads into the next round and τ
 # sized to the measured round trip (overlap_steps: auto, the trainer's default) are measured beside them.
 VARIANTS: tuple[tuple[str, str, float, dict[str, Any]], ...] = (
-    ("data-parallel", "data-parallel", 2.0, {}), ("sync DiLoCo", "sync-diloco", 2.0, {}),
+    ("data-parallel", "data-parallel", 2.0, {}),
+    ("sync DiLoCo", "sync-diloco", 2.0, {}),
     ("decoupled (bf16)", "decoupled", 2.0, {}),
     ("decoupled (bf16, late carried)", "decoupled", 2.0, {"late_uploads": "carry"}),
     ("decoupled (bf16, τ auto)", "decoupled", 2.0, {"overlap_steps": "auto"}),
-    ("decoupled (bf16, τ auto, late carried)", "decoupled", 2.0, {"overlap_steps": "auto", "late_uploads": "carry"}),
-    ("decoupled (4-bit)", "decoupled", 0.5, {}))
+    (
+        "decoupled (bf16, τ auto, late carried)",
+        "decoupled",
+        2.0,
+        {"overlap_steps": "auto", "late_uploads": "carry"},
+    ),
+    ("decoupled (4-bit)", "decoupled", 0.5, {}),
+)
 
 
 def needed_gbps(args: argparse.Namespace) -> dict[str, float]:
@@ -71,8 +96,11 @@ def needed_gbps(args: argparse.Namespace) -> dict[str, float]:
     model = args.params * 2
     dp = 2 * (args.sites - 1) / args.sites * model * 8 / (0.5 * args.step) / 1e9
     frag_period = 24 / 24 * args.step  # one fragment sync per step (P = H)
-    return {"data-parallel (bf16)": dp, "decoupled (bf16)": model / 24 * 8 / frag_period / 1e9,
-            "decoupled (4-bit)": args.params * 0.5 / 24 * 8 / frag_period / 1e9}
+    return {
+        "data-parallel (bf16)": dp,
+        "decoupled (bf16)": model / 24 * 8 / frag_period / 1e9,
+        "decoupled (4-bit)": args.params * 0.5 / 24 * 8 / frag_period / 1e9,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,29 +119,58 @@ def main(argv: list[str] | None = None) -> int:
     for gbps in [float(g) for g in args.gbps.split(",")]:
         runs: dict[str, ScaleResult] = {}
         for label, mode, bpp, variant in VARIANTS:
-            r = simulate_scale(build_scale_config(plan(args, gbps, mode, bpp, variant), f"{label} at {gbps:g} Gbps"))
+            r = simulate_scale(
+                build_scale_config(plan(args, gbps, mode, bpp, variant), f"{label} at {gbps:g} Gbps")
+            )
             runs[label] = r
             results.append({"gbps": gbps, "label": label, **r.to_json()})
         dp = runs["data-parallel"].time_to_budget_s
         for label, r in runs.items():
             t = r.time_to_budget_s
-            rows.append([f"{gbps:g}", label, "—" if t is None else format_duration(t),
-                         "—" if t is None or dp is None else f"{dp / t:.1f}×", f"{r.goodput:.1%}",
-                         f"{r.merged_goodput:.1%}",
-                         format_duration(r.longest_stall_s), int(r.details.get("skipped_syncs", 0)),
-                         f"{r.details['participants_per_merge']:.2f}" if "participants_per_merge" in r.details else "—",
-                         int(r.details.get("refused_late", 0)), int(r.details.get("late_carried", 0))])
-    table = markdown_table(["Gbit/s", "mode", f"time to {args.budget:.3g} tokens", "speed-up vs data-parallel",
-                            "goodput", "merged goodput", "longest global stall", "skipped fragment syncs",
-                            "learners / merge", "refused late", "carried late"], rows)
+            rows.append(
+                [
+                    f"{gbps:g}",
+                    label,
+                    "—" if t is None else format_duration(t),
+                    "—" if t is None or dp is None else f"{dp / t:.1f}×",
+                    f"{r.goodput:.1%}",
+                    f"{r.merged_goodput:.1%}",
+                    format_duration(r.longest_stall_s),
+                    int(r.details.get("skipped_syncs", 0)),
+                    f"{r.details['participants_per_merge']:.2f}" if "participants_per_merge" in r.details else "—",
+                    int(r.details.get("refused_late", 0)),
+                    int(r.details.get("late_carried", 0)),
+                ]
+            )
+    table = markdown_table(
+        [
+            "Gbit/s",
+            "mode",
+            f"time to {args.budget:.3g} tokens",
+            "speed-up vs data-parallel",
+            "goodput",
+            "merged goodput",
+            "longest global stall",
+            "skipped fragment syncs",
+            "learners / merge",
+            "refused late",
+            "carried late",
+        ],
+        rows,
+    )
     need = needed_gbps(args)
-    need_table = markdown_table(["mode", "Gbit/s per link to hide communication"],
-                                [[k, f"{v:.2f}"] for k, v in need.items()])
+    need_table = markdown_table(
+        ["mode", "Gbit/s per link to hide communication"], [[k, f"{v:.2f}"] for k, v in need.items()]
+    )
     print(table)
     print()
     print(need_table)
-    write_results("scale_bandwidth", config=vars(args), results={"runs": results, "needed_gbps": need},
-                  table=table + "\n\n" + need_table)
+    write_results(
+        "scale_bandwidth",
+        config=vars(args),
+        results={"runs": results, "needed_gbps": need},
+        table=table + "\n\n" + need_table,
+    )
     return 0
 
 

@@ -43,26 +43,54 @@ def main(argv: list[str] | None = None) -> int:
                 values.append(100 * r.goodput)
             g = statistics.median(values)
             sim[row].append(g)
-            cells.append({"row": row, "chips": chips, "paper": paper, "simulated": round(g, 2),
-                          "diff": round(g - paper, 2), "seeds": values, "sim_seconds": seconds})
-            print(f"{ROW_LABELS[row]:30s} {format_count(chips):>5s}: simulated {g:5.1f}% paper {paper}% "
-                  f"(Δ {g - paper:+.1f}) in {statistics.median(seconds):.1f} s", flush=True)
+            cells.append(
+                {
+                    "row": row,
+                    "chips": chips,
+                    "paper": paper,
+                    "simulated": round(g, 2),
+                    "diff": round(g - paper, 2),
+                    "seeds": values,
+                    "sim_seconds": seconds,
+                }
+            )
+            print(
+                f"{ROW_LABELS[row]:30s} {format_count(chips):>5s}: simulated {g:5.1f}% paper {paper}% "
+                f"(Δ {g - paper:+.1f}) in {statistics.median(seconds):.1f} s",
+                flush=True,
+            )
     header = ["configuration", *[f"{format_count(c)} chips" for c in CHIPS]]
-    rows = [[ROW_LABELS[row], *[f"{s:.1f} ({p}, {s - p:+.1f})" for s, p in zip(sim[row], PAPER_GOODPUT[row])]]
-            for row in PAPER_GOODPUT]
-    table = ("Cells: simulated goodput % (paper %, difference in points)\n\n" + markdown_table(header, rows))
+    rows = [
+        [ROW_LABELS[row], *[f"{s:.1f} ({p}, {s - p:+.1f})" for s, p in zip(sim[row], PAPER_GOODPUT[row])]]
+        for row in PAPER_GOODPUT
+    ]
+    table = "Cells: simulated goodput % (paper %, difference in points)\n\n" + markdown_table(header, rows)
     worst = max(cells, key=lambda c: abs(float(c["diff"])))  # type: ignore[arg-type]
     slowest = max(max(c["sim_seconds"]) for c in cells)  # type: ignore[type-var]
     print()
     print(table)
-    print(f"\nlargest difference: {worst['diff']:+} points ({ROW_LABELS[str(worst['row'])]}, "
-          f"{format_count(float(worst['chips']))} chips); slowest cell took {slowest:.1f} s to simulate")  # type: ignore[arg-type]
-    write_results("scale_paper_table", config={"seeds": args.seeds, "duration": args.duration,
-                                               "plan_example": paper_plan("decoupled-8", 1.2e6).model_dump(mode="json")},
-                  results={"cells": cells, "largest_diff": worst, "slowest_cell_s": slowest}, table=table)
-    plot_goodput_sweep(sim, [format_count(c) for c in CHIPS], RESULTS / "scale_paper_table.png",
-                       xlabel="chips (one interruption per chip-year)",
-                       paper={k: list(v) for k, v in PAPER_GOODPUT.items()}, labels=ROW_LABELS)
+    print(
+        f"\nlargest difference: {worst['diff']:+} points ({ROW_LABELS[str(worst['row'])]}, "
+        f"{format_count(float(worst['chips']))} chips); slowest cell took {slowest:.1f} s to simulate"
+    )  # type: ignore[arg-type]
+    write_results(
+        "scale_paper_table",
+        config={
+            "seeds": args.seeds,
+            "duration": args.duration,
+            "plan_example": paper_plan("decoupled-8", 1.2e6).model_dump(mode="json"),
+        },
+        results={"cells": cells, "largest_diff": worst, "slowest_cell_s": slowest},
+        table=table,
+    )
+    plot_goodput_sweep(
+        sim,
+        [format_count(c) for c in CHIPS],
+        RESULTS / "scale_paper_table.png",
+        xlabel="chips (one interruption per chip-year)",
+        paper={k: list(v) for k, v in PAPER_GOODPUT.items()},
+        labels=ROW_LABELS,
+    )
     return 0
 
 

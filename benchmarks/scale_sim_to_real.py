@@ -51,8 +51,11 @@ def rejoin_from_runs(runs: Path) -> float:
         heals = {e["fault_id"]: e for e in events if e.get("kind") == "fault" and e.get("action") == "heal"}
         for heal in heals.values():  # the last record of each fault's heal: the restart itself
             target = heal["targets"][0]
-            steps = [e["ts"] for e in events if e.get("kind") == "step" and e.get("source") == target
-                     and e["ts"] > heal["ts"]]
+            steps = [
+                e["ts"]
+                for e in events
+                if e.get("kind") == "step" and e.get("source") == target and e["ts"] > heal["ts"]
+            ]
             if steps:
                 gaps.append(min(steps) - heal["ts"])
     if not gaps:
@@ -67,21 +70,43 @@ def _row(doc: dict[str, Any], label: str) -> dict[str, Any]:
     raise SystemExit(f"the measured file has no run labelled {label!r}")
 
 
-def plan(cfg: dict[str, Any], mode: str, step_s: float, tokens_per_step: float, *, overhead_s: float = 0.0,
-         rejoin_s: float = 0.0, kills: list[dict[str, Any]] | None = None, shift_s: float = 0.0) -> dict[str, Any]:
+def plan(
+    cfg: dict[str, Any],
+    mode: str,
+    step_s: float,
+    tokens_per_step: float,
+    *,
+    overhead_s: float = 0.0,
+    rejoin_s: float = 0.0,
+    kills: list[dict[str, Any]] | None = None,
+    shift_s: float = 0.0,
+) -> dict[str, Any]:
     m = cfg["learners"]
     # The real syncer's budget counts trained tokens (the learners' reports), so the simulated one does too.
-    return {"name": f"{mode} like benchmarks.goodput", "duration": 600, "token_budget": cfg["budget"],
-            "budget_counts": "trained",
-            "elastic": False, "cluster": {"chips": m},
-            "workload": {"step_s": step_s, "tokens_per_step": tokens_per_step},
-            "failures": {"mtbi_per_chip": 0, "schedule": [
+    return {
+        "name": f"{mode} like benchmarks.goodput",
+        "duration": 600,
+        "token_budget": cfg["budget"],
+        "budget_counts": "trained",
+        "elastic": False,
+        "cluster": {"chips": m},
+        "workload": {"step_s": step_s, "tokens_per_step": tokens_per_step},
+        "failures": {
+            "mtbi_per_chip": 0,
+            "schedule": [
                 {"at": k["at"] + shift_s, "learner": int(k["targets"][0].split("-")[1]), "down_s": k["duration"]}
-                for k in kills or []]},
-            "recovery": {"rejoin_s": rejoin_s},
-            "network": {"round_overhead_s": overhead_s},
-            "algorithm": {"mode": mode, "num_learners": m, "num_fragments": cfg["fragments"],
-                          "sync_every": cfg["sync_every"]}}
+                for k in kills or []
+            ],
+        },
+        "recovery": {"rejoin_s": rejoin_s},
+        "network": {"round_overhead_s": overhead_s},
+        "algorithm": {
+            "mode": mode,
+            "num_learners": m,
+            "num_fragments": cfg["fragments"],
+            "sync_every": cfg["sync_every"],
+        },
+    }
 
 
 def calibrate(doc: dict[str, Any], rejoin_s: float) -> dict[str, float]:
@@ -89,14 +114,20 @@ def calibrate(doc: dict[str, Any], rejoin_s: float) -> dict[str, float]:
     cfg = doc["config"]
     m, h = cfg["learners"], cfg["sync_every"]
     g = _row(doc, "sync DiLoCo, fault-free")["goodput"]
-    nominal_per_learner = g["merged_tokens"] / (g["wall_s"] * g["merged"]) / m  # tokens per learner-second at 50 ms
+    nominal_per_learner = (
+        g["merged_tokens"] / (g["wall_s"] * g["merged"]) / m
+    )  # tokens per learner-second at 50 ms
     tokens_per_learner_step = nominal_per_learner * cfg["step_s"]
     d = _row(doc, "decoupled (defaults), fault-free")["goodput"]
     step_s = d["wall_s"] / (d["trained_tokens"] / m / tokens_per_learner_step)
     rounds = g["merged_tokens"] / (m * h * tokens_per_learner_step)
-    return {"nominal_tokens_per_learner_s": nominal_per_learner, "tokens_per_learner_step": tokens_per_learner_step,
-            "step_s": step_s, "sync_round_overhead_s": max(0.0, g["wall_s"] / rounds - h * step_s),
-            "rejoin_s": rejoin_s}
+    return {
+        "nominal_tokens_per_learner_s": nominal_per_learner,
+        "tokens_per_learner_step": tokens_per_learner_step,
+        "step_s": step_s,
+        "sync_round_overhead_s": max(0.0, g["wall_s"] / rounds - h * step_s),
+        "rejoin_s": rejoin_s,
+    }
 
 
 @dataclass(frozen=True)
@@ -109,8 +140,11 @@ class Comparison:
     merged_goodput: float  # the simulated run's goodput by the benchmarks' definition
 
     def to_json(self) -> dict[str, Any]:
-        return {"run": self.run, "measured": self.measured,
-                "simulated": {**self.simulated.to_json(), "merged_goodput": self.merged_goodput}}
+        return {
+            "run": self.run,
+            "measured": self.measured,
+            "simulated": {**self.simulated.to_json(), "merged_goodput": self.merged_goodput},
+        }
 
 
 def predict(doc: dict[str, Any], cal: dict[str, float]) -> list[Comparison]:
@@ -119,21 +153,32 @@ def predict(doc: dict[str, Any], cal: dict[str, float]) -> list[Comparison]:
     m = cfg["learners"]
     out = []
     for label, mode in MODES.items():
-        kw = dict(overhead_s=cal["sync_round_overhead_s"] if mode == "sync-diloco" else 0.0,
-                  rejoin_s=cal["rejoin_s"])
+        kw = dict(
+            overhead_s=cal["sync_round_overhead_s"] if mode == "sync-diloco" else 0.0, rejoin_s=cal["rejoin_s"]
+        )
         per_step = m * cal["tokens_per_learner_step"]
-        free = simulate_scale(build_scale_config(plan(cfg, mode, cal["step_s"], per_step, **kw),
-                                                 f"{label}, fault-free"), timeline=True)
+        free = simulate_scale(
+            build_scale_config(plan(cfg, mode, cal["step_s"], per_step, **kw), f"{label}, fault-free"),
+            timeline=True,
+        )
         # The real controller starts the failure schedule at the first merge: so does the simulated one.
         first_merge = min(free.timeline.updates) if free.timeline and free.timeline.updates else 0.0
-        failed = simulate_scale(build_scale_config(
-            plan(cfg, mode, cal["step_s"], per_step, kills=cfg["failure_plan"], shift_s=first_merge, **kw),
-            f"{label}, failures"), timeline=True)
+        failed = simulate_scale(
+            build_scale_config(
+                plan(cfg, mode, cal["step_s"], per_step, kills=cfg["failure_plan"], shift_s=first_merge, **kw),
+                f"{label}, failures",
+            ),
+            timeline=True,
+        )
         for kind, sim in (("fault-free", free), ("failures", failed)):
             real = _row(doc, f"{label}, {kind}")
-            measured = {"failures": real["failures"], "merged_goodput": real["goodput"]["merged"],
-                        "longest_stall_s": real["longest_stall_s"], "wall_s": real["wall_s"],
-                        "compute_goodput": real["goodput"]["compute"]}
+            measured = {
+                "failures": real["failures"],
+                "merged_goodput": real["goodput"]["merged"],
+                "longest_stall_s": real["longest_stall_s"],
+                "wall_s": real["wall_s"],
+                "compute_goodput": real["goodput"]["compute"],
+            }
             # The benchmarks' merged goodput: merged tokens / (M × wall × nominal rate at 50 ms steps).
             tg = sim.merged_tokens / (m * sim.wall_s * cal["nominal_tokens_per_learner_s"])
             out.append(Comparison(f"{label}, {kind}", measured, sim, tg))
@@ -151,16 +196,47 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for c in comparisons:
         mm, sim = c.measured, c.simulated
-        rows.append([c.run, mm["failures"], sim.failures, f"{mm['merged_goodput']:.3f}", f"{c.merged_goodput:.3f}",
-                     f"{c.merged_goodput - mm['merged_goodput']:+.3f}", f"{mm['longest_stall_s']:.2f}",
-                     f"{sim.longest_stall_s:.2f}", f"{mm['wall_s']:.1f}", f"{sim.wall_s:.1f}"])
-    table = markdown_table(["run", "failures (real)", "failures (sim)", "merged goodput (real)", "(sim)", "Δ",
-                            "longest stall s (real)", "(sim)", "wall s (real)", "(sim)"], rows)
+        rows.append(
+            [
+                c.run,
+                mm["failures"],
+                sim.failures,
+                f"{mm['merged_goodput']:.3f}",
+                f"{c.merged_goodput:.3f}",
+                f"{c.merged_goodput - mm['merged_goodput']:+.3f}",
+                f"{mm['longest_stall_s']:.2f}",
+                f"{sim.longest_stall_s:.2f}",
+                f"{mm['wall_s']:.1f}",
+                f"{sim.wall_s:.1f}",
+            ]
+        )
+    table = markdown_table(
+        [
+            "run",
+            "failures (real)",
+            "failures (sim)",
+            "merged goodput (real)",
+            "(sim)",
+            "Δ",
+            "longest stall s (real)",
+            "(sim)",
+            "wall s (real)",
+            "(sim)",
+        ],
+        rows,
+    )
     print(f"calibration (fault-free runs): {json.dumps({k: round(v, 4) for k, v in cal.items()})}")
     print(table)
-    write_results("scale_sim_to_real", config={"measured": str(args.measured), "calibration": cal,
-                                               "rejoin_source": str(args.runs or "REJOIN_S (measured 2026-11-30)")},
-                  results={"runs": [c.to_json() for c in comparisons]}, table=table)
+    write_results(
+        "scale_sim_to_real",
+        config={
+            "measured": str(args.measured),
+            "calibration": cal,
+            "rejoin_source": str(args.runs or "REJOIN_S (measured 2026-11-30)"),
+        },
+        results={"runs": [c.to_json() for c in comparisons]},
+        table=table,
+    )
     sync_failed = next(c.simulated for c in comparisons if c.run == "sync DiLoCo, failures")
     plot_timeline(sync_failed, RESULTS / "scale_sim_to_real_timeline.png")
     return 0

@@ -24,9 +24,17 @@ from chaos.scenario import scenario_with
 # The planted-bug search's template (tests/property/test_search.py searches it too): the syncer forgets a learner
 # that rejoins as a new incarnation, which the reintegration check catches.
 CHECKS = {"reintegration": {"within_s": 10}, "liveness": {"max_gap_s": 10}}
-BUGGY = scenario_with("kill-and-rejoin", name="planted", schedule=[], checks=CHECKS,
-                      cluster={"token_budget": 1_200_000, "syncer": {"planted_bug": "forget_rejoined"}})
-VARIANTS = {"without explain (SEARCH_PHASES)": chaos.search.SEARCH_PHASES, "every phase (with explain)": tuple(Phase)}
+BUGGY = scenario_with(
+    "kill-and-rejoin",
+    name="planted",
+    schedule=[],
+    checks=CHECKS,
+    cluster={"token_budget": 1_200_000, "syncer": {"planted_bug": "forget_rejoined"}},
+)
+VARIANTS = {
+    "without explain (SEARCH_PHASES)": chaos.search.SEARCH_PHASES,
+    "every phase (with explain)": tuple(Phase),
+}
 
 
 def timed_search(phases: tuple[Phase, ...], seed: int) -> tuple[float, str, int]:
@@ -59,13 +67,24 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"the variants shrank to different schedules: {shrunk}")
     med = {name: statistics.median(r[0] for r in rs) for name, rs in runs.items()}
     fast, slow = VARIANTS
-    rows = [(name, f"{med[name]:.1f}", ", ".join(f"{r[0]:.1f}" for r in runs[name]),
-             ", ".join(str(r[2]) for r in runs[name])) for name in VARIANTS]
+    rows = [
+        (
+            name,
+            f"{med[name]:.1f}",
+            ", ".join(f"{r[0]:.1f}" for r in runs[name]),
+            ", ".join(str(r[2]) for r in runs[name]),
+        )
+        for name in VARIANTS
+    ]
     table = markdown_table(("phases", "median s", "per seed s", "schedules simulated"), rows)
     table += f"\n\nratio (every phase / without explain, medians): {med[slow] / med[fast]:.2f}x"
     print(table)
-    write_results("search_phases", config={"seeds": args.seeds, "scenario": "kill-and-rejoin, forget_rejoined"},
-                  results={name: {"median_s": med[name], "runs": runs[name]} for name in VARIANTS}, table=table)
+    write_results(
+        "search_phases",
+        config={"seeds": args.seeds, "scenario": "kill-and-rejoin, forget_rejoined"},
+        results={name: {"median_s": med[name], "runs": runs[name]} for name in VARIANTS},
+        table=table,
+    )
 
 
 if __name__ == "__main__":

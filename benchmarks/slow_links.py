@@ -60,6 +60,7 @@ from trainer import events as ev
 from trainer.config import merge_trees
 from trainer.model import param_shapes, sized
 
+
 @dataclass
 class Outcome:
     """One mode's time to the target."""
@@ -75,17 +76,28 @@ class Outcome:
     curve: list[tuple[float, int, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "mode": self.mode, "links": self.links, "how": self.how,
-                "seconds": self.seconds, "tokens": self.tokens, "round_period_s": self.round_period_s,
-                "final_loss": self.final_loss, "curve": self.curve}
+        return {
+            "label": self.label,
+            "mode": self.mode,
+            "links": self.links,
+            "how": self.how,
+            "seconds": self.seconds,
+            "tokens": self.tokens,
+            "round_period_s": self.round_period_s,
+            "final_loss": self.final_loss,
+            "curve": self.curve,
+        }
 
 
 def base_cluster(args: argparse.Namespace) -> dict[str, Any]:
-    return {"seed": args.seed, "model": {"size": args.size},
-            "inner": {"batch_size": args.batch, "lr": args.lr, "decay": "constant"},
-            "algorithm": {"num_learners": args.learners, "num_fragments": args.fragments},
-            "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 2},
-            "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0}}
+    return {
+        "seed": args.seed,
+        "model": {"size": args.size},
+        "inner": {"batch_size": args.batch, "lr": args.lr, "decay": "constant"},
+        "algorithm": {"num_learners": args.learners, "num_fragments": args.fragments},
+        "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 2},
+        "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0},
+    }
 
 
 def mode_cluster(args: argparse.Namespace, mode: str, budget: int, **algo: Any) -> dict[str, Any]:
@@ -96,7 +108,9 @@ def mode_cluster(args: argparse.Namespace, mode: str, budget: int, **algo: Any) 
     if mode == "sync-diloco":
         syncer["eval_every_merges"] = args.fragments  # every round
     if mode == "data-parallel":
-        a["num_fragments"] = 1  # one AdamW on the whole mean gradient (global-norm clipping), as data-parallel does
+        a["num_fragments"] = (
+            1  # one AdamW on the whole mean gradient (global-norm clipping), as data-parallel does
+        )
         syncer["eval_every_merges"] = 4  # every 4 steps
     return merge_trees(base_cluster(args), {"token_budget": budget, "algorithm": a, "syncer": syncer})
 
@@ -115,9 +129,17 @@ def direct(label: str, mode: str, links: str, h: History, target: float) -> Outc
     t0 = m.training_start(h.events)
     assert t0 is not None, f"{label}: no learner finished a step"
     hit = m.first_below(h.events, target, t0)
-    return Outcome(label, mode, links, "measured" if hit else "not reached", hit[0] if hit else None,
-                   hit[1] if hit else None, m.round_period(h.events), m.final_eval_loss(h.events),
-                   m.eval_curve(h.events, t0))
+    return Outcome(
+        label,
+        mode,
+        links,
+        "measured" if hit else "not reached",
+        hit[0] if hit else None,
+        hit[1] if hit else None,
+        m.round_period(h.events),
+        m.final_eval_loss(h.events),
+        m.eval_curve(h.events, t0),
+    )
 
 
 def projected(label: str, mode: str, fast: History, slow: History, target: float, fragments: int) -> Outcome:
@@ -137,31 +159,61 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-kbps", type=int, default=200, help="bandwidth of every link, KB/s each direction")
     ap.add_argument("--latency-ms", type=int, default=25, help="added latency each direction")
     ap.add_argument("--dp-budget", type=int, default=600_000, help="tokens of the data-parallel reference run")
-    ap.add_argument("--target-at", type=float, default=0.5, help="target = DP eval loss at this fraction of budget")
+    ap.add_argument(
+        "--target-at", type=float, default=0.5, help="target = DP eval loss at this fraction of budget"
+    )
     ap.add_argument("--cap-factor", type=float, default=4.0, help="other runs stop after this × DP budget tokens")
-    ap.add_argument("--period-s", type=float, default=40.0, help="wall time of the slow runs that measure a period")
-    ap.add_argument("--dp-direct", action="store_true", help="also run data-parallel over slow links to the target")
-    ap.add_argument("--overlap", type=int, default=0, metavar="TAU",
-                    help="also run decoupled over slow links with overlap τ = TAU steps, and with late uploads carried")
-    ap.add_argument("--auto-overlap", action="store_true",
-                    help="also run decoupled with overlap_steps: auto (τ sized to the measured round trip) over fast "
-                         "and slow links")
+    ap.add_argument(
+        "--period-s", type=float, default=40.0, help="wall time of the slow runs that measure a period"
+    )
+    ap.add_argument(
+        "--dp-direct", action="store_true", help="also run data-parallel over slow links to the target"
+    )
+    ap.add_argument(
+        "--overlap",
+        type=int,
+        default=0,
+        metavar="TAU",
+        help="also run decoupled over slow links with overlap τ = TAU steps, and with late uploads carried",
+    )
+    ap.add_argument(
+        "--auto-overlap",
+        action="store_true",
+        help="also run decoupled with overlap_steps: auto (τ sized to the measured round trip) over fast "
+        "and slow links",
+    )
     args = ap.parse_args(argv)
 
     cap = int(args.dp_budget * args.cap_factor)
     slow = link_faults(rate_kbps=args.rate_kbps, latency_ms=args.latency_ms)
     model_bytes = 4 * sum(math.prod(s) for s in param_shapes(sized(args.size)).values())  # float32
     transfer_steps = model_bytes / (args.rate_kbps * 1000) / args.step_s
-    print(f"model {model_bytes / 1e3:.0f} KB: one full transfer = {transfer_steps:.0f} inner steps at "
-          f"{args.rate_kbps} KB/s (+{args.latency_ms} ms each way)", flush=True)
+    print(
+        f"model {model_bytes / 1e3:.0f} KB: one full transfer = {transfer_steps:.0f} inner steps at "
+        f"{args.rate_kbps} KB/s (+{args.latency_ms} ms each way)",
+        flush=True,
+    )
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
 
-        def run(label: str, cluster: dict[str, Any], faults: list[dict[str, Any]] | None = None,
-                target: float | None = None, wall_cap_s: float | None = None) -> History:
-            return run_cluster(label, cluster, root, schedule=faults, seed=args.seed,
-                               stop_when=stop_at(target, wall_cap_s), progress=quiet_progress, reuse=args.reuse)
+        def run(
+            label: str,
+            cluster: dict[str, Any],
+            faults: list[dict[str, Any]] | None = None,
+            target: float | None = None,
+            wall_cap_s: float | None = None,
+        ) -> History:
+            return run_cluster(
+                label,
+                cluster,
+                root,
+                schedule=faults,
+                seed=args.seed,
+                stop_when=stop_at(target, wall_cap_s),
+                progress=quiet_progress,
+                reuse=args.reuse,
+            )
 
         dp_fast = run("dp-fast", mode_cluster(args, "data-parallel", args.dp_budget))
         target = m.loss_at_tokens(dp_fast.events, int(args.target_at * args.dp_budget))
@@ -175,41 +227,89 @@ def main(argv: list[str] | None = None) -> int:
         dec_fast = run("decoupled-fast", mode_cluster(args, "decoupled", cap), target=target)
         outcomes.append(direct("decoupled (defaults)", "decoupled", "fast", dec_fast, target))
 
-        dp_slow = run("dp-slow", mode_cluster(args, "data-parallel", cap), slow,
-                      target=target if args.dp_direct else None, wall_cap_s=None if args.dp_direct else args.period_s)
-        outcomes.append(direct("data-parallel", "data-parallel", "slow", dp_slow, target) if args.dp_direct else
-                        projected("data-parallel", "data-parallel", dp_fast, dp_slow, target, fragments=1))
+        dp_slow = run(
+            "dp-slow",
+            mode_cluster(args, "data-parallel", cap),
+            slow,
+            target=target if args.dp_direct else None,
+            wall_cap_s=None if args.dp_direct else args.period_s,
+        )
+        outcomes.append(
+            direct("data-parallel", "data-parallel", "slow", dp_slow, target)
+            if args.dp_direct
+            else projected("data-parallel", "data-parallel", dp_fast, dp_slow, target, fragments=1)
+        )
         sync_slow = run("sync-slow", mode_cluster(args, "sync-diloco", cap), slow, target=target)
         outcomes.append(projected("sync DiLoCo", "sync-diloco", sync_fast, sync_slow, target, args.fragments))
         outcomes.append(direct("sync DiLoCo", "sync-diloco", "slow", sync_slow, target))
         h = run("decoupled-slow-defaults", mode_cluster(args, "decoupled", cap), slow, target=target)
         outcomes.append(direct("decoupled (defaults)", "decoupled", "slow", h, target))
         if args.overlap:  # the defaults' τ = 2 steps cannot hide a fragment round trip of many steps
-            h = run(f"decoupled-slow-tau{args.overlap}", mode_cluster(args, "decoupled", cap, overlap_steps=args.overlap),
-                    slow, target=target)
+            h = run(
+                f"decoupled-slow-tau{args.overlap}",
+                mode_cluster(args, "decoupled", cap, overlap_steps=args.overlap),
+                slow,
+                target=target,
+            )
             outcomes.append(direct(f"decoupled, τ = {args.overlap}", "decoupled", "slow", h, target))
-            h = run("decoupled-slow-carry", mode_cluster(args, "decoupled", cap, late_uploads="carry"), slow,
-                    target=target)
+            h = run(
+                "decoupled-slow-carry",
+                mode_cluster(args, "decoupled", cap, late_uploads="carry"),
+                slow,
+                target=target,
+            )
             outcomes.append(direct("decoupled, late uploads carried", "decoupled", "slow", h, target))
         if args.auto_overlap:  # τ follows the round trip: τ = 2 on fast links, enough to cover it on slow ones
             for links, faults in (("fast", None), ("slow", slow)):
-                h = run(f"decoupled-{links}-auto", mode_cluster(args, "decoupled", cap, overlap_steps="auto"), faults,
-                        target=target)
+                h = run(
+                    f"decoupled-{links}-auto",
+                    mode_cluster(args, "decoupled", cap, overlap_steps="auto"),
+                    faults,
+                    target=target,
+                )
                 outcomes.append(direct("decoupled, τ auto", "decoupled", links, h, target))
 
-    best = min((o.seconds for o in outcomes if o.links == "slow" and o.label == "decoupled (defaults)" and o.seconds),
-               default=None)
-    rows = [[o.label, o.links, o.how, o.seconds, o.tokens, o.round_period_s, o.final_loss,
-             (o.seconds / best) if best and o.seconds and o.links == "slow" else None] for o in outcomes]
-    header = ["mode", "links", "how", "time to target (s)", "tokens to target", "round period (s)",
-              "last eval loss", "× decoupled (slow)"]
+    best = min(
+        (o.seconds for o in outcomes if o.links == "slow" and o.label == "decoupled (defaults)" and o.seconds),
+        default=None,
+    )
+    rows = [
+        [
+            o.label,
+            o.links,
+            o.how,
+            o.seconds,
+            o.tokens,
+            o.round_period_s,
+            o.final_loss,
+            (o.seconds / best) if best and o.seconds and o.links == "slow" else None,
+        ]
+        for o in outcomes
+    ]
+    header = [
+        "mode",
+        "links",
+        "how",
+        "time to target (s)",
+        "tokens to target",
+        "round period (s)",
+        "last eval loss",
+        "× decoupled (slow)",
+    ]
     table = markdown_table(header, rows)
-    print(f"\ntarget eval loss {target:.4f}; links {args.rate_kbps} KB/s + {args.latency_ms} ms each way; "
-          f"one full-model transfer = {transfer_steps:.0f} inner steps\n\n{table}")
+    print(
+        f"\ntarget eval loss {target:.4f}; links {args.rate_kbps} KB/s + {args.latency_ms} ms each way; "
+        f"one full-model transfer = {transfer_steps:.0f} inner steps\n\n{table}"
+    )
     config = config_of(args)
     config.update(model_bytes=model_bytes, transfer_steps=transfer_steps, target=target)
-    path = write_results("slow_links", config=config, results={"outcomes": [o.to_json() for o in outcomes]},
-                         table=table, out_dir=args.out_dir)
+    path = write_results(
+        "slow_links",
+        config=config,
+        results={"outcomes": [o.to_json() for o in outcomes]},
+        table=table,
+        out_dir=args.out_dir,
+    )
     _plot(outcomes, target, args.out_dir)
     print(f"\nresults: {path}")
     return 0
@@ -222,8 +322,12 @@ def _plot(outcomes: list[Outcome], target: float, out_dir: Path) -> None:
         if points:
             ts, ls = zip(*points)
             style = "--" if o.how == "projected" else "-" if o.links == "slow" else ":"
-            ax.plot(ts, ls, style, label=f"{o.label}, {o.links} links" + (" (projected)" if o.how == "projected"
-                                                                            else ""))
+            ax.plot(
+                ts,
+                ls,
+                style,
+                label=f"{o.label}, {o.links} links" + (" (projected)" if o.how == "projected" else ""),
+            )
     ax.axhline(target, color="grey", lw=0.8, ls="--", label="target")
     ax.set_xscale("log")
     ax.set_xlabel("seconds since the first inner step")
@@ -232,8 +336,11 @@ def _plot(outcomes: list[Outcome], target: float, out_dir: Path) -> None:
     ax.legend(fontsize=7)
     slow = [o for o in outcomes if o.links == "slow"]
     labels = [f"{o.label}\n({o.how})" for o in slow]
-    bx.barh(labels, [o.seconds or 0 for o in slow], color=["tab:gray" if o.how == "projected" else "tab:blue"
-                                                          for o in slow])
+    bx.barh(
+        labels,
+        [o.seconds or 0 for o in slow],
+        color=["tab:gray" if o.how == "projected" else "tab:blue" for o in slow],
+    )
     bx.set_xscale("log")
     from matplotlib.ticker import NullFormatter  # after new_figure() chose the Agg backend
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,10 @@ RENDER_COMMAND = "`.venv/bin/python -m benchmarks.tier_times --render`"
 # its bar in minutes on the reference 2-core machine (docs/ci-tiers.md, "Sizing").
 TIERS: dict[str, dict[str, Any]] = {
     "quick": {"measure": "( time DILOCO_JUNIT_DIR=J scripts/test --quick ) >J/log 2>&1", "bar_min": 3},
-    "per-change": {"measure": "git clone … && ( time CI=true DILOCO_JUNIT_DIR=J .ci/run ) >J/log 2>&1",
-                   "bar_min": 15},
+    "per-change": {
+        "measure": "git clone … && ( time CI=true DILOCO_JUNIT_DIR=J .ci/run ) >J/log 2>&1",
+        "bar_min": 15,
+    },
     "nightly": {"measure": "git clone … && ( time CI=true scripts/nightly ) >J/log 2>&1", "bar_min": 60},
 }
 
@@ -90,21 +92,40 @@ def tier_times(*junits: str) -> dict[str, FolderTime]:
     for case in (c for junit in junits for c in ET.fromstring(junit).iter("testcase")):
         row = out.setdefault(folder_of(case.get("classname", "")), FolderTime())
         row.not_passed += any(case.find(tag) is not None for tag in ("failure", "error"))
-        row.each.append((float(case.get("time", "0") or 0), f"{case.get('classname', '')}::{case.get('name', '')}"))
+        row.each.append(
+            (float(case.get("time", "0") or 0), f"{case.get('classname', '')}::{case.get('name', '')}")
+        )
     return dict(sorted(out.items()))
 
 
 def table(times: dict[str, FolderTime], slowest: int = 3) -> str:
-    rows = [[name, t.tests, t.not_passed, f"{t.seconds / 60:.1f}",
-             "; ".join(f"{test.rsplit('.', 1)[-1]} {s:.0f} s" for s, test in sorted(t.each, reverse=True)[:slowest])]
-            for name, t in times.items()]
+    rows = [
+        [
+            name,
+            t.tests,
+            t.not_passed,
+            f"{t.seconds / 60:.1f}",
+            "; ".join(
+                f"{test.rsplit('.', 1)[-1]} {s:.0f} s" for s, test in sorted(t.each, reverse=True)[:slowest]
+            ),
+        ]
+        for name, t in times.items()
+    ]
     total = sum(t.seconds for t in times.values())
-    rows.append(["**sum**", sum(t.tests for t in times.values()), sum(t.not_passed for t in times.values()),
-                 f"{total / 60:.1f}", ""])
+    rows.append(
+        [
+            "**sum**",
+            sum(t.tests for t in times.values()),
+            sum(t.not_passed for t in times.values()),
+            f"{total / 60:.1f}",
+            "",
+        ]
+    )
     return markdown_table(["folder", "tests", "not passed", "minutes (summed)", "slowest"], rows)
 
 
 # ---- the results file: one measurement per tier, the latest ----------------------------------------------------------
+
 
 def parts_of(log: str) -> dict[str, int]:
     """The ``tier: <part> <seconds> s`` lines of a tier's log (scripts/test prints one per part).
@@ -137,30 +158,48 @@ def _git(*args: str) -> str:
         return ""
 
 
-def measurement(times: dict[str, FolderTime], log: str, command: str, note: str = "",
-                slowest: int = 3) -> dict[str, Any]:
+def measurement(
+    times: dict[str, FolderTime], log: str, command: str, note: str = "", slowest: int = 3
+) -> dict[str, Any]:
     """One tier's record: the command, commit, machine, whole and parts' wall time, and the folders' sums."""
-    return {"command": command, "commit": _git("rev-parse", "HEAD"),
-            "uncommitted": [line[3:] for line in _git("status", "--porcelain").splitlines() if line.strip()],
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
-            "note": note, "whole_s": wall_of(log), "parts_s": parts_of(log),
-            "tests": sum(t.tests for t in times.values()), "not_passed": sum(t.not_passed for t in times.values()),
-            "folders": {name: {"tests": t.tests, "not_passed": t.not_passed, "seconds": round(t.seconds, 1),
-                               "slowest": [[round(s, 1), test] for s, test in sorted(t.each, reverse=True)[:slowest]]}
-                        for name, t in times.items()}}
+    return {
+        "command": command,
+        "commit": _git("rev-parse", "HEAD"),
+        "uncommitted": [line[3:] for line in _git("status", "--porcelain").splitlines() if line.strip()],
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "note": note,
+        "whole_s": wall_of(log),
+        "parts_s": parts_of(log),
+        "tests": sum(t.tests for t in times.values()),
+        "not_passed": sum(t.not_passed for t in times.values()),
+        "folders": {
+            name: {
+                "tests": t.tests,
+                "not_passed": t.not_passed,
+                "seconds": round(t.seconds, 1),
+                "slowest": [[round(s, 1), test] for s, test in sorted(t.each, reverse=True)[:slowest]],
+            }
+            for name, t in times.items()
+        },
+    }
 
 
 def record(tier: str, entry: dict[str, Any], path: Path = RESULTS_PATH) -> Path:
     """``path`` with ``tier``'s measurement replaced by ``entry`` (the others kept)."""
     doc = json.loads(path.read_text()) if path.exists() else {"tiers": {}}
     doc["tiers"][tier] = entry
-    doc["tiers"] = {name: doc["tiers"][name] for name in [*TIERS, *sorted(set(doc["tiers"]) - set(TIERS))]
-                    if name in doc["tiers"]}
+    doc["tiers"] = {
+        name: doc["tiers"][name]
+        for name in [*TIERS, *sorted(set(doc["tiers"]) - set(TIERS))]
+        if name in doc["tiers"]
+    }
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
 
 
 # ---- the rendered tables ---------------------------------------------------------------------------------------------
+
 
 def _minutes(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds / 60:.1f} min"
@@ -184,25 +223,51 @@ def markdown(doc: dict[str, Any]) -> str:
     """
     rows, folders, notes = [], [], []
     for name, t in doc["tiers"].items():
-        passed = f"{t['tests'] - t['not_passed']} passed" + (f", **{t['not_passed']} not passed**"
-                                                             if t["not_passed"] else "")
+        passed = f"{t['tests'] - t['not_passed']} passed" + (
+            f", **{t['not_passed']} not passed**" if t["not_passed"] else ""
+        )
         at = str(t.get("commit", ""))[:7] + (" + uncommitted" if t.get("uncommitted") else "")
         cores = t.get("machine", {}).get("cpus_usable")
         where = "; ".join(x for x in [f"{cores} cores" if cores else "", t.get("note", "")] if x)
         bar = TIERS.get(name, {}).get("bar_min")
-        rows.append([name, f"**{_minutes(t.get('whole_s'))}**", f"{bar} min" if bar else "—",
-                     ", ".join(f"{part} {s:.0f} s" for part, s in t.get("parts_s", {}).items()) or "—",
-                     passed, f"`{t['command']}`", f"{at}, {t['finished'][:10]}", where or "—"])
+        rows.append(
+            [
+                name,
+                f"**{_minutes(t.get('whole_s'))}**",
+                f"{bar} min" if bar else "—",
+                ", ".join(f"{part} {s:.0f} s" for part, s in t.get("parts_s", {}).items()) or "—",
+                passed,
+                f"`{t['command']}`",
+                f"{at}, {t['finished'][:10]}",
+                where or "—",
+            ]
+        )
         for folder, f in t.get("folders", {}).items():
-            folders.append([name, folder, f.get("tests"), f.get("not_passed"), f"{f['seconds'] / 60:.1f}",
-                            "; ".join(f"{test.rsplit('::', 1)[-1].rsplit('.', 1)[-1]} {s:.0f} s"
-                                      for s, test in f.get("slowest", []))])
+            folders.append(
+                [
+                    name,
+                    folder,
+                    f.get("tests"),
+                    f.get("not_passed"),
+                    f"{f['seconds'] / 60:.1f}",
+                    "; ".join(
+                        f"{test.rsplit('::', 1)[-1].rsplit('.', 1)[-1]} {s:.0f} s"
+                        for s, test in f.get("slowest", [])
+                    ),
+                ]
+            )
         if t.get("transcribed"):
             notes.append(f"- {name}: {t['transcribed']}")
-    out = [markdown_table(["tier", "whole", "bar", "parts (wall)", "tests", "measured with", "at", "machine"], rows)]
+    out = [
+        markdown_table(["tier", "whole", "bar", "parts (wall)", "tests", "measured with", "at", "machine"], rows)
+    ]
     if folders:
-        out += ["", markdown_table(["tier", "folder", "tests", "not passed", "minutes (summed over workers)",
-                                    "slowest"], folders)]
+        out += [
+            "",
+            markdown_table(
+                ["tier", "folder", "tests", "not passed", "minutes (summed over workers)", "slowest"], folders
+            ),
+        ]
     if notes:
         out += ["", *notes]
     return "\n".join(out)
@@ -215,13 +280,22 @@ def render(doc: dict[str, Any], text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("junit", type=Path, nargs="*", help="pytest's --junitxml files (scripts/test writes one per "
-                    "phase with DILOCO_JUNIT_DIR=<dir>): their folders summed together")
+    ap.add_argument(
+        "junit",
+        type=Path,
+        nargs="*",
+        help="pytest's --junitxml files (scripts/test writes one per "
+        "phase with DILOCO_JUNIT_DIR=<dir>): their folders summed together",
+    )
     ap.add_argument("--slowest", type=int, default=3, help="name this many slowest tests per folder")
     ap.add_argument("--record", choices=list(TIERS), help=f"store this tier's measurement in {RESULTS_PATH}")
-    ap.add_argument("--log", type=Path, help="the tier's console output (with --record): its `time` and `tier:` lines")
+    ap.add_argument(
+        "--log", type=Path, help="the tier's console output (with --record): its `time` and `tier:` lines"
+    )
     ap.add_argument("--command", help="how it was measured (with --record; default: the tier's usual command)")
-    ap.add_argument("--note", default="", help="with --record: what else to know (e.g. 'fresh clone, Go caches cold')")
+    ap.add_argument(
+        "--note", default="", help="with --record: what else to know (e.g. 'fresh clone, Go caches cold')"
+    )
     ap.add_argument("--render", action="store_true", help=f"draw {RESULTS_PATH} into {DOC}")
     ap.add_argument("--check", action="store_true", help=f"exit 1 if {DOC} is not what {RESULTS_PATH} renders to")
     args = ap.parse_args(argv)
@@ -245,8 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(times, args.slowest))
     if args.record:
         entry = measurement(times, log, args.command or TIERS[args.record]["measure"], args.note, args.slowest)
-        print(f"recorded {args.record} in {record(args.record, entry)}; now: .venv/bin/python -m "
-              "benchmarks.tier_times --render")
+        print(
+            f"recorded {args.record} in {record(args.record, entry)}; now: .venv/bin/python -m "
+            "benchmarks.tier_times --render"
+        )
     return 0
 
 

@@ -43,9 +43,12 @@ def tally(outcomes: list[Outcome], expect: str = "pass") -> dict[str, object]:
     {'runs': 2, 'pass': 1, 'fail': 0, 'indeterminate': 1, 'error': 0, 'as_expected': False, 'not_passed': ['reintegration: indeterminate']}
     """
     c = Counter(o.status for o in outcomes)
-    return {"runs": len(outcomes), **{s: c.get(s, 0) for s in ("pass", "fail", "indeterminate", "error")},
-            "as_expected": all(o.status == expect for o in outcomes),
-            "not_passed": sorted({n for o in outcomes for n in o.not_passed})}
+    return {
+        "runs": len(outcomes),
+        **{s: c.get(s, 0) for s in ("pass", "fail", "indeterminate", "error")},
+        "as_expected": all(o.status == expect for o in outcomes),
+        "not_passed": sorted({n for o in outcomes for n in o.not_passed}),
+    }
 
 
 def _chaos_run(scenario, out: Path, baseline: bool, cache: Path) -> Outcome:
@@ -57,7 +60,9 @@ def _chaos_run(scenario, out: Path, baseline: bool, cache: Path) -> Outcome:
         r = run_scenario(scenario, RunOptions(out, baseline=baseline, baseline_cache=cache, progress=None))
     except ChaosError as err:
         return Outcome("error", time.monotonic() - t, [str(err)[:200]])
-    return Outcome(r.status, time.monotonic() - t, [f"{v.name}: {v.status}" for v in r.verdicts if v.status != "pass"])
+    return Outcome(
+        r.status, time.monotonic() - t, [f"{v.name}: {v.status}" for v in r.verdicts if v.status != "pass"]
+    )
 
 
 def _main_job(seed: int, root: Path) -> Outcome:
@@ -66,7 +71,9 @@ def _main_job(seed: int, root: Path) -> Outcome:
     subprocess.run(["git", "clone", "-q", ".", str(clone)], check=True)
     t = time.monotonic()
     with CpuLoad(seed=seed):
-        code = subprocess.run(["scripts/main"], cwd=clone, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        code = subprocess.run(
+            ["scripts/main"], cwd=clone, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ).returncode
     status = ExitCode(code).name.lower() if code in set(ExitCode) else "error"
     return Outcome(status, time.monotonic() - t, [] if code == 0 else [f"exit code {code}"])
 
@@ -92,32 +99,69 @@ def main(argv: list[str] | None = None) -> int:
             outs = []
             for i in range(args.repeats):
                 with CpuLoad(seed=i):
-                    outs.append(_chaos_run(load_scenario(builtin_scenarios()[name]), root / f"{name}-{i}", True, cache))
+                    outs.append(
+                        _chaos_run(load_scenario(builtin_scenarios()[name]), root / f"{name}-{i}", True, cache)
+                    )
                 print(f"  {name} run {i}: {asdict(outs[-1])}", flush=True)
             results[name] = {"expect": "pass", **tally(outs), "outcomes": [asdict(o) for o in outs]}
         for c in CONTROLS if args.controls else ():
             outs = []
             for i in range(args.repeats):
                 with CpuLoad(seed=i):
-                    o = _chaos_run(c.scenario(), root / f"control-{c.name.replace('/', '_')}-{i}", c.baseline, cache)
+                    o = _chaos_run(
+                        c.scenario(), root / f"control-{c.name.replace('/', '_')}-{i}", c.baseline, cache
+                    )
                 # The control is caught when its own checker fails (the run as a whole then fails).
-                o.status = "fail" if f"{c.must_fail}: fail" in o.not_passed else (o.status if o.status != "fail"
-                                                                                     else "fail (other check)")
+                o.status = (
+                    "fail"
+                    if f"{c.must_fail}: fail" in o.not_passed
+                    else (o.status if o.status != "fail" else "fail (other check)")
+                )
                 outs.append(o)
                 print(f"  control {c.name} run {i}: {asdict(o)}", flush=True)
-            results[f"control: {c.name}"] = {"expect": f"fail ({c.must_fail})", **tally(outs, "fail"),
-                                             "outcomes": [asdict(o) for o in outs]}
+            results[f"control: {c.name}"] = {
+                "expect": f"fail ({c.must_fail})",
+                **tally(outs, "fail"),
+                "outcomes": [asdict(o) for o in outs],
+            }
         if args.main_job:
             outs = [_main_job(i, root) for i in range(args.repeats)]
-            results["main job (fresh clone, containers)"] = {"expect": "pass", **tally(outs),
-                                                             "outcomes": [asdict(o) for o in outs]}
+            results["main job (fresh clone, containers)"] = {
+                "expect": "pass",
+                **tally(outs),
+                "outcomes": [asdict(o) for o in outs],
+            }
     for name, r in results.items():
         secs = sorted(o["seconds"] for o in r["outcomes"])
-        rows.append([name, r["expect"], r["runs"], r["pass"], r["fail"], r["indeterminate"], r["error"],
-                     "yes" if r["as_expected"] else "**no**", f"{secs[len(secs) // 2]:.0f}",
-                     "; ".join(r["not_passed"]) or "—"])
-    table = markdown_table(["run", "expected", "runs", "pass", "fail", "indeterminate", "error", "as expected",
-                            "median s", "checks not passed"], rows)
+        rows.append(
+            [
+                name,
+                r["expect"],
+                r["runs"],
+                r["pass"],
+                r["fail"],
+                r["indeterminate"],
+                r["error"],
+                "yes" if r["as_expected"] else "**no**",
+                f"{secs[len(secs) // 2]:.0f}",
+                "; ".join(r["not_passed"]) or "—",
+            ]
+        )
+    table = markdown_table(
+        [
+            "run",
+            "expected",
+            "runs",
+            "pass",
+            "fail",
+            "indeterminate",
+            "error",
+            "as expected",
+            "median s",
+            "checks not passed",
+        ],
+        rows,
+    )
     print(f"\nunder chaos.load.CpuLoad (one hog per core), {args.repeats} runs each\n\n{table}")
     path = write_results("under_load", config=vars(args), results=results, table=table, out_dir=args.out_dir)
     print(f"\nresults: {path}")

@@ -34,13 +34,24 @@ class RunResult:
 
 
 def _relative_faults(history: History, steady: float) -> list[FaultRow]:
-    return [FaultRow(fault_id=w.fault_id, kind=w.kind, targets=list(w.targets), start_s=round(w.start - steady, 3),
-                     end_s=None if w.end is None else round(w.end - steady, 3), injected=w.injected,
-                     healed=w.healed, params=w.params) for w in history.fault_windows()]
+    return [
+        FaultRow(
+            fault_id=w.fault_id,
+            kind=w.kind,
+            targets=list(w.targets),
+            start_s=round(w.start - steady, 3),
+            end_s=None if w.end is None else round(w.end - steady, 3),
+            injected=w.injected,
+            healed=w.healed,
+            params=w.params,
+        )
+        for w in history.fault_windows()
+    ]
 
 
-def analyse(scenario: Scenario, out_dir: Path, baseline: Baseline | None,
-            reference: Baseline | None = None) -> RunResult:
+def analyse(
+    scenario: Scenario, out_dir: Path, baseline: Baseline | None, reference: Baseline | None = None
+) -> RunResult:
     """Checks and reports over a finished run directory (also what ``diloco-chaos report`` re-runs)."""
     history = History.read(out_dir)
     history.write_merged(out_dir / "history.jsonl")
@@ -50,24 +61,51 @@ def analyse(scenario: Scenario, out_dir: Path, baseline: Baseline | None,
     band = tuple(baseline.band.excess) if baseline and baseline.band else ()  # a run directory from before bands
     ref_loss = reference.final_eval_loss if reference else None
     goodputs = tuple(baseline.band.goodputs) if baseline and baseline.band else ()
-    verdicts = run_checks(CheckInput(history, facts, scenario.checks, base_loss, ref_loss, band,
-                                     audit_files=AuditFiles(out_dir), baseline_goodput=goodputs))
+    verdicts = run_checks(
+        CheckInput(
+            history,
+            facts,
+            scenario.checks,
+            base_loss,
+            ref_loss,
+            band,
+            audit_files=AuditFiles(out_dir),
+            baseline_goodput=goodputs,
+        )
+    )
     status, code = overall(verdicts)
     steady_phase = history.phase("steady")
     steady = steady_phase.ts if steady_phase else history.start
     plan = history.plan()
     injected = [w.start for w in history.fault_windows() if w.injected]
-    warnings = regime_warnings(_merged_ids(history), first_fault=min(injected, default=None),
-                               learners=cfg.algorithm.num_learners, mode=cfg.algorithm.mode,
-                               baseline=_baseline_merges(baseline))
+    warnings = regime_warnings(
+        _merged_ids(history),
+        first_fault=min(injected, default=None),
+        learners=cfg.algorithm.num_learners,
+        mode=cfg.algorithm.mode,
+        baseline=_baseline_merges(baseline),
+    )
     report = RunReport(
-        scenario=scenario.name, description=scenario.description, status=status, exit_code=code,
-        run_dir=str(out_dir), seed=scenario.seed, config_hash=cfg.config_hash(),
-        started_at=history.start, wall_s=round(history.end - history.start, 3), backend=history.backend(),
-        verdicts=verdicts, warnings=warnings, plan=plan.faults if plan else [],
-        faults=_relative_faults(history, steady), not_run=history.not_run(),
-        baseline=baseline, reference=reference, parity_false_alarm=_false_alarm(scenario, band),
-        metrics=summarize_run(out_dir).summary(), teardown=history.teardown() or Teardown(),
+        scenario=scenario.name,
+        description=scenario.description,
+        status=status,
+        exit_code=code,
+        run_dir=str(out_dir),
+        seed=scenario.seed,
+        config_hash=cfg.config_hash(),
+        started_at=history.start,
+        wall_s=round(history.end - history.start, 3),
+        backend=history.backend(),
+        verdicts=verdicts,
+        warnings=warnings,
+        plan=plan.faults if plan else [],
+        faults=_relative_faults(history, steady),
+        not_run=history.not_run(),
+        baseline=baseline,
+        reference=reference,
+        parity_false_alarm=_false_alarm(scenario, band),
+        metrics=summarize_run(out_dir).summary(),
+        teardown=history.teardown() or Teardown(),
     )
     _write_reports(out_dir, history, report)
     return RunResult(out_dir, code, status, verdicts, report)
@@ -92,8 +130,9 @@ def _false_alarm(scenario: Scenario, band: tuple[float, ...]) -> FalseAlarmQuote
     tolerance = tolerance_of(parity, band) if parity.enabled else None
     if tolerance is None:
         return None
-    return measured_rate(tolerance=tolerance, baseline_seeds=parity.baseline_seeds,
-                         cluster=cluster_key(scenario.cluster))
+    return measured_rate(
+        tolerance=tolerance, baseline_seeds=parity.baseline_seeds, cluster=cluster_key(scenario.cluster)
+    )
 
 
 def _write_reports(out_dir: Path, history: History, report: RunReport) -> None:

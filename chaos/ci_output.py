@@ -44,17 +44,36 @@ def junit_xml(report: RunReport) -> str:
     errors = sum(1 for c in cases if c.find("error") is not None)
     # Deterministic mode's times are virtual: a JUnit time would read as the seconds CI spent.
     wall = f"{report.wall_s:.3f}" if finite(report.wall_s) and not report.simulated else "0"
-    suite = ET.Element("testsuite", name=name, tests=str(len(cases)), failures=str(failures), errors=str(errors),
-                       skipped="0", time=wall)
+    suite = ET.Element(
+        "testsuite",
+        name=name,
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors=str(errors),
+        skipped="0",
+        time=wall,
+    )
     props = ET.SubElement(suite, "properties")
-    for key, value in (("status", report.status), ("exit_code", report.exit_code), ("seed", report.seed),
-                       ("backend", report.backend or "unknown"), ("run_dir", report.run_dir),
-                       ("config_hash", report.config_hash), ("replay", replay_command(report)),
-                       *((f"warning.{i}", w) for i, w in enumerate(report.warnings))):
+    for key, value in (
+        ("status", report.status),
+        ("exit_code", report.exit_code),
+        ("seed", report.seed),
+        ("backend", report.backend or "unknown"),
+        ("run_dir", report.run_dir),
+        ("config_hash", report.config_hash),
+        ("replay", replay_command(report)),
+        *((f"warning.{i}", w) for i, w in enumerate(report.warnings)),
+    ):
         ET.SubElement(props, "property", name=key, value=str(value))
     suite.extend(cases)
-    root = ET.Element("testsuites", name=SUITE_PREFIX, tests=suite.get("tests", "0"), failures=str(failures),
-                      errors=str(errors), time=wall)
+    root = ET.Element(
+        "testsuites",
+        name=SUITE_PREFIX,
+        tests=suite.get("tests", "0"),
+        failures=str(failures),
+        errors=str(errors),
+        time=wall,
+    )
     root.append(suite)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

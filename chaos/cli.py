@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from chaos.errors import ChaosError, ScenarioError
-from trainer.errors import DilocoChaosError
 from chaos.exit_codes import ExitCode
 from chaos.json_output import add_json_argument, emit_json, json_mode
+from trainer.errors import DilocoChaosError
 
 if TYPE_CHECKING:
     from chaos.run_report import RunReport  # imported where used: the CLI starts fast
@@ -93,11 +93,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.netfault_image:
         opts = dataclasses.replace(opts, netfault_image=args.netfault_image)
     done = export(s, Path(args.out), opts, token)
-    print(f"{s.name}: {done.objects} objects written to {args.out}\n"
-          f"  kubectl apply -f {done.cluster}\n"
-          f"  kubectl apply -f {done.workflow}   # once training is steady (docs/kubernetes.md)")
-    emit_json(args.json, {"scenario": s.name, "cluster": str(done.cluster), "workflow": str(done.workflow),
-                          "scenario_file": str(done.scenario), "objects": done.objects})
+    print(
+        f"{s.name}: {done.objects} objects written to {args.out}\n"
+        f"  kubectl apply -f {done.cluster}\n"
+        f"  kubectl apply -f {done.workflow}   # once training is steady (docs/kubernetes.md)"
+    )
+    emit_json(
+        args.json,
+        {
+            "scenario": s.name,
+            "cluster": str(done.cluster),
+            "workflow": str(done.workflow),
+            "scenario_file": str(done.scenario),
+            "objects": done.objects,
+        },
+    )
     return EXIT_PASS
 
 
@@ -124,10 +134,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         faults = plan(s)
         checks = [n for n, c in s.checks if c.enabled]
-        rows.append({"scenario": item, "ok": True, "name": s.name, "learners": s.cluster.algorithm.num_learners,
-                     "faults": len(faults), "checks": checks})
-        print(f"{item}: ok — {s.cluster.algorithm.num_learners} learners, {len(faults)} fault(s), "
-              f"checks: {', '.join(checks)}")
+        rows.append(
+            {
+                "scenario": item,
+                "ok": True,
+                "name": s.name,
+                "learners": s.cluster.algorithm.num_learners,
+                "faults": len(faults),
+                "checks": checks,
+            }
+        )
+        print(
+            f"{item}: ok — {s.cluster.algorithm.num_learners} learners, {len(faults)} fault(s), "
+            f"checks: {', '.join(checks)}"
+        )
     emit_json(args.json, rows)
     return code
 
@@ -152,7 +172,7 @@ def _print_verdicts(report: RunReport) -> None:
     where = f"{report.run_dir}/report.md"
     host = os.environ.get("DILOCO_HOST_RUNS_DIR")  # inside compose: where the host sees DILOCO_RUNS_DIR
     if host and os.environ.get("DILOCO_RUNS_DIR") and where.startswith(os.environ["DILOCO_RUNS_DIR"]):
-        where = host + where[len(os.environ["DILOCO_RUNS_DIR"]):]
+        where = host + where[len(os.environ["DILOCO_RUNS_DIR"]) :]
     print(f"{report.status.upper()}: {where}")
 
 
@@ -171,7 +191,9 @@ def _simulate(s: Any, args: argparse.Namespace) -> int:
     report = result.write(out).report
     _publish(report, args)
     if result.timed_out:
-        print(f"error: the simulated run did not finish within timeout_s = {s.timeout_s}s (virtual)", file=sys.stderr)
+        print(
+            f"error: the simulated run did not finish within timeout_s = {s.timeout_s}s (virtual)", file=sys.stderr
+        )
     return result.exit_code
 
 
@@ -184,16 +206,22 @@ def _execute(s: Any, args: argparse.Namespace) -> int:
     if args.backend == "sim":
         return _simulate(s, args)
     out = Path(args.out) if args.out else _default_out("DILOCO_RUNS_DIR", "runs/chaos", s.name)
-    opts = RunOptions(out, toxiproxy_url=args.toxiproxy_url, baseline=not args.no_baseline,
-                      progress=None if args.quiet else lambda m: print(m, flush=True),
-                      metrics_port=None if args.no_metrics else args.metrics_port, metrics_host=args.metrics_host)
+    opts = RunOptions(
+        out,
+        toxiproxy_url=args.toxiproxy_url,
+        baseline=not args.no_baseline,
+        progress=None if args.quiet else lambda m: print(m, flush=True),
+        metrics_port=None if args.no_metrics else args.metrics_port,
+        metrics_host=args.metrics_host,
+    )
     cache = args.baseline_cache or os.environ.get("DILOCO_BASELINE_CACHE")
     if cache:
         opts.baseline_cache = Path(cache)
     kinds = {p.kind for p in plan(s)}
     if args.backend == "local" and kinds & CONTAINER_KINDS:
-        raise ScenarioError(f"{s.name}: faults {sorted(kinds & CONTAINER_KINDS)} need containers; "
-                            "run it with --backend docker")
+        raise ScenarioError(
+            f"{s.name}: faults {sorted(kinds & CONTAINER_KINDS)} need containers; run it with --backend docker"
+        )
     if args.backend == "docker":
         from chaos.backends.docker import Deployment, DockerDeployment, docker_backend_factory
 
@@ -230,8 +258,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if flags := scale_only_flags(args):
         raise ScenarioError(f"{', '.join(flags)} belong to the scale simulator: add --scale")
     if not args.scenario:
-        raise ScenarioError("simulate needs a SCENARIO (a built-in name or a file), or --scale for the scale "
-                            "simulator")
+        raise ScenarioError(
+            "simulate needs a SCENARIO (a built-in name or a file), or --scale for the scale simulator"
+        )
     return _simulate(_load(args.scenario, args.seed, args.set), args)
 
 
@@ -244,17 +273,33 @@ def cmd_search(args: argparse.Namespace) -> int:
     kinds = tuple(args.kinds.split(",")) if args.kinds else LOCAL_KINDS
     unknown = sorted(set(kinds) - set(LOCAL_KINDS))
     if unknown:
-        raise ScenarioError(f"--kinds: {unknown} cannot run on local processes, where a repro must replay; "
-                            f"choose from {', '.join(LOCAL_KINDS)}")
+        raise ScenarioError(
+            f"--kinds: {unknown} cannot run on local processes, where a repro must replay; "
+            f"choose from {', '.join(LOCAL_KINDS)}"
+        )
     checks = tuple(args.checks.split(",")) if args.checks else DEFAULT_CHECKS
     a = s.cluster.algorithm
-    strategy = fault_schedules(learners=a.num_learners, kinds=kinds, max_faults=args.max_faults,
-                               max_down=args.max_down, min_quorum=a.min_quorum or 1)
-    print(f"searching {args.examples} schedules of up to {args.max_faults} fault(s) ({', '.join(kinds)}) "
-          f"for a failure of {', '.join(checks)}; seed {args.seed}", flush=True)
+    strategy = fault_schedules(
+        learners=a.num_learners,
+        kinds=kinds,
+        max_faults=args.max_faults,
+        max_down=args.max_down,
+        min_quorum=a.min_quorum or 1,
+    )
+    print(
+        f"searching {args.examples} schedules of up to {args.max_faults} fault(s) ({', '.join(kinds)}) "
+        f"for a failure of {', '.join(checks)}; seed {args.seed}",
+        flush=True,
+    )
     simulated: list[FaultSchedule] = []
-    found = find_failure(s, schedules=strategy, checks=checks, max_examples=args.examples, seed=args.seed,
-                         on_example=lambda schedule, _: simulated.append(schedule))
+    found = find_failure(
+        s,
+        schedules=strategy,
+        checks=checks,
+        max_examples=args.examples,
+        seed=args.seed,
+        on_example=lambda schedule, _: simulated.append(schedule),
+    )
     if found is None:
         print(f"no failing schedule in {len(simulated)} simulated schedule(s)")
         return EXIT_PASS
@@ -287,8 +332,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="override the scenario's schedule seed")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario field, e.g. cluster.algorithm.min_quorum=3 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. cluster.algorithm.min_quorum=3 (repeatable)",
+    )
 
 
 def _add_outputs(p: argparse.ArgumentParser, junit: bool = True) -> None:
@@ -305,25 +355,39 @@ def _add_run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--no-baseline", action="store_true", help="skip the fault-free run (parity: indeterminate)")
     r.add_argument("--baseline-cache", help="where baselines are cached (default .cache/diloco-chaos/baselines)")
     r.add_argument("--quiet", action="store_true", help="no live progress")
-    r.add_argument("--metrics-port", type=int, default=0,
-                   help="serve the controller's Prometheus /metrics (active faults) here while a run executes "
-                        "(default 0: a free port; RUN_DIR/metrics/controller.json names it)")
+    r.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve the controller's Prometheus /metrics (active faults) here while a run executes "
+        "(default 0: a free port; RUN_DIR/metrics/controller.json names it)",
+    )
     r.add_argument("--metrics-host", default="127.0.0.1", help="address the controller's /metrics listens on")
     r.add_argument("--no-metrics", action="store_true", help="the controller serves no /metrics")
-    r.add_argument("--backend", choices=["local", "docker", "sim"], default="local",
-                   help="local processes (default), the docker compose deployment's containers, "
-                        "or deterministic mode")
-    r.add_argument("--stop-deployment", action="store_true",
-                   help="docker backend: stop every other container of the deployment afterwards "
-                        "(the compose controller does, so `docker compose up` returns)")
-    r.add_argument("--project", help="compose project of the docker backend (default $DILOCO_COMPOSE_PROJECT "
-                                      "or diloco-chaos)")
+    r.add_argument(
+        "--backend",
+        choices=["local", "docker", "sim"],
+        default="local",
+        help="local processes (default), the docker compose deployment's containers, or deterministic mode",
+    )
+    r.add_argument(
+        "--stop-deployment",
+        action="store_true",
+        help="docker backend: stop every other container of the deployment afterwards "
+        "(the compose controller does, so `docker compose up` returns)",
+    )
+    r.add_argument(
+        "--project", help="compose project of the docker backend (default $DILOCO_COMPOSE_PROJECT or diloco-chaos)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="diloco-chaos", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.split("\n")[2:]))
+    ap = argparse.ArgumentParser(
+        prog="diloco-chaos",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.split("\n")[2:]),
+    )
     ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = ap.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", help="the built-in scenarios")
@@ -342,10 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("target", metavar="RUN_DIR_OR_FILE")
     _add_run_options(rp)
     rp.set_defaults(fn=cmd_replay)
-    sm = sub.add_parser("simulate", help="run a scenario in deterministic mode (virtual clock, seconds), or with "
-                                         "--scale simulate goodput at data-centre scale")
-    sm.add_argument("scenario", metavar="SCENARIO", nargs="?",
-                    help="a scenario (built-in name or file); with --scale, an optional plan file")
+    sm = sub.add_parser(
+        "simulate",
+        help="run a scenario in deterministic mode (virtual clock, seconds), or with "
+        "--scale simulate goodput at data-centre scale",
+    )
+    sm.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        nargs="?",
+        help="a scenario (built-in name or file); with --scale, an optional plan file",
+    )
     _add_overrides(sm)
     sm.add_argument("--out", help="run directory (default runs/sim/<name>-<time>)")
     sm.add_argument("--junit", metavar="PATH", help="write the checks as JUnit XML (one test case per check)")
@@ -353,18 +424,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_scale_arguments(sm)
     sm.set_defaults(fn=cmd_simulate)
-    se = sub.add_parser("search", help="generate fault schedules in deterministic mode, shrink the first failing "
-                                       "one, write it as a scenario")
+    se = sub.add_parser(
+        "search",
+        help="generate fault schedules in deterministic mode, shrink the first failing "
+        "one, write it as a scenario",
+    )
     se.add_argument("template", metavar="SCENARIO", help="cluster and checks to use (its own schedule is ignored)")
     se.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario field")
     se.add_argument("--examples", type=int, default=200, help="schedules to try before giving up (default 200)")
     se.add_argument("--seed", type=int, default=0, help="seed of the generated schedules (default 0)")
     se.add_argument("--max-faults", type=int, default=4)
-    se.add_argument("--max-down", type=int, default=None,
-                    help="most learners out at once (default M - K: admissible schedules only)")
+    se.add_argument(
+        "--max-down",
+        type=int,
+        default=None,
+        help="most learners out at once (default M - K: admissible schedules only)",
+    )
     se.add_argument("--kinds", help="comma-separated fault kinds (default: every kind a local run supports)")
-    se.add_argument("--checks", help="comma-separated checks that must hold "
-                                     "(default liveness,reintegration,durability,safety)")
+    se.add_argument(
+        "--checks", help="comma-separated checks that must hold (default liveness,reintegration,durability,safety)"
+    )
     se.add_argument("--out", help="where to write the shrunk scenario (default <name>-repro.yaml)")
     se.set_defaults(fn=cmd_search)
     ex = sub.add_parser("export", help="write a scenario as Kubernetes manifests and a Chaos Mesh Workflow")
@@ -375,17 +454,27 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--namespace", default="diloco-chaos", help="namespace of every object (default diloco-chaos)")
     ex.add_argument("--image", default="diloco-chaos:latest", help="the project's image, as the cluster pulls it")
     ex.add_argument("--token-file", help="the run's shared token (default: a new random one)")
-    ex.add_argument("--kubectl-image", help="image of the Workflow's exec steps (pause, slow, corrupt, reset_peer, "
-                                            "data_limit; default registry.k8s.io/kubectl, the version of the checked "
-                                            "API types)")
-    ex.add_argument("--netfault-image", help="image of the learners' netfault sidecar, for reset_peer and data_limit "
-                                             "(needs sh, ss and iptables; default nicolaka/netshoot)")
+    ex.add_argument(
+        "--kubectl-image",
+        help="image of the Workflow's exec steps (pause, slow, corrupt, reset_peer, "
+        "data_limit; default registry.k8s.io/kubectl, the version of the checked "
+        "API types)",
+    )
+    ex.add_argument(
+        "--netfault-image",
+        help="image of the learners' netfault sidecar, for reset_peer and data_limit "
+        "(needs sh, ss and iptables; default nicolaka/netshoot)",
+    )
     _add_outputs(ex, junit=False)
     ex.set_defaults(fn=cmd_export)
-    co = sub.add_parser("collect", help="gather a Kubernetes run (events, Chaos Mesh's fault records) into a run "
-                                        "directory for `report`")
+    co = sub.add_parser(
+        "collect",
+        help="gather a Kubernetes run (events, Chaos Mesh's fault records) into a run directory for `report`",
+    )
     co.add_argument("target", choices=["k8s"])
-    co.add_argument("export_dir", metavar="EXPORT_DIR", help="the directory `export k8s` wrote (its scenario.json)")
+    co.add_argument(
+        "export_dir", metavar="EXPORT_DIR", help="the directory `export k8s` wrote (its scenario.json)"
+    )
     co.add_argument("--out", required=True, help="the run directory to write (new or empty)")
     co.add_argument("--namespace", default="diloco-chaos")
     co.add_argument("--kubectl", default="kubectl", help="the kubectl to run (default: the one on PATH)")

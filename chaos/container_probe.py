@@ -37,8 +37,10 @@ def healthy(proc1_cmdline: bytes, fetch_metrics) -> tuple[bool, str]:  # noqa: A
 
 
 def main() -> int:
-    ok, why = healthy(Path("/proc/1/cmdline").read_bytes(),
-                      lambda: urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=2).read())
+    ok, why = healthy(
+        Path("/proc/1/cmdline").read_bytes(),
+        lambda: urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=2).read(),
+    )
     print(why)
     return 0 if ok else 1
 

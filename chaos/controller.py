@@ -39,17 +39,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.analysis import RunResult, analyse
 from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
-from chaos.analysis import RunResult, analyse
 from chaos.checkers.goodput import compute_goodput
 from chaos.errors import ChaosError, RunError
 from chaos.fault_metrics import FaultMetrics
-from chaos.history import (EventTail, FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Recorder, StalledPhase,
-                           Teardown, TeardownPhase)
+from chaos.fault_plan import Planned, plan
+from chaos.history import (
+    EventTail,
+    FaultOp,
+    History,
+    NotRun,
+    NotRunPhase,
+    Phase,
+    PlanRecord,
+    Recorder,
+    StalledPhase,
+    Teardown,
+    TeardownPhase,
+)
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.run_report import Band, Baseline
-from chaos.fault_plan import Planned, plan
 from chaos.scenario import Scenario
 from chaos.watchdog import FIRST_MERGE_S, POLL_S, Progress, stalled
 from faults.base import Fault
@@ -139,8 +150,15 @@ def toxiproxy_for(opts: RunOptions, log_path: Path, seed: int | None = None) -> 
 class _Execution:
     """One cluster run with a plan (empty for a baseline); heals and tears down on every exit path."""
 
-    def __init__(self, scenario: Scenario, run_dir: Path, toxi: Toxiproxy, planned: list[Planned],
-                 opts: RunOptions, label: str) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        run_dir: Path,
+        toxi: Toxiproxy,
+        planned: list[Planned],
+        opts: RunOptions,
+        label: str,
+    ) -> None:
         self.scenario = scenario
         self.run_dir = run_dir
         self.planned = planned
@@ -148,8 +166,9 @@ class _Execution:
         self.label = label
         self.fault_metrics = FaultMetrics() if opts.metrics_port is not None else None
         self.metrics_server: MetricsServer | None = None
-        self.recorder = Recorder(run_dir / "controller.jsonl",
-                                 observers=(self.fault_metrics.observe,) if self.fault_metrics else ())
+        self.recorder = Recorder(
+            run_dir / "controller.jsonl", observers=(self.fault_metrics.observe,) if self.fault_metrics else ()
+        )
         tag = f"{scenario.name}-{label}-{uuid.uuid4().hex[:6]}"
         self.backend: Backend = opts.backend(scenario.cluster, run_dir, toxi, tag)
         self.toxi = toxi
@@ -166,11 +185,22 @@ class _Execution:
             self.opts.progress(f"[{self.label}] {msg}")
 
     # ---- fault steps, each recorded as invoke then ok / fail -----------------------
-    def _record(self, p: Planned, fault: Fault, action: str, outcome: str, evidence: dict | None = None,
-                error: str = "") -> None:
-        self.recorder.add(FaultOp(fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
-                                  targets=list(p.targets), params=p.params, evidence=evidence or {},
-                                  error=error, description=fault.describe()))
+    def _record(
+        self, p: Planned, fault: Fault, action: str, outcome: str, evidence: dict | None = None, error: str = ""
+    ) -> None:
+        self.recorder.add(
+            FaultOp(
+                fault_id=p.fault_id,
+                fault_kind=p.kind,
+                action=action,
+                outcome=outcome,
+                targets=list(p.targets),
+                params=p.params,
+                evidence=evidence or {},
+                error=error,
+                description=fault.describe(),
+            )
+        )
 
     def inject(self, p: Planned, rel: float) -> None:
         fault = p.build()
@@ -211,18 +241,30 @@ class _Execution:
         try:
             self.metrics_server = MetricsServer.start(self.fault_metrics.registry, host, port or 0)
         except OSError as err:
-            raise RunError(f"cannot serve the controller's metrics on {host}:{port}: {err}; pass another "
-                           "--metrics-port (0: a free one)") from None
+            raise RunError(
+                f"cannot serve the controller's metrics on {host}:{port}: {err}; pass another "
+                "--metrics-port (0: a free one)"
+            ) from None
         announce(self.run_dir, "controller", "controller", self.metrics_server)
 
     def execute(self) -> None:
         self._serve_metrics()
-        self.recorder.add(PlanRecord(scenario=self.scenario.name, seed=self.scenario.seed,
-                                     faults=[p.record() for p in self.planned]))
+        self.recorder.add(
+            PlanRecord(
+                scenario=self.scenario.name, seed=self.scenario.seed, faults=[p.record() for p in self.planned]
+            )
+        )
         try:
-            self.recorder.add(Phase(name="bring_up", detail={"backend": self.backend.name,
-                                                             "proxy_prefix": self.backend.tag,
-                                                             "toxiproxy": self.toxi.url}))
+            self.recorder.add(
+                Phase(
+                    name="bring_up",
+                    detail={
+                        "backend": self.backend.name,
+                        "proxy_prefix": self.backend.tag,
+                        "toxiproxy": self.toxi.url,
+                    },
+                )
+            )
             try:
                 self.backend.bring_up()
             except (TrainerError, FaultError) as err:
@@ -248,13 +290,20 @@ class _Execution:
         """The progress watchdog over what the run has recorded so far (chaos.watchdog): on a stall, record it
         (the liveness check reads it) and say so; the caller ends the run."""
         history = History(list(self.recorder.records), list(self.syncer_events.read()))
-        stall = stalled(history, self.progress, time.time(), self.scenario.checks.liveness,
-                        first_merge_s=self.opts.steady_timeout_s)
+        stall = stalled(
+            history,
+            self.progress,
+            time.time(),
+            self.scenario.checks.liveness,
+            first_merge_s=self.opts.steady_timeout_s,
+        )
         if stall is None:
             return False
         self.recorder.add(StalledPhase(detail=stall))
-        self.say(f"stalled: no progress for {stall.quiet_s:.1f}s, past the watchdog's bound {stall.bound_s:.1f}s "
-                 f"({stall.how}); ending the run to judge it")
+        self.say(
+            f"stalled: no progress for {stall.quiet_s:.1f}s, past the watchdog's bound {stall.bound_s:.1f}s "
+            f"({stall.how}); ending the run to judge it"
+        )
         return True
 
     def _wait_steady(self) -> bool:
@@ -265,8 +314,9 @@ class _Execution:
                 if st is not None and st.merges >= 1:
                     break
                 if not self.backend.alive("syncer"):
-                    raise RunError("the syncer exited during start-up; "
-                                   + see_log(self.run_dir / "logs" / "syncer.log"))
+                    raise RunError(
+                        "the syncer exited during start-up; " + see_log(self.run_dir / "logs" / "syncer.log")
+                    )
                 if self._stalled():
                     return False
                 time.sleep(0.2)
@@ -294,8 +344,10 @@ class _Execution:
                     st = self._poll_status(client)
                     if st is not None:
                         result_fixed = result_fixed or bool(st.finished)
-                        self.status_line = (f"merges {st.merges} tokens {st.tokens}/{st.token_budget} "
-                                            f"eval {st.eval_loss:.3f}" + (" (settling)" if st.finished else ""))
+                        self.status_line = (
+                            f"merges {st.merges} tokens {st.tokens}/{st.token_budget} "
+                            f"eval {st.eval_loss:.3f}" + (" (settling)" if st.finished else "")
+                        )
                         if self.opts.stop_when is not None and self.opts.stop_when(st):
                             stopped_early = True
                             self.say(f"stop condition met: {self.status_line}")
@@ -308,21 +360,27 @@ class _Execution:
                 if not self.backend.alive("syncer") and not self._syncer_fault_active():
                     code = self.backend.exit_code("syncer")
                     if code != 0:
-                        raise RunError(f"the syncer exited with code {code} outside any fault; "
-                                       f"{see_log(self.run_dir / 'logs' / 'syncer.log')}")
+                        raise RunError(
+                            f"the syncer exited with code {code} outside any fault; "
+                            f"{see_log(self.run_dir / 'logs' / 'syncer.log')}"
+                        )
                     break  # budget reached: the syncer finished and exited
                 if time.monotonic() > deadline:  # the last resort: the watchdog ends a run that stops progressing
-                    raise RunError(f"the run did not finish within timeout_s = {self.scenario.timeout_s}s "
-                                   f"(last status: {self.status_line or 'none'}); it had not stopped progressing "
-                                   "outside faults, or the watchdog would have ended it: raise timeout_s, shrink the "
-                                   "token budget or shorten the faults")
+                    raise RunError(
+                        f"the run did not finish within timeout_s = {self.scenario.timeout_s}s "
+                        f"(last status: {self.status_line or 'none'}); it had not stopped progressing "
+                        "outside faults, or the watchdog would have ended it: raise timeout_s, shrink the "
+                        "token budget or shorten the faults"
+                    )
                 if time.monotonic() - last_say > 3.0:
                     last_say = time.monotonic()
                     act = ", ".join(f"{fid}:{p.kind}" for fid, (p, _) in self.interp.active.items())
                     self.say(f"+{rel:.0f}s {self.status_line}" + (f" | active {act}" if act else ""))
                 time.sleep(self.opts.poll_s)
         if not stalled_run:
-            self.recorder.add(Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early}))
+            self.recorder.add(
+                Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early})
+            )
         self._end(wait_for_learners=not (stopped_early or stalled_run))
 
     def _end(self, wait_for_learners: bool) -> None:
@@ -359,9 +417,17 @@ class _Execution:
         for heal in self.interp.finish(why="teardown"):  # restarting a unit now would only make a process to stop
             self.heal(heal)
         result = self.backend.teardown()
-        self.recorder.add(TeardownPhase(detail=Teardown(
-            proxies_left=self._proxies_left(), processes_left=self.backend.running_units(),
-            healed_on_teardown=interrupted, exit_codes=result.exit_codes, problems=result.problems)))
+        self.recorder.add(
+            TeardownPhase(
+                detail=Teardown(
+                    proxies_left=self._proxies_left(),
+                    processes_left=self.backend.running_units(),
+                    healed_on_teardown=interrupted,
+                    exit_codes=result.exit_codes,
+                    problems=result.problems,
+                )
+            )
+        )
         self.recorder.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -387,8 +453,13 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baseline
     metrics_path = cached / "metrics.json"
 
     def record(m: RunMetrics, was_cached: bool) -> Baseline:
-        return Baseline(final_eval_loss=m.final_eval_loss, loss_floor=m.loss_floor, run_dir=str(cached),
-                        cached=was_cached, config_hash=key)
+        return Baseline(
+            final_eval_loss=m.final_eval_loss,
+            loss_floor=m.loss_floor,
+            run_dir=str(cached),
+            cached=was_cached,
+            config_hash=key,
+        )
 
     with _exclusive(opts.baseline_cache / f"{key}.lock"):
         if metrics_path.exists():
@@ -430,8 +501,13 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baselin
     # No floor known (not a synthetic source): no band; parity then compares with the same-seed run.
     excess = [] if None in floors else [loss - f for loss, f in zip(losses, floors) if f is not None]
     goodputs = [_goodput(r, scenario.cluster.algorithm.num_fragments) for r in runs]
-    band = Band(seeds=[seed + k for k in range(n)], losses=losses, floors=floors, excess=excess,
-                goodputs=[] if None in goodputs else goodputs)
+    band = Band(
+        seeds=[seed + k for k in range(n)],
+        losses=losses,
+        floors=floors,
+        excess=excess,
+        goodputs=[] if None in goodputs else goodputs,
+    )
     return runs[0].model_copy(update={"band": band, "runs": runs[1:]})
 
 
@@ -442,8 +518,9 @@ def _goodput(run: Baseline, num_fragments: int) -> float | None:
     return compute_goodput(History.read(Path(run.run_dir)).events, num_fragments)
 
 
-def _fault_free(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions,
-                out: Path) -> tuple[Baseline | None, Baseline | None]:
+def _fault_free(
+    scenario: Scenario, toxi: Toxiproxy, opts: RunOptions, out: Path
+) -> tuple[Baseline | None, Baseline | None]:
     """The parity band's runs (none when parity is off) and, when the reference check is on, synchronous DiLoCo's;
     written into ``out``."""
     baseline = None
@@ -484,6 +561,7 @@ def run_scenario(scenario: Scenario, opts: RunOptions) -> RunResult:
             if opts.baseline and opts.baseline_after:
                 baseline, reference = _fault_free(scenario, toxi, opts, out)
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted; every fault was healed and every process stopped. Partial run: {out}") \
-            from None
+        raise Interrupted(
+            f"interrupted; every fault was healed and every process stopped. Partial run: {out}"
+        ) from None
     return analyse(scenario, out, baseline, reference)

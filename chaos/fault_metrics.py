@@ -23,12 +23,24 @@ from chaos.history import ControllerRecord, FaultOp, Phase
 class FaultMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
-        self.active = Gauge("diloco_fault_active", "1 while a fault is in effect on a target, else 0",
-                            ["fault_id", "kind", "target"], registry=r)
-        self.ops = Counter("diloco_fault_ops", "Fault steps, by kind, action (inject/heal) and outcome",
-                           ["kind", "action", "outcome"], registry=r)
-        self.phase = Gauge("diloco_chaos_phase_timestamp_seconds", "When the run entered each phase (Unix time)",
-                           ["phase"], registry=r)
+        self.active = Gauge(
+            "diloco_fault_active",
+            "1 while a fault is in effect on a target, else 0",
+            ["fault_id", "kind", "target"],
+            registry=r,
+        )
+        self.ops = Counter(
+            "diloco_fault_ops",
+            "Fault steps, by kind, action (inject/heal) and outcome",
+            ["kind", "action", "outcome"],
+            registry=r,
+        )
+        self.phase = Gauge(
+            "diloco_chaos_phase_timestamp_seconds",
+            "When the run entered each phase (Unix time)",
+            ["phase"],
+            registry=r,
+        )
 
     def observe(self, record: ControllerRecord) -> None:
         if isinstance(record, FaultOp):

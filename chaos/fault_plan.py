@@ -52,8 +52,15 @@ class Planned:
 
     def record(self) -> PlannedFault:
         """This fault as the plan record writes it (replay reads it back)."""
-        return PlannedFault(fault_id=self.fault_id, kind=self.kind, targets=list(self.targets), at=self.at,
-                            at_merge=self.at_merge, duration=self.duration, params=self.params)
+        return PlannedFault(
+            fault_id=self.fault_id,
+            kind=self.kind,
+            targets=list(self.targets),
+            at=self.at,
+            at_merge=self.at_merge,
+            duration=self.duration,
+            params=self.params,
+        )
 
 
 def build_fault(spec: FaultSpec, fault_id: str, targets: tuple[str, ...]) -> Fault:
@@ -90,15 +97,29 @@ def plan(scenario: Scenario) -> list[Planned]:
             continue
         assert spec.at is not None  # the scenario validator requires seconds for repeats
         for k in range(spec.repeat.count):
-            out.append(Planned(f"{fid}.{k}", spec, _targets(spec, learners, rng),
-                               round(spec.at + k * spec.repeat.every, 3), None, spec.duration))
+            out.append(
+                Planned(
+                    f"{fid}.{k}",
+                    spec,
+                    _targets(spec, learners, rng),
+                    round(spec.at + k * spec.repeat.every, 3),
+                    None,
+                    spec.duration,
+                )
+            )
     if scenario.random is not None:
         r = scenario.random
         drawn = []
         for _ in range(r.count):
             template = rng.choice(r.faults)
-            drawn.append((round(rng.uniform(*r.window), 1), round(rng.uniform(*r.duration), 1), template,
-                          _targets(template, learners, rng)))
+            drawn.append(
+                (
+                    round(rng.uniform(*r.window), 1),
+                    round(rng.uniform(*r.duration), 1),
+                    template,
+                    _targets(template, learners, rng),
+                )
+            )
         drawn.sort(key=lambda d: d[0])
         end = -float("inf")
         for j, (at, dur, template, targets) in enumerate(drawn):
@@ -108,6 +129,8 @@ def plan(scenario: Scenario) -> list[Planned]:
     ids = [p.fault_id for p in out]
     clash = sorted({i for i in ids if ids.count(i) > 1})
     if clash:
-        raise ScenarioError(f"scenario {scenario.name}: fault id(s) {clash} are used twice (a given id equals a "
-                            "generated one: f<index>, r<index>); give those faults other ids")
+        raise ScenarioError(
+            f"scenario {scenario.name}: fault id(s) {clash} are used twice (a given id equals a "
+            "generated one: f<index>, r<index>); give those faults other ids"
+        )
     return out

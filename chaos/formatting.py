@@ -13,7 +13,6 @@ STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "indeterminate": "INDETERMINATE"
 STATUS_COLOURS = {"pass": "tab:green", "fail": "tab:red", "indeterminate": "tab:orange", "error": "tab:purple"}
 
 
-
 # ---- small helpers ---------------------------------------------------------
 def status_word(status: str | None) -> str:
     """The upper-case word for a run or check status (``"fail"`` -> ``"FAIL"``); unknown ones are upper-cased.

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -131,7 +131,7 @@ class FaultOp(_Record):
     description: str = ""
 
 
-ControllerRecord = Union[PlanRecord, Phase, FaultOp]
+ControllerRecord = PlanRecord | Phase | FaultOp
 CONTROLLER_KINDS = {"plan": PlanRecord, "phase": Phase, "fault": FaultOp}
 
 
@@ -226,7 +226,7 @@ class History:
     events: list[ev.Event]
 
     @classmethod
-    def read(cls, run_dir: str | Path) -> "History":
+    def read(cls, run_dir: str | Path) -> History:
         """Read the controller's ``controller.jsonl`` and the trainer events of ``run_dir/events``."""
         run_dir = Path(run_dir)
         records: list[ControllerRecord] = []
@@ -300,8 +300,17 @@ class History:
             start = inj[0].ts if inj else first.ts
             end = heal[-1].ts if heal else None
             evidence = dict(inj[0].evidence) if inj else {}
-            out.append(FaultWindow(fid, first.fault_kind, tuple(first.targets), start, end,
-                                   injected=bool(inj) and inj[0].outcome == "ok",
-                                   healed=bool(heal) and heal[-1].outcome == "ok", params=dict(first.params),
-                                   evidence=evidence))
+            out.append(
+                FaultWindow(
+                    fid,
+                    first.fault_kind,
+                    tuple(first.targets),
+                    start,
+                    end,
+                    injected=bool(inj) and inj[0].outcome == "ok",
+                    healed=bool(heal) and heal[-1].outcome == "ok",
+                    params=dict(first.params),
+                    evidence=evidence,
+                )
+            )
         return out

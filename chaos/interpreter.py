@@ -63,7 +63,9 @@ class PlanInterpreter:
         self.active: dict[str, tuple[Planned, float]] = {}
 
     def _starts(self, p: Planned, now: float, merges: int) -> bool:
-        return (p.at is not None and now >= self.origin + p.at) or (p.at_merge is not None and merges >= p.at_merge)
+        return (p.at is not None and now >= self.origin + p.at) or (
+            p.at_merge is not None and merges >= p.at_merge
+        )
 
     def due(self, now: float, merges: int, result_fixed: bool = False) -> list[Step]:
         """The steps to take now, in order: injections (plan order), then heals whose duration is up."""
@@ -88,8 +90,10 @@ class PlanInterpreter:
     def finish(self, why: str = RUN_FINISHED) -> list[Heal]:
         """The run ended (``why``: it finished, or it is being torn down after an error or a signal): heal every
         active fault; a heal that would restart a unit is skipped, since teardown stops every process anyway."""
-        steps = [Heal(p, RUN_FINISHED, skip=True) if KINDS[p.kind].restarts else Heal(p, why)
-                 for p, _ in self.active.values()]
+        steps = [
+            Heal(p, RUN_FINISHED, skip=True) if KINDS[p.kind].restarts else Heal(p, why)
+            for p, _ in self.active.values()
+        ]
         self.active.clear()
         return steps
 

@@ -29,8 +29,13 @@ _targets: list[TextIO] = []  # the real stdout while json_mode has moved the hum
 
 def add_json_argument(parser, what: str = "the result") -> None:  # noqa: ANN001 - a parser or argument group
     """``--json [PATH]``, the same on every command that has it."""
-    parser.add_argument("--json", nargs="?", const=STDOUT, metavar="PATH",
-                        help=f"{what} as JSON: on stdout (people's text goes to stderr), or in PATH")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const=STDOUT,
+        metavar="PATH",
+        help=f"{what} as JSON: on stdout (people's text goes to stderr), or in PATH",
+    )
 
 
 @contextlib.contextmanager

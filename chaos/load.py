@@ -40,16 +40,21 @@ class CpuLoad:
     hogs: int | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
 
-    def start(self) -> "CpuLoad":
+    def start(self) -> CpuLoad:
         if self.procs:
             raise RuntimeError("this CpuLoad is already running")
         n = self.hogs if self.hogs is not None else (os.cpu_count() or 1)
         try:
             for i in range(1, n + 1):
-                self.procs.append(subprocess.Popen(
-                    guarded([sys.executable, "-c", _HOG, str(self.seed * 1000 + i)], os.getpid()),
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True))
+                self.procs.append(
+                    subprocess.Popen(
+                        guarded([sys.executable, "-c", _HOG, str(self.seed * 1000 + i)], os.getpid()),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
         except BaseException:
             self.stop()
             raise
@@ -67,7 +72,7 @@ class CpuLoad:
         for p in self.procs:
             p.wait(10)
 
-    def __enter__(self) -> "CpuLoad":
+    def __enter__(self) -> CpuLoad:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -32,32 +32,52 @@ def reference_scenario(algorithm: dict) -> Scenario:
     Fault-free, 600k tokens: the check compares the trainer with synchronous DiLoCo, not a fault's effect (so
     parity, and with it the fault-free baseline runs, are off: only the reference run is computed).
     """
-    return scenario_with("kill-one-learner", schedule=[], cluster={"token_budget": 600_000, "algorithm": algorithm},
-                         checks={"liveness": {"enabled": False}, "parity": {"enabled": False},
-                                 "reference": {"enabled": True, "tolerance": 0.05}})
+    return scenario_with(
+        "kill-one-learner",
+        schedule=[],
+        cluster={"token_budget": 600_000, "algorithm": algorithm},
+        checks={
+            "liveness": {"enabled": False},
+            "parity": {"enabled": False},
+            "reference": {"enabled": True, "tolerance": 0.05},
+        },
+    )
 
 
 CONTROLS: tuple[NegativeControl, ...] = (
     NegativeControl(
-        "quorum-of-all", "K = M: one dead learner and no round can ever reach its quorum again",
-        lambda: scenario_with("kill-one-learner", cluster={"algorithm": {"min_quorum": 3}}), "liveness"),
+        "quorum-of-all",
+        "K = M: one dead learner and no round can ever reach its quorum again",
+        lambda: scenario_with("kill-one-learner", cluster={"algorithm": {"min_quorum": 3}}),
+        "liveness",
+    ),
     NegativeControl(
-        "never-rejoins", "a killed learner that is never restarted",
-        lambda: scenario_with("kill-one-learner", checks={"reintegration": {"enabled": True}}), "reintegration"),
+        "never-rejoins",
+        "a killed learner that is never restarted",
+        lambda: scenario_with("kill-one-learner", checks={"reintegration": {"enabled": True}}),
+        "reintegration",
+    ),
     NegativeControl(
-        "corrupt-unvalidated", "NaN uploads with the syncer's validation off",
+        "corrupt-unvalidated",
+        "NaN uploads with the syncer's validation off",
         # A long corrupt window: a restarted learner can take many seconds to compile on a loaded machine (the
         # nightly of 2026-12-03 16:25: 18 s from the inject to the corrupt learner's start, 7 s more without an
         # upload before a 25 s window healed it, and safety rightly passed; 50 s leaves ~25 s of NaN uploads). Late
         # uploads are carried: with the default (refuse) a learner that a loaded machine slows to several times
         # the cluster's pace misses every round's merge (CI: 21 of 22 NaN uploads refused as late_round), and
         # the control would then test the machine's load, not whether safety sees NaN parameters.
-        lambda: scenario_with("corrupt-learner", cluster={"syncer": {"validate_uploads": False},
-                                                          "algorithm": {"late_uploads": "carry"}},
-                              schedule=[{"fault": "corrupt", "mode": "nan", "targets": ["learner-1"], "at": 2,
-                                         "duration": 50}]), "safety"),
+        lambda: scenario_with(
+            "corrupt-learner",
+            cluster={"syncer": {"validate_uploads": False}, "algorithm": {"late_uploads": "carry"}},
+            schedule=[{"fault": "corrupt", "mode": "nan", "targets": ["learner-1"], "at": 2, "duration": 50}],
+        ),
+        "safety",
+    ),
     NegativeControl(
-        "outer-lr-1/70", "outer steps 1/70 of DiLoCo's: the global model barely moves",
-        lambda: reference_scenario({"outer_lr": 0.01}), "reference", baseline=True),
+        "outer-lr-1/70",
+        "outer steps 1/70 of DiLoCo's: the global model barely moves",
+        lambda: reference_scenario({"outer_lr": 0.01}),
+        "reference",
+        baseline=True,
+    ),
 )
-

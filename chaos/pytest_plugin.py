@@ -75,17 +75,19 @@ MARKERS = {
     "chaos": "whole chaos scenarios on local processes with the real Toxiproxy (minutes)",
     "chaos_docker": "the compose deployment in real containers (needs Docker and the images)",
     NIGHTLY: "chaos_nightly(minutes=N): the nightly tier (long scenarios, full-size parity), deselected unless "
-             "--chaos-nightly; N, how long the test takes, orders the night longest first",
+    "--chaos-nightly; N, how long the test takes, orders the night longest first",
     "chaos_simulation": "deterministic mode: generated schedules on the virtual clock",
     ROTATE: "chaos_rotate(per_night=k, family=None): a nightly parametrized family (or a module's tests naming "
-            "one family) runs k members a night, in turn by the nightly seed's date (chaos.rotation); "
-            "--chaos-no-rotation runs them all",
+    "one family) runs k members a night, in turn by the nightly seed's date (chaos.rotation); "
+    "--chaos-no-rotation runs them all",
 }
 TOXIPROXY_URL_ENV = "DILOCO_TOXIPROXY_URL"
 
 # Hypothesis profiles for chaos property tests; registered here, loaded only by --hypothesis-profile.
-_CHAOS_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                                             HealthCheck.filter_too_much])
+_CHAOS_SETTINGS = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
+)
 settings.register_profile("chaos", max_examples=10, derandomize=True, **_CHAOS_SETTINGS)
 # The inner loop (scripts/test --quick): half the per-change examples, so that unit, property and deterministic-mode
 # tests answer in under 3 minutes; per change still runs all 10 (docs/ci-tiers.md).
@@ -111,11 +113,17 @@ _OUTER = pytest.StashKey[ChaosOptions]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("diloco-chaos")
     g.addoption("--chaos-nightly", action="store_true", help="also run tests marked chaos_nightly")
-    g.addoption("--chaos-no-rotation", action="store_true",
-                help="nightly: run every member of a family marked rotate, not tonight's slice")
+    g.addoption(
+        "--chaos-no-rotation",
+        action="store_true",
+        help="nightly: run every member of a family marked rotate, not tonight's slice",
+    )
     g.addoption("--chaos-reports", default=None, help="keep chaos run directories under this folder")
-    g.addoption("--chaos-toxiproxy-url", default=None,
-                help=f"use this running Toxiproxy server (default ${TOXIPROXY_URL_ENV}, else start one)")
+    g.addoption(
+        "--chaos-toxiproxy-url",
+        default=None,
+        help=f"use this running Toxiproxy server (default ${TOXIPROXY_URL_ENV}, else start one)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -153,8 +161,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     tier = "nightly" if OPTIONS.nightly else "per-change (chaos_nightly tests deselected)"
     if OPTIONS.nightly:
         tier += f", rotated families: night {night_of(OPTIONS.seed)}" if OPTIONS.rotation else ", no rotation"
-    return (f"diloco-chaos: {tier}; Hypothesis profile {settings.get_current_profile_name()}: "
-            f"{chaos_examples()} examples, seed {OPTIONS.seed}")
+    return (
+        f"diloco-chaos: {tier}; Hypothesis profile {settings.get_current_profile_name()}: "
+        f"{chaos_examples()} examples, seed {OPTIONS.seed}"
+    )
 
 
 def _nightly_order(item: pytest.Item) -> tuple[bool, float]:
@@ -211,7 +221,9 @@ def chaos_settings(examples: int | None = None, **kwargs: Any) -> settings:
     ``examples`` replaces the profile's count (a slower test takes a fifth:
     ``chaos_settings(examples=max(chaos_examples() // 5, 1))``).
     """
-    return settings(settings.default, **{**_CHAOS_SETTINGS, "max_examples": examples or chaos_examples(), **kwargs})
+    return settings(
+        settings.default, **{**_CHAOS_SETTINGS, "max_examples": examples or chaos_examples(), **kwargs}
+    )
 
 
 def _safe(name: str) -> str:
@@ -283,8 +295,12 @@ def chaos_cluster(chaos_toxiproxy: Any, chaos_run_dir: Path) -> Iterator[Callabl
 
     def make(config: Any = None) -> Any:
         cfg = config if isinstance(config, RunConfig) else RunConfig.model_validate(config or {})
-        backend = LocalBackend(cfg, chaos_run_dir / f"cluster-{len(made)}", chaos_toxiproxy.client(),
-                               tag=f"pytest-{uuid.uuid4().hex[:8]}")
+        backend = LocalBackend(
+            cfg,
+            chaos_run_dir / f"cluster-{len(made)}",
+            chaos_toxiproxy.client(),
+            tag=f"pytest-{uuid.uuid4().hex[:8]}",
+        )
         made.append(backend)
         backend.bring_up()
         return backend
@@ -309,9 +325,14 @@ def run_chaos(chaos_toxiproxy: Any, chaos_baseline_cache: Path, chaos_run_dir: P
         while out.exists():
             n += 1
             out = chaos_run_dir / f"{scenario.name}-{n}"
-        opts = RunOptions(out, toxiproxy_url=chaos_toxiproxy.url, baseline=baseline,
-                          baseline_cache=chaos_baseline_cache, progress=lambda m: print(m, flush=True),
-                          baseline_after=baseline_after)
+        opts = RunOptions(
+            out,
+            toxiproxy_url=chaos_toxiproxy.url,
+            baseline=baseline,
+            baseline_cache=chaos_baseline_cache,
+            progress=lambda m: print(m, flush=True),
+            baseline_after=baseline_after,
+        )
         try:
             return run_scenario(scenario, opts)
         except Interrupted as err:  # an ordinary exception would fail one test and go on to the next run

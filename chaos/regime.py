@@ -51,8 +51,9 @@ def calm_merges(merges: Merges, *, first_fault: float | None, learners: int) -> 
     return calm
 
 
-def regime_warnings(merges: Merges, *, first_fault: float | None, learners: int, mode: str,
-                    baseline: Merges | None = None) -> list[str]:
+def regime_warnings(
+    merges: Merges, *, first_fault: float | None, learners: int, mode: str, baseline: Merges | None = None
+) -> list[str]:
     """Warnings (empty: none) from the run's fault-free ``merges`` or, when too few, its ``baseline``'s."""
     if mode != "decoupled" or learners < 2:
         return []  # synchronous modes wait for every learner by construction
@@ -64,7 +65,9 @@ def regime_warnings(merges: Merges, *, first_fault: float | None, learners: int,
     per_merge = sum(calm) / len(calm)
     if per_merge >= MIN_SHARE * learners:
         return []
-    return [f"outside the regime: {per_merge:.1f} of {learners} learners per merge {where} "
-            f"({len(calm)} merges after start-up). Uploads spread over more than the grace window, so the checks "
-            f"measure the harness rather than Decoupled DiLoCo; emulate accelerator steps with "
-            f"cluster.learner.step_delay_s (docs/benchmarks.md: \"emulated accelerators\") or give the machine fewer learners."]
+    return [
+        f"outside the regime: {per_merge:.1f} of {learners} learners per merge {where} "
+        f"({len(calm)} merges after start-up). Uploads spread over more than the grace window, so the checks "
+        f"measure the harness rather than Decoupled DiLoCo; emulate accelerator steps with "
+        f'cluster.learner.step_delay_s (docs/benchmarks.md: "emulated accelerators") or give the machine fewer learners.'
+    ]

@@ -51,16 +51,20 @@ def _refusal(kind: Any, injector: Any, effect: Any) -> str | None:
     if name in KINDS:
         return f"fault kind {name!r} is already registered; pick another name"
     if not isinstance(injector, type):
-        return (f"fault kind {name!r} needs its injector, a class built as cls(fault_id, targets, **params) "
-                f"(faults.injectors), got {injector!r}")
+        return (
+            f"fault kind {name!r} needs its injector, a class built as cls(fault_id, targets, **params) "
+            f"(faults.injectors), got {injector!r}"
+        )
     if getattr(injector, "kind", None) != name:
         return f"fault kind {name!r}: its injector {injector.__name__} must say kind = {name!r}"
     params = getattr(injector, "Params", FaultParams)
     if not (isinstance(params, type) and issubclass(params, FaultParams)):
         return f"fault kind {name!r}: {injector.__name__}.Params must subclass faults.params.FaultParams"
     if not isinstance(effect, Effect):
-        return (f"fault kind {name!r} needs its deterministic effect, a chaos.sim.effects.Effect "
-                f"(what it does to a simulated learner, and syncer), got {effect!r}")
+        return (
+            f"fault kind {name!r} needs its deterministic effect, a chaos.sim.effects.Effect "
+            f"(what it does to a simulated learner, and syncer), got {effect!r}"
+        )
     if effect.syncer is not None and not kind.on_syncer:
         return f"fault kind {name!r}: its effect acts on the syncer but the kind may not target it (on_syncer)"
     if effect.learner is None and not kind.syncer_only:
@@ -86,8 +90,10 @@ def register_fault_kind(kind: FaultKind, injector: type, effect: Effect) -> None
 def unregister_fault_kind(name: str) -> None:
     """Remove a kind added by :func:`register_fault_kind` (one no longer there is not an error)."""
     if name in KINDS and name not in _ADDED:
-        raise ValueError(f"fault kind {name!r} is built in (faults.kinds.KINDS); only kinds added with "
-                         "register_fault_kind can be unregistered")
+        raise ValueError(
+            f"fault kind {name!r} is built in (faults.kinds.KINDS); only kinds added with "
+            "register_fault_kind can be unregistered"
+        )
     _ADDED.discard(name)
     for table in _tables():
         table.pop(name, None)

@@ -17,14 +17,19 @@ from pathlib import Path
 
 from chaos.errors import ScenarioError
 from chaos.history import PlannedFault, PlanRecord, parse_record
-from trainer.events import jsonl_lines
 from chaos.scenario import Scenario, load_scenario, parse_scenario, resolve
 from faults.kinds import syncer_only
+from trainer.events import jsonl_lines
 
 
 def _spec(fault: PlannedFault) -> dict[str, object]:
     """A planned fault as the scenario file's fault spec (its tree: the scenario parser validates it)."""
-    out: dict[str, object] = {"fault": fault.kind, "id": fault.fault_id, "duration": fault.duration, **fault.params}
+    out: dict[str, object] = {
+        "fault": fault.kind,
+        "id": fault.fault_id,
+        "duration": fault.duration,
+        **fault.params,
+    }
     if not syncer_only(fault.kind):
         out["targets"] = list(fault.targets)
     if fault.at_merge is not None:
@@ -41,8 +46,10 @@ def scenario_from_run(run_dir: str | Path) -> Scenario:
     if not spath.exists() or not cpath.exists():
         raise ScenarioError(f"{run_dir}: not a run directory (needs scenario.json and controller.jsonl)")
     tree = json.loads(spath.read_text())
-    plan = next((r for r in (parse_record(line) for line in jsonl_lines(cpath.read_text()))
-                 if isinstance(r, PlanRecord)), None)
+    plan = next(
+        (r for r in (parse_record(line) for line in jsonl_lines(cpath.read_text())) if isinstance(r, PlanRecord)),
+        None,
+    )
     if plan is None:
         raise ScenarioError(f"{cpath}: no plan record; the run stopped before its schedule was written")
     tree["schedule"] = [_spec(f) for f in plan.faults]

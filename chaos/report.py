@@ -19,7 +19,7 @@ import math
 import os
 import shlex
 import urllib.parse
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +85,15 @@ def prometheus_range(report: RunReport, base_url: str) -> str:
         True
     """
     # The range with 10 s either side; its end as the classic UI's g0.end_input (UTC).
-    end = datetime.fromtimestamp(report.started_at + report.wall_s + 10, tz=timezone.utc)
+    end = datetime.fromtimestamp(report.started_at + report.wall_s + 10, tz=UTC)
     params: list[tuple[str, str]] = []
     for i, expr in enumerate(PROMETHEUS_PANELS):
-        params += [(f"g{i}.expr", expr), (f"g{i}.tab", "0"), (f"g{i}.range_input", f"{math.ceil(report.wall_s) + 20}s"),
-                   (f"g{i}.end_input", end.strftime("%Y-%m-%d %H:%M:%S"))]
+        params += [
+            (f"g{i}.expr", expr),
+            (f"g{i}.tab", "0"),
+            (f"g{i}.range_input", f"{math.ceil(report.wall_s) + 20}s"),
+            (f"g{i}.end_input", end.strftime("%Y-%m-%d %H:%M:%S")),
+        ]
     return f"{base_url.rstrip('/')}/graph?{urllib.parse.urlencode(params)}"
 
 
@@ -121,22 +125,31 @@ def render_markdown(report: RunReport, prometheus_url: str | None = None) -> str
     if report.description:
         out += [report.description.strip(), ""]
     if report.status == "error" or report.error:
-        out += ["**The run did not complete:**", "", "```text", *(report.error or "(no error recorded)").splitlines(),
-                "```", ""]
+        out += [
+            "**The run did not complete:**",
+            "",
+            "```text",
+            *(report.error or "(no error recorded)").splitlines(),
+            "```",
+            "",
+        ]
 
     facts = [f"seed `{report.seed}`"]
     if report.config_hash:
         facts.append(f"config `{report.config_hash}`")
     if report.simulated:
-        facts.insert(0, "**simulated** in deterministic mode (surrogate learners on a virtual clock: no process "
-                        "ran, and its times are not dates)")
+        facts.insert(
+            0,
+            "**simulated** in deterministic mode (surrogate learners on a virtual clock: no process "
+            "ran, and its times are not dates)",
+        )
         if finite(report.wall_s):
             facts.append(f"virtual time {report.wall_s:.1f} s")
     else:
         if report.backend:
             facts.append(f"backend `{report.backend}`")
         if finite(report.started_at):
-            started = datetime.fromtimestamp(report.started_at, tz=timezone.utc)
+            started = datetime.fromtimestamp(report.started_at, tz=UTC)
             facts.append(f"started {started.strftime('%Y-%m-%d %H:%M:%S')} UTC")
         if finite(report.wall_s):
             facts.append(f"wall time {report.wall_s:.1f} s")
@@ -149,15 +162,34 @@ def render_markdown(report: RunReport, prometheus_url: str | None = None) -> str
     out += _numbers_section(report)
     out += _teardown_section(report.teardown)
 
-    out += ["## How to reproduce", "", "The same faults on the same targets at the same times, from this run "
-            "directory's scenario and recorded plan:", "", "```sh", replay_command(report), "```", ""]
-    out += ["## Artifacts", "",
-            f"- [{TIMELINE_NAME}]({TIMELINE_NAME}): eval loss, fault windows and per-learner activity over time",
-            f"- [{HISTORY_NAME}]({HISTORY_NAME}): every controller record and trainer event, by time",
-            *([f"- [Prometheus]({prometheus_range(report, prometheus_url)}): merges, compute goodput and active "
-               "faults over this run's time range (`docker compose --profile observability`)"]
-              if prometheus_url and not report.simulated and finite(report.started_at) else []), "",
-            f"![timeline]({TIMELINE_NAME})", ""]
+    out += [
+        "## How to reproduce",
+        "",
+        "The same faults on the same targets at the same times, from this run "
+        "directory's scenario and recorded plan:",
+        "",
+        "```sh",
+        replay_command(report),
+        "```",
+        "",
+    ]
+    out += [
+        "## Artifacts",
+        "",
+        f"- [{TIMELINE_NAME}]({TIMELINE_NAME}): eval loss, fault windows and per-learner activity over time",
+        f"- [{HISTORY_NAME}]({HISTORY_NAME}): every controller record and trainer event, by time",
+        *(
+            [
+                f"- [Prometheus]({prometheus_range(report, prometheus_url)}): merges, compute goodput and active "
+                "faults over this run's time range (`docker compose --profile observability`)"
+            ]
+            if prometheus_url and not report.simulated and finite(report.started_at)
+            else []
+        ),
+        "",
+        f"![timeline]({TIMELINE_NAME})",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -193,8 +225,10 @@ def _faults_section(report: RunReport) -> list[str]:
             else:
                 healed = "never healed"
             targets = ", ".join(f.targets) or "-"
-            out.append(f"| {_cell(f.fault_id)} | {_cell(f.kind)} | {_cell(targets)} | {injected} | {healed} "
-                       f"| {_cell(_compact(params)) or '-'} |")
+            out.append(
+                f"| {_cell(f.fault_id)} | {_cell(f.kind)} | {_cell(targets)} | {injected} | {healed} "
+                f"| {_cell(_compact(params)) or '-'} |"
+            )
         out.append("")
     else:
         out += ["No fault was injected.", ""]
@@ -208,7 +242,9 @@ def _faults_section(report: RunReport) -> list[str]:
 
 def _when(p: PlannedFault) -> str:
     """What a planned fault would have been: its kind, its targets, and when it was due."""
-    when = f"at merge {p.at_merge}" if p.at_merge is not None else f"at {_secs(p.at)} s" if p.at is not None else ""
+    when = (
+        f"at merge {p.at_merge}" if p.at_merge is not None else f"at {_secs(p.at)} s" if p.at is not None else ""
+    )
     return " ".join(x for x in (p.kind, ", ".join(p.targets), when) if x)
 
 
@@ -231,8 +267,10 @@ def _numbers_section(report: RunReport) -> list[str]:
     band = parity.get("band")
     seeds = baseline.band.seeds if baseline and baseline.band else []
     if isinstance(band, dict) and finite(band.get("low")) and finite(band.get("high")) and len(seeds) > 1:
-        band_cell = (f"{num(band['low'])} – {num(band['high'])} (this run's floor + the fault-free excess at "
-                     f"cluster seeds {', '.join(map(str, seeds))})")
+        band_cell = (
+            f"{num(band['low'])} – {num(band['high'])} (this run's floor + the fault-free excess at "
+            f"cluster seeds {', '.join(map(str, seeds))})"
+        )
     else:
         band_cell = "one baseline" if baseline is not None else "n/a"
     rej = ", ".join(f"{k}: {v}" for k, v in sorted(m.rejections.items())) or "none"
@@ -244,7 +282,10 @@ def _numbers_section(report: RunReport) -> list[str]:
         ("loss floor", num(m.loss_floor)),
         ("merges", num(m.merges)),
         ("tokens merged", num(m.tokens_total)),
-        ("uploads merged (merged / uploaded tokens)", f"{m.uploads_merged:.1%}" if finite(m.uploads_merged) else "n/a"),
+        (
+            "uploads merged (merged / uploaded tokens)",
+            f"{m.uploads_merged:.1%}" if finite(m.uploads_merged) else "n/a",
+        ),
         ("rejections", rej),
         ("wall time", f"{m.wall_s:.1f} s" if finite(m.wall_s) else "n/a"),
     ]
@@ -261,8 +302,11 @@ def _false_alarm_cell(rate: FalseAlarmQuote | None) -> str:
 
 def _teardown_section(teardown: Teardown) -> list[str]:
     out = ["## Teardown", ""]
-    left = [("proxies left", teardown.proxies_left), ("processes left", teardown.processes_left),
-            ("problems", teardown.problems)]
+    left = [
+        ("proxies left", teardown.proxies_left),
+        ("processes left", teardown.processes_left),
+        ("problems", teardown.problems),
+    ]
     if not any(items for _, items in left):
         return out + ["Clean: no proxies or processes were left, no problems.", ""]
     out += ["**Not clean:**", ""]

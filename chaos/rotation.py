@@ -56,4 +56,4 @@ def tonight(ids: Sequence[str], per_night: int, seed: int) -> list[str]:
     """The members of a family (by test id) that run on the night of ``seed``, in sorted order."""
     ordered = sorted(ids)
     k = night_of(seed) % nights_to_cover(len(ordered), per_night)
-    return ordered[k * per_night:(k + 1) * per_night]
+    return ordered[k * per_night : (k + 1) * per_night]

@@ -107,8 +107,10 @@ class RunReport(Record):
     @classmethod
     def _known_version(cls, v: int) -> int:
         if v != REPORT_SCHEMA_VERSION:
-            raise ValueError(f"report.json schema_version {v} is not {REPORT_SCHEMA_VERSION}, the one this "
-                             "version of diloco-chaos reads")
+            raise ValueError(
+                f"report.json schema_version {v} is not {REPORT_SCHEMA_VERSION}, the one this "
+                "version of diloco-chaos reads"
+            )
         return v
 
     @model_serializer(mode="wrap")

@@ -35,16 +35,32 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, TypeAdapter,
-                      ValidationError, create_model, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic_core import core_schema
 
 from chaos.errors import ScenarioError
 from faults.base import SYNCER
 from faults.injectors import INJECTORS, params_of
 from faults.kinds import FAULT_KINDS, KINDS, FaultKind
-from trainer.config import (RunConfig, did_you_mean, format_validation_error, learner_ids, merge_trees,
-                            read_yaml_mapping)
+from trainer.config import (
+    RunConfig,
+    did_you_mean,
+    format_validation_error,
+    learner_ids,
+    merge_trees,
+    read_yaml_mapping,
+)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinite numbers
@@ -56,7 +72,7 @@ class RandomTargets(_Strict):
     random: int = Field(ge=1)
 
 
-Targets = Union[list[str], Literal["all"], RandomTargets]
+Targets = list[str] | Literal["all"] | RandomTargets
 
 
 class Repeat(_Strict):
@@ -76,14 +92,16 @@ class _FaultSpec(_Strict):
     fault: str  # the kind; each kind's entry class narrows it to its name
 
     @model_validator(mode="after")
-    def _timing(self) -> "_FaultSpec":
+    def _timing(self) -> _FaultSpec:
         if self.at is not None and self.at_merge is not None:
             raise ValueError("give either 'at' (seconds) or 'at_merge' (merge count), not both")
         if self.repeat is not None and self.at_merge is not None:
             raise ValueError("'repeat' needs a start in seconds ('at'), not 'at_merge'")
         if self.repeat is not None and self.duration is not None and self.duration >= self.repeat.every:
-            raise ValueError(f"duration ({self.duration}) must be shorter than repeat.every ({self.repeat.every}) "
-                             "or the repeats overlap")
+            raise ValueError(
+                f"duration ({self.duration}) must be shorter than repeat.every ({self.repeat.every}) "
+                "or the repeats overlap"
+            )
         return self
 
 
@@ -91,20 +109,26 @@ def _title(name: str) -> str:
     return "".join(part.title() for part in name.split("_"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _entry_class(kind: FaultKind, injector: type) -> type[_FaultSpec]:
     """One kind's scenario entry: the common timing above, the kind's tag and its injector's ``Params``
     (:mod:`faults.params`), e.g. ``SlowSpec``: ``fraction`` and ``period_s``."""
     params = params_of(injector)
     clash = sorted(set(params.model_fields) & set(_FaultSpec.model_fields))
     if clash:
-        raise TypeError(f"{injector.__name__}.Params: fields {clash} are every fault's timing and targets; "
-                        "rename them")
+        raise TypeError(
+            f"{injector.__name__}.Params: fields {clash} are every fault's timing and targets; rename them"
+        )
     where = " Containers only (--backend docker)." if kind.containers else ""
     extra: dict[str, Any] = {"targets": (Targets, [SYNCER])} if kind.syncer_only else {}
-    return create_model(f"{_title(kind.name)}Spec", __base__=(params, _FaultSpec), __module__=__name__,
-                        __doc__=f"A {kind.name} fault's scenario entry.{where}",
-                        fault=(Literal[kind.name], ...), **extra)
+    return create_model(
+        f"{_title(kind.name)}Spec",
+        __base__=(params, _FaultSpec),
+        __module__=__name__,
+        __doc__=f"A {kind.name} fault's scenario entry.{where}",
+        fault=(Literal[kind.name], ...),
+        **extra,
+    )
 
 
 def entry_classes() -> dict[str, type[_FaultSpec]]:
@@ -118,7 +142,7 @@ def entry_classes() -> dict[str, type[_FaultSpec]]:
 
 @functools.lru_cache(maxsize=8)
 def _union(entries: tuple[type[_FaultSpec], ...]) -> Any:
-    return Annotated[Union[entries], Field(discriminator="fault")]
+    return Annotated[Union[entries], Field(discriminator="fault")]  # noqa: UP007 (a runtime tuple: X | Y cannot spread it)
 
 
 @functools.lru_cache(maxsize=8)
@@ -135,8 +159,10 @@ class _ByKind:
         return core_schema.no_info_plain_validator_function(
             lambda value: _adapter(tuple(entry_classes().values())).validate_python(value),
             # dumped as its own class, parameters included (the declared type, _FaultSpec, has none)
-            serialization=core_schema.wrap_serializer_function_ser_schema(lambda v, h: h(v),
-                                                                         schema=core_schema.any_schema()))
+            serialization=core_schema.wrap_serializer_function_ser_schema(
+                lambda v, h: h(v), schema=core_schema.any_schema()
+            ),
+        )
 
     def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
         return handler(_adapter(tuple(entry_classes().values())).core_schema)  # the union's, as the table is now
@@ -159,18 +185,22 @@ class RandomSchedule(_Strict):
     faults: list[FaultEntry] = Field(min_length=1)
     window: tuple[float, float] = Field(description="[first, last] start time, seconds after the first merge")
     duration: tuple[float, float] = Field(description="[min, max] seconds")
-    min_gap_s: float = Field(0.0, ge=0, description="at least this long between one fault's heal and the next start")
+    min_gap_s: float = Field(
+        0.0, ge=0, description="at least this long between one fault's heal and the next start"
+    )
 
     @model_validator(mode="after")
-    def _ranges(self) -> "RandomSchedule":
+    def _ranges(self) -> RandomSchedule:
         for name in ("window", "duration"):
             lo, hi = getattr(self, name)
             if lo < 0 or hi < lo:
                 raise ValueError(f"{name} must be [low, high] with 0 <= low <= high, got [{lo}, {hi}]")
         for i, f in enumerate(self.faults):
             if f.at is not None or f.at_merge is not None or f.duration is not None or f.repeat is not None:
-                raise ValueError(f"faults.{i}: a random template takes no at/at_merge/duration/repeat "
-                                 "(window and duration are drawn)")
+                raise ValueError(
+                    f"faults.{i}: a random template takes no at/at_merge/duration/repeat "
+                    "(window and duration are drawn)"
+                )
         return self
 
 
@@ -178,12 +208,20 @@ class Liveness(_Strict):
     """Merges keep happening while at least ``min_reachable`` learners are reachable."""
 
     enabled: bool = True
-    max_gap_s: float | None = Field(None, gt=0, description="longest allowed gap between merges while enough are "
-                                                             "reachable, in seconds; unset: `rounds` of this run's "
-                                                             "own round time (chaos.checkers.bounds)")
+    max_gap_s: float | None = Field(
+        None,
+        gt=0,
+        description="longest allowed gap between merges while enough are "
+        "reachable, in seconds; unset: `rounds` of this run's "
+        "own round time (chaos.checkers.bounds)",
+    )
     rounds: float = Field(25.0, gt=0, description="the derived bound, in fragment rounds of this run")
-    min_reachable: int = Field(1, ge=1, description="learners that must be reachable for merges to be owed; "
-                                                    "1 is Decoupled DiLoCo's claim (any one learner keeps training going)")
+    min_reachable: int = Field(
+        1,
+        ge=1,
+        description="learners that must be reachable for merges to be owed; "
+        "1 is Decoupled DiLoCo's claim (any one learner keeps training going)",
+    )
 
 
 class Reintegration(_Strict):
@@ -198,14 +236,19 @@ class Reintegration(_Strict):
     startups: float = Field(3.0, ge=0, description="the derived bound's multiple of this run's start-up time")
     rounds: float = Field(25.0, ge=0, description="the derived bound's multiple of this run's round time")
     eventually_rounds: float = Field(
-        10.0, ge=0, description="the eventually phase starts this many rounds after the last learner is back from "
-                                "the last fault: from then to the end of training every learner alive and reachable "
-                                "must take part in merges at its fault-free rate (chaos.checkers.reintegration)")
+        10.0,
+        ge=0,
+        description="the eventually phase starts this many rounds after the last learner is back from "
+        "the last fault: from then to the end of training every learner alive and reachable "
+        "must take part in merges at its fault-free rate (chaos.checkers.reintegration)",
+    )
 
     @model_validator(mode="after")
-    def _some_bound(self) -> "Reintegration":
+    def _some_bound(self) -> Reintegration:
         if self.within_s is None and self.startups == 0 and self.rounds == 0:
-            raise ValueError("startups and rounds are both 0: the derived bound would be 0 s; give within_s instead")
+            raise ValueError(
+                "startups and rounds are both 0: the derived bound would be 0 s; give within_s instead"
+            )
         return self
 
 
@@ -220,16 +263,20 @@ class Parity(_Strict):
 
     enabled: bool = True
     tolerance: float | Literal["derived"] = Field(
-        0.15, description="nats beyond the band; `derived`: from the band's own spread, a 99% prediction bound for "
-                          "one more fault-free run, t(n−1) · sd · √(1 + 1/n) over its n ≥ 3 seeds "
-                          "(chaos.checkers.parity.derived_tolerance)")
+        0.15,
+        description="nats beyond the band; `derived`: from the band's own spread, a 99% prediction bound for "
+        "one more fault-free run, t(n−1) · sd · √(1 + 1/n) over its n ≥ 3 seeds "
+        "(chaos.checkers.parity.derived_tolerance)",
+    )
     baseline_seeds: int = Field(3, ge=1, le=16, description="fault-free runs whose final losses make the band")
 
     @model_validator(mode="after")
-    def _derivable(self) -> "Parity":
+    def _derivable(self) -> Parity:
         if self.tolerance == "derived" and self.baseline_seeds < 3:
-            raise ValueError(f"tolerance: derived needs baseline_seeds >= 3 (the spread of {self.baseline_seeds} "
-                             "run(s) says nothing); give a number instead")
+            raise ValueError(
+                f"tolerance: derived needs baseline_seeds >= 3 (the spread of {self.baseline_seeds} "
+                "run(s) says nothing); give a number instead"
+            )
         if not isinstance(self.tolerance, str) and self.tolerance <= 0:
             raise ValueError(f"tolerance must be > 0 or `derived`, got {self.tolerance}")
         return self
@@ -321,12 +368,16 @@ class Scenario(_Strict):
     schedule: list[FaultEntry] = []
     random: RandomSchedule | None = None
     checks: Checks = Checks()
-    timeout_s: float = Field(900.0, gt=0, description="the last resort for a run that keeps progressing but never "
-                                                         "finishes: give up (exit 2) after this long (a run whose "
-                                                         "progress stops is ended by the watchdog and judged first)")
+    timeout_s: float = Field(
+        900.0,
+        gt=0,
+        description="the last resort for a run that keeps progressing but never "
+        "finishes: give up (exit 2) after this long (a run whose "
+        "progress stops is ended by the watchdog and judged first)",
+    )
 
     @model_validator(mode="after")
-    def _targets_and_timing(self) -> "Scenario":
+    def _targets_and_timing(self) -> Scenario:
         known = learner_ids(self.cluster.algorithm.num_learners)
         m = len(known)
         specs = [(f"schedule.{i}", f) for i, f in enumerate(self.schedule)]
@@ -366,13 +417,17 @@ def _is_tag(part: Any) -> bool:
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate a scenario tree; errors name ``source`` and each bad field."""
     if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: a scenario is a mapping (name:, cluster:, schedule:, checks:), "
-                            f"got {type(data).__name__}")
+        raise ScenarioError(
+            f"{source}: a scenario is a mapping (name:, cluster:, schedule:, checks:), got {type(data).__name__}"
+        )
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
-        raise ScenarioError(format_validation_error(err, source, "scenario", hide=_is_tag, model=Scenario,
-                                                    tag_models=entry_classes())) from None
+        raise ScenarioError(
+            format_validation_error(
+                err, source, "scenario", hide=_is_tag, model=Scenario, tag_models=entry_classes()
+            )
+        ) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -409,6 +464,8 @@ def resolve(name_or_path: str) -> Path:
     builtins = builtin_scenarios()
     if name_or_path in builtins:
         return builtins[name_or_path]
-    raise ScenarioError(f"{name_or_path}: no such file and no built-in scenario of that name"
-                        f"{did_you_mean(name_or_path, builtins)}; built-ins: {', '.join(builtins)} "
-                        "(see `diloco-chaos list`)")
+    raise ScenarioError(
+        f"{name_or_path}: no such file and no built-in scenario of that name"
+        f"{did_you_mean(name_or_path, builtins)}; built-ins: {', '.join(builtins)} "
+        "(see `diloco-chaos list`)"
+    )

@@ -67,16 +67,27 @@ class Found:
         return path
 
 
-def find_failure(template: Scenario, *, schedules: SearchStrategy[FaultSchedule] | None = None,
-                 checks: tuple[str, ...] = DEFAULT_CHECKS, opts: SimOptions | None = None,
-                 max_examples: int = 200, seed: int = 0,
-                 on_example: Callable[[FaultSchedule, bool], None] | None = None) -> Found | None:
+def find_failure(
+    template: Scenario,
+    *,
+    schedules: SearchStrategy[FaultSchedule] | None = None,
+    checks: tuple[str, ...] = DEFAULT_CHECKS,
+    opts: SimOptions | None = None,
+    max_examples: int = 200,
+    seed: int = 0,
+    on_example: Callable[[FaultSchedule, bool], None] | None = None,
+) -> Found | None:
     """The minimal schedule (after shrinking) whose simulated run fails one of ``checks``; None if none failed.
     ``on_example(schedule, failed)`` hears of every schedule simulated (a search that ran nothing proves nothing)."""
     opts = opts or SimOptions()
     outer_s = outer_step_seconds(template, opts.step_time_s)
-    strategy = schedules if schedules is not None else fault_schedules(learners=template.cluster.algorithm.num_learners,
-                                            min_quorum=template.cluster.algorithm.min_quorum or 1)
+    strategy = (
+        schedules
+        if schedules is not None
+        else fault_schedules(
+            learners=template.cluster.algorithm.num_learners, min_quorum=template.cluster.algorithm.min_quorum or 1
+        )
+    )
     count = [0]
 
     def fails(schedule: FaultSchedule) -> bool:
@@ -87,12 +98,26 @@ def find_failure(template: Scenario, *, schedules: SearchStrategy[FaultSchedule]
         return failed
 
     try:
-        minimal = find(strategy, fails, random=random.Random(seed),
-                       settings=settings(max_examples=max_examples, deadline=None, database=None, phases=SEARCH_PHASES,
-                                         suppress_health_check=list(HealthCheck)))
+        minimal = find(
+            strategy,
+            fails,
+            random=random.Random(seed),
+            settings=settings(
+                max_examples=max_examples,
+                deadline=None,
+                database=None,
+                phases=SEARCH_PHASES,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
     except NoSuchExample:
         return None
-    scenario = to_scenario(template, minimal, outer_s, name=f"{template.name}-repro"[:60],
-                           description=f"Minimal failing schedule found by search from {template.name}: "
-                                       f"{minimal.describe()} (outer steps)")
+    scenario = to_scenario(
+        template,
+        minimal,
+        outer_s,
+        name=f"{template.name}-repro"[:60],
+        description=f"Minimal failing schedule found by search from {template.name}: "
+        f"{minimal.describe()} (outer steps)",
+    )
     return Found(minimal, scenario, simulate(scenario, opts), checks, seed, count[0], opts)

@@ -59,8 +59,12 @@ class GeneratedFault:
 
     def spec(self, outer_step_s: float) -> dict[str, Any]:
         """The scenario entry, times converted to seconds."""
-        out: dict[str, Any] = {"fault": self.kind, "at": round(self.start * outer_step_s, 3),
-                               "duration": round(self.duration * outer_step_s, 3), **self.params}
+        out: dict[str, Any] = {
+            "fault": self.kind,
+            "at": round(self.start * outer_step_s, 3),
+            "duration": round(self.duration * outer_step_s, 3),
+            **self.params,
+        }
         if not syncer_only(self.kind):
             out["targets"] = list(self.targets)
         return out
@@ -74,7 +78,9 @@ class FaultSchedule:
         return len(self.faults)
 
     def describe(self) -> str:
-        return "; ".join(f"{f.kind} {','.join(f.targets)} @{f.start:g}+{f.duration:g}" for f in self.faults) or "none"
+        return (
+            "; ".join(f"{f.kind} {','.join(f.targets)} @{f.start:g}+{f.duration:g}" for f in self.faults) or "none"
+        )
 
 
 def max_down_at_once(schedule: FaultSchedule) -> int:
@@ -92,9 +98,18 @@ def _learner_ids(learners: int | Sequence[str]) -> list[str]:
 
 
 @st.composite
-def fault_schedules(draw: Any, *, learners: int | Sequence[str] = 3, kinds: Sequence[str] = LOCAL_KINDS,
-                    max_faults: int = 4, min_faults: int = 1, horizon: float = 40.0, max_duration: float = 20.0,
-                    max_down: int | None = None, min_quorum: int = 1) -> FaultSchedule:
+def fault_schedules(
+    draw: Any,
+    *,
+    learners: int | Sequence[str] = 3,
+    kinds: Sequence[str] = LOCAL_KINDS,
+    max_faults: int = 4,
+    min_faults: int = 1,
+    horizon: float = 40.0,
+    max_duration: float = 20.0,
+    max_down: int | None = None,
+    min_quorum: int = 1,
+) -> FaultSchedule:
     """Schedules of ``min_faults``..``max_faults`` faults of ``kinds`` on ``learners``.
 
     Starts fall in [0, horizon) outer steps, durations in [1, max_duration].
@@ -134,8 +149,13 @@ def fault_schedules(draw: Any, *, learners: int | Sequence[str] = 3, kinds: Sequ
     return FaultSchedule(tuple(faults))
 
 
-def to_scenario(template: Scenario, schedule: FaultSchedule, outer_step_s: float, name: str | None = None,
-                description: str | None = None) -> Scenario:
+def to_scenario(
+    template: Scenario,
+    schedule: FaultSchedule,
+    outer_step_s: float,
+    name: str | None = None,
+    description: str | None = None,
+) -> Scenario:
     """``template`` with its schedule replaced by ``schedule`` (seconds = outer steps × ``outer_step_s``)."""
     tree = template.model_dump(mode="json", exclude_none=True)
     tree["schedule"] = [f.spec(outer_step_s) for f in schedule.faults]

@@ -74,8 +74,13 @@ def learner_lanes(history: History) -> list[str]:
                 ids.add(e.learner_id)
         elif isinstance(e, ev.Merge):
             ids.update(p.learner_id for p in e.participants)
-        elif e.source and e.source != SYNCER and isinstance(e, (ev.Step, ev.LearnerStop, ev.LearnerJoin,
-                                                                 ev.SyncStartEvent, ev.SyncResult, ev.Apply)):
+        elif (
+            e.source
+            and e.source != SYNCER
+            and isinstance(
+                e, (ev.Step, ev.LearnerStop, ev.LearnerJoin, ev.SyncStartEvent, ev.SyncResult, ev.Apply)
+            )
+        ):
             ids.add(e.source)
     for w in history.fault_windows():
         ids.update(t for t in w.targets if t != SYNCER)
@@ -139,17 +144,26 @@ def write_timeline(history: History, report: RunReport | None, path: Path) -> No
         handles += top.plot(xs, [e.loss for e in evals], "-o", color="tab:green", markersize=3, label="eval loss")
         finals = [e for e in evals if e.final] or [evals[-1]]
         last = finals[-1]
-        handles += top.plot([last.ts - t0], [last.loss], "*", color="black", markersize=12,
-                            label=f"final eval {last.loss:.3f}" if last.final else f"last eval {last.loss:.3f}")
+        handles += top.plot(
+            [last.ts - t0],
+            [last.loss],
+            "*",
+            color="black",
+            markersize=12,
+            label=f"final eval {last.loss:.3f}" if last.final else f"last eval {last.loss:.3f}",
+        )
     else:
         top.text(0.5, 0.5, "no eval events", transform=top.transAxes, ha="center", va="center", color="grey")
     floor = evals[-1].loss_floor if evals else report.metrics.loss_floor if report else None
     if finite(floor):
-        handles.append(top.axhline(floor, linestyle="--", color="grey", linewidth=1, label=f"loss floor {floor:.3f}"))
+        handles.append(
+            top.axhline(floor, linestyle="--", color="grey", linewidth=1, label=f"loss floor {floor:.3f}")
+        )
     base = report.baseline.final_eval_loss if report and report.baseline else None
     if finite(base):
-        handles.append(top.axhline(base, linestyle=":", color="tab:purple", linewidth=1.5,
-                                   label=f"baseline final {base:.3f}"))
+        handles.append(
+            top.axhline(base, linestyle=":", color="tab:purple", linewidth=1.5, label=f"baseline final {base:.3f}")
+        )
     families: set[str] = set()
     for i, w in enumerate(windows):
         family = fault_family(w.kind)
@@ -160,8 +174,17 @@ def write_timeline(history: History, report: RunReport | None, path: Path) -> No
         label = f"{w.fault_id} {w.kind}" + ("" if w.end is not None else " (not healed)")
         if not w.injected:
             label += " (inject failed)"
-        top.text(a, 0.98 - 0.07 * (i % 4), " " + label, transform=top.get_xaxis_transform(), ha="left", va="top",
-                 fontsize=8, color=colour, clip_on=True)
+        top.text(
+            a,
+            0.98 - 0.07 * (i % 4),
+            " " + label,
+            transform=top.get_xaxis_transform(),
+            ha="left",
+            va="top",
+            fontsize=8,
+            color=colour,
+            clip_on=True,
+        )
     handles += [Patch(color=FAMILY_COLOURS[f], alpha=0.3, label=f"{f} fault") for f in sorted(families)]
     if any(isinstance(r, Phase) and r.name == "steady" for r in history.records):
         top.axvline(0.0, color="black", linewidth=0.6, alpha=0.5)
@@ -178,9 +201,16 @@ def write_timeline(history: History, report: RunReport | None, path: Path) -> No
         family = fault_family(w.kind)
         a, b = w.start - t0, (w.end - t0) if w.end is not None else x_hi + pad
         for lane in _lanes_of(w, learners):
-            bottom.broken_barh([(a, max(b - a, 0.0))], (y[lane] - 0.4, 0.8), facecolors="lightgrey",
-                               edgecolors=FAMILY_COLOURS[family], hatch="///" if family == "process" else "...",
-                               linewidth=0.5, alpha=0.8, zorder=1)
+            bottom.broken_barh(
+                [(a, max(b - a, 0.0))],
+                (y[lane] - 0.4, 0.8),
+                facecolors="lightgrey",
+                edgecolors=FAMILY_COLOURS[family],
+                hatch="///" if family == "process" else "...",
+                linewidth=0.5,
+                alpha=0.8,
+                zorder=1,
+            )
     uploads = history.of(ev.Upload)
     rejects = history.of(ev.Reject)
     for lane in learners:

@@ -57,7 +57,7 @@ class Progress:
     tokens: int = -1
     at: float = 0.0
 
-    def observe(self, merges: int, tokens: int, now: float) -> "Progress":
+    def observe(self, merges: int, tokens: int, now: float) -> Progress:
         """After a status poll. Growth over the last poll is progress; a drop (a syncer restored from its
         checkpoint) is not, growth after it is.
 
@@ -68,8 +68,9 @@ class Progress:
         return Progress(merges, tokens, now if grew else self.at)
 
 
-def watchdog_bound(pace: RunPace, liveness: Liveness = Liveness(), *,
-                   first_merge_s: float = FIRST_MERGE_S) -> Bound:
+def watchdog_bound(
+    pace: RunPace, liveness: Liveness = Liveness(), *, first_merge_s: float = FIRST_MERGE_S
+) -> Bound:
     """How long a run may go without progress, outside faults, before it is ended and judged.
 
     >>> watchdog_bound(RunPace(4.0, None, 1)).how
@@ -80,18 +81,26 @@ def watchdog_bound(pace: RunPace, liveness: Liveness = Liveness(), *,
     240.0
     """
     if pace.startup_s is None:
-        return Bound(float(first_merge_s), f"no first merge: no pace to measure before it; the first-merge cap "
-                                           f"{first_merge_s:g}s")
+        return Bound(
+            float(first_merge_s),
+            f"no first merge: no pace to measure before it; the first-merge cap {first_merge_s:g}s",
+        )
     startup = pace.startup_s
     if liveness.max_gap_s is not None:
-        return Bound(STARTUPS * startup + liveness.max_gap_s,
-                     f"{STARTUPS:g} × start-up {startup:.1f}s + the liveness check's max_gap_s "
-                     f"{liveness.max_gap_s:.1f}s")
+        return Bound(
+            STARTUPS * startup + liveness.max_gap_s,
+            f"{STARTUPS:g} × start-up {startup:.1f}s + the liveness check's max_gap_s {liveness.max_gap_s:.1f}s",
+        )
     if pace.round_s is None:
-        b = derive_bound(None, RunPace(startup, startup, pace.intervals), startups=STARTUPS, rounds=liveness.rounds)
-        return Bound(b.seconds, f"{STARTUPS:g} × start-up {startup:.1f}s + {liveness.rounds:g} × round ≤ start-up "
-                                f"{startup:.1f}s (the round: {pace.intervals} fault-free interval(s), too few to "
-                                "measure)")
+        b = derive_bound(
+            None, RunPace(startup, startup, pace.intervals), startups=STARTUPS, rounds=liveness.rounds
+        )
+        return Bound(
+            b.seconds,
+            f"{STARTUPS:g} × start-up {startup:.1f}s + {liveness.rounds:g} × round ≤ start-up "
+            f"{startup:.1f}s (the round: {pace.intervals} fault-free interval(s), too few to "
+            "measure)",
+        )
     return derive_bound(None, pace, startups=STARTUPS, rounds=liveness.rounds)
 
 
@@ -116,8 +125,14 @@ def fault_steps(history: History) -> tuple[bool, float | None]:
     return any(active.values()), last
 
 
-def stalled(history: History, progress: Progress, now: float, liveness: Liveness = Liveness(), *,
-            first_merge_s: float = FIRST_MERGE_S) -> Stalled | None:
+def stalled(
+    history: History,
+    progress: Progress,
+    now: float,
+    liveness: Liveness = Liveness(),
+    *,
+    first_merge_s: float = FIRST_MERGE_S,
+) -> Stalled | None:
     """The ``stalled`` record when the run has made no progress for longer than its bound; None while it may
     go on (or the watchdog stands down: a fault in effect, the budget reached, no bring-up yet)."""
     in_effect, last_step = fault_steps(history)
@@ -135,5 +150,12 @@ def stalled(history: History, progress: Progress, now: float, liveness: Liveness
     quiet = now - since
     if bound.seconds is None or quiet <= bound.seconds or history.of(ev.Finished):
         return None
-    return Stalled(since=since, quiet_s=round(quiet, 3), bound_s=round(bound.seconds, 3), how=bound.how,
-                   merges=progress.merges, tokens=progress.tokens, first_merge=steady is not None)
+    return Stalled(
+        since=since,
+        quiet_s=round(quiet, 3),
+        bound_s=round(bound.seconds, 3),
+        how=bound.how,
+        merges=progress.merges,
+        tokens=progress.tokens,
+        first_merge=steady is not None,
+    )

@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from faults.errors import FaultError
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 SYNCER = "syncer"
 Evidence = dict[str, object]  # a JSON object: what an inject or heal did, in the injector's own words
+
 
 def require_targets(fault_id: str, targets: tuple[str, ...]) -> None:
     """Every fault needs someone to act on; the error names the field."""
@@ -42,7 +43,7 @@ class Cluster(Protocol):
         ...
 
     @property
-    def toxiproxy(self) -> "Toxiproxy":
+    def toxiproxy(self) -> Toxiproxy:
         """Client of the Toxiproxy server that carries the learners' links."""
         ...
 
@@ -75,11 +76,8 @@ class Fault(Protocol):
     fault_id: str
     targets: tuple[str, ...]
 
-    def inject(self, cluster: Cluster) -> Evidence:
-        ...
+    def inject(self, cluster: Cluster) -> Evidence: ...
 
-    def heal(self, cluster: Cluster) -> Evidence:
-        ...
+    def heal(self, cluster: Cluster) -> Evidence: ...
 
-    def describe(self) -> str:
-        ...
+    def describe(self) -> str: ...

@@ -59,23 +59,35 @@ class FaultKind:
         return not self.containers
 
 
-KINDS: Mapping[str, FaultKind] = {k.name: k for k in (
-    FaultKind("kill", "process", removes_learner=True, on_syncer=True, stops_syncer=True, restarts=True),
-    FaultKind("stop", "process", removes_learner=True, on_syncer=True, stops_syncer=True, restarts=True),
-    FaultKind("pause", "process", removes_learner=True, on_syncer=True, stops_syncer=True),
-    FaultKind("slow", "process", removes_learner=False, on_syncer=True),
-    FaultKind("syncer_crash", "process", removes_learner=False, on_syncer=True, stops_syncer=True, restarts=True,
-              syncer_only=True),
-    FaultKind("corrupt", "process", removes_learner=True, restarts=True),
-    FaultKind("partition", "network", removes_learner=True, one_way_spares=True),
-    FaultKind("link_down", "network", removes_learner=True),
-    FaultKind("bandwidth", "network", removes_learner=False),
-    FaultKind("latency", "network", removes_learner=False),
-    FaultKind("reset_peer", "network", removes_learner=True),
-    FaultKind("data_limit", "network", removes_learner=True, one_way_spares=True),
-    FaultKind("cpu_limit", "process", removes_learner=False, on_syncer=True, containers=True),
-    FaultKind("disconnect", "network", removes_learner=True, on_syncer=True, stops_syncer=True, containers=True),
-)}
+KINDS: Mapping[str, FaultKind] = {
+    k.name: k
+    for k in (
+        FaultKind("kill", "process", removes_learner=True, on_syncer=True, stops_syncer=True, restarts=True),
+        FaultKind("stop", "process", removes_learner=True, on_syncer=True, stops_syncer=True, restarts=True),
+        FaultKind("pause", "process", removes_learner=True, on_syncer=True, stops_syncer=True),
+        FaultKind("slow", "process", removes_learner=False, on_syncer=True),
+        FaultKind(
+            "syncer_crash",
+            "process",
+            removes_learner=False,
+            on_syncer=True,
+            stops_syncer=True,
+            restarts=True,
+            syncer_only=True,
+        ),
+        FaultKind("corrupt", "process", removes_learner=True, restarts=True),
+        FaultKind("partition", "network", removes_learner=True, one_way_spares=True),
+        FaultKind("link_down", "network", removes_learner=True),
+        FaultKind("bandwidth", "network", removes_learner=False),
+        FaultKind("latency", "network", removes_learner=False),
+        FaultKind("reset_peer", "network", removes_learner=True),
+        FaultKind("data_limit", "network", removes_learner=True, one_way_spares=True),
+        FaultKind("cpu_limit", "process", removes_learner=False, on_syncer=True, containers=True),
+        FaultKind(
+            "disconnect", "network", removes_learner=True, on_syncer=True, stops_syncer=True, containers=True
+        ),
+    )
+}
 
 
 class KindNames(AbstractSet[str]):
@@ -116,10 +128,14 @@ def removes(name: str, params: Mapping[str, Any]) -> bool:
     """Whether a fault of kind ``name`` with ``params`` keeps its target learners from contributing (False for a
     kind this version does not know, e.g. in an older run's history)."""
     k = KINDS.get(name)
-    return k is not None and k.removes_learner and not (k.one_way_spares and params.get("direction") == "from_syncer")
+    return (
+        k is not None and k.removes_learner and not (k.one_way_spares and params.get("direction") == "from_syncer")
+    )
 
 
-def removed_learners(name: str, targets: tuple[str, ...] | list[str], params: Mapping[str, Any]) -> tuple[str, ...]:
+def removed_learners(
+    name: str, targets: tuple[str, ...] | list[str], params: Mapping[str, Any]
+) -> tuple[str, ...]:
     """The learners a fault of kind ``name`` keeps from contributing while it lasts (the syncer is not one)."""
     return tuple(t for t in targets if t != SYNCER) if removes(name, params) else ()
 

@@ -31,8 +31,11 @@ from faults.params import Direction, FaultParams, Field, model_validator
 from faults.toxiproxy import Toxic
 
 DIRECTIONS: tuple[str, ...] = get_args(Direction)
-_STREAMS: dict[str, tuple[str, ...]] = {"both": ("upstream", "downstream"), "to_syncer": ("upstream",),
-                                        "from_syncer": ("downstream",)}
+_STREAMS: dict[str, tuple[str, ...]] = {
+    "both": ("upstream", "downstream"),
+    "to_syncer": ("upstream",),
+    "from_syncer": ("downstream",),
+}
 _SUFFIX = {"upstream": "up", "downstream": "down"}
 
 
@@ -45,14 +48,19 @@ def _validate_common(fault: Any) -> None:
     if not isinstance(fault.fault_id, str) or not fault.fault_id:
         raise FaultError(f"field 'fault_id' must be a non-empty string, got {fault.fault_id!r}")
     if isinstance(fault.targets, str):  # tuple("learner-0") would silently be its characters
-        raise FaultError(f"fault {fault.fault_id}: field 'targets' must be a list of ids, got the string "
-                         f"{fault.targets!r}")
+        raise FaultError(
+            f"fault {fault.fault_id}: field 'targets' must be a list of ids, got the string {fault.targets!r}"
+        )
     object.__setattr__(fault, "targets", tuple(fault.targets))  # accept a list (e.g. parsed from YAML)
     if not fault.targets:
-        raise FaultError(f"fault {fault.fault_id}: field 'targets' is empty; name at least one learner (or 'syncer')")
+        raise FaultError(
+            f"fault {fault.fault_id}: field 'targets' is empty; name at least one learner (or 'syncer')"
+        )
     direction = getattr(fault, "direction", "both")
     if direction not in DIRECTIONS:
-        raise FaultError(f"fault {fault.fault_id}: field 'direction' must be one of {DIRECTIONS}, got {direction!r}")
+        raise FaultError(
+            f"fault {fault.fault_id}: field 'direction' must be one of {DIRECTIONS}, got {direction!r}"
+        )
 
 
 def _int_field(fault: Any, name: str, minimum: int) -> None:
@@ -67,8 +75,10 @@ def resolve_proxies(fault_id: str, targets: tuple[str, ...], cluster: Cluster) -
     learners = list(cluster.learners())
     unknown = [t for t in targets if t != SYNCER and t not in learners]
     if unknown:
-        raise TargetError(f"fault {fault_id}: unknown target(s) {unknown}; this cluster's links are those of "
-                          f"{sorted(learners)} (or 'syncer' for all of them)")
+        raise TargetError(
+            f"fault {fault_id}: unknown target(s) {unknown}; this cluster's links are those of "
+            f"{sorted(learners)} (or 'syncer' for all of them)"
+        )
     ids = learners if SYNCER in targets else list(dict.fromkeys(targets))
     return {lid: cluster.proxy(lid) for lid in ids}
 
@@ -196,8 +206,9 @@ class Bandwidth(_ToxicFault):
     toxic_type: ClassVar[str] = "bandwidth"
 
     class Params(FaultParams):
-        rate_kbps: int = Field(ge=1, description="KB/s per connection per direction (KB = 1000 bytes)",
-                               examples=[50, 200, 1000, 5000])
+        rate_kbps: int = Field(
+            ge=1, description="KB/s per connection per direction (KB = 1000 bytes)", examples=[50, 200, 1000, 5000]
+        )
         direction: Direction = "both"
 
     def __post_init__(self) -> None:
@@ -238,7 +249,7 @@ class Latency(_ToxicFault):
         direction: Direction = "both"
 
         @model_validator(mode="after")
-        def _jitter(self) -> "Latency.Params":
+        def _jitter(self) -> Latency.Params:
             if self.jitter_ms > self.latency_ms:
                 raise ValueError(f"jitter_ms ({self.jitter_ms}) cannot exceed latency_ms ({self.latency_ms})")
             return self
@@ -253,8 +264,10 @@ class Latency(_ToxicFault):
         _int_field(self, "latency_ms", 0)  # the server accepts negative latency silently
         _int_field(self, "jitter_ms", 0)
         if self.jitter_ms > self.latency_ms:
-            raise FaultError(f"fault {self.fault_id}: field 'jitter_ms' ({self.jitter_ms}) must not exceed "
-                             f"latency_ms ({self.latency_ms}): the delay would go negative")
+            raise FaultError(
+                f"fault {self.fault_id}: field 'jitter_ms' ({self.jitter_ms}) must not exceed "
+                f"latency_ms ({self.latency_ms}): the delay would go negative"
+            )
 
     def _attributes(self) -> dict[str, Any]:
         return {"latency": self.latency_ms, "jitter": self.jitter_ms}

@@ -25,7 +25,6 @@ from faults.params import FaultParams, Field
 from trainer.core.corruption import CORRUPT_MODES
 
 
-
 def _wait_dead(cluster: Cluster, units: list[str], timeout_s: float = 10.0) -> None:
     """SIGKILL is asynchronous: wait until the units are gone, so a heal right after sees them dead."""
     deadline = time.monotonic() + timeout_s
@@ -203,8 +202,10 @@ class SyncerCrash:
 
     def __post_init__(self) -> None:
         if self.targets != (SYNCER,):
-            raise FaultError(f"fault {self.fault_id}: field 'targets' of a syncer_crash must be ['syncer'], "
-                             f"got {list(self.targets)}")
+            raise FaultError(
+                f"fault {self.fault_id}: field 'targets' of a syncer_crash must be ['syncer'], "
+                f"got {list(self.targets)}"
+            )
 
     def inject(self, cluster: Cluster) -> Evidence:
         killed = [SYNCER] if cluster.signal(SYNCER, signal.SIGKILL) else []
@@ -237,9 +238,13 @@ class Corrupt:
     def __post_init__(self) -> None:
         require_targets(self.fault_id, self.targets)
         if self.mode not in CORRUPT_MODES:
-            raise FaultError(f"fault {self.fault_id}: field 'mode' must be one of {CORRUPT_MODES}, got {self.mode!r}")
+            raise FaultError(
+                f"fault {self.fault_id}: field 'mode' must be one of {CORRUPT_MODES}, got {self.mode!r}"
+            )
         if SYNCER in self.targets:
-            raise FaultError(f"fault {self.fault_id}: field 'targets': only learners can be corrupt, not the syncer")
+            raise FaultError(
+                f"fault {self.fault_id}: field 'targets': only learners can be corrupt, not the syncer"
+            )
 
     def _restart(self, cluster: Cluster, corrupt: str | None) -> list[str]:
         for t in self.targets:

@@ -54,9 +54,11 @@ def install_hint() -> str:
     an installed wheel does not, so it names the release page (and the way to use a server already running)."""
     if _INSTALL_SCRIPT.is_file():
         return f"install it with {_INSTALL_SCRIPT} (builds .tools/bin/toxiproxy-server with Go)"
-    return ("install toxiproxy-server 2.12 (https://github.com/Shopify/toxiproxy/releases) on PATH or in "
-            "$TOXIPROXY_SERVER, or point the chaos tests at a running server with --chaos-toxiproxy-url or "
-            "$DILOCO_TOXIPROXY_URL")
+    return (
+        "install toxiproxy-server 2.12 (https://github.com/Shopify/toxiproxy/releases) on PATH or in "
+        "$TOXIPROXY_SERVER, or point the chaos tests at a running server with --chaos-toxiproxy-url or "
+        "$DILOCO_TOXIPROXY_URL"
+    )
 
 
 ADDRESS_IN_USE = "address already in use"  # in the server's error message when it cannot listen
@@ -83,8 +85,13 @@ class ToxicInfo:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ToxicInfo:
-        return cls(name=data["name"], type=data["type"], stream=data["stream"],
-                   toxicity=float(data["toxicity"]), attributes=dict(data.get("attributes") or {}))
+        return cls(
+            name=data["name"],
+            type=data["type"],
+            stream=data["stream"],
+            toxicity=float(data["toxicity"]),
+            attributes=dict(data.get("attributes") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -104,14 +111,22 @@ class Toxic:
     attributes: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "stream": self.stream, "toxicity": self.toxicity,
-                "attributes": dict(self.attributes)}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "stream": self.stream,
+            "toxicity": self.toxicity,
+            "attributes": dict(self.attributes),
+        }
 
     def matches(self, info: ToxicInfo) -> bool:
         """Whether ``info`` (what the server has) is this toxic; the server fills in unset attributes, so a subset."""
-        return (info.type == self.type and info.stream == self.stream
-                and math.isclose(info.toxicity, self.toxicity, rel_tol=1e-6)
-                and all(info.attributes.get(k) == v for k, v in self.attributes.items()))
+        return (
+            info.type == self.type
+            and info.stream == self.stream
+            and math.isclose(info.toxicity, self.toxicity, rel_tol=1e-6)
+            and all(info.attributes.get(k) == v for k, v in self.attributes.items())
+        )
 
 
 @dataclass(frozen=True)
@@ -143,8 +158,13 @@ class ProxyInfo:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProxyInfo:
-        return cls(name=data["name"], listen=data["listen"], upstream=data["upstream"], enabled=bool(data["enabled"]),
-                   toxics=tuple(ToxicInfo.from_json(t) for t in data.get("toxics") or ()))
+        return cls(
+            name=data["name"],
+            listen=data["listen"],
+            upstream=data["upstream"],
+            enabled=bool(data["enabled"]),
+            toxics=tuple(ToxicInfo.from_json(t) for t in data.get("toxics") or ()),
+        )
 
     @property
     def port(self) -> int:
@@ -160,7 +180,9 @@ def _check_attributes(toxic_type: str, attributes: dict[str, Any]) -> None:
     (a slice with a negative bound) as soon as data flows, taking every proxy down with it."""
     rate = attributes.get("rate")
     if toxic_type == "bandwidth" and isinstance(rate, int | float) and rate < 0:
-        raise ToxiproxyError(f"refusing a bandwidth toxic with rate {rate}: a negative rate crashes toxiproxy-server")
+        raise ToxiproxyError(
+            f"refusing a bandwidth toxic with rate {rate}: a negative rate crashes toxiproxy-server"
+        )
 
 
 class Toxiproxy:
@@ -192,8 +214,12 @@ class Toxiproxy:
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         """One HTTP call; the decoded JSON answer (None for an empty body, e.g. 204)."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 raw = resp.read()
@@ -204,8 +230,9 @@ class Toxiproxy:
                 msg = str(json.loads(raw)["error"])
             except (ValueError, KeyError, TypeError):
                 msg = raw.decode(errors="replace").strip() or err.reason
-            raise ToxiproxyApiError(f"Toxiproxy {method} {path} failed with HTTP {err.code}: {msg}",
-                                    err.code, msg) from None
+            raise ToxiproxyApiError(
+                f"Toxiproxy {method} {path} failed with HTTP {err.code}: {msg}", err.code, msg
+            ) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             # URLError wraps refused/unreachable; a bare socket timeout (TimeoutError) or a dropped
             # connection (RemoteDisconnected) can also escape urlopen or read().
@@ -213,7 +240,8 @@ class Toxiproxy:
             raise ToxiproxyError(
                 f"the Toxiproxy server at {self.url} is not answering ({method} {path}: {reason!r}, "
                 f"timeout {self.timeout_s}s); start one with faults.toxiproxy_server.ToxiproxyServer().start() "
-                f"or `.tools/bin/toxiproxy-server -port PORT` (if it is missing, {install_hint()})") from None
+                f"or `.tools/bin/toxiproxy-server -port PORT` (if it is missing, {install_hint()})"
+            ) from None
         if not raw.strip():
             return None
         try:
@@ -254,8 +282,10 @@ class Toxiproxy:
         answer = self._call("POST", "/populate", [s.to_json() for s in specs])
         infos = [ProxyInfo.from_json(p) for p in (answer or {}).get("proxies") or ()]
         wanted = {s.name: s.enabled for s in specs}
-        return [self.set_enabled(p.name, wanted[p.name]) if p.enabled != wanted.get(p.name, p.enabled) else p
-                for p in infos]
+        return [
+            self.set_enabled(p.name, wanted[p.name]) if p.enabled != wanted.get(p.name, p.enabled) else p
+            for p in infos
+        ]
 
     def set_enabled(self, name: str, enabled: bool, rebind_s: float = 3.0) -> ProxyInfo:
         """Enable or disable a proxy (PATCH). Disabling closes its listener and every live connection.
@@ -340,8 +370,9 @@ class Toxiproxy:
         self.remove_toxic(proxy, toxic.name)
         return ToxicInfo.from_json(self._call("POST", path, toxic.to_json()))
 
-    def update_toxic(self, proxy: str, name: str, attributes: dict[str, Any],
-                     toxicity: float | None = None) -> ToxicInfo:
+    def update_toxic(
+        self, proxy: str, name: str, attributes: dict[str, Any], toxicity: float | None = None
+    ) -> ToxicInfo:
         """Change a toxic's attributes (PATCH; attributes not named keep theirs). Live connections see it at once."""
         existing = self.get_toxic(proxy, name) if "rate" in attributes else None
         if existing is not None:

@@ -46,8 +46,10 @@ class RunningToxiproxy:
         try:
             server.client().version()
         except ToxiproxyError as err:
-            raise ToxiproxyError(f"no Toxiproxy server answers at {url} ({err}); start one there, or leave the URL "
-                                 "out to have one started") from None
+            raise ToxiproxyError(
+                f"no Toxiproxy server answers at {url} ({err}); start one there, or leave the URL "
+                "out to have one started"
+            ) from None
         return server
 
     def client(self, timeout_s: float = 5.0) -> Toxiproxy:
@@ -67,8 +69,13 @@ class ToxiproxyServer:
             print(server.url, tp.version())
     """
 
-    def __init__(self, binary: str | os.PathLike[str] | None = None, log_path: str | os.PathLike[str] | None = None,
-                 startup_timeout_s: float = 10.0, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        binary: str | os.PathLike[str] | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 10.0,
+        seed: int | None = None,
+    ) -> None:
         self.binary = str(binary) if binary is not None else None
         self.seed = seed  # seeds the server's own randomness (latency jitter, slicer sizes); None: it picks one
         self.log_path = Path(log_path) if log_path is not None else None
@@ -85,16 +92,19 @@ class ToxiproxyServer:
         if env:
             if os.path.isfile(env) and os.access(env, os.X_OK):
                 return env
-            raise ToxiproxyNotInstalled(f"TOXIPROXY_SERVER={env} is not an executable file; unset it or "
-                                        f"point it at a toxiproxy-server binary ({install_hint()})")
+            raise ToxiproxyNotInstalled(
+                f"TOXIPROXY_SERVER={env} is not an executable file; unset it or "
+                f"point it at a toxiproxy-server binary ({install_hint()})"
+            )
         local = REPO_ROOT / ".tools" / "bin" / "toxiproxy-server"
         if local.is_file() and os.access(local, os.X_OK):
             return str(local)
         on_path = shutil.which("toxiproxy-server")
         if on_path:
             return on_path
-        raise ToxiproxyNotInstalled(f"no toxiproxy-server found (looked at $TOXIPROXY_SERVER, {local}, PATH); "
-                                    f"{install_hint()}")
+        raise ToxiproxyNotInstalled(
+            f"no toxiproxy-server found (looked at $TOXIPROXY_SERVER, {local}, PATH); {install_hint()}"
+        )
 
     @property
     def url(self) -> str:
@@ -112,8 +122,9 @@ class ToxiproxyServer:
     def client(self, timeout_s: float = 5.0) -> Toxiproxy:
         return Toxiproxy(self.url, timeout_s=timeout_s)
 
-    def start(self, host: str = "127.0.0.1", port: int = 0, log_path: str | os.PathLike[str] | None = None
-              ) -> ToxiproxyServer:
+    def start(
+        self, host: str = "127.0.0.1", port: int = 0, log_path: str | os.PathLike[str] | None = None
+    ) -> ToxiproxyServer:
         """Start the server and wait (at most ``startup_timeout_s``) until GET /version answers.
 
         ``port`` 0 picks a free port. Logs (JSON lines) go to ``log_path`` (or the constructor's), else to
@@ -133,7 +144,9 @@ class ToxiproxyServer:
             ok, last = self._start_once(binary, host, chosen)
             if ok:
                 return self
-        raise ToxiproxyError(f"toxiproxy-server ({binary}) did not start on {host}:{port or 'a free port'}: {last}")
+        raise ToxiproxyError(
+            f"toxiproxy-server ({binary}) did not start on {host}:{port or 'a free port'}: {last}"
+        )
 
     def _start_once(self, binary: str, host: str, port: int) -> tuple[bool, str]:
         log = self.log_path or self._temp_log
@@ -145,11 +158,22 @@ class ToxiproxyServer:
         offset = log.stat().st_size if log.exists() else 0  # a given log file is appended to
         with open(log, "ab") as out:
             # -proxy-metrics: per-proxy byte counters on GET /metrics, for Prometheus (docs/observability.md).
-            argv = [binary, "-host", host, "-port", str(port), "-proxy-metrics",
-                    *(["-seed", str(self.seed % 2**63)] if self.seed is not None else [])]  # its flag is an int64
-            self._proc = subprocess.Popen(guarded(argv, os.getpid()),
-                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+            argv = [
+                binary,
+                "-host",
+                host,
+                "-port",
+                str(port),
+                "-proxy-metrics",
+                *(["-seed", str(self.seed % 2**63)] if self.seed is not None else []),
+            ]  # its flag is an int64
+            self._proc = subprocess.Popen(
+                guarded(argv, os.getpid()),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.host, self.port = host, port
         probe = Toxiproxy(self.url, timeout_s=1.0)
         deadline = time.monotonic() + self.startup_timeout_s
@@ -212,6 +236,7 @@ class ToxiproxyServer:
             self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

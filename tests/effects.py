@@ -10,9 +10,9 @@ import statistics
 from collections.abc import Callable
 
 from chaos.controller import RunResult
+from chaos.fault_plan import plan
 from chaos.history import History
 from chaos.scenario import builtin_scenarios, load_scenario
-from chaos.fault_plan import plan
 from trainer import events as ev
 
 
@@ -54,7 +54,10 @@ def throttle_slows_uploads(h: History, r: RunResult) -> None:
     slow = [s.seconds for s in h.of(ev.SyncResult) if a + 1.0 <= s.ts <= b and s.accepted]
     fast = [s.seconds for s in h.of(ev.SyncResult) if (s.ts < a or s.ts > b + 3.0) and s.accepted]
     assert slow and fast
-    assert statistics.median(slow) > 3 * statistics.median(fast), (statistics.median(slow), statistics.median(fast))
+    assert statistics.median(slow) > 3 * statistics.median(fast), (
+        statistics.median(slow),
+        statistics.median(fast),
+    )
 
 
 def latency_delays_syncs(h: History, r: RunResult) -> None:

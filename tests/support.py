@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import socketserver
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,9 @@ def wait_until(pred: Callable[[], T], timeout_s: float, what: str, interval_s: f
         except Exception as err:  # noqa: BLE001 - transient (e.g. syncer restarting); report the last one
             last_err = err
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_err})" if last_err else ""))
+    raise AssertionError(
+        f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_err})" if last_err else "")
+    )
 
 
 @contextmanager

@@ -66,8 +66,14 @@ class Slots:
 class AdmissionInterceptor(grpc.ServerInterceptor):
     """Wraps the long calls of ``service`` in :class:`Slots` and a :data:`MAX_CALL_S` cancel timer."""
 
-    def __init__(self, service: str, slots: Slots, secret: str | None,
-                 on_reject: Callable[[str, RejectReason, str], None], max_call_s: float = MAX_CALL_S) -> None:
+    def __init__(
+        self,
+        service: str,
+        slots: Slots,
+        secret: str | None,
+        on_reject: Callable[[str, RejectReason, str], None],
+        max_call_s: float = MAX_CALL_S,
+    ) -> None:
         self._prefix = f"/{service}/"
         self._slots, self._secret, self._on_reject, self._max_call_s = slots, secret, on_reject, max_call_s
 
@@ -78,8 +84,10 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
     @contextlib.contextmanager
     def _slot(self, call: str, who: str, context) -> Iterator[None]:  # noqa: ANN001
         if not self._slots.enter(who):
-            detail = (f"busy: {who} already holds {self._slots.per_caller} long calls, or the syncer "
-                      f"{self._slots.total}; retry after the ones in flight end")
+            detail = (
+                f"busy: {who} already holds {self._slots.per_caller} long calls, or the syncer "
+                f"{self._slots.total}; retry after the ones in flight end"
+            )
             self._on_reject(call, RejectReason.BUSY, detail)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, detail)
         timer = threading.Timer(self._max_call_s, context.cancel)
@@ -97,8 +105,9 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         if handler is None or not details.method.startswith(self._prefix) or call not in LONG_CALLS:
             return handler
         who = self._who(details.invocation_metadata)
-        codec = dict(request_deserializer=handler.request_deserializer,
-                     response_serializer=handler.response_serializer)
+        codec = dict(
+            request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )
         if handler.request_streaming and not handler.response_streaming:
             inner_su = handler.stream_unary
 

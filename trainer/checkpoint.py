@@ -42,7 +42,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(directory: str | Path, merges: int, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:
+def save_checkpoint(
+    directory: str | Path, merges: int, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+) -> Path:
     """Write ``ckpt-<merges>.npz`` atomically; keep the newest few. Returns its path."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,9 @@ def specs_from_pb(specs: Sequence[pb.TensorSpec]) -> list[Spec]:
     return [Spec(s.name, tuple(int(d) for d in s.shape), s.dtype) for s in specs]
 
 
-def upload_messages(header: pb.UploadHeader, payload: bytes, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.UploadChunk]:
+def upload_messages(
+    header: pb.UploadHeader, payload: bytes, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[pb.UploadChunk]:
     yield pb.UploadChunk(header=header)
     for off, data in split_chunks(payload, chunk_bytes):
         yield pb.UploadChunk(data=pb.DataChunk(offset=off, data=data))
@@ -112,8 +114,16 @@ class _AuthPlugin(grpc.AuthMetadataPlugin):
 class SyncClient:
     """Typed calls to the syncer over one channel."""
 
-    def __init__(self, address: str, token: str | None, *, timeout_s: float = 10.0, retry: RetryPolicy = RetryPolicy(),
-                 tls_ca: str | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str | None,
+        *,
+        timeout_s: float = 10.0,
+        retry: RetryPolicy = RetryPolicy(),
+        tls_ca: str | None = None,
+        seed: int = 0,
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self.retry = retry
@@ -121,7 +131,9 @@ class SyncClient:
         if tls_ca:
             creds = grpc.ssl_channel_credentials(root_certificates=open(tls_ca, "rb").read())
             if token:
-                creds = grpc.composite_channel_credentials(creds, grpc.metadata_call_credentials(_AuthPlugin(token)))
+                creds = grpc.composite_channel_credentials(
+                    creds, grpc.metadata_call_credentials(_AuthPlugin(token))
+                )
             self._channel = grpc.secure_channel(address, creds, options=KEEPALIVE_OPTIONS)
             self._metadata: tuple[tuple[str, str], ...] = ()
         else:
@@ -132,7 +144,7 @@ class SyncClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "SyncClient":
+    def __enter__(self) -> SyncClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -152,8 +164,10 @@ class SyncClient:
                 last = err
             delay = next(delays, None)
             if delay is None:
-                raise SyncerUnavailable(f"{what} to {self.address} failed after {self.retry.attempts} attempts: "
-                                        f"{last.code().name}: {last.details()}") from last
+                raise SyncerUnavailable(
+                    f"{what} to {self.address} failed after {self.retry.attempts} attempts: "
+                    f"{last.code().name}: {last.details()}"
+                ) from last
             time.sleep(delay)
 
     # ---- calls -----------------------------------------------------------
@@ -169,21 +183,45 @@ class SyncClient:
         return self.call(lambda: self.stub.Report(req, timeout=self.timeout_s, metadata=self._metadata), "Report")
 
     def status(self) -> pb.StatusReply:
-        return self.call(lambda: self.stub.Status(pb.StatusRequest(), timeout=self.timeout_s, metadata=self._metadata),
-                         "Status")
+        return self.call(
+            lambda: self.stub.Status(pb.StatusRequest(), timeout=self.timeout_s, metadata=self._metadata), "Status"
+        )
 
-    def upload(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
-               tensors: Mapping[str, np.ndarray], c_steps: int, c_tokens: int, learner_step: int = 0,
-               chunk_bytes: int = CHUNK_BYTES, round: int = 0) -> pb.UploadReply:
+    def upload(
+        self,
+        learner_id: str,
+        incarnation: str,
+        fragment: int,
+        base_version: int,
+        tensors: Mapping[str, np.ndarray],
+        c_steps: int,
+        c_tokens: int,
+        learner_step: int = 0,
+        chunk_bytes: int = CHUNK_BYTES,
+        round: int = 0,
+    ) -> pb.UploadReply:
         """Upload one fragment (idempotent: safe to retry)."""
         specs, payload = encode_tensors(tensors)
-        header = pb.UploadHeader(learner_id=learner_id, incarnation=incarnation, fragment=fragment,
-                                 base_version=base_version, c_steps=c_steps, c_tokens=c_tokens,
-                                 tensors=specs_to_pb(specs), total_bytes=len(payload), crc32=crc32(payload),
-                                 learner_step=learner_step, round=round)
+        header = pb.UploadHeader(
+            learner_id=learner_id,
+            incarnation=incarnation,
+            fragment=fragment,
+            base_version=base_version,
+            c_steps=c_steps,
+            c_tokens=c_tokens,
+            tensors=specs_to_pb(specs),
+            total_bytes=len(payload),
+            crc32=crc32(payload),
+            learner_step=learner_step,
+            round=round,
+        )
         timeout = self.timeout_s + len(payload) / 1e6  # allow ~1 MB/s at worst before giving up
-        return self.call(lambda: self.stub.Upload(upload_messages(header, payload, chunk_bytes), timeout=timeout,
-                                                  metadata=self._metadata), "Upload")
+        return self.call(
+            lambda: self.stub.Upload(
+                upload_messages(header, payload, chunk_bytes), timeout=timeout, metadata=self._metadata
+            ),
+            "Upload",
+        )
 
     def get_fragment(self, learner_id: str, fragment: int, min_version: int, wait_s: float) -> FragmentValue:
         """The global value of a fragment once its version reaches ``min_version`` (or after ``wait_s``)."""
@@ -201,5 +239,7 @@ class SyncClient:
     def get_state(self, learner_id: str) -> list[FragmentValue]:
         """Every fragment's current global value (a joining learner's starting point)."""
         req = pb.StateRequest(learner_id=learner_id)
-        return self.call(lambda: read_fragments(self.stub.GetState(req, timeout=self.timeout_s * 3,
-                                                                   metadata=self._metadata)), "GetState")
+        return self.call(
+            lambda: read_fragments(self.stub.GetState(req, timeout=self.timeout_s * 3, metadata=self._metadata)),
+            "GetState",
+        )

@@ -37,8 +37,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import hashlib
-import sys
 import json
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -71,33 +71,46 @@ class DataSection(_Strict):
     order: int = Field(1, ge=1, le=2, description="Markov order of the synthetic language")
     concentration: float = Field(0.1, gt=0, description="Dirichlet concentration of transition rows")
     older_classes: int | None = Field(
-        None, ge=2, description="order 2: the older token enters the next-token law only through its residue mod "
-                                "this (trainer.data; 2 = one bit, an excess loss a benchmark's budget can still "
-                                "reduce); unset = the full context")
+        None,
+        ge=2,
+        description="order 2: the older token enters the next-token law only through its residue mod "
+        "this (trainer.data; 2 = one bit, an excess loss a benchmark's budget can still "
+        "reduce); unset = the full context",
+    )
 
     vocab_size: int | None = Field(
-        None, ge=2, description="tokens of the synthetic language; the model's embedding and output layer follow "
-                                "it. Unset = the model size's own (64 for tiny). 256 with the tiny model: a bigram "
-                                "its 64-wide embedding learns gradually, still ~0.45 nats above the floor at 1.5M "
-                                "tokens (the quality benchmark's source)")
+        None,
+        ge=2,
+        description="tokens of the synthetic language; the model's embedding and output layer follow "
+        "it. Unset = the model size's own (64 for tiny). 256 with the tiny model: a bigram "
+        "its 64-wide embedding learns gradually, still ~0.45 nats above the floor at 1.5M "
+        "tokens (the quality benchmark's source)",
+    )
 
     @model_validator(mode="after")
-    def _older_classes_needs_order_2(self) -> "DataSection":
+    def _older_classes_needs_order_2(self) -> DataSection:
         if self.order == 1 and self.older_classes is not None:
-            raise ValueError("older_classes groups the older token of an order-2 context: set data.order: 2, "
-                             "or drop it")
+            raise ValueError(
+                "older_classes groups the older token of an order-2 context: set data.order: 2, or drop it"
+            )
         return self
 
     @model_validator(mode="after")
-    def _transition_table_fits(self) -> "DataSection":
+    def _transition_table_fits(self) -> DataSection:
         if self.vocab_size is not None and self.vocab_size ** (self.order + 1) > MAX_TRANSITION_ENTRIES:
-            raise ValueError(f"vocab_size {self.vocab_size} with order {self.order} needs a transition table of "
-                             f"{self.vocab_size}^{self.order + 1} entries in every process (at most "
-                             f"{MAX_TRANSITION_ENTRIES:,}): lower vocab_size or the order")
+            raise ValueError(
+                f"vocab_size {self.vocab_size} with order {self.order} needs a transition table of "
+                f"{self.vocab_size}^{self.order + 1} entries in every process (at most "
+                f"{MAX_TRANSITION_ENTRIES:,}): lower vocab_size or the order"
+            )
         return self
+
     eval_tokens: int = Field(
-        65_536, ge=64, description="held-out eval tokens (batches of 64 sequences): at 64k tokens the eval loss's "
-                                   "standard error is about 0.005 nats (at 2k tokens eval sets differed by SD 0.03)")
+        65_536,
+        ge=64,
+        description="held-out eval tokens (batches of 64 sequences): at 64k tokens the eval loss's "
+        "standard error is about 0.005 nats (at 2k tokens eval sets differed by SD 0.03)",
+    )
 
 
 class InnerSection(_Strict):
@@ -111,7 +124,8 @@ class InnerSection(_Strict):
     grad_clip: float = Field(1.0, gt=0)
     batch_size: int = Field(16, ge=1)
     decay: Literal["cosine", "constant"] = Field(
-        "cosine", description="cosine: lr decays with the run's global token progress (from the syncer)")
+        "cosine", description="cosine: lr decays with the run's global token progress (from the syncer)"
+    )
     final_lr_fraction: float = Field(0.1, ge=0, le=1, description="cosine decay ends at lr × this")
 
 
@@ -122,62 +136,115 @@ class AlgorithmSection(_Strict):
     mode: Mode = "decoupled"
     num_learners: int = Field(3, ge=1, description="M, learners the run is sized for")
     num_fragments: int | None = Field(None, ge=1, description="P (default 4; data-parallel 1)")
-    sync_every: int | None = Field(None, ge=1, description="H, inner steps between two syncs of a fragment (default 8)")
+    sync_every: int | None = Field(
+        None, ge=1, description="H, inner steps between two syncs of a fragment (default 8)"
+    )
     overlap_steps: Annotated[int, Field(ge=0)] | Literal["auto"] | None = Field(
-        None, description="tau, steps a merged fragment may take to come back; decoupled default 'auto': sized to "
-                          "the measured round trip (trainer.core.grace.effective_overlap), at least 2 (the paper's)")
+        None,
+        description="tau, steps a merged fragment may take to come back; decoupled default 'auto': sized to "
+        "the measured round trip (trainer.core.grace.effective_overlap), at least 2 (the paper's)",
+    )
     min_quorum: int | None = Field(None, ge=1, description="K")
     grace: bool | None = None
     grace_gamma: float = Field(0.5, ge=0, lt=1)
-    grace_cap_steps: float = Field(1.0, ge=0, description="the grace window's cap in steps of the cluster's pace "
-                                                            "(the paper: at most about one step)")
+    grace_cap_steps: float = Field(
+        1.0,
+        ge=0,
+        description="the grace window's cap in steps of the cluster's pace (the paper: at most about one step)",
+    )
     staggered: bool | None = None
     merge_rule: Literal["rda", "mean"] | None = Field(
-        None, description="rda | mean for every tensor but embedding tables (always mean); decoupled default rda, "
-                          "sync-diloco default mean (DiLoCo's), data-parallel mean")
+        None,
+        description="rda | mean for every tensor but embedding tables (always mean); decoupled default rda, "
+        "sync-diloco default mean (DiLoCo's), data-parallel mean",
+    )
     outer_lr: float | None = Field(None, gt=0)
     outer_momentum: float | None = Field(None, ge=0, lt=1)
     nesterov: bool = True
-    mix_alpha: float | None = Field(None, ge=0, lt=1, description="None: overwrite on receipt; else keep alpha of local")
+    mix_alpha: float | None = Field(
+        None, ge=0, lt=1, description="None: overwrite on receipt; else keep alpha of local"
+    )
     blocking: bool | None = None
-    max_staleness: int | None = Field(None, ge=0, description="versions a contribution's base may lag; decoupled default M")
+    max_staleness: int | None = Field(
+        None, ge=0, description="versions a contribution's base may lag; decoupled default M"
+    )
     rounds: Literal["clock", "arrival"] | None = Field(
-        None, description="clock (decoupled default): round r of fragment p opens at offset(p) + r*H steps of the "
-                          "syncer's step clock and merges exactly once; arrival: the first upload after a merge opens "
-                          "a round (the synchronous modes, and the negative control for decoupled)")
+        None,
+        description="clock (decoupled default): round r of fragment p opens at offset(p) + r*H steps of the "
+        "syncer's step clock and merges exactly once; arrival: the first upload after a merge opens "
+        "a round (the synchronous modes, and the negative control for decoupled)",
+    )
     late_uploads: Literal["refuse", "carry"] = Field(
-        "refuse", description="rounds=clock: an upload for a round that has merged is refused (the paper: it misses "
-                              "that merge) or carried into the fragment's next round, anchored at its start value")
+        "refuse",
+        description="rounds=clock: an upload for a round that has merged is refused (the paper: it misses "
+        "that merge) or carried into the fragment's next round, anchored at its start value",
+    )
     outer_gradient: Literal["base", "current"] | None = Field(
-        None, description="rounds=arrival only (rounds=clock always anchors at the round's start value): base "
-                          "(default) merges uploads as computed, against the global value the learner last received; "
-                          "current rebases a late upload onto the fragment's current value")
+        None,
+        description="rounds=arrival only (rounds=clock always anchors at the round's start value): base "
+        "(default) merges uploads as computed, against the global value the learner last received; "
+        "current rebases a late upload onto the fragment's current value",
+    )
 
     @model_validator(mode="after")
-    def _apply_mode(self) -> "AlgorithmSection":
+    def _apply_mode(self) -> AlgorithmSection:
         m = self.num_learners
         preset: dict[str, Any]
         if self.mode == "decoupled":
-            preset = dict(min_quorum=1, grace=True, staggered=True, overlap_steps="auto", blocking=False,
-                          outer_lr=0.7, outer_momentum=0.9, max_staleness=m, rounds="clock")
+            preset = dict(
+                min_quorum=1,
+                grace=True,
+                staggered=True,
+                overlap_steps="auto",
+                blocking=False,
+                outer_lr=0.7,
+                outer_momentum=0.9,
+                max_staleness=m,
+                rounds="clock",
+            )
             required: dict[str, Any] = {}
             if self.rounds == "clock" or self.rounds is None:
                 if self.outer_gradient == "base":
-                    raise ValueError("rounds 'clock' anchors every contribution at its round's start value "
-                                     "(outer_gradient current); outer_gradient 'base' needs rounds 'arrival'")
+                    raise ValueError(
+                        "rounds 'clock' anchors every contribution at its round's start value "
+                        "(outer_gradient current); outer_gradient 'base' needs rounds 'arrival'"
+                    )
                 required["outer_gradient"] = "current"
         elif self.mode == "sync-diloco":
-            preset = dict(outer_lr=0.7, outer_momentum=0.9, merge_rule="mean")  # DiLoCo's plain mean; rda: a variant
-            required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True, max_staleness=0,
-                            rounds="arrival")
+            preset = dict(
+                outer_lr=0.7, outer_momentum=0.9, merge_rule="mean"
+            )  # DiLoCo's plain mean; rda: a variant
+            required = dict(
+                min_quorum=m,
+                grace=False,
+                staggered=False,
+                overlap_steps=0,
+                blocking=True,
+                max_staleness=0,
+                rounds="arrival",
+            )
         else:
             # Gradients averaged every step, one AdamW update at the syncer: the outer optimizer is the inner one.
             if self.outer_lr is not None or self.outer_momentum is not None:
-                raise ValueError("mode 'data-parallel' applies the inner AdamW (inner.*) to the mean gradient at the "
-                                 "syncer: outer_lr and outer_momentum do not apply, leave them unset")
-            preset = dict(num_fragments=1)  # one fragment: clipping by the gradient's global norm, as one AdamW does
-            required = dict(min_quorum=m, grace=False, staggered=False, overlap_steps=0, blocking=True,
-                            sync_every=1, max_staleness=0, merge_rule="mean", rounds="arrival", mix_alpha=None)
+                raise ValueError(
+                    "mode 'data-parallel' applies the inner AdamW (inner.*) to the mean gradient at the "
+                    "syncer: outer_lr and outer_momentum do not apply, leave them unset"
+                )
+            preset = dict(
+                num_fragments=1
+            )  # one fragment: clipping by the gradient's global norm, as one AdamW does
+            required = dict(
+                min_quorum=m,
+                grace=False,
+                staggered=False,
+                overlap_steps=0,
+                blocking=True,
+                sync_every=1,
+                max_staleness=0,
+                merge_rule="mean",
+                rounds="arrival",
+                mix_alpha=None,
+            )
         for name, value in required.items():
             given = getattr(self, name)
             if given is not None and given != value:
@@ -205,8 +272,14 @@ class AlgorithmSection(_Strict):
         >>> AlgorithmSection(mode="decoupled", num_learners=4).quorum_policy().min_quorum
         1
         """
-        return QuorumPolicy(self.min_quorum, bool(self.grace), self.grace_gamma, self.grace_cap_steps,
-                            self.overlap_floor, self.overlap_auto)
+        return QuorumPolicy(
+            self.min_quorum,
+            bool(self.grace),
+            self.grace_gamma,
+            self.grace_cap_steps,
+            self.overlap_floor,
+            self.overlap_auto,
+        )
 
     @property
     def overlap_floor(self) -> int:
@@ -221,8 +294,9 @@ class AlgorithmSection(_Strict):
         >>> build_config({"algorithm": {"num_fragments": 2, "sync_every": 4}}).algorithm.fragment_schedule().offset(0)
         2
         """
-        return FragmentSchedule(int(self.num_fragments or 1), int(self.sync_every or 1), self.overlap_floor,
-                                bool(self.staggered))
+        return FragmentSchedule(
+            int(self.num_fragments or 1), int(self.sync_every or 1), self.overlap_floor, bool(self.staggered)
+        )
 
 
 class SyncerSection(_Strict):
@@ -230,22 +304,37 @@ class SyncerSection(_Strict):
     eval_every_merges: int = Field(20, ge=1)
     liveness_timeout_s: float = Field(5.0, gt=0)
     settle_s: float = Field(
-        0.0, ge=0, description="after the token budget (final eval and checkpoint at the budget), keep merging for "
-                               "up to this long while a learner is away or not merged since it came back: a chaos "
-                               "run lasts until its reintegration check can decide (0: stop at the budget)")
+        0.0,
+        ge=0,
+        description="after the token budget (final eval and checkpoint at the budget), keep merging for "
+        "up to this long while a learner is away or not merged since it came back: a chaos "
+        "run lasts until its reintegration check can decide (0: stop at the budget)",
+    )
     validate_uploads: bool = Field(True, description="False only for negative-control experiments")
     max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1)
-    max_norm_ratio: float = Field(100.0, ge=0, description="refuse updates whose norm per step exceeds this many "
-                                                           "times the fragment's recent average (0: off)")
+    max_norm_ratio: float = Field(
+        100.0,
+        ge=0,
+        description="refuse updates whose norm per step exceeds this many "
+        "times the fragment's recent average (0: off)",
+    )
     max_speedup: float = Field(
-        4.0, gt=0, description="a learner's step counts are capped at what this many times the cluster's pace "
-                               "allows in the time it had (a faster learner's claims are counted late, not refused)")
+        4.0,
+        gt=0,
+        description="a learner's step counts are capped at what this many times the cluster's pace "
+        "allows in the time it had (a faster learner's claims are counted late, not refused)",
+    )
     audit_keep_fraction: float = Field(
-        0.2, ge=0, le=1, description="merge audit: every merge is digested; this seeded fraction is also kept whole "
-                                     "under the run directory's audit/ for the checker to recompute (1: all; "
-                                     "deterministic mode keeps all)")
+        0.2,
+        ge=0,
+        le=1,
+        description="merge audit: every merge is digested; this seeded fraction is also kept whole "
+        "under the run directory's audit/ for the checker to recompute (1: all; "
+        "deterministic mode keeps all)",
+    )
     planted_bug: Literal["none", "forget_rejoined"] = Field(
-        "none", description="tests of the chaos harness only: switch on a deliberate syncer defect")
+        "none", description="tests of the chaos harness only: switch on a deliberate syncer defect"
+    )
 
 
 class LearnerSection(_Strict):
@@ -255,16 +344,22 @@ class LearnerSection(_Strict):
     long_poll_s: float = Field(2.0, gt=0)
     step_delay_s: float = Field(0.0, ge=0, description="sleep after each step: emulates slower hardware")
     start_together_s: float = Field(
-        0.0, ge=0, description="first start only: compile, then wait up to this long until all M learners joined, so "
-                               "their fragment schedules start in step (0: start at once)")
+        0.0,
+        ge=0,
+        description="first start only: compile, then wait up to this long until all M learners joined, so "
+        "their fragment schedules start in step (0: start at once)",
+    )
     step_delay_overrides: dict[str, float] = Field(
-        default_factory=dict, description="learner id -> its own step_delay_s (heterogeneous hardware)")
+        default_factory=dict, description="learner id -> its own step_delay_s (heterogeneous hardware)"
+    )
     sync_lookahead: Literal["mean", "quantile"] = Field(
-        "mean", description="how far ahead a learner looks for its next step boundary when it decides to sync: its "
-                            "mean step time, or the (1 - 1/H) quantile of its recent ones (trainer.core.step_timer)")
+        "mean",
+        description="how far ahead a learner looks for its next step boundary when it decides to sync: its "
+        "mean step time, or the (1 - 1/H) quantile of its recent ones (trainer.core.step_timer)",
+    )
 
     @model_validator(mode="after")
-    def _check_overrides(self) -> "LearnerSection":
+    def _check_overrides(self) -> LearnerSection:
         for lid, d in self.step_delay_overrides.items():
             if d < 0:
                 raise ValueError(f"step_delay_overrides.{lid}: must be >= 0 seconds, got {d}")
@@ -318,7 +413,7 @@ class RunConfig(_Strict):
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
-    def fault_free_at(self, seed: int) -> "RunConfig":
+    def fault_free_at(self, seed: int) -> RunConfig:
         """This run's fault-free baseline at ``seed``, with no settle phase.
 
         A fault-free run has nobody to wait for and its result is fixed at the budget either way, so runs that
@@ -335,7 +430,7 @@ class RunConfig(_Strict):
         tree["syncer"]["settle_s"] = 0.0
         return RunConfig.model_validate(tree)
 
-    def sync_diloco_reference(self) -> "RunConfig":
+    def sync_diloco_reference(self) -> RunConfig:
         """The same run as synchronous DiLoCo: the algorithm's reference at equal tokens, seed, model and data.
 
         M, P and H carry over; everything else of the algorithm is the sync-diloco preset, DiLoCo's own
@@ -348,8 +443,12 @@ class RunConfig(_Strict):
             ('sync-diloco', 3, 'mean', 200000)
         """
         a = self.algorithm
-        algorithm = {"mode": "sync-diloco", "num_learners": a.num_learners, "num_fragments": a.num_fragments,
-                     "sync_every": a.sync_every}
+        algorithm = {
+            "mode": "sync-diloco",
+            "num_learners": a.num_learners,
+            "num_fragments": a.num_fragments,
+            "sync_every": a.sync_every,
+        }
         return RunConfig.model_validate({**self.model_dump(mode="json"), "algorithm": algorithm})
 
 
@@ -383,10 +482,14 @@ def merge_trees(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def format_validation_error(err: ValidationError, source: str, what: str = "configuration",
-                            hide: Callable[[Any], bool] = lambda part: False,
-                            model: type[BaseModel] | None = None,
-                            tag_models: Mapping[str, type[BaseModel]] | None = None) -> str:
+def format_validation_error(
+    err: ValidationError,
+    source: str,
+    what: str = "configuration",
+    hide: Callable[[Any], bool] = lambda part: False,
+    model: type[BaseModel] | None = None,
+    tag_models: Mapping[str, type[BaseModel]] | None = None,
+) -> str:
     """One line per bad field, ``path.to.field: message``; ``hide`` drops path parts the user never wrote. Given
     the ``model`` validated (and the model each union tag in a path picks), a misspelt field name gets the
     closest real one (``did you mean min_quorum?``)."""
@@ -410,8 +513,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def fields_at(model: type[BaseModel], path: tuple[Any, ...],
-              tag_models: Mapping[str, type[BaseModel]] | None = None) -> set[str]:
+def fields_at(
+    model: type[BaseModel], path: tuple[Any, ...], tag_models: Mapping[str, type[BaseModel]] | None = None
+) -> set[str]:
     """The field names a model accepts at ``path``: list indexes pass through, a union tag picks its member from
     ``tag_models`` (a union without one offers the fields of all its members)."""
     here: list[type[BaseModel]] = [model]
@@ -477,8 +581,10 @@ def parse_yaml_mapping(raw: bytes, source: str, what: str, error: type[Exception
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise error(f"{source}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); save the "
-                    f"{what} file as UTF-8") from None
+        raise error(
+            f"{source}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); save the "
+            f"{what} file as UTF-8"
+        ) from None
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as err:

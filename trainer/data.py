@@ -107,9 +107,13 @@ class MarkovSource:
 
     @classmethod
     def create(
-        cls, vocab_size: int, order: int = 1, concentration: float = 0.1, seed: int = 0,
+        cls,
+        vocab_size: int,
+        order: int = 1,
+        concentration: float = 0.1,
+        seed: int = 0,
         older_classes: int | None = None,
-    ) -> "MarkovSource":
+    ) -> MarkovSource:
         """Draw a random source; rows ~ Dirichlet(concentration * 1_V), one per context class (see the
         module docstring: ``older_classes`` None = every context its own row).
 
@@ -123,15 +127,19 @@ class MarkovSource:
         if vocab_size < 2 or order < 1 or concentration <= 0:
             raise ValueError("need vocab_size >= 2, order >= 1, concentration > 0")
         if older_classes is not None and not (order >= 2 and 2 <= older_classes <= vocab_size):
-            raise ValueError(f"older_classes must be in [2, vocab_size] and needs order >= 2; got {older_classes} "
-                             f"with order {order}, vocab_size {vocab_size}")
+            raise ValueError(
+                f"older_classes must be in [2, vocab_size] and needs order >= 2; got {older_classes} "
+                f"with order {order}, vocab_size {vocab_size}"
+            )
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SOURCE_TAG,)))
         n_ctx = vocab_size**order
         if older_classes is None or older_classes == vocab_size:
             transition = rng.dirichlet(np.full(vocab_size, concentration), size=n_ctx)
         else:
             ctx = np.arange(n_ctx)
-            cls_index = ctx % vocab_size  # the last token, then each older token's residue, oldest most significant
+            cls_index = (
+                ctx % vocab_size
+            )  # the last token, then each older token's residue, oldest most significant
             place = vocab_size
             for j in range(1, order):
                 older = (ctx // vocab_size**j) % vocab_size
@@ -162,9 +170,7 @@ class MarkovSource:
         stat_cdf[-1] = 1.0
         object.__setattr__(self, "_stat_cdf", stat_cdf)
         # Place values of the context encoding, oldest token first.
-        object.__setattr__(
-            self, "_place", self.vocab_size ** np.arange(self.order - 1, -1, -1, dtype=np.int64)
-        )
+        object.__setattr__(self, "_place", self.vocab_size ** np.arange(self.order - 1, -1, -1, dtype=np.int64))
 
     def entropy_rate(self) -> float:
         """Exact entropy rate in nats/token: ``sum_c pi(c) H(P(. | c))``.
@@ -246,11 +252,14 @@ class LearnerBatches(Iterator[np.ndarray]):
     """Infinite stream of int32 ``[batch, seq_len + 1]`` training batches that knows where it is: ``stream`` (its
     key) and ``drawn`` (batches taken), what the data ledger logs (chaos.checkers.ledger)."""
 
-    def __init__(self, source: MarkovSource, seed: int, learner_id: int, incarnation: int, batch: int,
-                 seq_len: int) -> None:
+    def __init__(
+        self, source: MarkovSource, seed: int, learner_id: int, incarnation: int, batch: int, seq_len: int
+    ) -> None:
         self.source, self.batch, self.seq_len = source, batch, seq_len
         self.stream = [seed, learner_id, incarnation]
-        self.rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_LEARNER_TAG, learner_id, incarnation)))
+        self.rng = np.random.default_rng(
+            np.random.SeedSequence(seed, spawn_key=(_LEARNER_TAG, learner_id, incarnation))
+        )
         self.drawn = 0
 
     def __next__(self) -> np.ndarray:
@@ -275,9 +284,7 @@ def learner_batches(
     return LearnerBatches(source, seed, learner_id, incarnation, batch, seq_len)
 
 
-def eval_set(
-    source: MarkovSource, seed: int, n_batches: int, batch: int, seq_len: int
-) -> np.ndarray:
+def eval_set(source: MarkovSource, seed: int, n_batches: int, batch: int, seq_len: int) -> np.ndarray:
     """Held-out int32 ``[n_batches, batch, seq_len + 1]`` from a stream no learner uses.
 
     Example:

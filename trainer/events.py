@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Literal, TextIO, Union
+from typing import Annotated, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -190,7 +190,9 @@ class Restore(_Event):
     version_skip: int
     path: str
     digests: list[FragmentDigest] = []  # per fragment, what was restored
-    state_digest: str = ""  # of the restored metadata, versions less the skip: the checkpoint's if nothing was lost
+    state_digest: str = (
+        ""  # of the restored metadata, versions less the skip: the checkpoint's if nothing was lost
+    )
 
 
 class Eval(_Event):
@@ -287,7 +289,9 @@ class SyncStartEvent(_Event):
     clock_step: float | None = None
     lookahead_s: float | None = None
     lag_margin_steps: float | None = None
-    base_digest: str = ""  # of the global value of base_version it computes its outer gradient against (merge audit)
+    base_digest: str = (
+        ""  # of the global value of base_version it computes its outer gradient against (merge audit)
+    )
 
 
 class SyncResult(_Event):
@@ -327,17 +331,33 @@ class LearnerStop(_Event):
 
 
 Event = Annotated[
-    Union[
-        SyncerStart, SyncerStop, Join, Leave, Upload, Reject, Merge, Checkpoint, Restore, Eval, Finished, Settled,
-        LearnerStart, LearnerJoin, StartTogether, StateFetch, Step, SyncStartEvent, SyncResult, Apply, Unreachable,
-        Reconnected, LearnerStop,
-    ],
+    SyncerStart
+    | SyncerStop
+    | Join
+    | Leave
+    | Upload
+    | Reject
+    | Merge
+    | Checkpoint
+    | Restore
+    | Eval
+    | Finished
+    | Settled
+    | LearnerStart
+    | LearnerJoin
+    | StartTogether
+    | StateFetch
+    | Step
+    | SyncStartEvent
+    | SyncResult
+    | Apply
+    | Unreachable
+    | Reconnected
+    | LearnerStop,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-EVENT_KINDS: tuple[str, ...] = tuple(
-    m.model_fields["kind"].default for m in _Event.__subclasses__()
-)
+EVENT_KINDS: tuple[str, ...] = tuple(m.model_fields["kind"].default for m in _Event.__subclasses__())
 
 
 class EventError(TrainerError, ValueError):
@@ -387,8 +407,9 @@ def iter_run_events(run_dir: str | Path) -> Iterator[Event]:
 class EventLog:
     """Thread-safe JSON-lines writer; each line is flushed so a SIGKILL loses at most one."""
 
-    def __init__(self, path: str | Path | None, source: str,
-                 observers: tuple[Callable[[_Event], None], ...] = ()) -> None:
+    def __init__(
+        self, path: str | Path | None, source: str, observers: tuple[Callable[[_Event], None], ...] = ()
+    ) -> None:
         self.source = source
         self.observers = observers  # e.g. trainer.telemetry.EventMetrics.observe: metrics follow the events
         self._lock = threading.Lock()

@@ -76,9 +76,15 @@ def prepare_run_dir(config: RunConfig, run_dir: Path) -> None:
     for sub in ("events", "logs", "checkpoints", "metrics"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config.to_yaml())
-    seeds = {"seed": config.seed, "init_seed": config.seed, "data_seed": config.seed,
-             "learner_stream_keys": {lid: learner_seed_index(lid) for lid in learner_ids(config.algorithm.num_learners)},
-             "config_hash": config.config_hash()}
+    seeds = {
+        "seed": config.seed,
+        "init_seed": config.seed,
+        "data_seed": config.seed,
+        "learner_stream_keys": {
+            lid: learner_seed_index(lid) for lid in learner_ids(config.algorithm.num_learners)
+        },
+        "config_hash": config.config_hash(),
+    }
     (run_dir / "seeds.json").write_text(json.dumps(seeds, indent=2))
 
 
@@ -119,9 +125,13 @@ class LocalCluster:
             raise TrainerError(f"{name} is already running (pid {old.pid}); stop it first")
         log = open(self.run_dir / "logs" / f"{name}.log", "ab")
         # Dies with this process, even by SIGKILL, so nothing is orphaned (trainer.lifeline).
-        proc = subprocess.Popen(guarded([self.python, *args], os.getpid(), nice), stdout=log,
-                                stderr=subprocess.STDOUT, env=self._env(self.token if token is None else token),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            guarded([self.python, *args], os.getpid(), nice),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self._env(self.token if token is None else token),
+            start_new_session=True,
+        )
         log.close()
         self.procs[name] = proc
         return proc
@@ -132,9 +142,20 @@ class LocalCluster:
     def start_syncer(self, port: int = 0, timeout_s: float = 60.0) -> str:
         info = self.run_dir / "syncer.json"
         info.unlink(missing_ok=True)
-        proc = self._spawn("syncer", ["-m", "trainer.syncer", "--config", str(self.run_dir / "config.yaml"),
-                                      "--run-dir", str(self.run_dir), "--port", str(port),
-                                      *self._metrics_args()])
+        proc = self._spawn(
+            "syncer",
+            [
+                "-m",
+                "trainer.syncer",
+                "--config",
+                str(self.run_dir / "config.yaml"),
+                "--run-dir",
+                str(self.run_dir),
+                "--port",
+                str(port),
+                *self._metrics_args(),
+            ],
+        )
         deadline = time.monotonic() + timeout_s
         log = self.run_dir / "logs" / "syncer.log"
         while not info.exists():
@@ -148,17 +169,35 @@ class LocalCluster:
         self.syncer_address = json.loads(info.read_text())["address"]
         return self.syncer_address
 
-    def start_learner(self, learner_id: str, address: str | None = None, extra_sets: list[str] | None = None,
-                      corrupt: str | None = None) -> subprocess.Popen:
+    def start_learner(
+        self,
+        learner_id: str,
+        address: str | None = None,
+        extra_sets: list[str] | None = None,
+        corrupt: str | None = None,
+    ) -> subprocess.Popen:
         """Start a learner talking to ``address`` (default: the syncer; the chaos harness passes its proxy)."""
-        args = ["-m", "trainer.learner", "--config", str(self.run_dir / "config.yaml"), "--id", learner_id,
-                "--syncer", address or self.syncer_address, "--run-dir", str(self.run_dir), *self._metrics_args()]
+        args = [
+            "-m",
+            "trainer.learner",
+            "--config",
+            str(self.run_dir / "config.yaml"),
+            "--id",
+            learner_id,
+            "--syncer",
+            address or self.syncer_address,
+            "--run-dir",
+            str(self.run_dir),
+            *self._metrics_args(),
+        ]
         for s in extra_sets or []:
             args += ["--set", s]
         if corrupt:
             args += ["--corrupt", corrupt]
         # Its own credential, not the shared secret: it can act as this learner id only (trainer.core.credentials).
-        return self._spawn(learner_id, args, nice=self.learner_nice, token=learner_credential(self.token, learner_id))
+        return self._spawn(
+            learner_id, args, nice=self.learner_nice, token=learner_credential(self.token, learner_id)
+        )
 
     def client(self, timeout_s: float = 5.0) -> SyncClient:
         return SyncClient(self.syncer_address, self.token, timeout_s=timeout_s)
@@ -207,7 +246,8 @@ class LocalCluster:
             final = self.run_dir / "final.npz"
             shutil.copyfile(result, final)
         summarize_run(self.run_dir).model_copy(update={"exit_codes": exit_codes or {}}).write(
-            self.run_dir / "metrics.json")
+            self.run_dir / "metrics.json"
+        )
         return final
 
 
@@ -229,8 +269,11 @@ def train(config: RunConfig, run_dir: Path, *, timeout_s: float = 1800.0, progre
                     last = time.monotonic()
                     try:
                         st = client.status()
-                        print(f"tokens {st.tokens}/{st.token_budget}  merges {st.merges}  "
-                              f"eval {st.eval_loss:.4f} (floor {st.loss_floor:.4f})", flush=True)
+                        print(
+                            f"tokens {st.tokens}/{st.token_budget}  merges {st.merges}  "
+                            f"eval {st.eval_loss:.4f} (floor {st.loss_floor:.4f})",
+                            flush=True,
+                        )
                     except (TrainerError, grpc.RpcError):  # e.g. CANCELLED while the syncer shuts down
                         pass
                 time.sleep(0.2)
@@ -265,8 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; every process was stopped. Partial run: {run_dir}", file=sys.stderr)
         return 130
-    print(json.dumps(m.model_dump(mode="json", include={"final_eval_loss", "loss_floor", "merges", "tokens_total",
-                                                        "wall_s"}), indent=2))
+    print(
+        json.dumps(
+            m.model_dump(
+                mode="json", include={"final_eval_loss", "loss_floor", "merges", "tokens_total", "wall_s"}
+            ),
+            indent=2,
+        )
+    )
     print(f"run directory: {run_dir}")
     return 0
 

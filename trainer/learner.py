@@ -53,7 +53,6 @@ from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
 
 
-
 @dataclass
 class _UploadJob:
     start: SyncStart
@@ -70,7 +69,7 @@ class _UploadJob:
 class Comm:
     """Background communication of one learner incarnation."""
 
-    def __init__(self, learner: "Learner", fragments: list[list[str]]) -> None:
+    def __init__(self, learner: Learner, fragments: list[list[str]]) -> None:
         self.l = learner
         self.client = learner.client
         self.fragments = fragments
@@ -99,6 +98,7 @@ class Comm:
                 # channel): the expected way out of a long poll at shutdown, an error at any other time.
                 if not self.closing.is_set():
                     raise
+
         return threading.Thread(target=run, name=name, daemon=True)
 
     # ---- reachability bookkeeping (for events) --------------------------------
@@ -157,20 +157,46 @@ class Comm:
             nbytes = sum(a.nbytes for a in arrays.values())
             sent_step = self.l.clock.step_at(time.monotonic())
             try:
-                reply = self.client.upload(self.l.learner_id, self.l.incarnation, s.fragment, s.base_version, arrays,
-                                           s.c_steps, s.c_tokens, s.step, round=s.round)
+                reply = self.client.upload(
+                    self.l.learner_id,
+                    self.l.incarnation,
+                    s.fragment,
+                    s.base_version,
+                    arrays,
+                    s.c_steps,
+                    s.c_tokens,
+                    s.step,
+                    round=s.round,
+                )
                 self._up()
             except (SyncerUnavailable, TrainerError) as err:
                 self._down(err)
                 self.failed.put((s.fragment, s.base_version))
-                self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, round=s.round, accepted=False,
-                                              reason=UNREACHABLE, seconds=time.monotonic() - t0, bytes=nbytes))
+                self.l.log.emit(
+                    ev.SyncResult(
+                        fragment=s.fragment,
+                        base_version=s.base_version,
+                        round=s.round,
+                        accepted=False,
+                        reason=UNREACHABLE,
+                        seconds=time.monotonic() - t0,
+                        bytes=nbytes,
+                    )
+                )
                 continue
             self.l.heard_header(sent_step, reply.header_step)
             self.l.heard_clock(reply.cluster_step, reply.step_pace_s)
-            self.l.log.emit(ev.SyncResult(fragment=s.fragment, base_version=s.base_version, round=s.round,
-                                          accepted=reply.accepted, reason=reply.reason, seconds=time.monotonic() - t0,
-                                          bytes=nbytes))
+            self.l.log.emit(
+                ev.SyncResult(
+                    fragment=s.fragment,
+                    base_version=s.base_version,
+                    round=s.round,
+                    accepted=reply.accepted,
+                    reason=reply.reason,
+                    seconds=time.monotonic() - t0,
+                    bytes=nbytes,
+                )
+            )
             out = upload_outcome(reply.accepted, reply.reason, s.base_version, reply.current_version)
             if out.failed:
                 self.failed.put((s.fragment, s.base_version))
@@ -211,8 +237,14 @@ class Comm:
                 except (SyncerUnavailable, TrainerError) as err:
                     self._down(err)
                     continue
-            req = pb.ReportRequest(learner_id=self.l.learner_id, incarnation=self.l.incarnation, step=self.l.step,
-                                   tokens=self.l.tokens, step_time_s=self.l.step_time_ema, loss=self.l.last_loss)
+            req = pb.ReportRequest(
+                learner_id=self.l.learner_id,
+                incarnation=self.l.incarnation,
+                step=self.l.step,
+                tokens=self.l.tokens,
+                step_time_s=self.l.step_time_ema,
+                loss=self.l.last_loss,
+            )
             try:
                 reply = self.client.report(req)
                 self._up()
@@ -232,15 +264,27 @@ class Comm:
 class Learner:
     """One learner incarnation: join, fetch state, step, sync, stop."""
 
-    def __init__(self, cfg: RunConfig, learner_id: str, syncer: str, token: str | None, run_dir: Path,
-                 tls_ca: str | None = None, corrupt: str | None = None, metrics: EventMetrics | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        learner_id: str,
+        syncer: str,
+        token: str | None,
+        run_dir: Path,
+        tls_ca: str | None = None,
+        corrupt: str | None = None,
+        metrics: EventMetrics | None = None,
+    ) -> None:
         self.cfg = cfg
         self.corrupt = corrupt
         self.learner_id = learner_id
         self.incarnation = uuid.uuid4().hex[:12]
         self.setup = TrainingSetup.from_config(cfg)
-        self.log = ev.EventLog(run_dir / "events" / f"{learner_id}.jsonl", learner_id,
-                               observers=(metrics.observe,) if metrics is not None else ())
+        self.log = ev.EventLog(
+            run_dir / "events" / f"{learner_id}.jsonl",
+            learner_id,
+            observers=(metrics.observe,) if metrics is not None else (),
+        )
         self.client = SyncClient(syncer, token, timeout_s=cfg.learner.rpc_timeout_s, tls_ca=tls_ca)
         self.step = 0
         self.tokens = 0
@@ -256,8 +300,16 @@ class Learner:
         self.base: dict[str, np.ndarray] = {}  # global value of each tensor as last received
         self.fragments: list[list[str]] = []
         self._held: list[int] = []
-        self.log.emit(ev.LearnerStart(learner_id=learner_id, learner_incarnation=self.incarnation, pid=os.getpid(),
-                                      syncer=syncer, config_hash=cfg.config_hash(), corrupt=corrupt or ""))
+        self.log.emit(
+            ev.LearnerStart(
+                learner_id=learner_id,
+                learner_incarnation=self.incarnation,
+                pid=os.getpid(),
+                syncer=syncer,
+                config_hash=cfg.config_hash(),
+                corrupt=corrupt or "",
+            )
+        )
 
     def heard_clock(self, cluster_step: float, pace_s: float) -> None:
         """A reply carried the syncer's step clock: extrapolate from it until the next one (one reference swap)."""
@@ -266,8 +318,12 @@ class Learner:
     def lookahead_s(self) -> float:
         """How far ahead this learner looks for its next step boundary (:mod:`trainer.core.step_timer`), and for
         its upload's header to be counted (:mod:`trainer.core.header_lag`)."""
-        return (lookahead_s(self.cfg.learner.sync_lookahead, self.boundaries, self.cfg.algorithm.sync_every,
-                            self.step_time_ema) + self.lag_margin() * self.clock.pace_s)
+        return (
+            lookahead_s(
+                self.cfg.learner.sync_lookahead, self.boundaries, self.cfg.algorithm.sync_every, self.step_time_ema
+            )
+            + self.lag_margin() * self.clock.pace_s
+        )
 
     def lag_margin(self) -> float:
         """How many cluster steps ahead of an opening this learner aims its upload's header."""
@@ -289,8 +345,14 @@ class Learner:
         self.progress = max(self.progress, reply.progress)
         self.heard_clock(reply.cluster_step, reply.step_pace_s)
         self.fragments = [list(f.tensors) for f in sorted(reply.fragments, key=lambda f: f.fragment)]
-        self.log.emit(ev.LearnerJoin(learner_incarnation=self.incarnation, incarnation_index=reply.incarnation_index,
-                                     versions=list(reply.versions), syncer_incarnation=reply.syncer_incarnation))
+        self.log.emit(
+            ev.LearnerJoin(
+                learner_incarnation=self.incarnation,
+                incarnation_index=reply.incarnation_index,
+                versions=list(reply.versions),
+                syncer_incarnation=reply.syncer_incarnation,
+            )
+        )
         if fetch_state:
             t0 = time.monotonic()
             values = self.client.get_state(self.learner_id)
@@ -298,13 +360,24 @@ class Learner:
             self.params = {n: jnp.asarray(t) for n, t in self.base.items()}
             versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]
             a = self.cfg.algorithm
-            self.book = LearnerBook(a.fragment_schedule(),
-                                    versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
-                                    start_step=self.clock.step_at(time.monotonic()))
+            self.book = LearnerBook(
+                a.fragment_schedule(),
+                versions,
+                blocking=bool(a.blocking),
+                clocked=a.rounds == "clock",
+                start_step=self.clock.step_at(time.monotonic()),
+            )
             self._held = self.book.held
-            self.log.emit(ev.StateFetch(versions=versions, seconds=time.monotonic() - t0,
-                                        digests=[digest({n: self.params[n] for n in v.tensors})
-                                                 for v in sorted(values, key=lambda v: v.fragment)]))
+            self.log.emit(
+                ev.StateFetch(
+                    versions=versions,
+                    seconds=time.monotonic() - t0,
+                    digests=[
+                        digest({n: self.params[n] for n in v.tensors})
+                        for v in sorted(values, key=lambda v: v.fragment)
+                    ],
+                )
+            )
 
     def _apply(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> None:
         alpha = self.cfg.algorithm.mix_alpha
@@ -314,8 +387,11 @@ class Learner:
             g = jnp.asarray(t)
             self.params[n] = g if alpha is None else alpha * self.params[n] + (1 - alpha) * g
         held = self.params if alpha is None else self.base  # what must now be the syncer's bits (merge audit)
-        self.log.emit(ev.Apply(fragment=fragment, version=version, step=self.step,
-                               digest=digest({n: held[n] for n in tensors})))
+        self.log.emit(
+            ev.Apply(
+                fragment=fragment, version=version, step=self.step, digest=digest({n: held[n] for n in tensors})
+            )
+        )
 
     def _drain(self, comm: Comm, block_s: float = 0.0) -> None:
         assert self.book is not None
@@ -421,16 +497,26 @@ class Learner:
                 now_m, ahead = time.monotonic(), self.lookahead_s()
                 for s in self.book.on_step(self.step, per_step, sync_step(self.clock, now_m, ahead)):
                     names = self.fragments[s.fragment]
-                    self.log.emit(ev.SyncStartEvent(fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
-                                                    c_tokens=s.c_tokens, step=s.step, round=s.round,
-                                                    clock_step=self.clock.step_at(now_m), lookahead_s=ahead,
-                                                    lag_margin_steps=self.lag_margin(),
-                                                    base_digest=digest({n: self.base[n] for n in names})))
+                    self.log.emit(
+                        ev.SyncStartEvent(
+                            fragment=s.fragment,
+                            base_version=s.base_version,
+                            c_steps=s.c_steps,
+                            c_tokens=s.c_tokens,
+                            step=s.step,
+                            round=s.round,
+                            clock_step=self.clock.step_at(now_m),
+                            lookahead_s=ahead,
+                            lag_margin_steps=self.lag_margin(),
+                            base_digest=digest({n: self.base[n] for n in names}),
+                        )
+                    )
                     if data_parallel:
                         comm.uploads.put(_UploadJob(s, {n: grads[n] for n in names}, None))
                     else:
-                        comm.uploads.put(_UploadJob(s, {n: self.params[n] for n in names},
-                                                    {n: self.base[n] for n in names}))
+                        comm.uploads.put(
+                            _UploadJob(s, {n: self.params[n] for n in names}, {n: self.base[n] for n in names})
+                        )
                 self._drain(comm)
                 tb = time.perf_counter()
                 while self.book.waiting_for(self.step) and not comm.stop.is_set() and not stop_flag.is_set():
@@ -438,9 +524,16 @@ class Learner:
                 waited = time.perf_counter() - tb
                 blocked += waited
                 if self.step % every == 0:
-                    self.log.emit(ev.Step(step=self.step, loss=self.last_loss, tokens=self.tokens,
-                                          step_time_s=self.step_time_ema, blocked_s=blocked,
-                                          data=ev.DataPosition(stream=batches.stream, batches=batches.drawn)))
+                    self.log.emit(
+                        ev.Step(
+                            step=self.step,
+                            loss=self.last_loss,
+                            tokens=self.tokens,
+                            step_time_s=self.step_time_ema,
+                            blocked_s=blocked,
+                            data=ev.DataPosition(stream=batches.stream, batches=batches.drawn),
+                        )
+                    )
                     blocked = 0.0
         finally:
             comm.close()
@@ -465,26 +558,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", required=True, help="events/ go here")
     ap.add_argument("--token-file", help="file holding the shared token (else $DILOCO_TOKEN)")
     ap.add_argument("--tls-ca", help="CA certificate to verify the syncer's TLS certificate")
-    ap.add_argument("--corrupt", choices=CORRUPT_MODES,
-                    help="fault injection: upload NaN or garbage instead of real updates (chaos tests)")
-    ap.add_argument("--corrupt-file", type=Path,
-                    help="if this file exists, start corrupt in the mode it names (Kubernetes: faults.in_pod)")
+    ap.add_argument(
+        "--corrupt",
+        choices=CORRUPT_MODES,
+        help="fault injection: upload NaN or garbage instead of real updates (chaos tests)",
+    )
+    ap.add_argument(
+        "--corrupt-file",
+        type=Path,
+        help="if this file exists, start corrupt in the mode it names (Kubernetes: faults.in_pod)",
+    )
     add_metrics_arguments(ap)
     args = ap.parse_args(argv)
     corrupt = args.corrupt
     if corrupt is None and args.corrupt_file is not None and args.corrupt_file.exists():
         corrupt = args.corrupt_file.read_text().strip()
         if corrupt not in CORRUPT_MODES:
-            print(f"error: {args.corrupt_file} names corrupt mode {corrupt!r}; it must be one of {CORRUPT_MODES}",
-                  file=sys.stderr)
+            print(
+                f"error: {args.corrupt_file} names corrupt mode {corrupt!r}; it must be one of {CORRUPT_MODES}",
+                file=sys.stderr,
+            )
             return 2
     cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    learner = Learner(cfg, args.id, args.syncer, token, Path(args.run_dir), tls_ca=args.tls_ca,
-                      corrupt=corrupt, metrics=expose(args, Path(args.run_dir), args.id, "learner"))
+    learner = Learner(
+        cfg,
+        args.id,
+        args.syncer,
+        token,
+        Path(args.run_dir),
+        tls_ca=args.tls_ca,
+        corrupt=corrupt,
+        metrics=expose(args, Path(args.run_dir), args.id, "learner"),
+    )
     try:
         learner.run(stop)
     except TrainerError as err:

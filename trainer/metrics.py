@@ -58,7 +58,7 @@ class RunMetrics(RunSummary):
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2))
 
     @classmethod
-    def read(cls, path: Path) -> "RunMetrics":
+    def read(cls, path: Path) -> RunMetrics:
         return cls.model_validate(json.loads(path.read_text()))  # json.loads: NaN as written
 
 
@@ -87,8 +87,9 @@ def summarize_run(run_dir: str | Path) -> RunMetrics:
         loss_floor=last.loss_floor if last else math.nan,
         gap_to_floor=(last.loss - last.loss_floor) if last else math.nan,
         merges=len(merges),
-        tokens_total=max((e.tokens_total for e in events if isinstance(e, (ev.Merge, ev.Eval, ev.Finished))),
-                         default=0),
+        tokens_total=max(
+            (e.tokens_total for e in events if isinstance(e, (ev.Merge, ev.Eval, ev.Finished))), default=0
+        ),
         learner_steps=sum(e.step for e in steps),
         uploads_merged=merged_tokens / started_tokens if started_tokens else math.nan,
         rejections=dict(Counter(e.reason for e in events if isinstance(e, ev.Reject))),

@@ -75,9 +75,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         # Fail at construction rather than with an obscure reshape error later.
         if self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"d_model={self.d_model} not divisible by n_heads={self.n_heads}"
-            )
+            raise ValueError(f"d_model={self.d_model} not divisible by n_heads={self.n_heads}")
         for name in ("vocab_size", "seq_len", "d_model", "n_heads", "d_ff"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -94,9 +92,7 @@ MODEL_SIZES: dict[str, ModelConfig] = {
     # thread (compute bound: ~0.7 GFLOP per step).
     "tiny": ModelConfig(vocab_size=64, seq_len=64, d_model=64, n_layers=2, n_heads=4, d_ff=256),
     # 3,319,296 params.
-    "small": ModelConfig(
-        vocab_size=256, seq_len=128, d_model=256, n_layers=4, n_heads=8, d_ff=1024
-    ),
+    "small": ModelConfig(vocab_size=256, seq_len=128, d_model=256, n_layers=4, n_heads=8, d_ff=1024),
 }
 
 
@@ -261,6 +257,4 @@ def param_specs(params: Params) -> dict[str, tuple[tuple[int, ...], str]]:
         >>> param_specs({"w": jnp.zeros((2, 3), jnp.float32)})
         {'w': ((2, 3), 'float32')}
     """
-    return {
-        k: (tuple(int(s) for s in params[k].shape), str(params[k].dtype)) for k in sorted(params)
-    }
+    return {k: (tuple(int(s) for s in params[k].shape), str(params[k].dtype)) for k in sorted(params)}

@@ -17,36 +17,80 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
     if a.mode == "data-parallel":  # the learners upload gradients; one AdamW update per step, here
         outer: dict[str, Any] = dict(outer_adamw=adamw_spec(cfg.inner))
     else:  # the learners step AdamW themselves: its lr bounds what one step can move a fragment
-        outer = dict(outer_lr=a.outer_lr, outer_momentum=a.outer_momentum, inner_lr=cfg.inner.lr,
-                     inner_weight_decay=cfg.inner.weight_decay)
+        outer = dict(
+            outer_lr=a.outer_lr,
+            outer_momentum=a.outer_momentum,
+            inner_lr=cfg.inner.lr,
+            inner_weight_decay=cfg.inner.weight_decay,
+        )
     return SyncerPolicy(
-        num_learners=a.num_learners, min_quorum=a.min_quorum, grace_enabled=bool(a.grace),
-        grace_gamma=a.grace_gamma, grace_cap_steps=a.grace_cap_steps, overlap_steps=a.overlap_floor,
+        num_learners=a.num_learners,
+        min_quorum=a.min_quorum,
+        grace_enabled=bool(a.grace),
+        grace_gamma=a.grace_gamma,
+        grace_cap_steps=a.grace_cap_steps,
+        overlap_steps=a.overlap_floor,
         overlap_auto=a.overlap_auto,
-        merge_rule=a.merge_rule, mean_tensors=EMBEDDING_TENSORS, **outer, nesterov=a.nesterov,
-        token_budget=cfg.token_budget, settle_s=cfg.syncer.settle_s,
-        liveness_timeout_s=cfg.syncer.liveness_timeout_s, validate_uploads=cfg.syncer.validate_uploads,
-        max_staleness=a.max_staleness, checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
-        max_norm_ratio=cfg.syncer.max_norm_ratio, planted_bug=cfg.syncer.planted_bug,
-        outer_gradient=str(a.outer_gradient), rounds=str(a.rounds), late_uploads=a.late_uploads,
-        sync_every=int(a.sync_every), staggered=bool(a.staggered),
-        tokens_per_step=cfg.inner.batch_size * MODEL_SIZES[cfg.model.size].seq_len, max_speedup=cfg.syncer.max_speedup,
+        merge_rule=a.merge_rule,
+        mean_tensors=EMBEDDING_TENSORS,
+        **outer,
+        nesterov=a.nesterov,
+        token_budget=cfg.token_budget,
+        settle_s=cfg.syncer.settle_s,
+        liveness_timeout_s=cfg.syncer.liveness_timeout_s,
+        validate_uploads=cfg.syncer.validate_uploads,
+        max_staleness=a.max_staleness,
+        checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
+        max_norm_ratio=cfg.syncer.max_norm_ratio,
+        planted_bug=cfg.syncer.planted_bug,
+        outer_gradient=str(a.outer_gradient),
+        rounds=str(a.rounds),
+        late_uploads=a.late_uploads,
+        sync_every=int(a.sync_every),
+        staggered=bool(a.staggered),
+        tokens_per_step=cfg.inner.batch_size * MODEL_SIZES[cfg.model.size].seq_len,
+        max_speedup=cfg.syncer.max_speedup,
     )
 
 
 def merge_fields(rec: MergeRecord, tokens_total: int, audit: ev.MergeDigests | None = None) -> dict[str, Any]:
     """The fields of the ``merge`` event for one merge (the simulator writes the same); ``audit``: its digests."""
-    decision = None if rec.decision is None else ev.MergeDecision(
-        contributions=rec.decision[0], active_learners=rec.decision[1],
-        **dict(zip(("t_step", "t_quorum", "t_upload", "t_merge", "t_broadcast"), rec.decision[2])))
-    return dict(audit=audit, decision=decision,
-        fragment=rec.fragment, version=rec.version, base_version=rec.base_version,
-        participants=[ev.ParticipantInfo(learner_id=x.learner_id, incarnation=x.incarnation, weight=x.weight,
-                                         c_steps=x.c_steps, c_tokens=x.c_tokens, base_version=x.base_version,
-                                         round=x.round)
-                      for x in rec.participants],
-        rule=rec.rule, wait_s=rec.merged_at - rec.opened_at, round=rec.round, late=rec.late, held=rec.held,
+    decision = (
+        None
+        if rec.decision is None
+        else ev.MergeDecision(
+            contributions=rec.decision[0],
+            active_learners=rec.decision[1],
+            **dict(zip(("t_step", "t_quorum", "t_upload", "t_merge", "t_broadcast"), rec.decision[2])),
+        )
+    )
+    return dict(
+        audit=audit,
+        decision=decision,
+        fragment=rec.fragment,
+        version=rec.version,
+        base_version=rec.base_version,
+        participants=[
+            ev.ParticipantInfo(
+                learner_id=x.learner_id,
+                incarnation=x.incarnation,
+                weight=x.weight,
+                c_steps=x.c_steps,
+                c_tokens=x.c_tokens,
+                base_version=x.base_version,
+                round=x.round,
+            )
+            for x in rec.participants
+        ],
+        rule=rec.rule,
+        wait_s=rec.merged_at - rec.opened_at,
+        round=rec.round,
+        late=rec.late,
+        held=rec.held,
         held_s=rec.held_s,
         quorum_wait_s=rec.merged_at - (rec.quorum_at if rec.quorum_at is not None else rec.merged_at),
         due_wait_s=None if rec.eligible_at is None else rec.merged_at - rec.eligible_at,
-        outer_grad_norm=rec.outer_grad_norm, merges_total=rec.merges_total, tokens_total=tokens_total)
+        outer_grad_norm=rec.outer_grad_norm,
+        merges_total=rec.merges_total,
+        tokens_total=tokens_total,
+    )

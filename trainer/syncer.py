@@ -44,13 +44,13 @@ from trainer.core.audit import digest
 from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
-from trainer.core.reasons import RejectReason, Rejected
-from trainer.core.syncer_driver import MergeRefused, Merged, ResultFixed, next_wake, tick
+from trainer.core.reasons import Rejected, RejectReason
+from trainer.core.syncer_driver import Merged, MergeRefused, ResultFixed, next_wake, tick
 from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip
 from trainer.errors import AddressInUse, ConfigError
+from trainer.policy import merge_fields, policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.policy import merge_fields, policy_from_config
 from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
 from trainer.training import TrainingSetup
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
@@ -74,8 +74,10 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         if got is not None and caller(self._secret, got) is not None:
             return continuation(details)
         reason = RejectReason.MISSING_TOKEN if got is None else RejectReason.BAD_TOKEN
-        detail = (f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token "
-                  "or this learner's credential")
+        detail = (
+            f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token "
+            "or this learner's credential"
+        )
         self._on_reject(details.method.rsplit("/", 1)[-1], reason, detail)
         handler = continuation(details)
 
@@ -96,15 +98,26 @@ class _AuthInterceptor(grpc.ServerInterceptor):
 class SyncerService(pbg.SyncerServicer):
     """gRPC handlers plus the merge and eval threads around one :class:`SyncerState`."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, *, address: str = "", exit_on_finish: bool = True,
-                 secret: str | None = None, metrics: EventMetrics | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        *,
+        address: str = "",
+        exit_on_finish: bool = True,
+        secret: str | None = None,
+        metrics: EventMetrics | None = None,
+    ) -> None:
         self.cfg = cfg
         self.secret = secret  # None: no auth (tests only); else who may act as which learner (_act_as)
         self.run_dir = run_dir
         self.setup = TrainingSetup.from_config(cfg)
         self.incarnation = uuid.uuid4().hex[:12]
-        self.log = ev.EventLog(run_dir / "events" / "syncer.jsonl", "syncer",
-                               observers=(metrics.observe,) if metrics is not None else ())
+        self.log = ev.EventLog(
+            run_dir / "events" / "syncer.jsonl",
+            "syncer",
+            observers=(metrics.observe,) if metrics is not None else (),
+        )
         self.ckpt_dir = run_dir / "checkpoints"
         self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed)
         self.cond = threading.Condition()
@@ -127,39 +140,72 @@ class SyncerService(pbg.SyncerServicer):
         else:
             arrays, meta, path = restored
             if meta.get("config_hash") not in (None, self.config_hash):
-                raise ConfigError(f"{path}: checkpoint was written by config {meta.get('config_hash')}, "
-                                  f"this run's is {self.config_hash}; use a fresh run directory")
+                raise ConfigError(
+                    f"{path}: checkpoint was written by config {meta.get('config_hash')}, "
+                    f"this run's is {self.config_hash}; use a fresh run directory"
+                )
             unreadable = sum(1 for p in list_checkpoints(self.ckpt_dir) if p.name > path.name)
             skip = restore_version_skip(cfg.syncer.checkpoint_every_merges, unreadable)
             self.state = SyncerState.from_checkpoint(policy, self.fragments, arrays, meta, version_skip=skip)
-            self.log.emit(ev.Restore(merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
-                                     versions=list(self.state.versions), version_skip=skip, path=str(path),
-                                     digests=fragment_digests(self.state.fragment_digests()),
-                                     state_digest=self.state.state_digest(version_skip=skip)))
-        self.log.emit(ev.SyncerStart(syncer_incarnation=self.incarnation, address=address, config_hash=self.config_hash,
-                                     versions=list(self.state.versions),
-                                     restored_from_merges=self.state.restored_from_merges, pid=os.getpid(),
-                                     digests=fragment_digests(self.state.fragment_digests())))
+            self.log.emit(
+                ev.Restore(
+                    merges_total=self.state.merges_total,
+                    checkpoint_versions=meta["versions"],
+                    versions=list(self.state.versions),
+                    version_skip=skip,
+                    path=str(path),
+                    digests=fragment_digests(self.state.fragment_digests()),
+                    state_digest=self.state.state_digest(version_skip=skip),
+                )
+            )
+        self.log.emit(
+            ev.SyncerStart(
+                syncer_incarnation=self.incarnation,
+                address=address,
+                config_hash=self.config_hash,
+                versions=list(self.state.versions),
+                restored_from_merges=self.state.restored_from_merges,
+                pid=os.getpid(),
+                digests=fragment_digests(self.state.fragment_digests()),
+            )
+        )
         # At start (fresh or restored) the core asks for a checkpoint: a crash before the first interval must
         # not restart from scratch, and a second crash must not restore the same versions again.
         with self.cond:
             if self.state.checkpoint_due():
                 self._checkpoint_locked()
-        self._threads = [threading.Thread(target=self._merge_loop, name="merge", daemon=True),
-                         threading.Thread(target=self._eval_loop, name="eval", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._merge_loop, name="merge", daemon=True),
+            threading.Thread(target=self._eval_loop, name="eval", daemon=True),
+        ]
         for t in self._threads:
             t.start()
         with self.cond:
             self._request_eval_locked(final=False)  # the starting point every later eval is compared with
 
     # ---- helpers -----------------------------------------------------------
-    def record_reject(self, call: str, reason: RejectReason, detail: str, learner_id: str = "",
-                      fragment: int = -1, base_version: int = -1) -> None:
+    def record_reject(
+        self,
+        call: str,
+        reason: RejectReason,
+        detail: str,
+        learner_id: str = "",
+        fragment: int = -1,
+        base_version: int = -1,
+    ) -> None:
         with self.cond:
             self.state.rejections[reason.value] += 1
         learner_id = learner_id[:MAX_NAME]  # a refused message's own id, cut short: it may be megabytes
-        self.log.emit(ev.Reject(call=call, reason=reason.value, detail=detail, learner_id=learner_id,
-                                fragment=fragment, base_version=base_version))
+        self.log.emit(
+            ev.Reject(
+                call=call,
+                reason=reason.value,
+                detail=detail,
+                learner_id=learner_id,
+                fragment=fragment,
+                base_version=base_version,
+            )
+        )
 
     def _act_as(self, context, learner_id: str) -> None:  # noqa: ANN001
         """Refuse a call naming a learner id its credential does not (the operator's shared token names any)."""
@@ -167,29 +213,45 @@ class SyncerService(pbg.SyncerServicer):
             return
         who = caller(self.secret, presented(context.invocation_metadata()) or "")
         if who is None or not who.may_act_as(learner_id):
-            raise Rejected(RejectReason.WRONG_LEARNER,
-                           f"this credential is learner {who.learner_id if who else '?'!r}'s; it cannot act as "
-                           f"{learner_id!r} — give each learner process its own (trainer.core.credentials)")
+            raise Rejected(
+                RejectReason.WRONG_LEARNER,
+                f"this credential is learner {who.learner_id if who else '?'!r}'s; it cannot act as "
+                f"{learner_id!r} — give each learner process its own (trainer.core.credentials)",
+            )
 
     # ---- RPCs --------------------------------------------------------------
     def Join(self, request: pb.JoinRequest, context) -> pb.JoinReply:  # noqa: N802, ANN001
         try:
             self._act_as(context, request.learner_id)
             if request.config_hash != self.config_hash:
-                raise Rejected(RejectReason.CONFIG_MISMATCH,
-                               f"learner config hash {request.config_hash!r} != syncer's {self.config_hash!r}; "
-                               "start every process from the same config file")
+                raise Rejected(
+                    RejectReason.CONFIG_MISMATCH,
+                    f"learner config hash {request.config_hash!r} != syncer's {self.config_hash!r}; "
+                    "start every process from the same config file",
+                )
             with self.cond:
                 res = self.state.join(request.learner_id, request.incarnation, time.time())
         except Rejected as r:
             self.record_reject("Join", r.reason, r.detail, request.learner_id)
             return pb.JoinReply(ok=False, reason=r.reason.value, detail=r.detail)
-        self.log.emit(ev.Join(learner_id=request.learner_id, learner_incarnation=request.incarnation,
-                              incarnation_index=res.incarnation_index, rejoined=res.rejoined))
-        return pb.JoinReply(ok=True, incarnation_index=res.incarnation_index, syncer_incarnation=self.incarnation,
-                            versions=list(res.versions), progress=self._progress(),
-                            cluster_step=res.clock[0], step_pace_s=res.clock[1],
-                            fragments=[pb.FragmentLayout(fragment=f.index, tensors=list(f.names)) for f in self.fragments])
+        self.log.emit(
+            ev.Join(
+                learner_id=request.learner_id,
+                learner_incarnation=request.incarnation,
+                incarnation_index=res.incarnation_index,
+                rejoined=res.rejoined,
+            )
+        )
+        return pb.JoinReply(
+            ok=True,
+            incarnation_index=res.incarnation_index,
+            syncer_incarnation=self.incarnation,
+            versions=list(res.versions),
+            progress=self._progress(),
+            cluster_step=res.clock[0],
+            step_pace_s=res.clock[1],
+            fragments=[pb.FragmentLayout(fragment=f.index, tensors=list(f.names)) for f in self.fragments],
+        )
 
     def Leave(self, request: pb.LeaveRequest, context) -> pb.LeaveReply:  # noqa: N802, ANN001
         try:
@@ -200,7 +262,9 @@ class SyncerService(pbg.SyncerServicer):
         except Rejected as r:
             self.record_reject("Leave", r.reason, r.detail, request.learner_id)
             return pb.LeaveReply(ok=False, reason=r.reason.value, detail=r.detail)
-        self.log.emit(ev.Leave(learner_id=request.learner_id, learner_incarnation=request.incarnation, why=request.why))
+        self.log.emit(
+            ev.Leave(learner_id=request.learner_id, learner_incarnation=request.incarnation, why=request.why)
+        )
         return pb.LeaveReply(ok=True)
 
     def Report(self, request: pb.ReportRequest, context) -> pb.ReportReply:  # noqa: N802, ANN001
@@ -208,8 +272,14 @@ class SyncerService(pbg.SyncerServicer):
             self._act_as(context, request.learner_id)
             with self.cond:
                 was_finished = self.state.finished
-                stop = self.state.report(request.learner_id, request.incarnation, request.step, request.tokens,
-                                         request.step_time_s, time.time())
+                stop = self.state.report(
+                    request.learner_id,
+                    request.incarnation,
+                    request.step,
+                    request.tokens,
+                    request.step_time_s,
+                    time.time(),
+                )
                 versions = list(self.state.versions)
                 progress = self._progress_locked()
                 step, pace = self.state.clock_reading(time.time())
@@ -217,9 +287,18 @@ class SyncerService(pbg.SyncerServicer):
                     self.cond.notify_all()
         except Rejected as r:
             self.record_reject("Report", r.reason, r.detail, request.learner_id)
-            return pb.ReportReply(ok=False, reason=r.reason.value, detail=r.detail, syncer_incarnation=self.incarnation)
-        return pb.ReportReply(ok=True, stop=stop, syncer_incarnation=self.incarnation, versions=versions,
-                              progress=progress, cluster_step=step, step_pace_s=pace)
+            return pb.ReportReply(
+                ok=False, reason=r.reason.value, detail=r.detail, syncer_incarnation=self.incarnation
+            )
+        return pb.ReportReply(
+            ok=True,
+            stop=stop,
+            syncer_incarnation=self.incarnation,
+            versions=versions,
+            progress=progress,
+            cluster_step=step,
+            step_pace_s=pace,
+        )
 
     def _progress_locked(self) -> float:
         """Fraction of the token budget trained so far: learners decay their inner LR by it."""
@@ -248,8 +327,17 @@ class SyncerService(pbg.SyncerServicer):
                 now = time.time()
                 header_step = self.state.cluster_step(now)
                 # The header made it: its round waits (a bounded hold) for the body (trainer.core.inflight).
-                self.state.announce(h.learner_id, h.incarnation, h.fragment, h.base_version, spec_map,
-                                    h.c_steps, h.c_tokens, now, h.round)
+                self.state.announce(
+                    h.learner_id,
+                    h.incarnation,
+                    h.fragment,
+                    h.base_version,
+                    spec_map,
+                    h.c_steps,
+                    h.c_tokens,
+                    now,
+                    h.round,
+                )
                 announced = (h.learner_id, h.incarnation, h.fragment, h.base_version, h.round)
             for msg in request_iterator:
                 if not msg.HasField("data"):
@@ -257,16 +345,36 @@ class SyncerService(pbg.SyncerServicer):
                 asm.add(msg.data.offset, msg.data.data)
             tensors = decode_tensors(specs, asm.finish())
             seconds = time.monotonic() - t0
-            contribution = Contribution(h.learner_id, h.incarnation, h.fragment, h.base_version, tensors,
-                                        h.c_steps, h.c_tokens, upload_seconds=seconds, round=h.round)
+            contribution = Contribution(
+                h.learner_id,
+                h.incarnation,
+                h.fragment,
+                h.base_version,
+                tensors,
+                h.c_steps,
+                h.c_tokens,
+                upload_seconds=seconds,
+                round=h.round,
+            )
             with self.cond:
                 res = self.state.submit(contribution, time.time())
                 # Logged inside the lock: the history then shows every upload before the merge that used it.
-                self.log.emit(ev.Upload(learner_id=h.learner_id, learner_incarnation=h.incarnation,
-                                        fragment=h.fragment, base_version=h.base_version, bytes=h.total_bytes,
-                                        seconds=seconds, c_steps=h.c_steps, c_tokens=h.c_tokens,
-                                        duplicate=res.duplicate, round=h.round, late=res.late,
-                                        digest=digest(tensors)))
+                self.log.emit(
+                    ev.Upload(
+                        learner_id=h.learner_id,
+                        learner_incarnation=h.incarnation,
+                        fragment=h.fragment,
+                        base_version=h.base_version,
+                        bytes=h.total_bytes,
+                        seconds=seconds,
+                        c_steps=h.c_steps,
+                        c_tokens=h.c_tokens,
+                        duplicate=res.duplicate,
+                        round=h.round,
+                        late=res.late,
+                        digest=digest(tensors),
+                    )
+                )
                 step, pace = self.state.clock_reading(time.time())
                 announced = None  # submit took it off the in-flight list
                 self.cond.notify_all()
@@ -276,20 +384,43 @@ class SyncerService(pbg.SyncerServicer):
             with self.cond:
                 current = self.state.versions[frag] if 0 <= frag < len(self.state.versions) else -1
                 step, pace = self.state.clock_reading(time.time())
-            return pb.UploadReply(accepted=False, reason=r.reason.value, detail=r.detail, current_version=current,
-                                  cluster_step=step, step_pace_s=pace, header_step=header_step)
+            return pb.UploadReply(
+                accepted=False,
+                reason=r.reason.value,
+                detail=r.detail,
+                current_version=current,
+                cluster_step=step,
+                step_pace_s=pace,
+                header_step=header_step,
+            )
         finally:
             if announced is not None:  # the body never came whole (refused, cut, cancelled): stop waiting for it
                 with self.cond:
                     self.state.withdraw(announced)
                     self.cond.notify_all()
-        return pb.UploadReply(accepted=True, current_version=res.current_version, duplicate=res.duplicate,
-                              cluster_step=step, step_pace_s=pace, late=res.late, header_step=header_step)
+        return pb.UploadReply(
+            accepted=True,
+            current_version=res.current_version,
+            duplicate=res.duplicate,
+            cluster_step=step,
+            step_pace_s=pace,
+            late=res.late,
+            header_step=header_step,
+        )
 
-    def _fragment_messages(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> Iterator[pb.FragmentChunk]:
+    def _fragment_messages(
+        self, fragment: int, version: int, tensors: dict[str, np.ndarray]
+    ) -> Iterator[pb.FragmentChunk]:
         specs, payload = encode_tensors(tensors)
-        yield pb.FragmentChunk(header=pb.FragmentHeader(fragment=fragment, version=version, tensors=specs_to_pb(specs),
-                                                        total_bytes=len(payload), crc32=crc32(payload)))
+        yield pb.FragmentChunk(
+            header=pb.FragmentHeader(
+                fragment=fragment,
+                version=version,
+                tensors=specs_to_pb(specs),
+                total_bytes=len(payload),
+                crc32=crc32(payload),
+            )
+        )
         for off, data in split_chunks(payload):
             yield pb.FragmentChunk(data=pb.DataChunk(offset=off, data=data))
 
@@ -302,7 +433,9 @@ class SyncerService(pbg.SyncerServicer):
         wait = min(max(request.wait_s, 0.0), MAX_LONG_POLL_S) if math.isfinite(request.wait_s) else 0.0
         deadline = time.monotonic() + wait
         with self.cond:
-            while self.state.versions[p] < request.min_version and not self.stopping.is_set() and context.is_active():
+            while (
+                self.state.versions[p] < request.min_version and not self.stopping.is_set() and context.is_active()
+            ):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -325,19 +458,36 @@ class SyncerService(pbg.SyncerServicer):
         with self.cond:
             st = self.state
             learners = [
-                pb.LearnerStatus(learner_id=r.learner_id, incarnation=r.incarnation, incarnation_index=r.incarnation_index,
-                                 active=r.active(now, st.policy.liveness_timeout_s), step=r.step, tokens=r.tokens,
-                                 last_seen_age_s=now - r.last_seen, merged_contributions=r.merged_contributions)
+                pb.LearnerStatus(
+                    learner_id=r.learner_id,
+                    incarnation=r.incarnation,
+                    incarnation_index=r.incarnation_index,
+                    active=r.active(now, st.policy.liveness_timeout_s),
+                    step=r.step,
+                    tokens=r.tokens,
+                    last_seen_age_s=now - r.last_seen,
+                    merged_contributions=r.merged_contributions,
+                )
                 for r in st.learners.values()
             ]
             return pb.StatusReply(
-                syncer_incarnation=self.incarnation, mode=self.cfg.algorithm.mode, versions=list(st.versions),
-                merges=st.merges_total, tokens=st.tokens_total, token_budget=self.cfg.token_budget,
-                finished=self.done.is_set(), learners=learners,
+                syncer_incarnation=self.incarnation,
+                mode=self.cfg.algorithm.mode,
+                versions=list(st.versions),
+                merges=st.merges_total,
+                tokens=st.tokens_total,
+                token_budget=self.cfg.token_budget,
+                finished=self.done.is_set(),
+                learners=learners,
                 last_merge_unix=[t if t is not None else 0.0 for t in st.last_merge_at],
-                eval_loss=self.eval_loss, eval_merges=self.eval_merges, loss_floor=self.loss_floor,
-                rejections=dict(st.rejections), restored_from_merges=st.restored_from_merges,
-                cluster_step=st.cluster_step(now), step_pace_s=st.clock.pace_s, late_carried=st.late_carried,
+                eval_loss=self.eval_loss,
+                eval_merges=self.eval_merges,
+                loss_floor=self.loss_floor,
+                rejections=dict(st.rejections),
+                restored_from_merges=st.restored_from_merges,
+                cluster_step=st.cluster_step(now),
+                step_pace_s=st.clock.pace_s,
+                late_carried=st.late_carried,
             )
 
     # ---- background work ---------------------------------------------------
@@ -346,11 +496,17 @@ class SyncerService(pbg.SyncerServicer):
         arrays, meta = self.state.to_checkpoint()
         meta["config_hash"] = self.config_hash
         path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta)
-        self.log.emit(ev.Checkpoint(merges_total=self.state.merges_total, versions=list(self.state.versions),
-                                    path=str(path), seconds=time.monotonic() - t0,
-                                    params_finite=self.state.params_all_finite(),
-                                    digests=fragment_digests(self.state.fragment_digests()),
-                                    state_digest=self.state.state_digest()))
+        self.log.emit(
+            ev.Checkpoint(
+                merges_total=self.state.merges_total,
+                versions=list(self.state.versions),
+                path=str(path),
+                seconds=time.monotonic() - t0,
+                params_finite=self.state.params_all_finite(),
+                digests=fragment_digests(self.state.fragment_digests()),
+                state_digest=self.state.state_digest(),
+            )
+        )
         return path
 
     def _merge_loop(self) -> None:
@@ -383,8 +539,9 @@ class SyncerService(pbg.SyncerServicer):
                     elif isinstance(a, ResultFixed):
                         self._finalize_locked()
                     else:
-                        self.log.emit(ev.Settled(seconds=a.seconds, awaited=list(a.awaited),
-                                                 merges_total=a.merges_total))
+                        self.log.emit(
+                            ev.Settled(seconds=a.seconds, awaited=list(a.awaited), merges_total=a.merges_total)
+                        )
                 for seconds in took:
                     self.state.observe_merge_seconds(seconds)
                 if acted:
@@ -405,8 +562,13 @@ class SyncerService(pbg.SyncerServicer):
         """The budget is reached: checkpoint, ``finished``, final eval — the run's result (a settle phase may follow)."""
         self._finalized = True
         shutil.copyfile(self._checkpoint_locked(), self.ckpt_dir / RESULT_NAME)
-        self.log.emit(ev.Finished(tokens_total=self.state.tokens_total, merges_total=self.state.merges_total,
-                                  versions=list(self.state.versions)))
+        self.log.emit(
+            ev.Finished(
+                tokens_total=self.state.tokens_total,
+                merges_total=self.state.merges_total,
+                versions=list(self.state.versions),
+            )
+        )
         self._request_eval_locked(final=True)
 
     def _eval_loop(self) -> None:
@@ -421,15 +583,25 @@ class SyncerService(pbg.SyncerServicer):
             self.eval_loss, self.eval_merges = loss, merges
             with self.cond:
                 tokens = self.state.tokens_total
-            self.log.emit(ev.Eval(merges_total=merges, versions=versions, loss=loss, loss_floor=self.loss_floor,
-                                  tokens_total=tokens, final=final))
+            self.log.emit(
+                ev.Eval(
+                    merges_total=merges,
+                    versions=versions,
+                    loss=loss,
+                    loss_floor=self.loss_floor,
+                    tokens_total=tokens,
+                    final=final,
+                )
+            )
             if final:
                 self.done.set()
 
     def all_left(self) -> bool:
         with self.cond:
-            return all(r.left or not r.active(time.time(), self.state.policy.liveness_timeout_s)
-                       for r in self.state.learners.values())
+            return all(
+                r.left or not r.active(time.time(), self.state.policy.liveness_timeout_s)
+                for r in self.state.learners.values()
+            )
 
     def shutdown(self, why: str) -> None:
         """Stop background work and write a final checkpoint (also on SIGTERM)."""
@@ -449,10 +621,20 @@ class SyncerService(pbg.SyncerServicer):
         self.log.close()
 
 
-def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | None,
-          tls_cert: str | None = None, tls_key: str | None = None, exit_on_finish: bool = True,
-          max_workers: int = 64, max_call_s: float = MAX_CALL_S,
-          metrics: EventMetrics | None = None) -> tuple[grpc.Server, SyncerService, int]:
+def serve(
+    cfg: RunConfig,
+    run_dir: Path,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    exit_on_finish: bool = True,
+    max_workers: int = 64,
+    max_call_s: float = MAX_CALL_S,
+    metrics: EventMetrics | None = None,
+) -> tuple[grpc.Server, SyncerService, int]:
     """Start the syncer's gRPC server; returns (server, service, bound port)."""
     holder: dict[str, SyncerService] = {}
 
@@ -467,14 +649,19 @@ def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | N
     slots = Slots(total=max_workers - RESERVED_WORKERS, per_caller=per_learner)
     interceptors: list[grpc.ServerInterceptor] = [_AuthInterceptor(token, on_reject)] if token else []
     interceptors.append(AdmissionInterceptor(SERVICE_NAME, slots, token, on_reject, max_call_s))
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-                         interceptors=interceptors,
-                         options=[("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-                                  ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-                                  ("grpc.keepalive_permit_without_calls", 1),
-                                  # gRPC sets SO_REUSEPORT by default: a second server on a taken port would
-                                  # then share its traffic silently. A taken port must fail loudly instead.
-                                  ("grpc.so_reuseport", 0)])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        interceptors=interceptors,
+        options=[
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            # gRPC sets SO_REUSEPORT by default: a second server on a taken port would
+            # then share its traffic silently. A taken port must fail loudly instead.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
     addr = f"{host}:{port}"
     try:
         if tls_cert and tls_key:
@@ -485,10 +672,18 @@ def serve(cfg: RunConfig, run_dir: Path, *, host: str, port: int, token: str | N
     except RuntimeError:  # grpcio raises "Failed to bind" where older versions returned 0
         bound = 0
     if bound == 0:
-        raise AddressInUse(f"cannot listen on {addr}: another process holds the port (or the host is not "
-                           f"local); pass another --port, or 0 for a free one")
-    svc = SyncerService(cfg, run_dir, address=f"{host}:{bound}", exit_on_finish=exit_on_finish, secret=token or None,
-                        metrics=metrics)
+        raise AddressInUse(
+            f"cannot listen on {addr}: another process holds the port (or the host is not "
+            f"local); pass another --port, or 0 for a free one"
+        )
+    svc = SyncerService(
+        cfg,
+        run_dir,
+        address=f"{host}:{bound}",
+        exit_on_finish=exit_on_finish,
+        secret=token or None,
+        metrics=metrics,
+    )
     holder["svc"] = svc
     pbg.add_SyncerServicer_to_server(svc, server)
     health_servicer = health.HealthServicer()
@@ -508,26 +703,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--token-file", help="file holding the shared token (else $DILOCO_TOKEN)")
     ap.add_argument("--insecure-no-auth", action="store_true", help="accept calls without a token (tests only)")
     ap.add_argument("--tls-cert"), ap.add_argument("--tls-key")
-    ap.add_argument("--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached")
+    ap.add_argument(
+        "--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached"
+    )
     add_metrics_arguments(ap)
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
     token = Path(args.token_file).read_text().strip() if args.token_file else os.environ.get("DILOCO_TOKEN")
     if not token and not args.insecure_no_auth:
-        print("error: no shared token: pass --token-file or set DILOCO_TOKEN (or --insecure-no-auth for tests)",
-              file=sys.stderr)
+        print(
+            "error: no shared token: pass --token-file or set DILOCO_TOKEN (or --insecure-no-auth for tests)",
+            file=sys.stderr,
+        )
         return 2
     run_dir = Path(args.run_dir)
     metrics = expose(args, run_dir, "syncer", "syncer", num_fragments=cfg.algorithm.num_fragments)
     try:
-        server, svc, port = serve(cfg, run_dir, host=args.host, port=args.port, token=token or None,
-                                  tls_cert=args.tls_cert, tls_key=args.tls_key, metrics=metrics)
+        server, svc, port = serve(
+            cfg,
+            run_dir,
+            host=args.host,
+            port=args.port,
+            token=token or None,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            metrics=metrics,
+        )
     except AddressInUse as err:
         print(f"error: {err}", file=sys.stderr)
         return AddressInUse.EXIT_CODE
     info = run_dir / "syncer.json"
     tmp = info.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation}))
+    tmp.write_text(
+        json.dumps({"address": f"{args.host}:{port}", "pid": os.getpid(), "incarnation": svc.incarnation})
+    )
     os.replace(tmp, info)
     stop = threading.Event()
     why = ["signal"]

@@ -45,8 +45,12 @@ _PARTICIPANTS = tuple(float(n) for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
 class EventMetrics:
     """The metrics of one process, in their own registry (a process serves exactly these)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, num_fragments: int = 1,
-                 role: Literal["syncer", "learner", "all"] = "all") -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        num_fragments: int = 1,
+        role: Literal["syncer", "learner", "all"] = "all",
+    ) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
         # A process exports its own role's metrics only: an unlabelled gauge of the other role would be scraped
         # as 0 (a syncer's "learner loss 0" joined a learner dashboard). Unregistered metrics still count.
@@ -55,45 +59,69 @@ class EventMetrics:
         self.merged_book = MergedTokens(num_fragments)  # each trained token once (trainer.core.merged_tokens)
         # syncer
         self.merges = Counter("diloco_merges", "Merges, by fragment", ["fragment"], registry=rs)
-        self.participants = Histogram("diloco_merge_participants", "Learners whose contribution a merge took",
-                                      buckets=_PARTICIPANTS, registry=rs)
-        self.round_wait = Histogram("diloco_merge_wait_seconds", "A round's opening to its merge", buckets=_SECONDS,
-                                    registry=rs)
-        self.quorum_wait = Histogram("diloco_quorum_wait_seconds", "A round's opening to its quorum",
-                                     buckets=_SECONDS, registry=rs)
-        self.grace_wait = Histogram("diloco_grace_wait_seconds", "Quorum reached to merge: the grace window used",
-                                    buckets=_SECONDS, registry=rs)
+        self.participants = Histogram(
+            "diloco_merge_participants",
+            "Learners whose contribution a merge took",
+            buckets=_PARTICIPANTS,
+            registry=rs,
+        )
+        self.round_wait = Histogram(
+            "diloco_merge_wait_seconds", "A round's opening to its merge", buckets=_SECONDS, registry=rs
+        )
+        self.quorum_wait = Histogram(
+            "diloco_quorum_wait_seconds", "A round's opening to its quorum", buckets=_SECONDS, registry=rs
+        )
+        self.grace_wait = Histogram(
+            "diloco_grace_wait_seconds",
+            "Quorum reached to merge: the grace window used",
+            buckets=_SECONDS,
+            registry=rs,
+        )
         self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=rs)
         self.tokens_merged = Gauge("diloco_tokens_merged", "Tokens the merged model has seen", registry=rs)
         # Counters, for rate(): compute goodput = rate(merged) / rate(trained) (observability/rules.yml).
-        self.merged_tokens = Counter("diloco_merged_tokens", "Trained tokens whose contributions merges took "
-                                     "(each contribution's c_tokens / fragments)", registry=rs)
-        self.last_merge = Gauge("diloco_last_merge_timestamp_seconds", "When the last merge happened (Unix time)",
-                                registry=rs)
-        self.info = Gauge("diloco_unit_info", "Which unit this process is (value 1): join on instance",
-                          ["unit", "incarnation"], registry=r)
-        self.rejections = Counter("diloco_rejections", "Calls refused, by call and reason", ["call", "reason"],
-                                  registry=rs)
+        self.merged_tokens = Counter(
+            "diloco_merged_tokens",
+            "Trained tokens whose contributions merges took (each contribution's c_tokens / fragments)",
+            registry=rs,
+        )
+        self.last_merge = Gauge(
+            "diloco_last_merge_timestamp_seconds", "When the last merge happened (Unix time)", registry=rs
+        )
+        self.info = Gauge(
+            "diloco_unit_info",
+            "Which unit this process is (value 1): join on instance",
+            ["unit", "incarnation"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "diloco_rejections", "Calls refused, by call and reason", ["call", "reason"], registry=rs
+        )
         self.uploads = Counter("diloco_uploads", "Contributions received", registry=rs)
         self.upload_bytes = Counter("diloco_upload_bytes", "Bytes of contributions received", registry=rs)
-        self.upload_seconds = Histogram("diloco_upload_seconds", "Time to receive a contribution", buckets=_SECONDS,
-                                        registry=rs)
+        self.upload_seconds = Histogram(
+            "diloco_upload_seconds", "Time to receive a contribution", buckets=_SECONDS, registry=rs
+        )
         self.eval_loss = Gauge("diloco_eval_loss", "The merged model's last eval loss", registry=rs)
-        self.syncer_starts = Counter("diloco_syncer_starts", "Syncer incarnations started (restarts + 1)",
-                                     registry=rs)
+        self.syncer_starts = Counter(
+            "diloco_syncer_starts", "Syncer incarnations started (restarts + 1)", registry=rs
+        )
         self.joins = Counter("diloco_joins", "Learner joins accepted (rejoins included)", registry=rs)
         # learner
         self.steps = Gauge("diloco_learner_steps", "Inner steps this incarnation has taken", registry=rl)
         self.tokens = Gauge("diloco_learner_tokens", "Tokens this incarnation has trained", registry=rl)
-        self.trained_tokens = Counter("diloco_learner_trained_tokens", "Tokens trained (rate() spans restarts)",
-                                      registry=rl)
+        self.trained_tokens = Counter(
+            "diloco_learner_trained_tokens", "Tokens trained (rate() spans restarts)", registry=rl
+        )
         self._trained = 0  # the cumulative count the last Step reported
         self.loss = Gauge("diloco_learner_loss", "The last inner step's training loss", registry=rl)
         self.step_seconds = Gauge("diloco_learner_step_seconds", "The last inner step's wall time", registry=rl)
-        self.sync_results = Counter("diloco_learner_syncs", "Uploads answered, by outcome", ["accepted", "reason"],
-                                    registry=rl)
-        self.incarnation = Gauge("diloco_learner_incarnation", "This learner's incarnation index (restarts)",
-                                 registry=rl)
+        self.sync_results = Counter(
+            "diloco_learner_syncs", "Uploads answered, by outcome", ["accepted", "reason"], registry=rl
+        )
+        self.incarnation = Gauge(
+            "diloco_learner_incarnation", "This learner's incarnation index (restarts)", registry=rl
+        )
 
     def observe(self, e: ev.Event) -> None:
         """Update the metrics one event moves (the others move none)."""
@@ -105,8 +133,12 @@ class EventMetrics:
             self.grace_wait.observe(e.quorum_wait_s)
             self.version.labels(fragment=str(e.fragment)).set(e.version)
             self.tokens_merged.set(e.tokens_total)
-            self.merged_tokens.inc(sum(self.merged_book.add(p.learner_id, p.incarnation, e.fragment, p.base_version,
-                                                            p.c_tokens) for p in e.participants))
+            self.merged_tokens.inc(
+                sum(
+                    self.merged_book.add(p.learner_id, p.incarnation, e.fragment, p.base_version, p.c_tokens)
+                    for p in e.participants
+                )
+            )
             self.last_merge.set(e.ts)
         elif isinstance(e, ev.Reject):
             self.rejections.labels(call=e.call, reason=e.reason).inc()
@@ -160,17 +192,24 @@ class MetricsServer:
 
 def add_metrics_arguments(ap: argparse.ArgumentParser) -> None:
     """``--metrics-port`` / ``--metrics-host``, the same on the syncer and the learners."""
-    ap.add_argument("--metrics-port", type=int, default=None,
-                    help="serve Prometheus /metrics on this port (0: a free one; RUN_DIR/metrics/UNIT.json names it)")
-    ap.add_argument("--metrics-host", default="127.0.0.1", help="address /metrics listens on (0.0.0.0 in containers)")
+    ap.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics on this port (0: a free one; RUN_DIR/metrics/UNIT.json names it)",
+    )
+    ap.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address /metrics listens on (0.0.0.0 in containers)"
+    )
 
 
 def target_file(run_dir: Path, unit: str) -> Path:
     return Path(run_dir) / "metrics" / f"{unit}.json"
 
 
-def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: Literal["syncer", "learner"],
-           num_fragments: int = 1) -> EventMetrics | None:
+def expose(
+    args: argparse.Namespace, run_dir: Path, unit: str, role: Literal["syncer", "learner"], num_fragments: int = 1
+) -> EventMetrics | None:
     """Serve this process's metrics if ``--metrics-port`` asked for it and announce the target; else None."""
     if args.metrics_port is None:
         return None
@@ -178,8 +217,10 @@ def expose(args: argparse.Namespace, run_dir: Path, unit: str, role: Literal["sy
     try:
         server = MetricsServer.start(metrics.registry, args.metrics_host, args.metrics_port)
     except OSError as err:  # a process exits before it does anything, saying why (SystemExit: to stderr, code 1)
-        raise SystemExit(f"error: cannot serve /metrics on {args.metrics_host}:{args.metrics_port}: {err}; pass "
-                         "another --metrics-port (0: a free one)") from None
+        raise SystemExit(
+            f"error: cannot serve /metrics on {args.metrics_host}:{args.metrics_port}: {err}; pass "
+            "another --metrics-port (0: a free one)"
+        ) from None
     announce(run_dir, unit, role, server)
     return metrics
 
@@ -191,7 +232,15 @@ def announce(run_dir: Path, unit: str, role: str, server: MetricsServer) -> Path
     path = target_file(run_dir, unit)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps([{"targets": [f"{host}:{server.port}"],
-                                "labels": {"unit": unit, "role": role, "run": Path(run_dir).name}}]))
+    tmp.write_text(
+        json.dumps(
+            [
+                {
+                    "targets": [f"{host}:{server.port}"],
+                    "labels": {"unit": unit, "role": role, "run": Path(run_dir).name},
+                }
+            ]
+        )
+    )
     os.replace(tmp, path)  # Prometheus re-reads the file on change: never let it see half of one
     return path

@@ -33,9 +33,16 @@ EVAL_BATCH = 64  # sequences per eval batch, whatever the training batch (one si
 
 def adamw_spec(inner: InnerSection) -> AdamWSpec:
     """The inner optimizer's settings as the core's :class:`~trainer.core.outer.AdamWSpec`."""
-    return AdamWSpec(lr=inner.lr, b1=inner.b1, b2=inner.b2, weight_decay=inner.weight_decay,
-                     warmup_steps=inner.warmup_steps, grad_clip=inner.grad_clip, decay=inner.decay,
-                     final_lr_fraction=inner.final_lr_fraction)
+    return AdamWSpec(
+        lr=inner.lr,
+        b1=inner.b1,
+        b2=inner.b2,
+        weight_decay=inner.weight_decay,
+        warmup_steps=inner.warmup_steps,
+        grad_clip=inner.grad_clip,
+        decay=inner.decay,
+        final_lr_fraction=inner.final_lr_fraction,
+    )
 
 
 def inner_optimizer(inner: InnerSection) -> optax.GradientTransformation:
@@ -71,10 +78,15 @@ class TrainingSetup:
     optimizer: optax.GradientTransformation
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> "TrainingSetup":
+    def from_config(cls, config: RunConfig) -> TrainingSetup:
         mcfg = model_mod.sized(config.model.size, config.data.vocab_size)
-        source = data_mod.MarkovSource.create(mcfg.vocab_size, config.data.order, config.data.concentration,
-                                              seed=config.seed, older_classes=config.data.older_classes)
+        source = data_mod.MarkovSource.create(
+            mcfg.vocab_size,
+            config.data.order,
+            config.data.concentration,
+            seed=config.seed,
+            older_classes=config.data.older_classes,
+        )
         return cls(config, mcfg, source, inner_optimizer(config.inner))
 
     @property
@@ -85,8 +97,12 @@ class TrainingSetup:
         return {k: np.asarray(v) for k, v in model_mod.init_params(self.model, self.config.seed).items()}
 
     def batches(self, learner_id: str, incarnation_index: int) -> data_mod.LearnerBatches:
-        return data_mod.learner_batches(self.source, *self.data_stream(learner_id, incarnation_index),
-                                        self.config.inner.batch_size, self.model.seq_len)
+        return data_mod.learner_batches(
+            self.source,
+            *self.data_stream(learner_id, incarnation_index),
+            self.config.inner.batch_size,
+            self.model.seq_len,
+        )
 
     def data_stream(self, learner_id: str, incarnation_index: int) -> list[int]:
         """The key of the learner incarnation's data stream: (seed, the learner's data key, incarnation index)."""
@@ -128,6 +144,7 @@ _STEP_CACHE: dict[tuple, object] = {}
 def _train_step(mcfg: model_mod.ModelConfig, tx: optax.GradientTransformation):
     key = ("train", mcfg, id(tx))
     if key not in _STEP_CACHE:
+
         @jax.jit
         def step(params: Params, opt_state, batch: jax.Array, scale: float | jax.Array = 1.0):
             loss, grads = jax.value_and_grad(model_mod.loss_fn)(params, mcfg, batch)
@@ -135,6 +152,7 @@ def _train_step(mcfg: model_mod.ModelConfig, tx: optax.GradientTransformation):
             # AdamW's update (weight decay included) is linear in lr: scaling it is AdamW at lr × scale.
             updates = jax.tree_util.tree_map(lambda u: u * scale, updates)
             return optax.apply_updates(params, updates), opt_state, loss
+
         _STEP_CACHE[key] = (tx, step)  # keep tx alive so id() stays unique
     return _STEP_CACHE[key][1]
 
@@ -142,7 +160,9 @@ def _train_step(mcfg: model_mod.ModelConfig, tx: optax.GradientTransformation):
 def _grad_step(mcfg: model_mod.ModelConfig):
     key = ("grad", mcfg)
     if key not in _STEP_CACHE:
-        _STEP_CACHE[key] = jax.jit(lambda params, batch: jax.value_and_grad(model_mod.loss_fn)(params, mcfg, batch))
+        _STEP_CACHE[key] = jax.jit(
+            lambda params, batch: jax.value_and_grad(model_mod.loss_fn)(params, mcfg, batch)
+        )
     return _STEP_CACHE[key]
 
 

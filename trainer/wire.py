@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.reasons import Rejected, RejectReason
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: far below gRPC's 4 MiB default message limit
 ALLOWED_DTYPES = ("float32",)
@@ -46,7 +46,9 @@ def crc32(data: bytes | memoryview) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
-def encode_tensors(tensors: Mapping[str, np.ndarray], order: Sequence[str] | None = None) -> tuple[list[Spec], bytes]:
+def encode_tensors(
+    tensors: Mapping[str, np.ndarray], order: Sequence[str] | None = None
+) -> tuple[list[Spec], bytes]:
     """Specs and the concatenated little-endian bytes of ``tensors`` (sorted names by default)."""
     names = list(order) if order is not None else sorted(tensors)
     arrays = []
@@ -67,7 +69,10 @@ def validate_specs(specs: Sequence[Spec]) -> None:
             raise Rejected(RejectReason.MALFORMED, f"tensor {s.name!r} appears twice in the header")
         seen.add(s.name)
         if s.dtype not in ALLOWED_DTYPES:
-            raise Rejected(RejectReason.BAD_DTYPE, f"tensor {s.name!r} has dtype {s.dtype!r}; only {ALLOWED_DTYPES} are accepted")
+            raise Rejected(
+                RejectReason.BAD_DTYPE,
+                f"tensor {s.name!r} has dtype {s.dtype!r}; only {ALLOWED_DTYPES} are accepted",
+            )
         if any(d < 0 for d in s.shape):
             raise Rejected(RejectReason.BAD_SHAPE, f"tensor {s.name!r} has a negative dimension {s.shape}")
 
@@ -80,8 +85,16 @@ def decode_tensors(specs: Sequence[Spec], payload: bytes) -> dict[str, np.ndarra
         n = s.nbytes
         if offset + n > len(payload):
             raise Rejected(RejectReason.TRUNCATED, f"payload ends inside tensor {s.name!r}")
-        out[s.name] = np.frombuffer(payload, dtype=np.dtype(s.dtype).newbyteorder("<"), count=n // np.dtype(s.dtype).itemsize,
-                                    offset=offset).reshape(s.shape).astype(s.dtype, copy=True)
+        out[s.name] = (
+            np.frombuffer(
+                payload,
+                dtype=np.dtype(s.dtype).newbyteorder("<"),
+                count=n // np.dtype(s.dtype).itemsize,
+                offset=offset,
+            )
+            .reshape(s.shape)
+            .astype(s.dtype, copy=True)
+        )
         offset += n
     if offset != len(payload):
         raise Rejected(RejectReason.OVERSIZE, f"payload has {len(payload) - offset} bytes beyond its tensors")
@@ -95,7 +108,7 @@ def split_chunks(payload: bytes, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tup
         return
     view = memoryview(payload)
     for off in range(0, len(payload), chunk_bytes):
-        yield off, bytes(view[off:off + chunk_bytes])
+        yield off, bytes(view[off : off + chunk_bytes])
 
 
 class Assembler:
@@ -105,9 +118,14 @@ class Assembler:
         validate_specs(specs)
         expected = sum(s.nbytes for s in specs)
         if total_bytes > max_bytes or expected > max_bytes:
-            raise Rejected(RejectReason.OVERSIZE, f"upload declares {max(total_bytes, expected)} bytes; the limit is {max_bytes}")
+            raise Rejected(
+                RejectReason.OVERSIZE,
+                f"upload declares {max(total_bytes, expected)} bytes; the limit is {max_bytes}",
+            )
         if total_bytes != expected:
-            raise Rejected(RejectReason.MALFORMED, f"header declares {total_bytes} bytes but its tensors need {expected}")
+            raise Rejected(
+                RejectReason.MALFORMED, f"header declares {total_bytes} bytes but its tensors need {expected}"
+            )
         self.specs = list(specs)
         self.total = total_bytes
         self.checksum = checksum
@@ -119,9 +137,14 @@ class Assembler:
 
     def add(self, offset: int, data: bytes) -> None:
         if offset < len(self._buf):
-            raise Rejected(RejectReason.DUPLICATE_CHUNK, f"chunk at offset {offset} repeats bytes already received (have {len(self._buf)})")
+            raise Rejected(
+                RejectReason.DUPLICATE_CHUNK,
+                f"chunk at offset {offset} repeats bytes already received (have {len(self._buf)})",
+            )
         if offset > len(self._buf):
-            raise Rejected(RejectReason.MALFORMED, f"chunk at offset {offset} leaves a gap (have {len(self._buf)} bytes)")
+            raise Rejected(
+                RejectReason.MALFORMED, f"chunk at offset {offset} leaves a gap (have {len(self._buf)} bytes)"
+            )
         if len(self._buf) + len(data) > self.total:
             raise Rejected(RejectReason.OVERSIZE, f"data runs past the declared {self.total} bytes")
         self._buf += data
@@ -130,5 +153,8 @@ class Assembler:
         if len(self._buf) < self.total:
             raise Rejected(RejectReason.TRUNCATED, f"stream ended after {len(self._buf)} of {self.total} bytes")
         if crc32(self._buf) != self.checksum:
-            raise Rejected(RejectReason.BAD_CHECKSUM, f"CRC-32 {crc32(self._buf):#010x} does not match the header's {self.checksum:#010x}")
+            raise Rejected(
+                RejectReason.BAD_CHECKSUM,
+                f"CRC-32 {crc32(self._buf):#010x} does not match the header's {self.checksum:#010x}",
+            )
         return bytes(self._buf)

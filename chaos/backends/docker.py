@@ -65,9 +65,11 @@ class Deployment:
     runs_in_container: str = "/runs"  # the runs volume as the units see it
 
     @classmethod
-    def from_env(cls) -> "Deployment":
-        return cls(project=os.environ.get("DILOCO_COMPOSE_PROJECT", "diloco-chaos"),
-                   in_network=os.environ.get("DILOCO_IN_COMPOSE") == "1")
+    def from_env(cls) -> Deployment:
+        return cls(
+            project=os.environ.get("DILOCO_COMPOSE_PROJECT", "diloco-chaos"),
+            in_network=os.environ.get("DILOCO_IN_COMPOSE") == "1",
+        )
 
 
 class DockerDeployment:
@@ -83,8 +85,12 @@ class DockerDeployment:
             self.api = docker.from_env(timeout=30)
             self.api.ping()
         except Exception as err:  # noqa: BLE001 - docker raises several unrelated types here
-            hint = ("the controller container needs the socket's group: DOCKER_GID=$(stat -c %g "
-                    "/var/run/docker.sock) docker compose ..." if dep.in_network else "is it running?")
+            hint = (
+                "the controller container needs the socket's group: DOCKER_GID=$(stat -c %g "
+                "/var/run/docker.sock) docker compose ..."
+                if dep.in_network
+                else "is it running?"
+            )
             raise RunError(f"cannot reach the Docker daemon ({err}); {hint}") from None
 
     def container(self, unit: str) -> Any:
@@ -95,13 +101,17 @@ class DockerDeployment:
             labels.append(f"{CONTAINER_NUMBER}={number}")
         found = self.api.containers.list(all=True, filters={"label": labels})
         if not found:
-            raise TargetError(f"no container for {unit!r} in compose project {self.dep.project!r}; start the "
-                              "deployment with `docker compose up` (DILOCO_LEARNERS=N runs N learner replicas)")
+            raise TargetError(
+                f"no container for {unit!r} in compose project {self.dep.project!r}; start the "
+                "deployment with `docker compose up` (DILOCO_LEARNERS=N runs N learner replicas)"
+            )
         return found[0]
 
     def services(self) -> list[str]:
         """The units and services of the project: ``learner-i`` for each learner replica, else the service name."""
-        found = self.api.containers.list(all=True, filters={"label": f"com.docker.compose.project={self.dep.project}"})
+        found = self.api.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={self.dep.project}"}
+        )
         return sorted(_unit_of(c.labels) for c in found)
 
     def address(self, service: str, port: int) -> str:
@@ -167,23 +177,28 @@ class DockerBackend(ProxiedUnits):
 
     name = "docker"
 
-    def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str, *,
-                 deployment: DockerDeployment) -> None:
+    def __init__(
+        self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str, *, deployment: DockerDeployment
+    ) -> None:
         super().__init__(config.algorithm.num_learners, toxiproxy, tag)
         self.config = config
         self.run_dir = Path(run_dir)
         self.d = deployment
         missing = [lid for lid in self._ids if lid not in self.d.services()]
         if missing:
-            raise RunError(f"the scenario trains {len(self._ids)} learners but compose project "
-                           f"{self.d.dep.project!r} has no container for {missing}; start it with "
-                           f"DILOCO_LEARNERS={len(self._ids)} (or more), or lower cluster.algorithm.num_learners")
+            raise RunError(
+                f"the scenario trains {len(self._ids)} learners but compose project "
+                f"{self.d.dep.project!r} has no container for {missing}; start it with "
+                f"DILOCO_LEARNERS={len(self._ids)} (or more), or lower cluster.algorithm.num_learners"
+            )
         self.work_local = self.d.runs_local() / "work" / tag
         self.work_in_units = f"{self.d.dep.runs_in_container}/work/{tag}"
         self.active_path = self.d.runs_local() / ".active.json"
-        self.active = ActiveRun(self.work_in_units, secrets.token_hex(16),
-                                {lid: LearnerSlot(syncer=f"toxiproxy:{PROXY_BASE_PORT + i}")
-                                 for i, lid in enumerate(self._ids)})
+        self.active = ActiveRun(
+            self.work_in_units,
+            secrets.token_hex(16),
+            {lid: LearnerSlot(syncer=f"toxiproxy:{PROXY_BASE_PORT + i}") for i, lid in enumerate(self._ids)},
+        )
         self.started_at = int(time.time())
 
     # ---- faults.base.Cluster (learners, toxiproxy, proxy: ProxiedUnits) --------
@@ -242,9 +257,17 @@ class DockerBackend(ProxiedUnits):
         # A learner replica waits for its host name to be given a learner id (chaos.backends.unit).
         self.active.hosts = {self._unit(lid).attrs["Config"]["Hostname"]: lid for lid in self._ids}
         self.active.write(self.active_path)
-        self._toxiproxy.populate([ProxySpec(name=self.proxy(lid), listen=f"0.0.0.0:{PROXY_BASE_PORT + i}",
-                                            upstream=f"syncer:{SYNCER_PORT}", enabled=True)
-                                  for i, lid in enumerate(self._ids)])
+        self._toxiproxy.populate(
+            [
+                ProxySpec(
+                    name=self.proxy(lid),
+                    listen=f"0.0.0.0:{PROXY_BASE_PORT + i}",
+                    upstream=f"syncer:{SYNCER_PORT}",
+                    enabled=True,
+                )
+                for i, lid in enumerate(self._ids)
+            ]
+        )
         self.start(SYNCER)
         deadline = time.monotonic() + 120
         while not serving(self.d.address(SYNCER, SYNCER_PORT)):  # health, not a sleep
@@ -257,8 +280,12 @@ class DockerBackend(ProxiedUnits):
             self.start(lid)
 
     def client(self, timeout_s: float = 0.5) -> SyncClient:
-        return SyncClient(self.d.address(SYNCER, SYNCER_PORT), self.active.token, timeout_s=timeout_s,
-                          retry=RetryPolicy(attempts=1))
+        return SyncClient(
+            self.d.address(SYNCER, SYNCER_PORT),
+            self.active.token,
+            timeout_s=timeout_s,
+            retry=RetryPolicy(attempts=1),
+        )
 
     def exit_code(self, unit: str) -> int | None:
         c = self._unit(unit)
@@ -279,7 +306,7 @@ class DockerBackend(ProxiedUnits):
         self._collect(problems)
         return Teardown(exit_codes=codes, problems=problems)
 
-    def __enter__(self) -> "DockerBackend":
+    def __enter__(self) -> DockerBackend:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -33,7 +33,6 @@ from trainer.config import RunConfig
 from trainer.errors import AddressInUse, TrainerError
 from trainer.launch import LocalCluster
 
-
 LEARNER_NICE = 5
 
 
@@ -103,8 +102,10 @@ class LocalBackend(ProxiedUnits):
     def bring_up(self) -> None:
         """Start the syncer, one proxy per learner, then the learners (through their proxies)."""
         self.start(SYNCER)
-        specs = [ProxySpec(name=self.proxy(lid), listen="127.0.0.1:0", upstream=f"127.0.0.1:{self.port}",
-                           enabled=True) for lid in self._ids]
+        specs = [
+            ProxySpec(name=self.proxy(lid), listen="127.0.0.1:0", upstream=f"127.0.0.1:{self.port}", enabled=True)
+            for lid in self._ids
+        ]
         by_name = {p.name: p for p in self._toxiproxy.populate(specs)}
         for lid in self._ids:
             self.proxy_ports[lid] = by_name[self.proxy(lid)].port
@@ -125,8 +126,9 @@ class LocalBackend(ProxiedUnits):
 
     def client(self, timeout_s: float = 0.5) -> SyncClient:
         """A direct (unproxied) client for the controller's status polls: one quick try, never a stall."""
-        return SyncClient(f"127.0.0.1:{self.port}", self.procs.token, timeout_s=timeout_s,
-                          retry=RetryPolicy(attempts=1))
+        return SyncClient(
+            f"127.0.0.1:{self.port}", self.procs.token, timeout_s=timeout_s, retry=RetryPolicy(attempts=1)
+        )
 
     def exit_code(self, unit: str) -> int | None:
         p = self.procs.procs.get(unit)
@@ -142,7 +144,7 @@ class LocalBackend(ProxiedUnits):
         self.procs.finalize(codes)
         return Teardown(exit_codes=codes, problems=problems)
 
-    def __enter__(self) -> "LocalBackend":
+    def __enter__(self) -> LocalBackend:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -49,12 +49,18 @@ class ActiveRun:
     hosts: dict[str, str] = field(default_factory=dict)  # a learner replica's host name -> its learner id
 
     def to_json(self) -> str:
-        return json.dumps({"run_dir": self.run_dir, "token": self.token,
-                           "learners": {lid: asdict(slot) for lid, slot in self.learners.items()},
-                           "hosts": self.hosts}, indent=2)
+        return json.dumps(
+            {
+                "run_dir": self.run_dir,
+                "token": self.token,
+                "learners": {lid: asdict(slot) for lid, slot in self.learners.items()},
+                "hosts": self.hosts,
+            },
+            indent=2,
+        )
 
     @classmethod
-    def read(cls, path: Path = ACTIVE) -> "ActiveRun | None":
+    def read(cls, path: Path = ACTIVE) -> ActiveRun | None:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -78,13 +84,37 @@ def command(unit: str, run: ActiveRun) -> list[str] | None:
     config = str(Path(run.run_dir) / "config.yaml")
     metrics = ["--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT)]
     if unit == "syncer":
-        return [sys.executable, "-m", "trainer.syncer", "--config", config, "--run-dir", run.run_dir,
-                "--host", "0.0.0.0", "--port", str(SYNCER_PORT), *metrics]
+        return [
+            sys.executable,
+            "-m",
+            "trainer.syncer",
+            "--config",
+            config,
+            "--run-dir",
+            run.run_dir,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(SYNCER_PORT),
+            *metrics,
+        ]
     slot = run.learners.get(unit)
     if slot is None:
         return None
-    cmd = [sys.executable, "-m", "trainer.learner", "--config", config, "--id", unit, "--syncer", slot.syncer,
-           "--run-dir", run.run_dir, *metrics]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer.learner",
+        "--config",
+        config,
+        "--id",
+        unit,
+        "--syncer",
+        slot.syncer,
+        "--run-dir",
+        run.run_dir,
+        *metrics,
+    ]
     if slot.corrupt:
         cmd += ["--corrupt", slot.corrupt]
     return cmd

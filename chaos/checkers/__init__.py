@@ -36,8 +36,11 @@ def run_checks(inp: CheckInput) -> list[Verdict]:
     """Every enabled check of the scenario, in a fixed order; liveness always for a run the progress watchdog
     ended (chaos.watchdog): a run that stopped training gets its verdict whatever the scenario switched off."""
     stalled = inp.stalled is not None
-    return [fn(inp) for name, fn in CHECKERS.items()
-            if getattr(inp.checks, name).enabled or (stalled and name == "liveness")]
+    return [
+        fn(inp)
+        for name, fn in CHECKERS.items()
+        if getattr(inp.checks, name).enabled or (stalled and name == "liveness")
+    ]
 
 
 __all__ = ["CHECKERS", "CheckInput", "RunFacts", "Verdict", "overall", "run_checks"]

@@ -44,7 +44,7 @@ LAG_ROUNDS = 4.0
 
 def _split(arrays: Mapping[str, np.ndarray], part: str) -> dict[str, np.ndarray]:
     pre = part + "/"
-    return {n[len(pre):]: a for n, a in arrays.items() if n.startswith(pre)}
+    return {n[len(pre) :]: a for n, a in arrays.items() if n.startswith(pre)}
 
 
 def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) -> list[str]:
@@ -55,8 +55,13 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
     parts: dict[str, Any] = {p: _split(arrays, p) for p in ("base", "opt_before", "opt_after", "delta", "result")}
     uploads = [_split(arrays, f"upload/{i}") for i in range(len(a.uploads))]
     anchors = [_split(arrays, f"anchor/{i}") or None for i in range(len(a.uploads))]
-    recorded = {"base": a.base, "opt_before": a.opt_before, "opt_after": a.opt_after, "delta": a.delta,
-                "result": a.result}
+    recorded = {
+        "base": a.base,
+        "opt_before": a.opt_before,
+        "opt_after": a.opt_after,
+        "delta": a.delta,
+        "result": a.result,
+    }
     for part, want in recorded.items():
         if ref.digest(parts[part]) != want:
             problems.append(f"its file's {part} is not what the event digested")
@@ -69,18 +74,31 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
     delta = ref.merged_delta(uploads, anchors, parts["base"], counters, facts.rule, facts.mean_tensors)
     err = ref.max_error(delta, parts["delta"])
     if err > ROUNDOFF:
-        problems.append(f"merged update differs from the reference by {err:.3g} round-off units "
-                        f"(rule {facts.rule}, weights from c_tokens²/c_steps {counters})")
+        problems.append(
+            f"merged update differs from the reference by {err:.3g} round-off units "
+            f"(rule {facts.rule}, weights from c_tokens²/c_steps {counters})"
+        )
     if facts.adamw:
         return problems  # data-parallel: the AdamW step is not recomputed (chained by digest only)
-    result, opt_after = ref.outer_step(parts["base"], parts["opt_before"], delta, lr=facts.outer_lr,
-                                       momentum=facts.outer_momentum, nesterov=facts.nesterov, scale=a.scale)
-    for what, want, got in (("new fragment", result, parts["result"]), ("optimizer state", opt_after,
-                                                                         parts["opt_after"])):
+    result, opt_after = ref.outer_step(
+        parts["base"],
+        parts["opt_before"],
+        delta,
+        lr=facts.outer_lr,
+        momentum=facts.outer_momentum,
+        nesterov=facts.nesterov,
+        scale=a.scale,
+    )
+    for what, want, got in (
+        ("new fragment", result, parts["result"]),
+        ("optimizer state", opt_after, parts["opt_after"]),
+    ):
         err = ref.max_error(want, got)
         if err > ROUNDOFF:
-            problems.append(f"{what} differs from the reference outer step by {err:.3g} round-off units "
-                            f"(lr {facts.outer_lr}, momentum {facts.outer_momentum}, nesterov {facts.nesterov})")
+            problems.append(
+                f"{what} differs from the reference outer step by {err:.3g} round-off units "
+                f"(lr {facts.outer_lr}, momentum {facts.outer_momentum}, nesterov {facts.nesterov})"
+            )
     return problems
 
 
@@ -95,18 +113,32 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
     if d.contributions < facts.min_quorum:
         return f"merged {d.contributions} contribution(s), fewer than the quorum K = {facts.min_quorum}"
     after = min(m.wait_s, m.quorum_wait_s)  # since it could first merge: its opening and its quorum both
-    grace = 0.0 if d.contributions >= d.active_learners else ref.grace_s(
-        enabled=facts.grace, gamma=facts.gamma, cap_steps=facts.cap_steps, overlap_steps=facts.overlap_steps,
-        overlap_auto=facts.overlap_auto, t_step=d.t_step, t_quorum=d.t_quorum,
-        t_sync=d.t_upload + d.t_merge + d.t_broadcast)
+    grace = (
+        0.0
+        if d.contributions >= d.active_learners
+        else ref.grace_s(
+            enabled=facts.grace,
+            gamma=facts.gamma,
+            cap_steps=facts.cap_steps,
+            overlap_steps=facts.overlap_steps,
+            overlap_auto=facts.overlap_auto,
+            t_step=d.t_step,
+            t_quorum=d.t_quorum,
+            t_sync=d.t_upload + d.t_merge + d.t_broadcast,
+        )
+    )
     if after < grace - 1e-6 * (1 + grace):
         before = "its opening" if m.wait_s < 0 else "the end of its grace window"
-        return (f"merged {after:.3f}s after its opening and quorum, before {before} ({grace:.3f}s; "
-                f"{d.contributions} of {d.active_learners} active learners in)")
+        return (
+            f"merged {after:.3f}s after its opening and quorum, before {before} ({grace:.3f}s; "
+            f"{d.contributions} of {d.active_learners} active learners in)"
+        )
     limit = due_limit_s(facts, d, round_s)
     if limit is not None and m.due_wait_s is not None and m.due_wait_s > limit:
-        return (f"merged {m.due_wait_s:.3f}s after its quorum and opening were both in, past grace + hold + "
-                f"{LAG_ROUNDS:g} rounds = {limit:.3f}s: a round with its quorum was kept waiting")
+        return (
+            f"merged {m.due_wait_s:.3f}s after its quorum and opening were both in, past grace + hold + "
+            f"{LAG_ROUNDS:g} rounds = {limit:.3f}s: a round with its quorum was kept waiting"
+        )
     return None
 
 
@@ -148,14 +180,21 @@ class _Chain:
         assert a is not None
         held = self.state.get(m.fragment)
         if held is not None and held != (a.base, a.opt_before):
-            what = " and ".join(w for w, ok in (("value", held[0] == a.base), ("optimizer state", held[1] == a.opt_before))
-                                if not ok)
-            self.problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={when:.1f}s) "
-                                 f"started from a {what} other than the syncer held (lost or reset between merges)")
+            what = " and ".join(
+                w
+                for w, ok in (("value", held[0] == a.base), ("optimizer state", held[1] == a.opt_before))
+                if not ok
+            )
+            self.problems.append(
+                f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={when:.1f}s) "
+                f"started from a {what} other than the syncer held (lost or reset between merges)"
+            )
         produced = self.values[(m.fragment, m.version)]
         if produced and a.result not in produced:
-            self.problems.append(f"version {m.version} of fragment {m.fragment} was produced twice with different "
-                                 "values (versions went backwards)")
+            self.problems.append(
+                f"version {m.version} of fragment {m.fragment} was produced twice with different "
+                "values (versions went backwards)"
+            )
         produced.add(a.result)
         self.state[m.fragment] = (a.result, a.opt_after)
 
@@ -163,24 +202,34 @@ class _Chain:
         self.checkpoints.append(c)
         for p, d in enumerate(c.digests):
             if self.state.get(p, (d.params, d.opt)) != (d.params, d.opt):
-                self.problems.append(f"checkpoint at merge {c.merges_total} (t={when:.1f}s) holds a fragment {p} "
-                                     "other than the syncer's state at that moment (a field left out?)")
+                self.problems.append(
+                    f"checkpoint at merge {c.merges_total} (t={when:.1f}s) holds a fragment {p} "
+                    "other than the syncer's state at that moment (a field left out?)"
+                )
 
     def restore(self, r: ev.Restore, when: float, interval: int) -> None:
         if not r.digests:
             return
         written = [c for c in self.checkpoints if c.digests]
-        same = [c for c in written if [(d.params, d.opt) for d in c.digests] == [(d.params, d.opt) for d in r.digests]]
+        same = [
+            c for c in written if [(d.params, d.opt) for d in c.digests] == [(d.params, d.opt) for d in r.digests]
+        ]
         if not same:
-            self.problems.append(f"restore at t={when:.1f}s restored a state no checkpoint held (merges_total "
-                                 f"{r.merges_total}): a field missing from the checkpoint or the restore?")
+            self.problems.append(
+                f"restore at t={when:.1f}s restored a state no checkpoint held (merges_total "
+                f"{r.merges_total}): a field missing from the checkpoint or the restore?"
+            )
         elif r.state_digest and same[-1].state_digest and r.state_digest != same[-1].state_digest:
-            self.problems.append(f"restore at t={when:.1f}s restored syncer state (versions, clock, token ledger, "
-                                 f"merged keys …) other than the checkpoint of merge {same[-1].merges_total} held: a "
-                                 "field left out of the restore")
+            self.problems.append(
+                f"restore at t={when:.1f}s restored syncer state (versions, clock, token ledger, "
+                f"merged keys …) other than the checkpoint of merge {same[-1].merges_total} held: a "
+                "field left out of the restore"
+            )
         elif written and same[-1] is not written[-1] and r.version_skip <= interval:
-            self.problems.append(f"restore at t={when:.1f}s took the checkpoint of merge {same[-1].merges_total}, "
-                                 f"not the newest ({written[-1].merges_total}), and says no newer one was unreadable")
+            self.problems.append(
+                f"restore at t={when:.1f}s took the checkpoint of merge {same[-1].merges_total}, "
+                f"not the newest ({written[-1].merges_total}), and says no newer one was unreadable"
+            )
         self.set_all(r.digests, r.versions)
 
 
@@ -191,8 +240,12 @@ def check_audit(inp: CheckInput) -> Verdict:
     if not merges:
         return Verdict("audit", "indeterminate", "no merge to audit")
     if len(audited) < len(merges):
-        return Verdict("audit", "indeterminate", f"{len(merges) - len(audited)} of {len(merges)} merges carry no "
-                                                 "audit digests (a log from before the merge audit)")
+        return Verdict(
+            "audit",
+            "indeterminate",
+            f"{len(merges) - len(audited)} of {len(merges)} merges carry no "
+            "audit digests (a log from before the merge audit)",
+        )
     t0 = h.start
     chain = _Chain()
     uploads: dict[tuple[str, str, int, int, int], str] = {}
@@ -204,25 +257,32 @@ def check_audit(inp: CheckInput) -> Verdict:
             for i, p in enumerate(e.participants):
                 got = uploads.get((p.learner_id, p.incarnation, e.fragment, p.base_version, p.round))
                 if got is not None and e.audit is not None and got != e.audit.uploads[i]:
-                    chain.problems.append(f"merge {e.merges_total} (fragment {e.fragment}) merged a contribution of "
-                                          f"{p.learner_id} other than the upload it received")
+                    chain.problems.append(
+                        f"merge {e.merges_total} (fragment {e.fragment}) merged a contribution of "
+                        f"{p.learner_id} other than the upload it received"
+                    )
         elif isinstance(e, ev.Checkpoint):
             chain.checkpoint(e, e.ts - t0)
         elif isinstance(e, ev.Restore):
             chain.restore(e, e.ts - t0, inp.facts.checkpoint_every_merges)
         elif e.digest and not e.duplicate:
-            uploads.setdefault((e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round), e.digest)
+            uploads.setdefault(
+                (e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round), e.digest
+            )
     problems = chain.problems
     pace, lag_rounds = inp.pace, 0.0
     if inp.facts.merge.clocked:
         for m in audited:
-            if pace.round_s and m.decision is not None and m.due_wait_s is not None:  # the margin, for the evidence
+            if (
+                pace.round_s and m.decision is not None and m.due_wait_s is not None
+            ):  # the margin, for the evidence
                 lag = m.due_wait_s - due_allowance_s(inp.facts.merge, m.decision)
                 lag_rounds = max(lag_rounds, lag / pace.round_s)
             wrong = timing(m, inp.facts.merge, pace.round_s)
             if wrong is not None:
-                problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={m.ts - t0:.1f}s) "
-                                f"{wrong}")
+                problems.append(
+                    f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, t={m.ts - t0:.1f}s) {wrong}"
+                )
     held = 0
     for e in h.of(ev.Apply, ev.StateFetch, ev.SyncStartEvent):
         if isinstance(e, ev.Apply):
@@ -237,8 +297,9 @@ def check_audit(inp: CheckInput) -> Verdict:
             held += 1
             known = chain.values.get((p, v))
             if known is not None and d not in known:
-                problems.append(f"{e.source} holds a fragment {p} v{v} other than the syncer's {doing} it "
-                                f"(t={e.ts - t0:.1f}s)")
+                problems.append(
+                    f"{e.source} holds a fragment {p} v{v} other than the syncer's {doing} it (t={e.ts - t0:.1f}s)"
+                )
     kept = [m for m in audited if m.audit is not None and m.audit.file]
     recomputed, missing = 0, 0
     for m in kept:
@@ -248,21 +309,45 @@ def check_audit(inp: CheckInput) -> Verdict:
             missing += 1
             continue
         recomputed += 1
-        problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, {m.audit.file}): {p}"
-                     for p in recompute(m, arrays, inp.facts.merge)]
-    evidence = {"merges": len(merges), "recomputed": recomputed, "lag_rounds_max": round(lag_rounds, 3),
-                "kept_missing": missing, "learner_values": held, "problems": len(problems),
-                "first_problems": problems[:SHOWN]}
+        problems += [
+            f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, {m.audit.file}): {p}"
+            for p in recompute(m, arrays, inp.facts.merge)
+        ]
+    evidence = {
+        "merges": len(merges),
+        "recomputed": recomputed,
+        "lag_rounds_max": round(lag_rounds, 3),
+        "kept_missing": missing,
+        "learner_values": held,
+        "problems": len(problems),
+        "first_problems": problems[:SHOWN],
+    }
     if missing and recomputed:  # some kept files are there: the others were lost or damaged
-        problems += [f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}): its kept file "
-                     f"{m.audit.file} is missing or unreadable" for m in kept
-                     if m.audit is not None and m.audit.file not in inp.audit_files]
+        problems += [
+            f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}): its kept file "
+            f"{m.audit.file} is missing or unreadable"
+            for m in kept
+            if m.audit is not None and m.audit.file not in inp.audit_files
+        ]
         evidence["problems"], evidence["first_problems"] = len(problems), problems[:SHOWN]
     if problems:
         return Verdict("audit", "fail", f"{len(problems)} problem(s); first: {problems[0]}", evidence)
     if missing:
-        return Verdict("audit", "indeterminate", f"none of the {missing} kept merges' files could be read (the run "
-                                                 "directory's audit/)", evidence)
-    step = "the merged update (the AdamW step chained by digest)" if inp.facts.merge.adamw else "update, step and state"
-    return Verdict("audit", "pass", f"{recomputed} of {len(merges)} merges recomputed by the reference ({step}); "
-                                    f"every merge chained; {held} learner-held values were the syncer's", evidence)
+        return Verdict(
+            "audit",
+            "indeterminate",
+            f"none of the {missing} kept merges' files could be read (the run directory's audit/)",
+            evidence,
+        )
+    step = (
+        "the merged update (the AdamW step chained by digest)"
+        if inp.facts.merge.adamw
+        else "update, step and state"
+    )
+    return Verdict(
+        "audit",
+        "pass",
+        f"{recomputed} of {len(merges)} merges recomputed by the reference ({step}); "
+        f"every merge chained; {held} learner-held values were the syncer's",
+        evidence,
+    )

@@ -60,11 +60,24 @@ class MergeFacts:
     overlap_auto: bool = True
 
     @classmethod
-    def of(cls, cfg: RunConfig) -> "MergeFacts":
+    def of(cls, cfg: RunConfig) -> MergeFacts:
         p = policy_from_config(cfg)
-        return cls(p.merge_rule, tuple(p.mean_tensors), p.outer_lr, p.outer_momentum, p.nesterov,
-                   p.outer_adamw is not None, p.clocked, p.late_uploads == "carry", p.min_quorum, p.grace_enabled,
-                   p.grace_gamma, p.grace_cap_steps, p.overlap_steps, p.overlap_auto)
+        return cls(
+            p.merge_rule,
+            tuple(p.mean_tensors),
+            p.outer_lr,
+            p.outer_momentum,
+            p.nesterov,
+            p.outer_adamw is not None,
+            p.clocked,
+            p.late_uploads == "carry",
+            p.min_quorum,
+            p.grace_enabled,
+            p.grace_gamma,
+            p.grace_cap_steps,
+            p.overlap_steps,
+            p.overlap_auto,
+        )
 
 
 @dataclass(frozen=True)
@@ -82,17 +95,25 @@ class RunFacts:
     long_poll_s: float = 2.0  # how long a learner's wait for a merged fragment lasts before it asks again
 
     @classmethod
-    def of(cls, scenario: Scenario) -> "RunFacts":
+    def of(cls, scenario: Scenario) -> RunFacts:
         """The facts of a scenario's cluster (real and simulated runs take them the same way)."""
         return cls.of_config(scenario.cluster, tuple(scenario.learner_ids()))
 
     @classmethod
-    def of_config(cls, cfg: RunConfig, learners: tuple[str, ...]) -> "RunFacts":
+    def of_config(cls, cfg: RunConfig, learners: tuple[str, ...]) -> RunFacts:
         """The facts of a run config whose learners are ``learners``."""
         p = policy_from_config(cfg)
-        return cls(learners, cfg.algorithm.min_quorum or 1, cfg.syncer.checkpoint_every_merges,
-                   cfg.algorithm.num_fragments, MergeFacts.of(cfg), cfg.token_budget,
-                   cfg.algorithm.num_learners * p.sync_every * p.tokens_per_step, p.sync_every, cfg.learner.long_poll_s)
+        return cls(
+            learners,
+            cfg.algorithm.min_quorum or 1,
+            cfg.syncer.checkpoint_every_merges,
+            cfg.algorithm.num_fragments,
+            MergeFacts.of(cfg),
+            cfg.token_budget,
+            cfg.algorithm.num_learners * p.sync_every * p.tokens_per_step,
+            p.sync_every,
+            cfg.learner.long_poll_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -146,8 +167,9 @@ def first_upload_after(history: History, learner: str, t: float) -> float | None
     return next((u.ts for u in history.of(ev.Upload) if u.learner_id == learner and u.ts >= t), None)
 
 
-def unavailable_intervals(history: History, learners: tuple[str, ...]) -> tuple[dict[str, list[tuple[float, float]]],
-                                                                                 list[tuple[float, float]]]:
+def unavailable_intervals(
+    history: History, learners: tuple[str, ...]
+) -> tuple[dict[str, list[tuple[float, float]]], list[tuple[float, float]]]:
     """Per learner, when a fault kept it from contributing; and when the syncer was down.
 
     A removed learner counts as back at its first upload after the heal (restart,
@@ -197,6 +219,11 @@ def uncovered_seconds(a: float, b: float, intervals: list[tuple[float, float]]) 
 def overall(verdicts: list[Verdict]) -> tuple[str, int]:
     """The run's status and exit code (chaos.exit_codes): any failure fails it; else any undecided check
     leaves it indeterminate."""
-    status = ("fail" if any(v.status == "fail" for v in verdicts) else
-              "indeterminate" if any(v.status == "indeterminate" for v in verdicts) else "pass")
+    status = (
+        "fail"
+        if any(v.status == "fail" for v in verdicts)
+        else "indeterminate"
+        if any(v.status == "indeterminate" for v in verdicts)
+        else "pass"
+    )
     return status, int(for_status(status))

@@ -66,13 +66,18 @@ def run_pace(history: History) -> RunPace:
     """This run's start-up and round times (see the module docstring)."""
     up, steady = history.phase("bring_up"), history.phase("steady")
     startup = steady.ts - up.ts if isinstance(up, Phase) and isinstance(steady, Phase) else None
-    windows = [(w.start, w.end if w.end is not None else history.end)
-               for w in history.fault_windows() if w.injected]
+    windows = [
+        (w.start, w.end if w.end is not None else history.end) for w in history.fault_windows() if w.injected
+    ]
     by_fragment: dict[int, list[float]] = {}
     for m in history.of(ev.Merge):
         by_fragment.setdefault(m.fragment, []).append(m.ts)
-    gaps = [b - a for ts in by_fragment.values() for a, b in zip(ts, ts[1:])
-            if not any(a < hi and lo < b for lo, hi in windows)]
+    gaps = [
+        b - a
+        for ts in by_fragment.values()
+        for a, b in zip(ts, ts[1:])
+        if not any(a < hi and lo < b for lo, hi in windows)
+    ]
     round_s = statistics.median(gaps) if len(gaps) >= MIN_INTERVALS else None
     return RunPace(startup, round_s, len(gaps))
 
@@ -82,8 +87,11 @@ def derive_bound(fixed: float | None, pace: RunPace, *, startups: float, rounds:
     if fixed is not None:
         return Bound(fixed, "fixed by the scenario")
     if (startups and pace.startup_s is None) or (rounds and pace.round_s is None):
-        return Bound(None, f"not measurable: start-up {pace.startup_s}, round {pace.round_s} over "
-                           f"{pace.intervals} fault-free interval(s); give the bound in seconds")
+        return Bound(
+            None,
+            f"not measurable: start-up {pace.startup_s}, round {pace.round_s} over "
+            f"{pace.intervals} fault-free interval(s); give the bound in seconds",
+        )
     parts, total = [], 0.0
     if startups:
         total += startups * (pace.startup_s or 0.0)

@@ -12,8 +12,10 @@ def check_durability(inp: CheckInput) -> Verdict:
     last: dict[int, int] = {}
     for m in inp.history.of(ev.Merge):
         if m.version <= last.get(m.fragment, -1):
-            problems.append(f"fragment {m.fragment}: version {m.version} after {last[m.fragment]} "
-                            f"(at {m.ts - inp.history.start:.1f}s)")
+            problems.append(
+                f"fragment {m.fragment}: version {m.version} after {last[m.fragment]} "
+                f"(at {m.ts - inp.history.start:.1f}s)"
+            )
         last[m.fragment] = max(m.version, last.get(m.fragment, -1))
     restarts: list[dict] = []
     interval = inp.facts.checkpoint_every_merges
@@ -24,18 +26,32 @@ def check_durability(inp: CheckInput) -> Verdict:
         elif isinstance(e, ev.SyncerStart) and merges_seen > 0:
             restored = e.restored_from_merges
             lost = merges_seen - max(restored, 0)
-            restarts.append({"at_s": round(e.ts - inp.history.start, 3), "merges_before": merges_seen,
-                             "restored_from_merges": restored, "lost_merges": lost})
+            restarts.append(
+                {
+                    "at_s": round(e.ts - inp.history.start, 3),
+                    "merges_before": merges_seen,
+                    "restored_from_merges": restored,
+                    "lost_merges": lost,
+                }
+            )
             if restored < 0:
-                problems.append(f"syncer restarted from scratch after {merges_seen} merges: no checkpoint restored")
+                problems.append(
+                    f"syncer restarted from scratch after {merges_seen} merges: no checkpoint restored"
+                )
             elif lost > interval:
                 problems.append(f"syncer restart lost {lost} merges (> one checkpoint interval of {interval})")
     problems += _clock_fell_back(inp)
     evidence = {"restarts": restarts, "checkpoint_every_merges": interval, "final_versions": last}
     if problems:
-        return Verdict("durability", "fail", problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1
-                                                           else ""), {**evidence, "problems": problems})
-    what = f"{len(restarts)} syncer restart(s), each resumed from its checkpoint" if restarts else "no syncer restart"
+        return Verdict(
+            "durability",
+            "fail",
+            problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            {**evidence, "problems": problems},
+        )
+    what = (
+        f"{len(restarts)} syncer restart(s), each resumed from its checkpoint" if restarts else "no syncer restart"
+    )
     return Verdict("durability", "pass", f"versions never regressed; {what}", evidence)
 
 
@@ -57,7 +73,9 @@ def _clock_fell_back(inp: CheckInput) -> list[str]:
             low = min(after, key=lambda e: e.clock_step)
             assert low.clock_step is not None and before[-1] is not None
             if before[-1] - low.clock_step > max(2 * h, 0.2 * before[-1]):
-                problems.append(f"{lid} read the syncer's step clock at {low.clock_step:.0f} after its restart at "
-                                f"{at - inp.history.start:.1f}s, {before[-1]:.0f} before: the restored clock fell back "
-                                "instead of running on from its checkpoint")
+                problems.append(
+                    f"{lid} read the syncer's step clock at {low.clock_step:.0f} after its restart at "
+                    f"{at - inp.history.start:.1f}s, {before[-1]:.0f} before: the restored clock fell back "
+                    "instead of running on from its checkpoint"
+                )
     return problems

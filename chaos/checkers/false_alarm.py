@@ -88,14 +88,24 @@ class FalseAlarmRate:
     def describe(self) -> str:
         where = "this cluster" if self.same_cluster else "the built-ins' cluster, not this run's"
         outside = "away from their same-seed baseline" if self.one_baseline else "outside the band"
-        return (f"{self.alarms} of {self.runs} fault-free runs {outside} by more than ±{self.tolerance:g} "
-                f"(95% CI {self.low:.0%}–{self.high:.0%}), measured{' under load' if self.under_load else ''} "
-                f"on {where}")
+        return (
+            f"{self.alarms} of {self.runs} fault-free runs {outside} by more than ±{self.tolerance:g} "
+            f"(95% CI {self.low:.0%}–{self.high:.0%}), measured{' under load' if self.under_load else ''} "
+            f"on {where}"
+        )
 
     def quote(self) -> FalseAlarmQuote:
-        return FalseAlarmQuote(alarms=self.alarms, runs=self.runs, low=self.low, high=self.high,
-                               tolerance=self.tolerance, under_load=self.under_load, same_cluster=self.same_cluster,
-                               measured=self.measured, text=self.describe())
+        return FalseAlarmQuote(
+            alarms=self.alarms,
+            runs=self.runs,
+            low=self.low,
+            high=self.high,
+            tolerance=self.tolerance,
+            under_load=self.under_load,
+            same_cluster=self.same_cluster,
+            measured=self.measured,
+            text=self.describe(),
+        )
 
 
 class FalseAlarmQuote(SparseRecord):
@@ -112,8 +122,9 @@ class FalseAlarmQuote(SparseRecord):
     text: str
 
 
-def rate_at(results: dict[str, Any], config: dict[str, Any], *, tolerance: float, baseline_seeds: int,
-            cluster: str) -> FalseAlarmRate | None:
+def rate_at(
+    results: dict[str, Any], config: dict[str, Any], *, tolerance: float, baseline_seeds: int, cluster: str
+) -> FalseAlarmRate | None:
     """The measured rate at ``tolerance``, or None when the measurement does not apply (another band size)."""
     one = baseline_seeds == 1  # every run's same-seed distance is recorded whatever band size it measured
     if not one and int(config.get("baseline_seeds", -1)) != baseline_seeds:
@@ -124,24 +135,43 @@ def rate_at(results: dict[str, Any], config: dict[str, Any], *, tolerance: float
         return None
     k, n = alarms(distances, tolerance), len(distances)
     lo, hi = wilson(k, n)
-    return FalseAlarmRate(k, n, lo, hi, tolerance, bool(config.get("load")),
-                          results.get("cluster") == cluster, str(results.get("finished", "")), one)
+    return FalseAlarmRate(
+        k,
+        n,
+        lo,
+        hi,
+        tolerance,
+        bool(config.get("load")),
+        results.get("cluster") == cluster,
+        str(results.get("finished", "")),
+        one,
+    )
 
 
-def measured_rate(*, tolerance: float, baseline_seeds: int, cluster: str,
-                  path: Path | None = None) -> FalseAlarmQuote:
+def measured_rate(
+    *, tolerance: float, baseline_seeds: int, cluster: str, path: Path | None = None
+) -> FalseAlarmQuote:
     """What a report says about the false-alarm rate: the measured rate, or why there is none."""
     path = path or (MEASURED if MEASURED.exists() else INSTALLED)
     try:
         doc = json.loads(path.read_text())
         results, config = doc["results"], doc["config"]
-        rate = rate_at({**results, "finished": doc.get("finished", "")}, config, tolerance=tolerance,
-                       baseline_seeds=baseline_seeds, cluster=cluster)
+        rate = rate_at(
+            {**results, "finished": doc.get("finished", "")},
+            config,
+            tolerance=tolerance,
+            baseline_seeds=baseline_seeds,
+            cluster=cluster,
+        )
     except (OSError, ValueError, KeyError, TypeError) as err:
-        return FalseAlarmQuote(text=f"not measured here ({path.name}: {type(err).__name__}); run "
-                                    "benchmarks/parity_false_alarm.py --load")
+        return FalseAlarmQuote(
+            text=f"not measured here ({path.name}: {type(err).__name__}); run "
+            "benchmarks/parity_false_alarm.py --load"
+        )
     if rate is None:
-        return FalseAlarmQuote(text=f"not measured for a band over {baseline_seeds} seed(s) (measured: "
-                                    f"{config.get('baseline_seeds')}); run benchmarks/parity_false_alarm.py --load "
-                                    f"--baseline-seeds {baseline_seeds}")
+        return FalseAlarmQuote(
+            text=f"not measured for a band over {baseline_seeds} seed(s) (measured: "
+            f"{config.get('baseline_seeds')}); run benchmarks/parity_false_alarm.py --load "
+            f"--baseline-seeds {baseline_seeds}"
+        )
     return rate.quote()

@@ -62,7 +62,9 @@ def compute_goodput(events: list[ev.Event], num_fragments: int) -> float | None:
     return goodput_of(trained_tokens(events), merged_tokens(events, num_fragments))
 
 
-IN_FLIGHT_ROUNDS = 2  # rounds of a learner's steps a fault may catch unsynced (each fragment's since its last sync)
+IN_FLIGHT_ROUNDS = (
+    2  # rounds of a learner's steps a fault may catch unsynced (each fragment's since its last sync)
+)
 NOISE = 0.3  # a run's goodput below its fault-free seeds' lowest by this share, outside faults' reach, fails (real
 # built-ins at seed 0 measured 1.23-1.40x the bound at 0.2, 2026-12-04: a loaded machine needs more room)
 
@@ -76,8 +78,9 @@ def exposed_tokens(inp: CheckInput, trained: dict[str, int]) -> dict[str, int]:
     h = inp.history
     learners = inp.facts.learners
     per_round = inp.facts.round_tokens // max(len(learners), 1)
-    first = {lid: min((e.ts for e in h.of(ev.LearnerStart) if e.learner_id == lid), default=h.start)
-             for lid in learners}
+    first = {
+        lid: min((e.ts for e in h.of(ev.LearnerStart) if e.learner_id == lid), default=h.start) for lid in learners
+    }
     end = inp.training_end
     windows: dict[str, list[tuple[float, float]]] = {lid: [] for lid in learners}
     for w in h.fault_windows():
@@ -104,8 +107,12 @@ def derived_min(inp: CheckInput, trained: dict[str, int]) -> tuple[float | None,
     share = sum(exposed.values()) / max(sum(trained.values()), 1)
     ref = min(inp.baseline_goodput)
     bound = ref * (1 - share) * (1 - NOISE)
-    return bound, {"derived_min": round(bound, 4), "baseline_goodput": [round(g, 4) for g in inp.baseline_goodput],
-                   "exposed_share": round(share, 4), "exposed_tokens": exposed}
+    return bound, {
+        "derived_min": round(bound, 4),
+        "baseline_goodput": [round(g, 4) for g in inp.baseline_goodput],
+        "exposed_share": round(share, 4),
+        "exposed_tokens": exposed,
+    }
 
 
 def check_goodput(inp: CheckInput) -> Verdict:
@@ -118,15 +125,22 @@ def check_goodput(inp: CheckInput) -> Verdict:
     evidence = {"goodput": round(frac, 4), "min": need, "trained_tokens": trained, "merged_tokens": merged}
     over = sorted(lid for lid, t in merged.items() if t > trained.get(lid, 0))
     if over:  # each trained token is merged at most once: more merged than trained is tokens counted twice
-        return Verdict("goodput", "fail", f"merges took more tokens of {', '.join(over)} than they trained "
-                                          f"({frac:.1%} overall): a contribution's counters spanned tokens already "
-                                          "merged, or counted tokens nobody trained", evidence)
+        return Verdict(
+            "goodput",
+            "fail",
+            f"merges took more tokens of {', '.join(over)} than they trained "
+            f"({frac:.1%} overall): a contribution's counters spanned tokens already "
+            "merged, or counted tokens nobody trained",
+            evidence,
+        )
     derived, how = derived_min(inp, trained)
     evidence.update(how)
     if derived is not None and derived > need:
         need = derived
-        why = (f"minimum {need:.1%} = the fault-free runs' lowest {min(inp.baseline_goodput):.1%} × "
-               f"(1 − {how['exposed_share']:.1%} exposed to faults) × (1 − {NOISE:g})")
+        why = (
+            f"minimum {need:.1%} = the fault-free runs' lowest {min(inp.baseline_goodput):.1%} × "
+            f"(1 − {how['exposed_share']:.1%} exposed to faults) × (1 − {NOISE:g})"
+        )
     else:
         why = f"minimum {need:.0%}"
     status = "pass" if frac >= need else "fail"

@@ -37,7 +37,9 @@ UNREACHABLE = "unreachable"  # a learner's sync_result when no answer came (trai
 class SyncerBook:
     """The syncer's side, fed its events in time order."""
 
-    pending: dict[int, dict[str, tuple[Key, int]]] = field(default_factory=dict)  # fragment -> learner -> (key, tokens)
+    pending: dict[int, dict[str, tuple[Key, int]]] = field(
+        default_factory=dict
+    )  # fragment -> learner -> (key, tokens)
     bins: Counter = field(default_factory=Counter)
     accepted: dict[Key, int] = field(default_factory=dict)  # every accepted key -> its claimed c_tokens
     merged_at: list[tuple[int, int]] = field(default_factory=list)  # (merges_total, tokens merged) per merge
@@ -53,12 +55,16 @@ class SyncerBook:
             for frag in self.pending.values():
                 self.bins["lost with the syncer"] += sum(t for _, t in frag.values())
             self.pending = {}
-            undone = sum(t for n, t in self.merged_at if n > e.restored_from_merges) if e.restored_from_merges >= 0 \
+            undone = (
+                sum(t for n, t in self.merged_at if n > e.restored_from_merges)
+                if e.restored_from_merges >= 0
                 else sum(t for _, t in self.merged_at)
+            )
             self.bins["merged"] -= undone
             self.bins["lost with the syncer"] += undone
-            self.merged_at = [(n, t) for n, t in self.merged_at if e.restored_from_merges >= 0
-                              and n <= e.restored_from_merges]
+            self.merged_at = [
+                (n, t) for n, t in self.merged_at if e.restored_from_merges >= 0 and n <= e.restored_from_merges
+            ]
             # The restored syncer's rounds: those its checkpoint held (merges after it were lost and may merge again).
             self.rounds = [x for x in self.rounds if x[0] <= e.restored_from_merges]
             self.last_round = {}
@@ -84,9 +90,11 @@ class SyncerBook:
             key = (p.learner_id, p.incarnation, m.fragment, p.base_version, p.round)
             held = frag.pop(p.learner_id, None)
             if held is None or held[0] != key:
-                self.problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}) took "
-                                     f"{p.learner_id}'s contribution (base v{p.base_version}, round {p.round}), which "
-                                     "was not pending")
+                self.problems.append(
+                    f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}) took "
+                    f"{p.learner_id}'s contribution (base v{p.base_version}, round {p.round}), which "
+                    "was not pending"
+                )
                 continue
             total += p.c_tokens
             self.bins["capped"] += held[1] - p.c_tokens
@@ -94,20 +102,26 @@ class SyncerBook:
         self.merged_at.append((m.merges_total, total))
         for lid, (key, tokens) in frag.items():
             self.bins["unaccounted"] += tokens
-            self.problems.append(f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}) left out {lid}'s "
-                                 f"accepted upload (base v{key[3]}, round {key[4]}, {tokens} tokens), not superseded")
+            self.problems.append(
+                f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}) left out {lid}'s "
+                f"accepted upload (base v{key[3]}, round {key[4]}, {tokens} tokens), not superseded"
+            )
 
     def _rounds(self, m: ev.Merge) -> None:
         """A round merges once; with late uploads refused, no contribution made for a merged round is merged."""
         last = self.last_round.get(m.fragment, -1)
         if m.round <= last:
-            self.problems.append(f"merge {m.merges_total} closed round {m.round} of fragment {m.fragment}, which "
-                                 f"had merged (last merged round {last}): a round merges once")
+            self.problems.append(
+                f"merge {m.merges_total} closed round {m.round} of fragment {m.fragment}, which "
+                f"had merged (last merged round {last}): a round merges once"
+            )
         late = [p for p in m.participants if p.round <= last]
         if late and not self.facts.late_carry:
-            self.problems.append(f"merge {m.merges_total} (fragment {m.fragment}, round {m.round}) took "
-                                 f"{', '.join(p.learner_id for p in late)}'s upload for round {late[0].round}, which "
-                                 "had merged (late_uploads: refuse — a late upload misses its merge)")
+            self.problems.append(
+                f"merge {m.merges_total} (fragment {m.fragment}, round {m.round}) took "
+                f"{', '.join(p.learner_id for p in late)}'s upload for round {late[0].round}, which "
+                "had merged (late_uploads: refuse — a late upload misses its merge)"
+            )
         self.last_round[m.fragment] = max(last, m.round)
         self.rounds.append((m.merges_total, m.fragment, m.round))
 
@@ -123,8 +137,9 @@ class SyncerBook:
 def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[str]]:
     """The learners' side: what each sent, what it was told, checked against the syncer's book."""
     h = inp.history
-    rejects = Counter((r.learner_id, r.fragment, r.base_version, r.reason) for r in h.of(ev.Reject)
-                      if r.call == "Upload")
+    rejects = Counter(
+        (r.learner_id, r.fragment, r.base_version, r.reason) for r in h.of(ev.Reject) if r.call == "Upload"
+    )
     bins: Counter = Counter()
     problems: list[str] = []
     incarnation: dict[str, str] = {}
@@ -145,25 +160,33 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
         if e.accepted:
             bins["accepted"] += tokens
             if key not in syncer.accepted:
-                problems.append(f"{e.source} was told its upload for fragment {e.fragment} (base v{e.base_version}, "
-                                f"round {e.round}) was accepted; the syncer has no such upload")
+                problems.append(
+                    f"{e.source} was told its upload for fragment {e.fragment} (base v{e.base_version}, "
+                    f"round {e.round}) was accepted; the syncer has no such upload"
+                )
             elif syncer.accepted[key] != tokens:
-                problems.append(f"{e.source}'s upload for fragment {e.fragment} (round {e.round}) carried {tokens} "
-                                f"tokens; the syncer counted {syncer.accepted[key]}")
+                problems.append(
+                    f"{e.source}'s upload for fragment {e.fragment} (round {e.round}) carried {tokens} "
+                    f"tokens; the syncer counted {syncer.accepted[key]}"
+                )
         elif e.reason == UNREACHABLE:
             bins["no answer" if key not in syncer.accepted else "accepted, answer lost"] += tokens
         else:
             bins[f"refused: {e.reason}"] += tokens
             if not rejects[(e.source, e.fragment, e.base_version, e.reason)]:
-                problems.append(f"{e.source} was told {e.reason!r} for fragment {e.fragment} (base "
-                                f"v{e.base_version}); the syncer recorded no such refusal")
+                problems.append(
+                    f"{e.source} was told {e.reason!r} for fragment {e.fragment} (base "
+                    f"v{e.base_version}); the syncer recorded no such refusal"
+                )
     answered = sum(t for b, t in bins.items() if b != "sent")
     bins["no answer recorded"] = bins["sent"] - answered  # the learner died, or the run ended, before an answer
     known = set(incarnation)
     for key in syncer.accepted:
         if key[0] in known and key not in sent:
-            problems.append(f"the syncer accepted an upload of {key[0]}/{key[1]} for fragment {key[2]} (base v{key[3]}, "
-                            f"round {key[4]}) that no sync_start of that incarnation sent")
+            problems.append(
+                f"the syncer accepted an upload of {key[0]}/{key[1]} for fragment {key[2]} (base v{key[3]}, "
+                f"round {key[4]}) that no sync_start of that incarnation sent"
+            )
     return bins, problems
 
 
@@ -191,22 +214,30 @@ def _data_book(inp: CheckInput) -> tuple[dict, list[str]]:
         stream = tuple(e.data.stream)
         owner = streams.setdefault(stream, who)
         if owner != who and len(problems) < 50:
-            problems.append(f"{who[0]} incarnation {who[1]} trains data stream {list(stream)}, which "
-                            f"{owner[0]} incarnation {owner[1]} trained: the same samples twice")
+            problems.append(
+                f"{who[0]} incarnation {who[1]} trains data stream {list(stream)}, which "
+                f"{owner[0]} incarnation {owner[1]} trained: the same samples twice"
+            )
         if len(stream) == 3:
             key = keys.setdefault(who[0], stream[1])
             if key != stream[1] and len(problems) < 50:
                 problems.append(f"{who[0]} switched data key from {key} to {stream[1]}")
             index = first_index.get(who)
             if index is not None and stream[2] != index and len(problems) < 50:
-                problems.append(f"{who[0]} incarnation {who[1]} trains stream {list(stream)}, not the incarnation "
-                                f"index {index} the syncer gave it: a rejoin that does not start its own data")
+                problems.append(
+                    f"{who[0]} incarnation {who[1]} trains stream {list(stream)}, not the incarnation "
+                    f"index {index} the syncer gave it: a rejoin that does not start its own data"
+                )
         if e.data.batches != e.step and len(problems) < 50:
-            problems.append(f"{who[0]} at step {e.step} had drawn {e.data.batches} batches of its stream (one a "
-                            "step from its start: data skipped or trained twice)")
+            problems.append(
+                f"{who[0]} at step {e.step} had drawn {e.data.batches} batches of its stream (one a "
+                "step from its start: data skipped or trained twice)"
+            )
     duplicate_keys = {k for k in keys.values() if list(keys.values()).count(k) > 1}
-    problems += [f"learners {sorted(lid for lid, k in keys.items() if k == dk)} share data key {dk}: their shards "
-                 "overlap" for dk in sorted(duplicate_keys)]
+    problems += [
+        f"learners {sorted(lid for lid, k in keys.items() if k == dk)} share data key {dk}: their shards overlap"
+        for dk in sorted(duplicate_keys)
+    ]
     return {"streams": len(streams), "positions": positions}, problems
 
 
@@ -221,15 +252,21 @@ def _budget(inp: CheckInput) -> tuple[dict[str, int] | None, str | None]:
     allowed = max(one_round, budget // 4)
     evidence = {"finished_tokens": tokens, "budget": budget, "one_round": one_round, "allowed_over": allowed}
     if not budget <= tokens <= budget + allowed:
-        return evidence, (f"the result was fixed at {tokens} tokens, {tokens / budget:.2f}× the budget {budget} "
-                          f"(allowed: up to {allowed} tokens beyond it)")
+        return evidence, (
+            f"the result was fixed at {tokens} tokens, {tokens / budget:.2f}× the budget {budget} "
+            f"(allowed: up to {allowed} tokens beyond it)"
+        )
     return evidence, None
 
 
 def check_ledger(inp: CheckInput) -> Verdict:
     if any(p.base_version < 0 for m in inp.history.of(ev.Merge) for p in m.participants):
-        return Verdict("ledger", "indeterminate", "merge participants carry no base version (a log from before the "
-                                                  "ledger): contributions cannot be matched to uploads")
+        return Verdict(
+            "ledger",
+            "indeterminate",
+            "merge participants carry no base version (a log from before the "
+            "ledger): contributions cannot be matched to uploads",
+        )
     book = SyncerBook(facts=inp.facts.merge)
     for e in inp.history.of(ev.SyncerStart, ev.Upload, ev.Merge, ev.Reject):
         if isinstance(e, ev.SyncerStart):
@@ -246,14 +283,31 @@ def check_ledger(inp: CheckInput) -> Verdict:
     data, data_problems = _data_book(inp)
     problems = book.problems + learner_problems + ([late] if late else []) + data_problems
     accepted = sum(book.accepted.values())
-    evidence = {"syncer": {"accepted": accepted, **dict(book.bins)}, "learners": dict(learner_bins),
-                "budget": budget, "data": data, "problems": len(problems), "first_problems": problems[:SHOWN]}
+    evidence = {
+        "syncer": {"accepted": accepted, **dict(book.bins)},
+        "learners": dict(learner_bins),
+        "budget": budget,
+        "data": data,
+        "problems": len(problems),
+        "first_problems": problems[:SHOWN],
+    }
     if problems:
         return Verdict("ledger", "fail", f"{len(problems)} problem(s); first: {problems[0]}", evidence)
     if not book.accepted:
-        return Verdict("ledger", "indeterminate", "the syncer accepted no upload: nothing to account for", evidence)
+        return Verdict(
+            "ledger", "indeterminate", "the syncer accepted no upload: nothing to account for", evidence
+        )
     merged = book.bins["merged"]
-    return Verdict("ledger", "pass", f"{accepted} uploaded tokens accounted for ({merged} merged); the learners' "
-                                     "and the syncer's books agree" + ("; result fixed at the budget" if budget else "")
-                   + (f"; {data['streams']} data streams, each its own incarnation's from its start"
-                      if data["positions"] else ""), evidence)
+    return Verdict(
+        "ledger",
+        "pass",
+        f"{accepted} uploaded tokens accounted for ({merged} merged); the learners' "
+        "and the syncer's books agree"
+        + ("; result fixed at the budget" if budget else "")
+        + (
+            f"; {data['streams']} data streams, each its own incarnation's from its start"
+            if data["positions"]
+            else ""
+        ),
+        evidence,
+    )

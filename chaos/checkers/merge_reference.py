@@ -73,8 +73,14 @@ def weights(counters: Sequence[tuple[int, int]]) -> np.ndarray:
     return np.full(len(w), 1.0 / len(w)) if w.sum() == 0 else w / w.sum()
 
 
-def merged_delta(uploads: Sequence[Arrays], anchors: Sequence[Arrays | None], start: Arrays,
-                 counters: Sequence[tuple[int, int]], rule: str, mean_tensors: Sequence[str]) -> dict[str, np.ndarray]:
+def merged_delta(
+    uploads: Sequence[Arrays],
+    anchors: Sequence[Arrays | None],
+    start: Arrays,
+    counters: Sequence[tuple[int, int]],
+    rule: str,
+    mean_tensors: Sequence[str],
+) -> dict[str, np.ndarray]:
     """Δ for one fragment: rebase, weight, merge (steps 1–3 above)."""
     theta = _f64(start)
     vs = []
@@ -89,15 +95,18 @@ def merged_delta(uploads: Sequence[Arrays], anchors: Sequence[Arrays | None], st
     if rest:
         norms = [np.sqrt(sum(float(np.sum(v[n] ** 2)) for n in rest)) for v in vs]
         radius = float(sum(wi * ni for wi, ni in zip(w, norms)))
-        d = {n: sum(wi * v[n] / ni for wi, v, ni in zip(w, vs, norms) if ni > 0) + np.zeros_like(theta[n])
-             for n in rest}
+        d = {
+            n: sum(wi * v[n] / ni for wi, v, ni in zip(w, vs, norms) if ni > 0) + np.zeros_like(theta[n])
+            for n in rest
+        }
         dn = np.sqrt(sum(float(np.sum(d[n] ** 2)) for n in rest))
         out.update({n: d[n] * (radius / dn) if dn > 0 else np.zeros_like(theta[n]) for n in rest})
     return out
 
 
-def outer_step(start: Arrays, opt_before: Arrays, delta: Arrays, *, lr: float, momentum: float, nesterov: bool,
-               scale: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def outer_step(
+    start: Arrays, opt_before: Arrays, delta: Arrays, *, lr: float, momentum: float, nesterov: bool, scale: float
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Θ' and the optimizer state after (step 4 above); the state holds ``momentum/<tensor>`` when μ > 0."""
     theta, d = _f64(start), _f64(delta)
     if momentum == 0:
@@ -128,8 +137,17 @@ def max_error(expected: Arrays, got: Arrays) -> float:
     return worst
 
 
-def grace_s(*, enabled: bool, gamma: float, cap_steps: float, overlap_steps: int, overlap_auto: bool, t_step: float,
-            t_quorum: float, t_sync: float) -> float:
+def grace_s(
+    *,
+    enabled: bool,
+    gamma: float,
+    cap_steps: float,
+    overlap_steps: int,
+    overlap_auto: bool,
+    t_step: float,
+    t_quorum: float,
+    t_sync: float,
+) -> float:
     """The grace window after quorum and opening, from the syncer's moving averages (seconds).
 
     >>> round(grace_s(enabled=True, gamma=0.5, cap_steps=1.0, overlap_steps=2, overlap_auto=False, t_step=0.1,

@@ -59,8 +59,9 @@ def tolerance_of(parity: Any, excess: tuple[float, ...] | list[float]) -> float 
     return derived_tolerance(excess) if parity.tolerance == "derived" else float(parity.tolerance)
 
 
-def still_falling(evals: list[tuple[int, float]], final_loss: float, budget_tokens: int,
-                  tail: float = 0.2) -> float | None:
+def still_falling(
+    evals: list[tuple[int, float]], final_loss: float, budget_tokens: int, tail: float = 0.2
+) -> float | None:
     """How much the eval loss fell over the last ``tail`` of the budget's tokens (None: no eval that early).
 
     A run whose loss still fell by more than the check's detectable effect when it stopped is judged at a moment
@@ -79,16 +80,21 @@ def still_falling(evals: list[tuple[int, float]], final_loss: float, budget_toke
 def check_parity(inp: CheckInput) -> Verdict:
     tol = tolerance_of(inp.checks.parity, inp.baseline_band)
     if tol is None:
-        return Verdict("parity", "indeterminate", f"tolerance: derived needs the final losses of >= 3 fault-free seeds; "
-                                                  f"the band has {len(inp.baseline_band)}")
+        return Verdict(
+            "parity",
+            "indeterminate",
+            f"tolerance: derived needs the final losses of >= 3 fault-free seeds; "
+            f"the band has {len(inp.baseline_band)}",
+        )
     finals = [e for e in inp.history.of(ev.Eval) if e.final]
     if not finals:
         return Verdict("parity", "indeterminate", "the run has no final evaluation (it did not reach its budget)")
     if inp.baseline_final_loss is None or not math.isfinite(inp.baseline_final_loss):
         return Verdict("parity", "indeterminate", "no fault-free baseline to compare with")
     if not all(math.isfinite(x) for x in inp.baseline_band):
-        return Verdict("parity", "indeterminate", f"a fault-free baseline has a non-finite final loss: "
-                                                  f"{inp.baseline_band}")
+        return Verdict(
+            "parity", "indeterminate", f"a fault-free baseline has a non-finite final loss: {inp.baseline_band}"
+        )
     loss, base = finals[-1].loss, inp.baseline_final_loss
     floor = finals[-1].loss_floor
     if inp.baseline_band:
@@ -96,8 +102,10 @@ def check_parity(inp: CheckInput) -> Verdict:
         if len(inp.baseline_band) == 1:  # baseline_seeds: 1, the same-seed run alone
             where = f"the fault-free run {lo:.4f} (floor {floor:.4f} + excess {lo - floor:.4f}; one seed, no band)"
         else:
-            where = (f"fault-free band {lo:.4f}–{hi:.4f} (floor {floor:.4f} + excess {min(inp.baseline_band):.4f}–"
-                     f"{max(inp.baseline_band):.4f} over {len(inp.baseline_band)} seed(s))")
+            where = (
+                f"fault-free band {lo:.4f}–{hi:.4f} (floor {floor:.4f} + excess {min(inp.baseline_band):.4f}–"
+                f"{max(inp.baseline_band):.4f} over {len(inp.baseline_band)} seed(s))"
+            )
     else:
         lo = hi = base
         where = f"baseline {base:.4f}"
@@ -107,19 +115,41 @@ def check_parity(inp: CheckInput) -> Verdict:
     evals = [(e.tokens_total, e.loss) for e in inp.history.of(ev.Eval) if not e.final]
     fell = still_falling(evals, loss, inp.facts.token_budget)
     falling = fell is not None and fell > detectable
-    evidence = {"final_eval_loss": loss, "baseline_final_eval_loss": base, "delta": loss - base,
-                "band": {"low": lo, "high": hi, "excess": list(inp.baseline_band), "width": hi - lo},
-                "outside_band": out, "tolerance": tol, "min_detectable_increase": round(detectable, 6),
-                "fell_over_last_fifth": fell, "still_falling": falling,
-                "loss_floor": floor, "gap_to_floor": loss - floor, "baseline_gap_to_floor": base - floor}
-    derived = f", derived from the band's spread over {len(inp.baseline_band)} seeds" \
-        if inp.checks.parity.tolerance == "derived" else ""
-    power = (f"detects a rise of {detectable:.4f} over the same-seed run"
-             + (f"; the loss still fell {fell:.4f} over the last fifth of the budget, more than that" if falling
-                else ""))
+    evidence = {
+        "final_eval_loss": loss,
+        "baseline_final_eval_loss": base,
+        "delta": loss - base,
+        "band": {"low": lo, "high": hi, "excess": list(inp.baseline_band), "width": hi - lo},
+        "outside_band": out,
+        "tolerance": tol,
+        "min_detectable_increase": round(detectable, 6),
+        "fell_over_last_fifth": fell,
+        "still_falling": falling,
+        "loss_floor": floor,
+        "gap_to_floor": loss - floor,
+        "baseline_gap_to_floor": base - floor,
+    }
+    derived = (
+        f", derived from the band's spread over {len(inp.baseline_band)} seeds"
+        if inp.checks.parity.tolerance == "derived"
+        else ""
+    )
+    power = f"detects a rise of {detectable:.4f} over the same-seed run" + (
+        f"; the loss still fell {fell:.4f} over the last fifth of the budget, more than that" if falling else ""
+    )
     if not math.isfinite(loss) or abs(out) > tol:
-        return Verdict("parity", "fail", f"final eval loss {loss:.4f} vs {where}: outside by {out:+.4f} "
-                                         f"(tolerance ±{tol:.4g}{derived}; {power})", evidence)
+        return Verdict(
+            "parity",
+            "fail",
+            f"final eval loss {loss:.4f} vs {where}: outside by {out:+.4f} "
+            f"(tolerance ±{tol:.4g}{derived}; {power})",
+            evidence,
+        )
     inside = "inside it" if out == 0 else f"{out:+.4f} outside"
-    return Verdict("parity", "pass", f"final eval loss {loss:.4f} vs {where}: {inside} (tolerance ±{tol:.4g}{derived}; "
-                                     f"same-seed baseline {base:.4f}; {power})", evidence)
+    return Verdict(
+        "parity",
+        "pass",
+        f"final eval loss {loss:.4f} vs {where}: {inside} (tolerance ±{tol:.4g}{derived}; "
+        f"same-seed baseline {base:.4f}; {power})",
+        evidence,
+    )

@@ -32,17 +32,33 @@ def check_reference(inp: CheckInput) -> Verdict:
     tol = inp.checks.reference.tolerance
     finals = [e for e in inp.history.of(ev.Eval) if e.final]
     if not finals:
-        return Verdict("reference", "indeterminate", "the run has no final evaluation (it did not reach its budget)")
+        return Verdict(
+            "reference", "indeterminate", "the run has no final evaluation (it did not reach its budget)"
+        )
     ref = inp.reference_final_loss
     if ref is None or not math.isfinite(ref):
         return Verdict("reference", "indeterminate", "no synchronous DiLoCo reference run to compare with")
     loss, floor = finals[-1].loss, finals[-1].loss_floor
     delta = loss - ref
-    evidence = {"final_eval_loss": loss, "reference_final_eval_loss": ref, "delta": delta,
-                "relative": delta / ref if ref else None, "tolerance": tol, "loss_floor": floor,
-                "reference_gap_to_floor": ref - floor}
+    evidence = {
+        "final_eval_loss": loss,
+        "reference_final_eval_loss": ref,
+        "delta": delta,
+        "relative": delta / ref if ref else None,
+        "tolerance": tol,
+        "loss_floor": floor,
+        "reference_gap_to_floor": ref - floor,
+    }
     if not math.isfinite(loss) or delta > tol:
-        return Verdict("reference", "fail", f"final eval loss {loss:.4f} vs synchronous DiLoCo {ref:.4f}: worse by "
-                                            f"{delta:+.4f} (tolerance {tol})", evidence)
-    return Verdict("reference", "pass", f"final eval loss {loss:.4f} vs synchronous DiLoCo {ref:.4f} ({delta:+.4f}, "
-                                        f"tolerance {tol})", evidence)
+        return Verdict(
+            "reference",
+            "fail",
+            f"final eval loss {loss:.4f} vs synchronous DiLoCo {ref:.4f}: worse by {delta:+.4f} (tolerance {tol})",
+            evidence,
+        )
+    return Verdict(
+        "reference",
+        "pass",
+        f"final eval loss {loss:.4f} vs synchronous DiLoCo {ref:.4f} ({delta:+.4f}, tolerance {tol})",
+        evidence,
+    )

@@ -24,10 +24,16 @@ from __future__ import annotations
 import math
 import statistics
 
-from chaos.checkers.base import CheckInput, Verdict, covered, removes_learner, uncovered_seconds, \
-    unavailable_intervals
-from chaos.history import FaultWindow
+from chaos.checkers.base import (
+    CheckInput,
+    Verdict,
+    covered,
+    removes_learner,
+    unavailable_intervals,
+    uncovered_seconds,
+)
 from chaos.checkers.bounds import derive_bound
+from chaos.history import FaultWindow
 from faults.kinds import stops_training
 from trainer import events as ev
 
@@ -55,23 +61,35 @@ def check_reintegration(inp: CheckInput) -> Verdict:
                 row.update(status="fail", why="never healed: the learner was not brought back")
                 rows.append(row)
                 continue
-            back = next((m.ts for m in merges if m.ts >= w.end and any(p.learner_id == lid for p in m.participants)),
-                        None)
+            back = next(
+                (m.ts for m in merges if m.ts >= w.end and any(p.learner_id == lid for p in m.participants)), None
+            )
             others = _other_faults_on(lid, w, windows, finish)
             if within is None:
-                row.update(status="indeterminate", why=f"no bound: {bound.how}",
-                           **({"seconds": round(back - w.end, 3)} if back is not None else {}))
+                row.update(
+                    status="indeterminate",
+                    why=f"no bound: {bound.how}",
+                    **({"seconds": round(back - w.end, 3)} if back is not None else {}),
+                )
             elif back is not None:
                 took, free = back - w.end, uncovered_seconds(w.end, back, others)
-                row.update(seconds=round(took, 3), free_s=round(free, 3), status="pass" if free <= within else "fail",
-                           why="" if free <= within else f"merged again only after {took:.1f}s"
-                                                        + (f" ({free:.1f}s of it free of other faults)"
-                                                           if free < took else ""))
+                row.update(
+                    seconds=round(took, 3),
+                    free_s=round(free, 3),
+                    status="pass" if free <= within else "fail",
+                    why=""
+                    if free <= within
+                    else f"merged again only after {took:.1f}s"
+                    + (f" ({free:.1f}s of it free of other faults)" if free < took else ""),
+                )
             elif (free := uncovered_seconds(w.end, finish, others)) < within:
-                row.update(status="indeterminate", why=f"the run ended {finish - w.end:.1f}s after the heal "
-                                                       f"({free:.1f}s of it free of other faults), before the "
-                                                       f"{within:.1f}s bound (let it settle: set "
-                                                       f"cluster.syncer.settle_s to at least {within:.0f})")
+                row.update(
+                    status="indeterminate",
+                    why=f"the run ended {finish - w.end:.1f}s after the heal "
+                    f"({free:.1f}s of it free of other faults), before the "
+                    f"{within:.1f}s bound (let it settle: set "
+                    f"cluster.syncer.settle_s to at least {within:.0f})",
+                )
             else:
                 row.update(status="fail", why=f"no merge included it in the {finish - w.end:.1f}s after the heal")
             rows.append(row)
@@ -81,24 +99,39 @@ def check_reintegration(inp: CheckInput) -> Verdict:
     evidence["eventually"] = phase
     out = [r for r in phase.get("learners", []) if r["status"] == "fail"]
     if out:
-        names = ", ".join(f"{r['learner']} in {r['rate']:.0%} of merges (fault-free {r['reference']:.0%}, needs "
-                          f"{r['needs']:.0%})" for r in out)
-        return Verdict("reintegration", "fail", f"after the last fault, {len(out)} learner(s) alive and reachable took "
-                                                f"part less than at their fault-free rate: {names} (phase from "
-                                                f"{phase['from_s']:.1f}s, {phase['merges']} merges)", evidence)
+        names = ", ".join(
+            f"{r['learner']} in {r['rate']:.0%} of merges (fault-free {r['reference']:.0%}, needs "
+            f"{r['needs']:.0%})"
+            for r in out
+        )
+        return Verdict(
+            "reintegration",
+            "fail",
+            f"after the last fault, {len(out)} learner(s) alive and reachable took "
+            f"part less than at their fault-free rate: {names} (phase from "
+            f"{phase['from_s']:.1f}s, {phase['merges']} merges)",
+            evidence,
+        )
     if not rows:
         return Verdict("reintegration", "pass", "no fault took a learner out; nothing to reintegrate", evidence)
     failed = [r for r in rows if r["status"] == "fail"]
     if failed:
         r = failed[0]
-        return Verdict("reintegration", "fail", f"{len(failed)} of {len(rows)} reintegrations failed; first: "
-                                                f"{r['learner']} after {r['fault_id']} ({r['kind']}): {r['why']} "
-                                                f"({limit})", evidence)
+        return Verdict(
+            "reintegration",
+            "fail",
+            f"{len(failed)} of {len(rows)} reintegrations failed; first: "
+            f"{r['learner']} after {r['fault_id']} ({r['kind']}): {r['why']} "
+            f"({limit})",
+            evidence,
+        )
     if any(r["status"] == "indeterminate" for r in rows):
         why = next(r["why"] for r in rows if r["status"] == "indeterminate")
         return Verdict("reintegration", "indeterminate", f"undecided: {why}", evidence)
     worst = max(r["seconds"] for r in rows)
-    return Verdict("reintegration", "pass", f"{len(rows)} reintegrations, slowest {worst:.1f}s ({limit})", evidence)
+    return Verdict(
+        "reintegration", "pass", f"{len(rows)} reintegrations, slowest {worst:.1f}s ({limit})", evidence
+    )
 
 
 MIN_PHASE_ROUNDS = 4  # rounds of every fragment the eventually phase needs to be judged
@@ -135,12 +168,19 @@ def eventually(inp: CheckInput) -> dict:
     merges = [m for m in h.of(ev.Merge) if start <= m.ts <= end]
     phase: dict = {"from_s": round(start - h.start, 3), "to_s": round(end - h.start, 3), "merges": len(merges)}
     if len(merges) < MIN_PHASE_ROUNDS * max(inp.facts.num_fragments, 1):
-        return {**phase, "judged": False, "why": f"{len(merges)} merges after the last fault settled, fewer than "
-                                                 f"{MIN_PHASE_ROUNDS} rounds of every fragment"}
+        return {
+            **phase,
+            "judged": False,
+            "why": f"{len(merges)} merges after the last fault settled, fewer than "
+            f"{MIN_PHASE_ROUNDS} rounds of every fragment",
+        }
     first = min((w.start for w in windows), default=end)
     before = [m for m in h.of(ev.Merge) if steady <= m.ts < first]
-    alive = [lid for lid in inp.facts.learners
-             if not any(a < end and b > start for a, b in per[lid]) and not covered(start, syncer)]
+    alive = [
+        lid
+        for lid in inp.facts.learners
+        if not any(a < end and b > start for a, b in per[lid]) and not covered(start, syncer)
+    ]
 
     def share(lid: str, ms: list[ev.Merge]) -> float:
         return sum(any(p.learner_id == lid for p in m.participants) for m in ms) / len(ms)
@@ -154,12 +194,25 @@ def eventually(inp: CheckInput) -> dict:
             others = [r for o, r in rates.items() if o != lid]
             ref, n_ref, source = (statistics.median(others) if others else 1.0), len(merges), "the others' median"
         needs = needed_share(ref, n_ref, len(merges))
-        rows.append({"learner": lid, "rate": round(rates[lid], 4), "reference": round(ref, 4), "source": source,
-                     "needs": round(needs, 4), "status": "pass" if rates[lid] >= needs else "fail"})
+        rows.append(
+            {
+                "learner": lid,
+                "rate": round(rates[lid], 4),
+                "reference": round(ref, 4),
+                "source": source,
+                "needs": round(needs, 4),
+                "status": "pass" if rates[lid] >= needs else "fail",
+            }
+        )
     return {**phase, "judged": True, "learners": rows}
 
 
-def _other_faults_on(lid: str, w: FaultWindow, windows: list[FaultWindow], until: float) -> list[tuple[float, float]]:
+def _other_faults_on(
+    lid: str, w: FaultWindow, windows: list[FaultWindow], until: float
+) -> list[tuple[float, float]]:
     """When faults other than ``w`` acted on ``lid`` (naming it, or taking the syncer down): the clock stops."""
-    return [(o.start, until if o.end is None else o.end) for o in windows
-            if o.fault_id != w.fault_id and o.injected and (lid in o.targets or stops_training(o.kind, o.targets))]
+    return [
+        (o.start, until if o.end is None else o.end)
+        for o in windows
+        if o.fault_id != w.fault_id and o.injected and (lid in o.targets or stops_training(o.kind, o.targets))
+    ]

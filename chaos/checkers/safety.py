@@ -50,19 +50,36 @@ def check_safety(inp: CheckInput) -> Verdict:
                 key = (p.learner_id, p.incarnation, e.fragment, p.base_version, p.round)
                 if p.base_version >= 0 and key in merged:
                     twice += 1
-                    problems.append(f"merge {e.fragment}@v{e.version} applied the update of {p.learner_id}/"
-                                    f"{p.incarnation} from base v{p.base_version} (round {p.round}) a second time")
+                    problems.append(
+                        f"merge {e.fragment}@v{e.version} applied the update of {p.learner_id}/"
+                        f"{p.incarnation} from base v{p.base_version} (round {p.round}) a second time"
+                    )
                 merged[key] = e.merges_total
                 if (p.learner_id, p.incarnation) not in have:
                     unbacked += 1
-                    problems.append(f"merge {e.fragment}@v{e.version} used {p.learner_id}/{p.incarnation} "
-                                    "without an accepted upload")
+                    problems.append(
+                        f"merge {e.fragment}@v{e.version} used {p.learner_id}/{p.incarnation} "
+                        "without an accepted upload"
+                    )
             pending[e.fragment] = set()
     rejects = Counter(r.reason for r in h.of(ev.Reject))
-    evidence = {"rejected_uploads": dict(rejects), "unbacked_participants": unbacked, "merged_twice": twice,
-                "checkpoints": len(h.of(ev.Checkpoint))}
+    evidence = {
+        "rejected_uploads": dict(rejects),
+        "unbacked_participants": unbacked,
+        "merged_twice": twice,
+        "checkpoints": len(h.of(ev.Checkpoint)),
+    }
     if problems:
-        return Verdict("safety", "fail", problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-                       {**evidence, "problems": problems[:50]})
-    return Verdict("safety", "pass", f"parameters finite throughout; {sum(rejects.values())} rejected upload(s), "
-                                     "none merged; no update merged twice", evidence)
+        return Verdict(
+            "safety",
+            "fail",
+            problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            {**evidence, "problems": problems[:50]},
+        )
+    return Verdict(
+        "safety",
+        "pass",
+        f"parameters finite throughout; {sum(rejects.values())} rejected upload(s), "
+        "none merged; no update merged twice",
+        evidence,
+    )

@@ -111,49 +111,94 @@ def _pod_failure(p: Planned, w: _Where, name: str, duration: float) -> list[Body
     return _chaos(name, duration, "podChaos", {"action": "pod-failure", **w.pods([pod_of(t) for t in p.targets])})
 
 
-def _network(p: Planned, w: _Where, name: str, duration: float, action: str = "partition", **extra: Body) -> list[Body]:
+def _network(
+    p: Planned, w: _Where, name: str, duration: float, action: str = "partition", **extra: Body
+) -> list[Body]:
     if SYNCER in p.targets:  # the syncer cut off from every learner
         source, target = [SYNCER_POD], w.learners
     else:
         source, target = list(p.targets), [SYNCER_POD]
     direction = DIRECTIONS[str(p.params.get("direction", "both"))]
-    return _chaos(name, duration, "networkChaos", {"action": action, **w.pods(source), "direction": direction,
-                                                   "target": w.pods(target), **extra})
+    return _chaos(
+        name,
+        duration,
+        "networkChaos",
+        {"action": action, **w.pods(source), "direction": direction, "target": w.pods(target), **extra},
+    )
 
 
 def _bandwidth(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
     rate = int(p.params["rate_kbps"])
     # limit: bytes queued before drops; buffer: the bucket's burst. tc wants both; these are Chaos Mesh's examples.
-    return _network(p, w, name, duration, "bandwidth",
-                    bandwidth={"rate": f"{rate}kbps", "limit": 20971520, "buffer": 10000})
+    return _network(
+        p, w, name, duration, "bandwidth", bandwidth={"rate": f"{rate}kbps", "limit": 20971520, "buffer": 10000}
+    )
 
 
 def _delay(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
-    return _network(p, w, name, duration, "delay", delay={
-        "latency": f"{int(p.params['latency_ms'])}ms", "jitter": f"{int(p.params.get('jitter_ms', 0))}ms",
-        "correlation": "0"})
+    return _network(
+        p,
+        w,
+        name,
+        duration,
+        "delay",
+        delay={
+            "latency": f"{int(p.params['latency_ms'])}ms",
+            "jitter": f"{int(p.params.get('jitter_ms', 0))}ms",
+            "correlation": "0",
+        },
+    )
 
 
 def _cpu_stress(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
     taken = 1.0 - min(float(p.params["cpus"]), 1.0)  # the CPU share the limit takes away
-    return _chaos(name, duration, "stressChaos", {**w.pods([pod_of(t) for t in p.targets]), "stressors": {
-        "cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}}})
+    return _chaos(
+        name,
+        duration,
+        "stressChaos",
+        {
+            **w.pods([pod_of(t) for t in p.targets]),
+            "stressors": {"cpu": {"workers": 1, "load": max(1, min(100, round(100 * taken)))}},
+        },
+    )
 
 
 Command = Callable[[str], tuple[list[str], str]]  # unit -> (argv, container): what _exec runs in its pod
-Steps = Callable[[Planned, str, float], tuple[Command, Command]]  # (fault, template name, duration) -> inject, heal
+Steps = Callable[
+    [Planned, str, float], tuple[Command, Command]
+]  # (fault, template name, duration) -> inject, heal
 
 
-def _exec(p: Planned, w: _Where, name: str, command: Command,
-          deadline: float = EXEC_DEADLINE_S) -> list[Body]:
+def _exec(p: Planned, w: _Where, name: str, command: Command, deadline: float = EXEC_DEADLINE_S) -> list[Body]:
     """``kubectl exec`` into every target's pod at once (a Parallel of one Task per target); ``command(unit)``
     gives the command and the container it runs in."""
     tasks = []
     for i, unit in enumerate(p.targets):
         argv, container = command(unit)
-        tasks.append({"name": f"{name}-{i}", "templateType": "Task", "deadline": _ms(deadline), "task": {"container": {
-            "name": "exec", "image": w.kubectl_image,
-            "command": ["kubectl", "exec", "-n", w.namespace, pod_of(unit), "-c", container, "--", *argv]}}})
+        tasks.append(
+            {
+                "name": f"{name}-{i}",
+                "templateType": "Task",
+                "deadline": _ms(deadline),
+                "task": {
+                    "container": {
+                        "name": "exec",
+                        "image": w.kubectl_image,
+                        "command": [
+                            "kubectl",
+                            "exec",
+                            "-n",
+                            w.namespace,
+                            pod_of(unit),
+                            "-c",
+                            container,
+                            "--",
+                            *argv,
+                        ],
+                    }
+                },
+            }
+        )
     return [{"name": name, "templateType": "Parallel", "children": [t["name"] for t in tasks]}, *tasks]
 
 
@@ -174,34 +219,65 @@ def _sidecar_steps(scripts: tuple[str, str]) -> tuple[Command, Command]:
 
 def _held(steps: Steps) -> Callable[[Planned, _Where, str, float], list[Body]]:
     """A fault Chaos Mesh cannot inject itself: an exec into the pods, a Suspend for the duration, an exec."""
+
     def templates(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
         inject, heal = steps(p, name, duration)
-        return [{"name": name, "templateType": "Serial",
-                 "children": [f"{name}-inject", f"{name}-hold", f"{name}-heal"]},
-                *_exec(p, w, f"{name}-inject", inject),
-                {"name": f"{name}-hold", "templateType": "Suspend", "deadline": _ms(duration)},
-                *_exec(p, w, f"{name}-heal", heal)]
+        return [
+            {
+                "name": name,
+                "templateType": "Serial",
+                "children": [f"{name}-inject", f"{name}-hold", f"{name}-heal"],
+            },
+            *_exec(p, w, f"{name}-inject", inject),
+            {"name": f"{name}-hold", "templateType": "Suspend", "deadline": _ms(duration)},
+            *_exec(p, w, f"{name}-heal", heal),
+        ]
+
     return templates
 
 
 def _slow(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
     """The duty cycle runs in the pod for the duration (its exec's deadline leaves it a minute to start)."""
-    return _exec(p, w, name, _in_pod("slow", "--fraction", str(p.params["fraction"]), "--period",
-                                     str(p.params["period_s"]), "--seconds", str(duration)),
-                 deadline=duration + EXEC_DEADLINE_S)
+    return _exec(
+        p,
+        w,
+        name,
+        _in_pod(
+            "slow",
+            "--fraction",
+            str(p.params["fraction"]),
+            "--period",
+            str(p.params["period_s"]),
+            "--seconds",
+            str(duration),
+        ),
+        deadline=duration + EXEC_DEADLINE_S,
+    )
 
 
 MAPPING: dict[str, Callable[[Planned, _Where, str, float], list[Body]]] = {
-    "kill": _pod_failure, "stop": _pod_failure, "syncer_crash": _pod_failure,
-    "partition": _network, "link_down": _network, "disconnect": _network,
-    "bandwidth": _bandwidth, "latency": _delay, "cpu_limit": _cpu_stress,
+    "kill": _pod_failure,
+    "stop": _pod_failure,
+    "syncer_crash": _pod_failure,
+    "partition": _network,
+    "link_down": _network,
+    "disconnect": _network,
+    "bandwidth": _bandwidth,
+    "latency": _delay,
+    "cpu_limit": _cpu_stress,
     "pause": _held(lambda p, name, duration: (_in_pod("stop"), _in_pod("cont"))),
     "corrupt": _held(lambda p, name, duration: (_in_pod("corrupt", str(p.params["mode"])), _in_pod("healthy"))),
     "slow": _slow,
-    "reset_peer": _held(lambda p, name, duration: _sidecar_steps(reset_peer_commands(
-        name, SYNCER_PORT, int(p.params.get("timeout_ms", 0)), duration))),
-    "data_limit": _held(lambda p, name, duration: _sidecar_steps(data_limit_commands(
-        SYNCER_PORT, int(p.params["bytes"]), str(p.params.get("direction", "both"))))),
+    "reset_peer": _held(
+        lambda p, name, duration: _sidecar_steps(
+            reset_peer_commands(name, SYNCER_PORT, int(p.params.get("timeout_ms", 0)), duration)
+        )
+    ),
+    "data_limit": _held(
+        lambda p, name, duration: _sidecar_steps(
+            data_limit_commands(SYNCER_PORT, int(p.params["bytes"]), str(p.params.get("direction", "both")))
+        )
+    ),
 }
 # Run through kubectl exec: the Workflow needs RBAC objects; the netfault ones also the pods' sidecar.
 EXEC_KINDS = frozenset({"pause", "corrupt", "slow", *NETFAULT_KINDS})
@@ -217,8 +293,10 @@ def unsupported(planned: list[Planned]) -> list[str]:
         elif p.kind not in MAPPING:
             out.append(f"fault {p.fault_id!r} ({p.kind}): no Chaos Mesh mapping for this kind")
         elif p.at is None:
-            out.append(f"fault {p.fault_id!r} ({p.kind}): starts at merge {p.at_merge}; a Workflow starts steps "
-                       "by time only: give it 'at' seconds")
+            out.append(
+                f"fault {p.fault_id!r} ({p.kind}): starts at merge {p.at_merge}; a Workflow starts steps "
+                "by time only: give it 'at' seconds"
+            )
     return out
 
 
@@ -243,10 +321,17 @@ def workflow(scenario: Scenario, opts: ClusterOptions = ClusterOptions()) -> K8s
         if p.kind in ("kill", "stop") and not p.params.get("restart", True):
             duration = max(scenario.timeout_s - p.at, p.duration)  # never restarted: down until the run's end
         branches.append(f"fault-{name}")
-        templates += [{"name": f"fault-{name}", "templateType": "Serial", "children": [f"wait-{name}", name]},
-                      {"name": f"wait-{name}", "templateType": "Suspend", "deadline": _ms(p.at)},
-                      *MAPPING[p.kind](p, where, name, duration)]
+        templates += [
+            {"name": f"fault-{name}", "templateType": "Serial", "children": [f"wait-{name}", name]},
+            {"name": f"wait-{name}", "templateType": "Suspend", "deadline": _ms(p.at)},
+            *MAPPING[p.kind](p, where, name, duration),
+        ]
     entry = {"name": "schedule", "templateType": "Parallel", "children": branches}
-    return K8sObject(CHAOS_API, "Workflow", workflow_name(scenario), opts.namespace,
-                     {"spec": {"entry": "schedule", "templates": [entry, *templates]}},
-                     annotations={"diloco-chaos/scenario": scenario.name, "diloco-chaos/seed": str(scenario.seed)})
+    return K8sObject(
+        CHAOS_API,
+        "Workflow",
+        workflow_name(scenario),
+        opts.namespace,
+        {"spec": {"entry": "schedule", "templates": [entry, *templates]}},
+        annotations={"diloco-chaos/scenario": scenario.name, "diloco-chaos/seed": str(scenario.seed)},
+    )

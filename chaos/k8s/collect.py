@@ -70,8 +70,9 @@ def _task_failures(nodes: list[Obj], step: str) -> list[str]:
             if code != 0:
                 out = " ".join(str(result.get("stdout", "")).split())[-300:]
                 failures.append(f"{name}: exit {code}" + (f": {out}" if out else ""))
-        elif any(c.get("type") == "DeadlineExceed" and c.get("status") == "True"
-                 for c in status.get("conditions") or []):
+        elif any(
+            c.get("type") == "DeadlineExceed" and c.get("status") == "True" for c in status.get("conditions") or []
+        ):
             failures.append(f"{name}: no result within its deadline")
     return sorted(failures)
 
@@ -99,18 +100,40 @@ def _exec_records(planned: list[Planned], nodes: list[Obj], not_recovered: list[
             if ts is None:
                 continue
             failed = _task_failures(nodes, steps[action]) if (action, p.kind) != ("heal", "slow") else []
-            out.append(FaultOp(ts=ts, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome="invoke",
-                               targets=list(p.targets), params=p.params, evidence=evidence))
-            out.append(FaultOp(ts=ts, fault_id=p.fault_id, fault_kind=p.kind, action=action,
-                               outcome="fail" if failed else "ok", error="; ".join(failed), targets=list(p.targets),
-                               params=p.params, evidence=evidence))
+            out.append(
+                FaultOp(
+                    ts=ts,
+                    fault_id=p.fault_id,
+                    fault_kind=p.kind,
+                    action=action,
+                    outcome="invoke",
+                    targets=list(p.targets),
+                    params=p.params,
+                    evidence=evidence,
+                )
+            )
+            out.append(
+                FaultOp(
+                    ts=ts,
+                    fault_id=p.fault_id,
+                    fault_kind=p.kind,
+                    action=action,
+                    outcome="fail" if failed else "ok",
+                    error="; ".join(failed),
+                    targets=list(p.targets),
+                    params=p.params,
+                    evidence=evidence,
+                )
+            )
             healed = action == "heal" and not failed
         if inject is not None and not healed:
             not_recovered.append(p.fault_id)
     return out
 
 
-def controller_records(scenario: Scenario, workflow: Obj, nodes: list[Obj], chaos: list[Obj]) -> list[ControllerRecord]:
+def controller_records(
+    scenario: Scenario, workflow: Obj, nodes: list[Obj], chaos: list[Obj]
+) -> list[ControllerRecord]:
     """The controller's history of a cluster run, from the Workflow, its nodes and the chaos objects it made."""
     planned = plan(scenario)
     by_template: dict[str, Planned] = {template_name(p.fault_id, planned): p for p in planned}
@@ -119,20 +142,31 @@ def controller_records(scenario: Scenario, workflow: Obj, nodes: list[Obj], chao
     records: list[ControllerRecord] = [
         PlanRecord(ts=steady, scenario=scenario.name, seed=scenario.seed, faults=[p.record() for p in planned]),
         Phase(ts=steady, name="bring_up", detail={"backend": "k8s", "workflow": workflow["metadata"]["name"]}),
-        Phase(ts=steady, name="steady", detail={"from": "the Workflow's creation"})]
+        Phase(ts=steady, name="steady", detail={"from": "the Workflow's creation"}),
+    ]
     not_recovered: list[str] = []
     for obj in chaos:
         node = obj["metadata"].get("labels", {}).get(NODE_LABEL, "")
         p = by_template.get(node_template.get(node, ""))
         if p is None:
-            raise ChaosError(f"{obj['kind']} {obj['metadata']['name']!r}: its WorkflowNode {node!r} is not one of "
-                             f"scenario {scenario.name}'s faults; collect the Workflow exported from this scenario")
+            raise ChaosError(
+                f"{obj['kind']} {obj['metadata']['name']!r}: its WorkflowNode {node!r} is not one of "
+                f"scenario {scenario.name}'s faults; collect the Workflow exported from this scenario"
+            )
         events = _events(obj)
 
-        def op(ts: float, action: str, outcome: str, error: str = "", p: Planned = p) -> FaultOp:
-            return FaultOp(ts=ts, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
-                           targets=list(p.targets), params=p.params, error=error,
-                           evidence={"chaos": f"{obj['kind']}/{obj['metadata']['name']}"})
+        def op(ts: float, action: str, outcome: str, error: str = "", p: Planned = p, obj: dict = obj) -> FaultOp:
+            return FaultOp(
+                ts=ts,
+                fault_id=p.fault_id,
+                fault_kind=p.kind,
+                action=action,
+                outcome=outcome,
+                targets=list(p.targets),
+                params=p.params,
+                error=error,
+                evidence={"chaos": f"{obj['kind']}/{obj['metadata']['name']}"},
+            )
 
         applied = [e for e in events if e[1] == "Apply"]
         if applied:
@@ -146,6 +180,9 @@ def controller_records(scenario: Scenario, workflow: Obj, nodes: list[Obj], chao
             not_recovered.append(p.fault_id)
     records += _exec_records(planned, nodes, not_recovered)
     end = max((r.ts for r in records), default=steady)
-    records.append(TeardownPhase(ts=end, detail=Teardown(
-        problems=[f"Chaos Mesh recorded no recovery of {f}" for f in not_recovered])))
+    records.append(
+        TeardownPhase(
+            ts=end, detail=Teardown(problems=[f"Chaos Mesh recorded no recovery of {f}" for f in not_recovered])
+        )
+    )
     return sorted(records, key=lambda r: r.ts)

@@ -28,14 +28,17 @@ class Exported:
     objects: int
 
 
-def export(scenario: Scenario, out: Path, opts: ClusterOptions = ClusterOptions(),
-           token: str | None = None) -> Exported:
+def export(
+    scenario: Scenario, out: Path, opts: ClusterOptions = ClusterOptions(), token: str | None = None
+) -> Exported:
     flow = workflow(scenario, opts)  # first: a fault it cannot map stops the export before any file is written
     objects = cluster_objects(scenario, token or secrets.token_hex(16), opts)
     out.mkdir(parents=True, exist_ok=True)
     has_exec = any(t["templateType"] == "Task" for t in flow.body["spec"]["templates"])
     faults = [*(exec_rbac(opts) if has_exec else []), flow]
-    paths = Exported(out / "cluster.yaml", out / "workflow.yaml", out / "scenario.json", len(objects) + len(faults))
+    paths = Exported(
+        out / "cluster.yaml", out / "workflow.yaml", out / "scenario.json", len(objects) + len(faults)
+    )
     paths.cluster.write_text(dump_all(objects))
     paths.cluster.chmod(0o600)  # it holds the run's credentials
     paths.workflow.write_text(dump_all(faults))

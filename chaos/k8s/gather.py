@@ -62,8 +62,12 @@ def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kube
     for label, obj in (("workflow", flow), ("workflownodes", nodes), ("chaos", chaos)):
         (run_dir / "k8s" / f"{label}.json").write_text(json.dumps(obj, indent=2))
     for unit in [SYNCER, *learner_ids(scenario.cluster.algorithm.num_learners)]:  # each pod's volume: its events
-        _kubectl(kubectl, "cp", f"{namespace}/{pod_of(unit)}:{RUN_DIR}/events/{unit}.jsonl",
-                 str(run_dir / "events" / f"{unit}.jsonl"))
+        _kubectl(
+            kubectl,
+            "cp",
+            f"{namespace}/{pod_of(unit)}:{RUN_DIR}/events/{unit}.jsonl",
+            str(run_dir / "events" / f"{unit}.jsonl"),
+        )
     # The merges the syncer kept whole, for the merge audit to recompute (without them it can only chain digests).
     _kubectl(kubectl, "cp", f"{namespace}/{pod_of(SYNCER)}:{RUN_DIR}/{AUDIT_DIR}", str(run_dir / AUDIT_DIR))
     shutil.copy(scenario_file, run_dir / "scenario.json")

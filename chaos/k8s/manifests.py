@@ -52,60 +52,117 @@ class ClusterOptions:
 
 def _pod_spec(containers: list[Body]) -> Body:
     return {
-        "securityContext": {"runAsUser": UNIT_UID, "runAsGroup": UNIT_UID, "fsGroup": UNIT_UID,
-                            "runAsNonRoot": True},
+        "securityContext": {
+            "runAsUser": UNIT_UID,
+            "runAsGroup": UNIT_UID,
+            "fsGroup": UNIT_UID,
+            "runAsNonRoot": True,
+        },
         "terminationGracePeriodSeconds": 5,
         # The trainer is then not PID 1 (the pod's pause process is), so faults.in_pod can SIGSTOP it.
         "shareProcessNamespace": True,
         "containers": containers,
-        "volumes": [{"name": "config", "configMap": {"name": "diloco-config"}},
-                    {"name": "credentials", "secret": {"secretName": "diloco-credentials", "defaultMode": 0o440}}],
+        "volumes": [
+            {"name": "config", "configMap": {"name": "diloco-config"}},
+            {"name": "credentials", "secret": {"secretName": "diloco-credentials", "defaultMode": 0o440}},
+        ],
     }
 
 
 def _container(name: str, args: list[str], opts: ClusterOptions, ports: list[Body], probes: Body) -> Body:
     return {
-        "name": name, "image": opts.image, "imagePullPolicy": "IfNotPresent", "args": args,
+        "name": name,
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "ports": [*ports, {"name": "metrics", "containerPort": METRICS_PORT}],
         "resources": {"requests": {"cpu": opts.cpu, "memory": opts.memory}},
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                         {"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True},
-                         {"name": "data", "mountPath": "/data"}],
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True},
+            {"name": "data", "mountPath": "/data"},
+        ],
         **probes,
     }
 
 
 def _statefulset(name: str, replicas: int, containers: list[Body], opts: ClusterOptions) -> K8sObject:
     labels = {"app.kubernetes.io/name": "diloco-chaos", "app.kubernetes.io/component": name}
-    return K8sObject("apps/v1", "StatefulSet", name, opts.namespace, {"spec": {
-        "serviceName": name, "replicas": replicas, "podManagementPolicy": "Parallel",
-        "selector": {"matchLabels": labels},
-        "template": {"metadata": {"labels": labels, "annotations": {
-            "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"}},
-            "spec": _pod_spec(containers)},
-        "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.storage}}}}],
-    }}, labels={"app.kubernetes.io/component": name})
+    return K8sObject(
+        "apps/v1",
+        "StatefulSet",
+        name,
+        opts.namespace,
+        {
+            "spec": {
+                "serviceName": name,
+                "replicas": replicas,
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {
+                            "prometheus.io/scrape": "true",
+                            "prometheus.io/port": str(METRICS_PORT),
+                            "prometheus.io/path": "/metrics",
+                        },
+                    },
+                    "spec": _pod_spec(containers),
+                },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": opts.storage}},
+                        },
+                    }
+                ],
+            }
+        },
+        labels={"app.kubernetes.io/component": name},
+    )
 
 
 def _service(name: str, ports: list[Body], opts: ClusterOptions, headless: bool = False) -> K8sObject:
-    spec: Body = {"selector": {"app.kubernetes.io/name": "diloco-chaos", "app.kubernetes.io/component": name},
-                  "ports": ports}
+    spec: Body = {
+        "selector": {"app.kubernetes.io/name": "diloco-chaos", "app.kubernetes.io/component": name},
+        "ports": ports,
+    }
     if headless:
         spec["clusterIP"] = "None"
-    return K8sObject("v1", "Service", name, opts.namespace, {"spec": spec}, labels={"app.kubernetes.io/component": name})
+    return K8sObject(
+        "v1", "Service", name, opts.namespace, {"spec": spec}, labels={"app.kubernetes.io/component": name}
+    )
 
 
 def exec_rbac(opts: ClusterOptions) -> list[K8sObject]:
     """What the Workflow's exec steps need: its Task pods run as the namespace's ``default`` ServiceAccount, which
     may then exec into the namespace's pods (only when the scenario has pause, slow or corrupt)."""
-    role = K8sObject("rbac.authorization.k8s.io/v1", "Role", "diloco-chaos-exec", opts.namespace, {"rules": [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}]})
-    binding = K8sObject("rbac.authorization.k8s.io/v1", "RoleBinding", "diloco-chaos-exec", opts.namespace, {
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": opts.namespace}],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "diloco-chaos-exec"}})
+    role = K8sObject(
+        "rbac.authorization.k8s.io/v1",
+        "Role",
+        "diloco-chaos-exec",
+        opts.namespace,
+        {
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+            ]
+        },
+    )
+    binding = K8sObject(
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+        "diloco-chaos-exec",
+        opts.namespace,
+        {
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": opts.namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "diloco-chaos-exec"},
+        },
+    )
     return [role, binding]
 
 
@@ -113,32 +170,94 @@ def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = Clust
     """The objects that run ``scenario``'s cluster (its faults: :func:`chaos.k8s.chaos_mesh.workflow`)."""
     cfg = scenario.cluster
     learners = learner_ids(cfg.algorithm.num_learners)
-    config = K8sObject("v1", "ConfigMap", "diloco-config", opts.namespace, {"data": {"config.yaml": cfg.to_yaml()}},
-                       annotations={"diloco-chaos/scenario": scenario.name,
-                                    "diloco-chaos/config-hash": cfg.config_hash()})
-    credentials = K8sObject("v1", "Secret", "diloco-credentials", opts.namespace, {
-        "type": "Opaque",
-        "stringData": {"syncer": token, **{lid: learner_credential(token, lid) for lid in learners}}})
+    config = K8sObject(
+        "v1",
+        "ConfigMap",
+        "diloco-config",
+        opts.namespace,
+        {"data": {"config.yaml": cfg.to_yaml()}},
+        annotations={"diloco-chaos/scenario": scenario.name, "diloco-chaos/config-hash": cfg.config_hash()},
+    )
+    credentials = K8sObject(
+        "v1",
+        "Secret",
+        "diloco-credentials",
+        opts.namespace,
+        {
+            "type": "Opaque",
+            "stringData": {"syncer": token, **{lid: learner_credential(token, lid) for lid in learners}},
+        },
+    )
     grpc_probe = {"grpc": {"port": SYNCER_PORT}}
-    syncer = _container("syncer", [
-        "python", "-m", "trainer.syncer", "--config", f"{CONFIG_DIR}/config.yaml", "--run-dir", RUN_DIR,
-        "--host", "0.0.0.0", "--port", str(SYNCER_PORT), "--token-file", f"{CREDENTIALS_DIR}/syncer",
-        "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT)], opts,
+    syncer = _container(
+        "syncer",
+        [
+            "python",
+            "-m",
+            "trainer.syncer",
+            "--config",
+            f"{CONFIG_DIR}/config.yaml",
+            "--run-dir",
+            RUN_DIR,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(SYNCER_PORT),
+            "--token-file",
+            f"{CREDENTIALS_DIR}/syncer",
+            "--metrics-host",
+            "0.0.0.0",
+            "--metrics-port",
+            str(METRICS_PORT),
+        ],
+        opts,
         [{"name": "grpc", "containerPort": SYNCER_PORT}],
-        {"readinessProbe": {**grpc_probe, "periodSeconds": 2},
-         "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6}})
-    learner = _container(LEARNER_SERVICE, [
-        "python", "-m", "trainer.learner", "--config", f"{CONFIG_DIR}/config.yaml", "--id", "$(POD_NAME)",
-        "--corrupt-file", "/data/corrupt",
-        "--syncer", f"syncer:{SYNCER_PORT}", "--run-dir", RUN_DIR, "--token-file", f"{CREDENTIALS_DIR}/$(POD_NAME)",
-        "--metrics-host", "0.0.0.0", "--metrics-port", str(METRICS_PORT)], opts, [],
-        {"livenessProbe": {"httpGet": {"path": "/metrics", "port": METRICS_PORT}, "periodSeconds": 10,
-                           "failureThreshold": 6}})
+        {
+            "readinessProbe": {**grpc_probe, "periodSeconds": 2},
+            "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6},
+        },
+    )
+    learner = _container(
+        LEARNER_SERVICE,
+        [
+            "python",
+            "-m",
+            "trainer.learner",
+            "--config",
+            f"{CONFIG_DIR}/config.yaml",
+            "--id",
+            "$(POD_NAME)",
+            "--corrupt-file",
+            "/data/corrupt",
+            "--syncer",
+            f"syncer:{SYNCER_PORT}",
+            "--run-dir",
+            RUN_DIR,
+            "--token-file",
+            f"{CREDENTIALS_DIR}/$(POD_NAME)",
+            "--metrics-host",
+            "0.0.0.0",
+            "--metrics-port",
+            str(METRICS_PORT),
+        ],
+        opts,
+        [],
+        {
+            "livenessProbe": {
+                "httpGet": {"path": "/metrics", "port": METRICS_PORT},
+                "periodSeconds": 10,
+                "failureThreshold": 6,
+            }
+        },
+    )
     metrics_port = {"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}
     needs_netfault = any(p.kind in NETFAULT_KINDS for p in plan(scenario))
     sidecars = [sidecar(opts.netfault_image)] if needs_netfault else []
-    return [config, credentials,
-            _service("syncer", [{"name": "grpc", "port": SYNCER_PORT, "targetPort": SYNCER_PORT}, metrics_port], opts),
-            _statefulset("syncer", 1, [syncer], opts),
-            _service(LEARNER_SERVICE, [metrics_port], opts, headless=True),
-            _statefulset(LEARNER_SERVICE, len(learners), [learner, *sidecars], opts)]
+    return [
+        config,
+        credentials,
+        _service("syncer", [{"name": "grpc", "port": SYNCER_PORT, "targetPort": SYNCER_PORT}, metrics_port], opts),
+        _statefulset("syncer", 1, [syncer], opts),
+        _service(LEARNER_SERVICE, [metrics_port], opts, headless=True),
+        _statefulset(LEARNER_SERVICE, len(learners), [learner, *sidecars], opts),
+    ]

@@ -53,9 +53,11 @@ def reset_peer_commands(name: str, port: int, timeout_ms: int, seconds: float) -
     interval = f"{max(timeout_ms / 1000.0, MIN_RESET_INTERVAL_S):g}"
     flag = shlex.quote(f"/tmp/diloco-reset-{name}")
     limit = math.ceil(seconds) + SELF_HEAL_AFTER_S
-    loop = (f"end=$(( $(date +%s) + {limit} )); "
-            f"while [ -e {flag} ] && [ \"$(date +%s)\" -lt \"$end\" ]; do "
-            f"ss -K dport = :{port} >/dev/null 2>&1; sleep {interval}; done; rm -f {flag}")
+    loop = (
+        f"end=$(( $(date +%s) + {limit} )); "
+        f'while [ -e {flag} ] && [ "$(date +%s)" -lt "$end" ]; do '
+        f"ss -K dport = :{port} >/dev/null 2>&1; sleep {interval}; done; rm -f {flag}"
+    )
     inject = f"[ -e {flag} ] && exit 0; touch {flag}; ( {loop} ) >/dev/null 2>&1 &"
     return inject, f"rm -f {flag}; sleep {interval}"
 
@@ -64,24 +66,48 @@ def data_limit_rule(port: int, nbytes: int, direction: str) -> list[str]:
     """The iptables rule (chain first; insert with ``-I``, delete with ``-D``) that resets a connection to ``port``
     once it has carried ``nbytes`` in ``direction``. In OUTPUT either way: the learner's next packet on such a
     connection is rejected with a reset, which aborts its own socket too."""
-    return ["OUTPUT", "-p", "tcp", "--dport", str(port), "-m", "connbytes", "--connbytes", f"{nbytes}:",
-            "--connbytes-dir", CONNBYTES_DIR[direction], "--connbytes-mode", "bytes",
-            "-j", "REJECT", "--reject-with", "tcp-reset"]
+    return [
+        "OUTPUT",
+        "-p",
+        "tcp",
+        "--dport",
+        str(port),
+        "-m",
+        "connbytes",
+        "--connbytes",
+        f"{nbytes}:",
+        "--connbytes-dir",
+        CONNBYTES_DIR[direction],
+        "--connbytes-mode",
+        "bytes",
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "tcp-reset",
+    ]
 
 
 def data_limit_commands(port: int, nbytes: int, direction: str) -> tuple[str, str]:
     """(inject, heal): insert the rule unless it is there already; delete it while it is there."""
     rule = shlex.join(data_limit_rule(port, nbytes, direction))
-    return (f"iptables -C {rule} 2>/dev/null || iptables -I {rule}",
-            f"while iptables -C {rule} 2>/dev/null; do iptables -D {rule}; done")
+    return (
+        f"iptables -C {rule} 2>/dev/null || iptables -I {rule}",
+        f"while iptables -C {rule} 2>/dev/null; do iptables -D {rule}; done",
+    )
 
 
 def sidecar(image: str) -> Body:
     """The netfault container: idle until an exec step runs one of the commands above in it."""
     return {
-        "name": NETFAULT_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
+        "name": NETFAULT_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
         "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 3600 & wait $!; done"],
-        "securityContext": {"runAsUser": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]}},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]},
+        },
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
     }

@@ -31,8 +31,11 @@ class K8sObject:
     annotations: dict[str, str] = field(default_factory=dict)
 
     def manifest(self) -> Body:
-        meta: Body = {"name": self.name, "namespace": self.namespace,
-                      "labels": {"app.kubernetes.io/name": APP, **self.labels}}
+        meta: Body = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": {"app.kubernetes.io/name": APP, **self.labels},
+        }
         if self.annotations:
             meta["annotations"] = dict(self.annotations)
         return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta, **self.body}

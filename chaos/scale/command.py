@@ -25,22 +25,37 @@ from chaos.json_output import STDOUT, add_json_argument, emit_json
 
 # flag -> plan field it overrides
 FLAG_FIELDS: dict[str, str] = {
-    "chips": "cluster.chips", "sites": "cluster.sites", "learners": "algorithm.num_learners",
-    "mode": "algorithm.mode", "mtbi": "failures.mtbi_per_chip", "duration": "duration",
-    "budget": "token_budget", "step": "workload.step_s", "tokens_per_step": "workload.tokens_per_step",
-    "params": "workload.params", "bytes_per_param": "workload.bytes_per_param", "bandwidth": "network.bandwidth",
-    "latency": "network.latency", "elastic": "elastic",
+    "chips": "cluster.chips",
+    "sites": "cluster.sites",
+    "learners": "algorithm.num_learners",
+    "mode": "algorithm.mode",
+    "mtbi": "failures.mtbi_per_chip",
+    "duration": "duration",
+    "budget": "token_budget",
+    "step": "workload.step_s",
+    "tokens_per_step": "workload.tokens_per_step",
+    "params": "workload.params",
+    "bytes_per_param": "workload.bytes_per_param",
+    "bandwidth": "network.bandwidth",
+    "latency": "network.latency",
+    "elastic": "elastic",
 }
 
 
 def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scale simulator (with --scale; SCENARIO is then an optional plan file)")
-    g.add_argument("--scale", action="store_true", help="simulate goodput at data-centre scale instead of a scenario")
+    g.add_argument(
+        "--scale", action="store_true", help="simulate goodput at data-centre scale instead of a scenario"
+    )
     g.add_argument("--chips", help="chips in all, e.g. 2.4M")
     g.add_argument("--learners", help="M (data-parallel: 1)")
     g.add_argument("--mode", choices=["data-parallel", "sync-diloco", "decoupled"])
-    g.add_argument("--elastic", action=argparse.BooleanOptionalAction, default=None,
-                   help="data-parallel: elastic job; DiLoCo: learners elastic inside (default: on)")
+    g.add_argument(
+        "--elastic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="data-parallel: elastic job; DiLoCo: learners elastic inside (default: on)",
+    )
     g.add_argument("--mtbi", help="mean time between interruptions per chip, e.g. 1y (0: no failures)")
     g.add_argument("--duration", help="simulated time, e.g. 7d")
     g.add_argument("--budget", help="token budget, e.g. 1T (the run stops there)")
@@ -51,10 +66,16 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sites", help="datacentres")
     g.add_argument("--bandwidth", help="Gbit/s of each cross-site link, e.g. 5Gbps (0: unlimited)")
     g.add_argument("--latency", help="one-way link latency, e.g. 30ms")
-    g.add_argument("--compare", action="store_true",
-                   help="run data-parallel (both), sync DiLoCo and Decoupled DiLoCo side by side")
-    g.add_argument("--sweep", metavar="FIELD=V1,V2,...",
-                   help="run the plan once per value of one field, e.g. cluster.chips=150k,600k,2.4M")
+    g.add_argument(
+        "--compare",
+        action="store_true",
+        help="run data-parallel (both), sync DiLoCo and Decoupled DiLoCo side by side",
+    )
+    g.add_argument(
+        "--sweep",
+        metavar="FIELD=V1,V2,...",
+        help="run the plan once per value of one field, e.g. cluster.chips=150k,600k,2.4M",
+    )
     g.add_argument("--plot", metavar="PNG", help="with --sweep: goodput against the swept values")
     add_json_argument(g, "the results (or, without --scale, the report)")
     g.add_argument("--timeline", metavar="PNG", help="draw the run's timeline (short runs; not with --compare)")
@@ -72,8 +93,11 @@ def scale_only_flags(args: argparse.Namespace) -> list[str]:
 def _plan(args: argparse.Namespace, extra: list[str] | None = None) -> Any:
     from chaos.scale.config import build_scale_config, load_scale_config
 
-    overrides = [f"{FLAG_FIELDS[k]}={str(v).lower() if isinstance(v, bool) else v}"
-                 for k, v in vars(args).items() if k in FLAG_FIELDS and v is not None]
+    overrides = [
+        f"{FLAG_FIELDS[k]}={str(v).lower() if isinstance(v, bool) else v}"
+        for k, v in vars(args).items()
+        if k in FLAG_FIELDS and v is not None
+    ]
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
     overrides += args.set + (extra or [])
@@ -109,8 +133,12 @@ class _Progress:
         if self.tty:
             bar = "#" * (pct // 5) + "." * (20 - pct // 5)
             end = "\n" if stage == "done" else ""
-            print(f"\r{self.label:38s} [{bar}] {pct:3d}% {stage:9s} {time.monotonic() - self.t0:5.1f}s",
-                  end=end, file=sys.stderr, flush=True)
+            print(
+                f"\r{self.label:38s} [{bar}] {pct:3d}% {stage:9s} {time.monotonic() - self.t0:5.1f}s",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
         elif stage == "done" or pct // 25 > self.shown:
             self.shown = pct // 25
             print(f"{self.label}: {stage} {pct}% ({time.monotonic() - self.t0:.1f}s)", file=sys.stderr, flush=True)
@@ -134,19 +162,26 @@ def run_scale_command(args: argparse.Namespace) -> int:
     cfg = _plan(args)
     f = cfg.failures
     mtbi = "no random failures" if f.mtbi_per_chip <= 0 else f"MTBI {format_duration(f.mtbi_per_chip)} per chip"
-    print(f"plan {cfg.name}: {format_count(cfg.cluster.chips)} chips, {mtbi}, "
-          f"{len(f.schedule)} scheduled failure(s), {format_duration(cfg.duration)} simulated, seed {cfg.seed}"
-          + (f"; sweeping {field} over {', '.join(values)}" if field else ""))
+    print(
+        f"plan {cfg.name}: {format_count(cfg.cluster.chips)} chips, {mtbi}, "
+        f"{len(f.schedule)} scheduled failure(s), {format_duration(cfg.duration)} simulated, seed {cfg.seed}"
+        + (f"; sweeping {field} over {', '.join(values)}" if field else "")
+    )
     grid = []  # one list of results per swept value
     for value in values:
         base = _plan(args, [f"{field}={value}"]) if field else cfg
         results = []
         for plan in variants(base) if args.compare else [base]:
-            label = plan.algorithm.mode + ("" if plan.algorithm.mode == "data-parallel"
-                                           else f" M={plan.algorithm.num_learners}")
-            results.append(simulate_scale(plan, timeline=bool(args.timeline),
-                                          progress=_Progress(f"{label}{f' {field}={value}' if field else ''}",
-                                                             args.quiet)))
+            label = plan.algorithm.mode + (
+                "" if plan.algorithm.mode == "data-parallel" else f" M={plan.algorithm.num_learners}"
+            )
+            results.append(
+                simulate_scale(
+                    plan,
+                    timeline=bool(args.timeline),
+                    progress=_Progress(f"{label}{f' {field}={value}' if field else ''}", args.quiet),
+                )
+            )
         grid.append(results)
     if field:
         print(sweep_table(field, values, grid))
@@ -160,9 +195,14 @@ def run_scale_command(args: argparse.Namespace) -> int:
         series = {r.label: [100 * grid[i][j].goodput for i in range(len(values))] for j, r in enumerate(grid[0])}
         print(f"plot: {plot_goodput_sweep(series, values, Path(args.plot), xlabel=field or '')}")
     if args.json:
-        emit_json(args.json, {"plan": cfg.model_dump(mode="json"),
-                              "sweep": {"field": field, "values": values} if field else None,
-                              "results": [r.to_json() for results in grid for r in results]})
+        emit_json(
+            args.json,
+            {
+                "plan": cfg.model_dump(mode="json"),
+                "sweep": {"field": field, "values": values} if field else None,
+                "results": [r.to_json() for results in grid for r in results],
+            },
+        )
         if args.json != STDOUT:
             print(f"results: {args.json}")
     return 0

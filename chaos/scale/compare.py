@@ -24,8 +24,20 @@ from chaos.scale.quantities import format_count, format_duration
 from chaos.scale.result import ScaleResult
 
 # Fields that only make sense for one mode; dropped when the plan is turned into another mode.
-_MODE_BOUND = ("min_quorum", "grace", "staggered", "overlap_steps", "blocking", "max_staleness", "outer_lr",
-               "outer_momentum", "merge_rule", "rounds", "outer_gradient", "late_uploads")
+_MODE_BOUND = (
+    "min_quorum",
+    "grace",
+    "staggered",
+    "overlap_steps",
+    "blocking",
+    "max_staleness",
+    "outer_lr",
+    "outer_momentum",
+    "merge_rule",
+    "rounds",
+    "outer_gradient",
+    "late_uploads",
+)
 
 
 def variants(cfg: ScaleConfig) -> list[ScaleConfig]:
@@ -36,15 +48,20 @@ def variants(cfg: ScaleConfig) -> list[ScaleConfig]:
     m = m if cfg.algorithm.mode != "data-parallel" else 8
     dp_alg = {k: v for k, v in alg.items() if k != "sync_every"}
     out = []
-    for mode, elastic, extra in (("data-parallel", False, {"num_learners": 1}),
-                                 ("data-parallel", True, {"num_learners": 1}),
-                                 ("sync-diloco", cfg.elastic, {"num_learners": m}),
-                                 ("decoupled", cfg.elastic, {"num_learners": m})):
+    for mode, elastic, extra in (
+        ("data-parallel", False, {"num_learners": 1}),
+        ("data-parallel", True, {"num_learners": 1}),
+        ("sync-diloco", cfg.elastic, {"num_learners": m}),
+        ("decoupled", cfg.elastic, {"num_learners": m}),
+    ):
         a = {**(dp_alg if mode == "data-parallel" else alg), **extra, "mode": mode}
         t = {**tree, "elastic": elastic, "algorithm": a}
         if mode == "data-parallel":
             # One job: a scheduled failure of any learner hits it, and it steps as fast as its slowest chips.
-            t["failures"] = {**tree["failures"], "schedule": [{**f, "learner": 0} for f in tree["failures"]["schedule"]]}
+            t["failures"] = {
+                **tree["failures"],
+                "schedule": [{**f, "learner": 0} for f in tree["failures"]["schedule"]],
+            }
             slowest = max([cfg.workload.step_s, *cfg.workload.step_s_overrides.values()])
             t["workload"] = {**tree["workload"], "step_s": slowest, "step_s_overrides": {}}
         out.append(build_scale_config(t, f"{cfg.name} as {mode}"))
@@ -53,12 +70,30 @@ def variants(cfg: ScaleConfig) -> list[ScaleConfig]:
 
 def results_table(results: Sequence[ScaleResult]) -> str:
     """A Markdown table of results, one row each."""
-    header = ("approach", "goodput", "merged goodput", "longest global stall", "time to budget", "failures",
-              "tokens merged")
-    return markdown_table(header, [
-        (r.label, f"{r.goodput:.1%}", f"{r.merged_goodput:.1%}", format_duration(r.longest_stall_s),
-         "—" if r.time_to_budget_s is None else format_duration(r.time_to_budget_s), r.failures,
-         format_count(r.merged_tokens)) for r in results])
+    header = (
+        "approach",
+        "goodput",
+        "merged goodput",
+        "longest global stall",
+        "time to budget",
+        "failures",
+        "tokens merged",
+    )
+    return markdown_table(
+        header,
+        [
+            (
+                r.label,
+                f"{r.goodput:.1%}",
+                f"{r.merged_goodput:.1%}",
+                format_duration(r.longest_stall_s),
+                "—" if r.time_to_budget_s is None else format_duration(r.time_to_budget_s),
+                r.failures,
+                format_count(r.merged_tokens),
+            )
+            for r in results
+        ],
+    )
 
 
 def sweep_table(field: str, values: Sequence[str], grid: Sequence[Sequence[ScaleResult]]) -> str:

@@ -46,14 +46,18 @@ class _Strict(BaseModel):
 class ClusterSection(_Strict):
     chips: Count = Field(150_000, ge=1, description="accelerators allocated to the run, all learners together")
     chips_per_replica: Count = Field(
-        1, ge=1, description="the slice an elastic job drops when one of its chips fails (one data-parallel replica)")
+        1,
+        ge=1,
+        description="the slice an elastic job drops when one of its chips fails (one data-parallel replica)",
+    )
     sites: int = Field(1, ge=1, description="datacentres; data-parallel all-reduces across them every step")
 
 
 class WorkloadSection(_Strict):
     step_s: Seconds = Field(1.0, gt=0, description="compute time of one inner step")
     step_s_overrides: dict[int, Seconds] = Field(
-        default_factory=dict, description="learner index -> its own step_s (heterogeneous hardware; same batch)")
+        default_factory=dict, description="learner index -> its own step_s (heterogeneous hardware; same batch)"
+    )
     tokens_per_step: Count = Field(4e6, gt=0, description="tokens all chips together train in one step")
     params: Count = Field(1e9, gt=0, description="model parameters")
     bytes_per_param: float = Field(2.0, gt=0, description="bytes per parameter on the wire (2: bf16, 0.5: 4-bit)")
@@ -62,36 +66,54 @@ class WorkloadSection(_Strict):
 class ScheduledFailure(_Strict):
     at: Seconds = Field(ge=0)
     learner: int = Field(ge=0, description="which learner (data-parallel: 0, the one job)")
-    down_s: Seconds | None = Field(None, ge=0, description="out this long instead of detect_s + restart_s "
-                                                            "(elastic: + reconfigure_s), like a kill restarted "
-                                                            "after down_s")
+    down_s: Seconds | None = Field(
+        None,
+        ge=0,
+        description="out this long instead of detect_s + restart_s "
+        "(elastic: + reconfigure_s), like a kill restarted "
+        "after down_s",
+    )
 
 
 class FailureSection(_Strict):
     mtbi_per_chip: Seconds = Field(YEAR, ge=0, description="mean time between interruptions of one chip (0: none)")
-    schedule: tuple[ScheduledFailure, ...] = Field((), description="failures at fixed times, added to the random ones")
+    schedule: tuple[ScheduledFailure, ...] = Field(
+        (), description="failures at fixed times, added to the random ones"
+    )
 
 
 class RecoverySection(_Strict):
     detect_s: Seconds = Field(10.0, ge=0, description="failure to detection (heartbeat timeout)")
-    restart_s: Seconds = Field(61.0, ge=0, description="non-elastic: detection to training again (reschedule, "
-                                                        "restore)")
-    reconfigure_s: Seconds = Field(11.0, ge=0, description="elastic: detection to training again without the "
-                                                           "failed replica")
-    replace_s: Seconds = Field(0.0, ge=0, description="elastic: how long a failed replica stays out (0: hot spares "
-                                                      "fill it at the reconfiguration)")
-    rejoin_s: Seconds = Field(0.0, ge=0, description="a restarted learner: from its restart to its first useful "
-                                                     "step (fetch global parameters, compile)")
-    checkpoint_every_s: Seconds = Field(0.0, ge=0, description="non-elastic data-parallel: progress since the last "
-                                                               "checkpoint is lost (0: none is)")
+    restart_s: Seconds = Field(
+        61.0, ge=0, description="non-elastic: detection to training again (reschedule, restore)"
+    )
+    reconfigure_s: Seconds = Field(
+        11.0, ge=0, description="elastic: detection to training again without the failed replica"
+    )
+    replace_s: Seconds = Field(
+        0.0,
+        ge=0,
+        description="elastic: how long a failed replica stays out (0: hot spares fill it at the reconfiguration)",
+    )
+    rejoin_s: Seconds = Field(
+        0.0,
+        ge=0,
+        description="a restarted learner: from its restart to its first useful "
+        "step (fetch global parameters, compile)",
+    )
+    checkpoint_every_s: Seconds = Field(
+        0.0, ge=0, description="non-elastic data-parallel: progress since the last checkpoint is lost (0: none is)"
+    )
 
 
 class NetworkSection(_Strict):
-    bandwidth: Gbps = Field(0.0, ge=0, description="Gbit/s of each cross-site link, each learner's link to the "
-                                                   "syncer (0: unlimited)")
+    bandwidth: Gbps = Field(
+        0.0, ge=0, description="Gbit/s of each cross-site link, each learner's link to the syncer (0: unlimited)"
+    )
     latency: Seconds = Field(0.0, ge=0, description="one-way latency of those links")
-    dp_overlap: float = Field(0.0, ge=0, le=1, description="data-parallel: share of a step the all-reduce hides "
-                                                           "behind")
+    dp_overlap: float = Field(
+        0.0, ge=0, le=1, description="data-parallel: share of a step the all-reduce hides behind"
+    )
     round_overhead_s: Seconds = Field(0.0, ge=0, description="fixed cost of each blocking sync (RPCs, merge)")
 
 
@@ -100,11 +122,17 @@ class ScaleConfig(_Strict):
 
     name: str = "plan"
     seed: int = Field(0, ge=0, description="seed of the failure process")
-    duration: Seconds = Field(7 * DAY, gt=0, description="simulated wall time (the run stops earlier at the budget)")
-    token_budget: Count = Field(0, ge=0, description="stop when this many tokens were merged (0: run the duration)")
+    duration: Seconds = Field(
+        7 * DAY, gt=0, description="simulated wall time (the run stops earlier at the budget)"
+    )
+    token_budget: Count = Field(
+        0, ge=0, description="stop when this many tokens were merged (0: run the duration)"
+    )
     budget_counts: Literal["merged", "trained"] = Field(
-        "merged", description="what the budget counts: merged tokens (what reached the global model; the "
-                              "default) or trained ones (as the trainer's syncer counts them)")
+        "merged",
+        description="what the budget counts: merged tokens (what reached the global model; the "
+        "default) or trained ones (as the trainer's syncer counts them)",
+    )
     elastic: bool = Field(True, description="data-parallel: elastic job; DiLoCo: each learner elastic inside")
     cluster: ClusterSection = ClusterSection()
     workload: WorkloadSection = WorkloadSection()
@@ -133,22 +161,32 @@ class ScaleConfig(_Strict):
     def _check(self) -> ScaleConfig:
         a = self.algorithm
         if a.mode == "data-parallel" and a.num_learners != 1:
-            raise ValueError("data-parallel is one job over all chips: set algorithm.num_learners = 1 "
-                             "(elasticity drops cluster.chips_per_replica chips at a time)")
+            raise ValueError(
+                "data-parallel is one job over all chips: set algorithm.num_learners = 1 "
+                "(elasticity drops cluster.chips_per_replica chips at a time)"
+            )
         if self.cluster.chips < a.num_learners:
-            raise ValueError(f"{a.num_learners} learners need at least as many chips, got cluster.chips = "
-                             f"{self.cluster.chips:g}")
+            raise ValueError(
+                f"{a.num_learners} learners need at least as many chips, got cluster.chips = "
+                f"{self.cluster.chips:g}"
+            )
         for i, s in self.workload.step_s_overrides.items():
             if not 0 <= i < a.num_learners or s <= 0:
-                raise ValueError(f"workload.step_s_overrides.{i} = {s}: needs a learner index 0..{a.num_learners - 1} "
-                                 "and a step time > 0")
+                raise ValueError(
+                    f"workload.step_s_overrides.{i} = {s}: needs a learner index 0..{a.num_learners - 1} "
+                    "and a step time > 0"
+                )
         if a.mode == "data-parallel" and self.workload.step_s_overrides:
-            raise ValueError("workload.step_s_overrides: data-parallel is one job stepping together; "
-                             "set workload.step_s instead")
+            raise ValueError(
+                "workload.step_s_overrides: data-parallel is one job stepping together; "
+                "set workload.step_s instead"
+            )
         for i, f in enumerate(self.failures.schedule):
             if f.learner >= a.num_learners:
-                raise ValueError(f"failures.schedule[{i}].learner = {f.learner}, but there are only "
-                                 f"{a.num_learners} learner(s) (0..{a.num_learners - 1})")
+                raise ValueError(
+                    f"failures.schedule[{i}].learner = {f.learner}, but there are only "
+                    f"{a.num_learners} learner(s) (0..{a.num_learners - 1})"
+                )
         return self
 
     @property
@@ -170,8 +208,9 @@ class ScaleConfig(_Strict):
         return sum(per_learner_step / self.step_s(i) for i in range(self.algorithm.num_learners))
 
 
-def build_scale_config(tree: dict[str, Any] | None = None, source: str = "<plan>",
-                       overrides: list[str] | None = None) -> ScaleConfig:
+def build_scale_config(
+    tree: dict[str, Any] | None = None, source: str = "<plan>", overrides: list[str] | None = None
+) -> ScaleConfig:
     """Validate a plan tree (plus ``a.b=value`` overrides); errors name ``source`` and each bad field."""
     if tree is not None and not isinstance(tree, dict):
         raise ScenarioError(f"{source}: a scale plan must be a mapping of sections, got {type(tree).__name__}")

@@ -59,9 +59,18 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     if timeline is not None:
         timeline.add_unit(0, o, 0.0, horizon, TRAIN if comm.dp_exposed_s == 0 else COMM)
     rate = per_step / step_wall
-    return Trace(np.concatenate(times) if times else np.empty(0), np.concatenate(tokens) if tokens else np.empty(0),
-                 trained_at=lambda t: rate * o.work_before(t), failure_times=o.failure_times,
-                 timeline=timeline,
-                 details={"step_wall_s": step_wall, "exposed_comm_s": comm.dp_exposed_s,
-                          "allreduce_s": comm.dp_allreduce_s, "rolled_back_tokens": lost_tokens},
-                 correction_times=np.asarray(fix_t, dtype=float), correction_tokens=np.asarray(fix_tok, dtype=float))
+    return Trace(
+        np.concatenate(times) if times else np.empty(0),
+        np.concatenate(tokens) if tokens else np.empty(0),
+        trained_at=lambda t: rate * o.work_before(t),
+        failure_times=o.failure_times,
+        timeline=timeline,
+        details={
+            "step_wall_s": step_wall,
+            "exposed_comm_s": comm.dp_exposed_s,
+            "allreduce_s": comm.dp_allreduce_s,
+            "rolled_back_tokens": lost_tokens,
+        },
+        correction_times=np.asarray(fix_t, dtype=float),
+        correction_tokens=np.asarray(fix_tok, dtype=float),
+    )

@@ -65,11 +65,11 @@ from chaos.scale.links import comm_times
 from chaos.scale.outages import Outages
 from chaos.scale.result import Timeline, Trace
 from trainer.core.ema import Ema
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.grace import Timing, merge_time
 from trainer.core.reasons import RejectReason
-from trainer.core.rounds import cluster_pace, round_at, round_opens
 from trainer.core.replies import upload_outcome
-from trainer.core.fragment_schedule import FragmentSchedule
+from trainer.core.rounds import cluster_pace, round_at, round_opens
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,14 @@ class Uploads:
     link_skipped: int  # syncs not sent: the previous one of the fragment was still unanswered
 
 
-def _clock_syncs(fragment_schedule: FragmentSchedule, pace: float, step_s: float, walls: np.ndarray,
-                 joined: float, lag_s: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _clock_syncs(
+    fragment_schedule: FragmentSchedule,
+    pace: float,
+    step_s: float,
+    walls: np.ndarray,
+    joined: float,
+    lag_s: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step, fragment, round) of every sync start, in step order, for a learner whose step k ends at
     ``walls[k - 1]`` and whose incarnation began at ``joined``.
 
@@ -118,7 +124,9 @@ def _clock_syncs(fragment_schedule: FragmentSchedule, pace: float, step_s: float
         return (np.empty(0, dtype=np.int64),) * 3
     out = []
     for p in range(fragment_schedule.num_fragments):
-        first = round_at(fragment_schedule, p, joined / pace) + 1  # as LearnerBook: rounds open at its join aren't its own
+        first = (
+            round_at(fragment_schedule, p, joined / pace) + 1
+        )  # as LearnerBook: rounds open at its join aren't its own
         # as sync_step:
         last = round_at(fragment_schedule, p, math.nextafter((walls[-1] + step_s + lag_s) / pace, -math.inf))
         if last < first:
@@ -170,14 +178,21 @@ def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple
     return sent, arrival
 
 
-def learner_uploads(cfg: ScaleConfig, outages: list[Outages], fragment_schedule: FragmentSchedule, up: float,
-                    down: float, pace: float) -> Uploads:
+def learner_uploads(
+    cfg: ScaleConfig,
+    outages: list[Outages],
+    fragment_schedule: FragmentSchedule,
+    up: float,
+    down: float,
+    pace: float,
+) -> Uploads:
     """Generate the uploads of every learner over the run (vectorised per incarnation), on a clock of
     ``pace`` seconds per cluster step."""
     wire = max(up - cfg.network.latency, 0.0)  # a header arrives this long before its body's last byte
     horizon = float(cfg.duration)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in Uploads.__dataclass_fields__
-                                         if not k.startswith(("lost", "link", "inc_starts"))}
+    cols: dict[str, list[np.ndarray]] = {
+        k: [] for k in Uploads.__dataclass_fields__ if not k.startswith(("lost", "link", "inc_starts"))
+    }
     lost_at: list[float] = []
     lost_steps: list[float] = []
     link_skipped = 0
@@ -207,11 +222,15 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], fragment_schedule:
             ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it
             link_skipped += int((~sent).sum())
             # int32 where it fits: a week at 2.4M chips and M = 16 is ~10M uploads.
-            for name, col in (("learner", np.full(len(steps), i, dtype=np.int32)),
-                              ("fragment", frags.astype(np.int32)), ("step", steps.astype(np.int32)),
-                              ("round", rounds.astype(np.int32)),
-                              ("arrival", arrival), ("header", arrival - wire),
-                              ("incarnation", np.full(len(steps), inc_id, dtype=np.int32))):
+            for name, col in (
+                ("learner", np.full(len(steps), i, dtype=np.int32)),
+                ("fragment", frags.astype(np.int32)),
+                ("step", steps.astype(np.int32)),
+                ("round", rounds.astype(np.int32)),
+                ("arrival", arrival),
+                ("header", arrival - wire),
+                ("incarnation", np.full(len(steps), inc_id, dtype=np.int32)),
+            ):
                 cols[name].append(col[ok])
             inc_id += 1
             inc_starts.append(a)
@@ -220,17 +239,23 @@ def learner_uploads(cfg: ScaleConfig, outages: list[Outages], fragment_schedule:
                 np.maximum.at(last, frags[ok], steps[ok])
                 lost_at.append(b)
                 lost_steps.append(float(np.mean(n - last)) + ((b - a) % step) / step)
-    return Uploads(**{k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()},
-                   inc_starts=np.asarray(inc_starts), lost_at=np.asarray(lost_at), lost_steps=np.asarray(lost_steps),
-                   link_skipped=link_skipped)
+    return Uploads(
+        **{k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()},
+        inc_starts=np.asarray(inc_starts),
+        lost_at=np.asarray(lost_at),
+        lost_steps=np.asarray(lost_steps),
+        link_skipped=link_skipped,
+    )
 
 
 class _Active:
     """How many learners are not out at a time (the syncer's liveness view)."""
 
     def __init__(self, outages: list[Outages]) -> None:
-        ev = sorted([(s, -1) for o in outages for s in o.starts.tolist()] +
-                    [(e, +1) for o in outages for e in o.ends.tolist()])
+        ev = sorted(
+            [(s, -1) for o in outages for s in o.starts.tolist()]
+            + [(e, +1) for o in outages for e in o.ends.tolist()]
+        )
         self.times = [t for t, _ in ev]
         counts, c = [], len(outages)
         for _, d in ev:
@@ -261,8 +286,15 @@ class _Syncer:
     """The syncer's rounds, one fragment after another; the trainer's ``merge_time`` and ``upload_outcome``
     decide when a round merges and what each learner does with its reply."""
 
-    def __init__(self, cfg: ScaleConfig, outages: list[Outages], down: float, timing: Timing,
-                 fragment_schedule: FragmentSchedule, pace: float) -> None:
+    def __init__(
+        self,
+        cfg: ScaleConfig,
+        outages: list[Outages],
+        down: float,
+        timing: Timing,
+        fragment_schedule: FragmentSchedule,
+        pace: float,
+    ) -> None:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
         self.fragment_schedule, self.pace = fragment_schedule, pace
@@ -275,8 +307,9 @@ class _Syncer:
         self.participants = self.skipped = self.refused = self.late = self.carried = 0
         self.carry = a.late_uploads == "carry"
 
-    def fragment(self, p: int, rows: Iterable[tuple[int, int, float, float, int, float, int]],
-                 horizon: float) -> None:
+    def fragment(
+        self, p: int, rows: Iterable[tuple[int, int, float, float, int, float, int]], horizon: float
+    ) -> None:
         """Every upload of fragment ``p``, in header order: (learner, step, header, arrival, incarnation, its
         start, round)."""
         self.books: dict[int, _Book] = {}
@@ -295,8 +328,14 @@ class _Syncer:
 
     def _merge_due(self, before: float) -> None:
         if self.members:
-            mt = merge_time(self.policy, self.timing, self.quorum_at, len(self.members),
-                            self.active.at(self.last_arrival), self.opened)
+            mt = merge_time(
+                self.policy,
+                self.timing,
+                self.quorum_at,
+                len(self.members),
+                self.active.at(self.last_arrival),
+                self.opened,
+            )
             if mt is not None and mt < before:  # the next header comes after the merge time: it missed the round
                 self._close(max(mt, self.last_arrival))  # the members' bodies are in (within the hold)
 
@@ -367,8 +406,12 @@ class _Syncer:
         b.waiting_for = None
 
 
-def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = None,
-        progress: Callable[[float], None] | None = None) -> Trace:
+def run(
+    cfg: ScaleConfig,
+    outages: list[Outages],
+    timeline: Timeline | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m, nfrag = a.num_learners, a.num_fragments
     fragment_schedule = a.fragment_schedule()
@@ -380,13 +423,25 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     pace = cluster_pace(steps_s)  # the syncer's clock: the lower median of the learners' step times
     assert pace is not None
     ups = learner_uploads(cfg, outages, fragment_schedule, up, down, pace)
-    syncer = _Syncer(cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), fragment_schedule, pace)
+    syncer = _Syncer(
+        cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), fragment_schedule, pace
+    )
     for p in range(nfrag):
         sel = np.flatnonzero(ups.fragment == p)
         sel = sel[np.argsort(ups.header[sel], kind="stable")]
-        syncer.fragment(p, zip(ups.learner[sel].tolist(), ups.step[sel].tolist(), ups.header[sel].tolist(),
-                               ups.arrival[sel].tolist(), ups.incarnation[sel].tolist(),
-                               ups.inc_starts[ups.incarnation[sel]].tolist(), ups.round[sel].tolist()), horizon)
+        syncer.fragment(
+            p,
+            zip(
+                ups.learner[sel].tolist(),
+                ups.step[sel].tolist(),
+                ups.header[sel].tolist(),
+                ups.arrival[sel].tolist(),
+                ups.incarnation[sel].tolist(),
+                ups.inc_starts[ups.incarnation[sel]].tolist(),
+                ups.round[sel].tolist(),
+            ),
+            horizon,
+        )
         if progress is not None:
             progress((p + 1) / nfrag)
     merge_times, merge_tokens = syncer.merge_times, syncer.merge_tokens
@@ -404,12 +459,22 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
     def useful_at(t: float) -> float:
         return trained_at(t) - tokens_per_learner_step * float(lost_cum[np.searchsorted(lost_t, t, side="right")])
 
-    return Trace(np.asarray(merge_times), np.asarray(merge_tokens), trained_at=trained_at, useful_at=useful_at,
-                 failure_times=np.concatenate([o.failure_times for o in outages]), timeline=timeline,
-                 details={"uploads": float(len(ups.step)), "skipped_syncs": float(skipped + ups.link_skipped),
-                          "refused_stale": float(refused - syncer.late), "refused_late": float(syncer.late),
-                          "late_carried": float(syncer.carried),
-                          "merges": float(n_merges),
-                          "participants_per_merge": participants / n_merges if n_merges else 0.0,
-                          "fragment_round_trip_s": comm.fragment_round_trip_s,
-                          "fragment_period_s": a.sync_every * w.step_s / nfrag})
+    return Trace(
+        np.asarray(merge_times),
+        np.asarray(merge_tokens),
+        trained_at=trained_at,
+        useful_at=useful_at,
+        failure_times=np.concatenate([o.failure_times for o in outages]),
+        timeline=timeline,
+        details={
+            "uploads": float(len(ups.step)),
+            "skipped_syncs": float(skipped + ups.link_skipped),
+            "refused_stale": float(refused - syncer.late),
+            "refused_late": float(syncer.late),
+            "late_carried": float(syncer.carried),
+            "merges": float(n_merges),
+            "participants_per_merge": participants / n_merges if n_merges else 0.0,
+            "fragment_round_trip_s": comm.fragment_round_trip_s,
+            "fragment_period_s": a.sync_every * w.step_s / nfrag,
+        },
+    )

@@ -28,6 +28,7 @@ def simulate_scale(cfg: ScaleConfig, *, timeline: bool = False, progress: Progre
     ``timeline`` keeps per-unit segments for :func:`chaos.scale.plots.plot_timeline` (short runs);
     ``progress(stage, fraction)`` is called as the simulation goes.
     """
+
     def report(stage: str) -> Callable[[float], None] | None:
         return None if progress is None else (lambda f: progress(stage, f))
 

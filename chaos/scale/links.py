@@ -64,12 +64,12 @@ class CommTimes:
 
 def comm_times(cfg: ScaleConfig) -> CommTimes:
     """Example:
-        >>> from chaos.scale.config import build_scale_config
-        >>> cfg = build_scale_config({"cluster": {"sites": 4}, "workload": {"params": "12B"},
-        ...                           "network": {"bandwidth": 5, "dp_overlap": 0.5}})
-        >>> c = comm_times(cfg)
-        >>> round(c.dp_allreduce_s, 1), round(c.dp_exposed_s, 1), round(c.round_s, 1)
-        (57.6, 57.1, 76.8)
+    >>> from chaos.scale.config import build_scale_config
+    >>> cfg = build_scale_config({"cluster": {"sites": 4}, "workload": {"params": "12B"},
+    ...                           "network": {"bandwidth": 5, "dp_overlap": 0.5}})
+    >>> c = comm_times(cfg)
+    >>> round(c.dp_allreduce_s, 1), round(c.dp_exposed_s, 1), round(c.round_s, 1)
+    (57.6, 57.1, 76.8)
     """
     net, w = cfg.network, cfg.workload
     nbytes = cfg.model_bytes

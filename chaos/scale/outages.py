@@ -134,8 +134,9 @@ def _merge(starts: np.ndarray, ends: np.ndarray, elastic: bool) -> Outages:
             continue  # the recovery under way serves this failure too
         s_out.append(s)
         e_out.append(e)
-    return Outages(np.asarray(s_out, dtype=float), np.asarray(e_out, dtype=float), np.asarray(starts, dtype=float),
-                   elastic)
+    return Outages(
+        np.asarray(s_out, dtype=float), np.asarray(e_out, dtype=float), np.asarray(starts, dtype=float), elastic
+    )
 
 
 def sit_out(o: Outages, replicas: int, replace_s: float, horizon: float) -> tuple[np.ndarray, np.ndarray]:

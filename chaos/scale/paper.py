@@ -70,13 +70,21 @@ def row_tree(row: str) -> dict[str, Any]:
     if row == "data-parallel-elastic":
         return {"elastic": True, "algorithm": {"mode": "data-parallel"}}
     if row.startswith("decoupled-"):
-        return {"elastic": True, "algorithm": {"mode": "decoupled", "num_learners": int(row.split("-")[1]),
-                                               **PAPER_SCHEDULE}}
+        return {
+            "elastic": True,
+            "algorithm": {"mode": "decoupled", "num_learners": int(row.split("-")[1]), **PAPER_SCHEDULE},
+        }
     raise ValueError(f"unknown row {row!r}; choose from {', '.join(PAPER_GOODPUT)}")
 
 
 def paper_plan(row: str, chips: float, seed: int = 0, duration: str = "7d") -> ScaleConfig:
     """The calibrated plan of one cell of the paper's table (one simulated week by default)."""
-    tree = {**row_tree(row), "seed": seed, "duration": duration, "cluster": {"chips": chips},
-            "workload": dict(PAPER_WORKLOAD), "name": f"{row}@{chips:g}"}
+    tree = {
+        **row_tree(row),
+        "seed": seed,
+        "duration": duration,
+        "cluster": {"chips": chips},
+        "workload": dict(PAPER_WORKLOAD),
+        "name": f"{row}@{chips:g}",
+    }
     return build_scale_config(tree, f"paper cell {row} × {chips:g} chips")

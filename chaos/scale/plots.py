@@ -14,9 +14,15 @@ from chaos.scale.result import COMM, DOWN, PAUSED, TRAIN, WAIT, ScaleResult
 COLOURS = {TRAIN: "#4c9a2a", WAIT: "#f2c14e", COMM: "#5b8def", PAUSED: "#f08a24", DOWN: "#c0392b"}
 
 
-def plot_goodput_sweep(simulated: Mapping[str, Sequence[float]], xs: Sequence[str], path: Path, *, xlabel: str,
-                       paper: Mapping[str, Sequence[float]] | None = None,
-                       labels: Mapping[str, str] | None = None) -> Path:
+def plot_goodput_sweep(
+    simulated: Mapping[str, Sequence[float]],
+    xs: Sequence[str],
+    path: Path,
+    *,
+    xlabel: str,
+    paper: Mapping[str, Sequence[float]] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Path:
     """Goodput (%) against a swept plan field (the paper's figure sweeps chips): one line per configuration,
     the paper's values as open squares when given. ``xs`` label the points, evenly spaced."""
     fig, ax = new_figure(8.0, 4.8)
@@ -46,16 +52,23 @@ def plot_timeline(result: ScaleResult, path: Path) -> Path:
         ax.barh(seg.unit, seg.end - seg.start, left=seg.start, height=0.7, color=COLOURS[seg.state], linewidth=0)
     if merges:
         ax.vlines(list(merges), result.learners - 0.3, result.learners + 0.2, color="black", linewidth=0.6)
-    ax.set_yticks(range(result.learners), [f"learner {i}" for i in range(result.learners)]
-                  if result.mode != "data-parallel" else ["job"])
+    ax.set_yticks(
+        range(result.learners),
+        [f"learner {i}" for i in range(result.learners)] if result.mode != "data-parallel" else ["job"],
+    )
     ax.set_ylim(-0.6, result.learners + 0.4)
     ax.set_xlim(0, result.wall_s)
     ax.set_xlabel("simulated seconds (ticks on top: global model updates)")
-    ax.set_title(f"{result.label}: goodput {result.goodput:.1%}, longest global stall {result.longest_stall_s:.1f} s"
-                 + (" (timeline truncated)" if result.timeline.truncated else ""))
+    ax.set_title(
+        f"{result.label}: goodput {result.goodput:.1%}, longest global stall {result.longest_stall_s:.1f} s"
+        + (" (timeline truncated)" if result.timeline.truncated else "")
+    )
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=s) for s, c in COLOURS.items()], fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.005, 1.0))
+    ax.legend(
+        handles=[Patch(color=c, label=s) for s, c in COLOURS.items()],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+    )
     return save_figure(fig, path)
-

@@ -44,8 +44,13 @@ def _scaled(value: Any, units: dict[str, float], default: str, what: str, hint: 
 
 def parse_duration(value: Any) -> float:
     """Seconds from a number or ``<number><unit>`` (ms, s, min, h, d, w, y = 365 d)."""
-    return _scaled(value, _TIME_UNITS, "s", "a duration",
-                   "write seconds (30) or a number with a unit (ms, s, min, h, d, w, y)")
+    return _scaled(
+        value,
+        _TIME_UNITS,
+        "s",
+        "a duration",
+        "write seconds (30) or a number with a unit (ms, s, min, h, d, w, y)",
+    )
 
 
 def parse_count(value: Any) -> float:
@@ -83,8 +88,8 @@ def format_duration(seconds: float) -> str:
 
 def format_count(value: float) -> str:
     """Example:
-        >>> format_count(2_400_000), format_count(150_000), format_count(12e9)
-        ('2.4M', '150k', '12B')
+    >>> format_count(2_400_000), format_count(150_000), format_count(12e9)
+    ('2.4M', '150k', '12B')
     """
     for suffix, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= size:

@@ -138,24 +138,34 @@ class ScaleResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "mode": self.mode, "elastic": self.elastic, "chips": self.chips,
-            "learners": self.learners, "wall_s": round(self.wall_s, 3), "goodput": round(self.goodput, 5),
+            "name": self.name,
+            "mode": self.mode,
+            "elastic": self.elastic,
+            "chips": self.chips,
+            "learners": self.learners,
+            "wall_s": round(self.wall_s, 3),
+            "goodput": round(self.goodput, 5),
             "merged_goodput": round(self.merged_goodput, 5),
-            "compute_goodput": round(self.compute_goodput, 5), "merged_tokens": self.merged_tokens,
-            "trained_tokens": self.trained_tokens, "longest_stall_s": round(self.longest_stall_s, 3),
+            "compute_goodput": round(self.compute_goodput, 5),
+            "merged_tokens": self.merged_tokens,
+            "trained_tokens": self.trained_tokens,
+            "longest_stall_s": round(self.longest_stall_s, 3),
             "longest_stall_at": round(self.longest_stall_at, 3),
             "time_to_budget_s": None if self.time_to_budget_s is None else round(self.time_to_budget_s, 3),
-            "failures": self.failures, "updates": self.updates,
+            "failures": self.failures,
+            "updates": self.updates,
             "details": {k: round(v, 6) for k, v in self.details.items()},
         }
 
     def summary(self) -> str:
-        budget = ("not reached" if self.time_to_budget_s is None else format_duration(self.time_to_budget_s))
-        return (f"{self.label}: goodput {self.goodput:.1%} (merged {self.merged_goodput:.1%}, "
-                f"compute {self.compute_goodput:.1%}), "
-                f"longest global stall {format_duration(self.longest_stall_s)}, "
-                f"time to budget {budget}, {self.failures} failures, "
-                f"{format_count(self.merged_tokens)} tokens merged in {format_duration(self.wall_s)}")
+        budget = "not reached" if self.time_to_budget_s is None else format_duration(self.time_to_budget_s)
+        return (
+            f"{self.label}: goodput {self.goodput:.1%} (merged {self.merged_goodput:.1%}, "
+            f"compute {self.compute_goodput:.1%}), "
+            f"longest global stall {format_duration(self.longest_stall_s)}, "
+            f"time to budget {budget}, {self.failures} failures, "
+            f"{format_count(self.merged_tokens)} tokens merged in {format_duration(self.wall_s)}"
+        )
 
 
 def _first_time_trained(trace: Trace, budget: float, horizon: float) -> float | None:
@@ -202,10 +212,22 @@ def summarize(cfg: ScaleConfig, trace: Trace) -> ScaleResult:
     useful = merged if trace.useful_at is None else max(0.0, float(trace.useful_at(wall)) + taken_back)
     nominal = cfg.nominal_tokens_per_s * wall
     return ScaleResult(
-        name=cfg.name, mode=cfg.algorithm.mode, elastic=cfg.elastic, chips=cfg.cluster.chips,
-        learners=cfg.algorithm.num_learners, wall_s=wall, goodput=useful / nominal if nominal else 0.0,
+        name=cfg.name,
+        mode=cfg.algorithm.mode,
+        elastic=cfg.elastic,
+        chips=cfg.cluster.chips,
+        learners=cfg.algorithm.num_learners,
+        wall_s=wall,
+        goodput=useful / nominal if nominal else 0.0,
         merged_goodput=merged / nominal if nominal else 0.0,
-        compute_goodput=merged / trained if trained else 0.0, merged_tokens=merged, trained_tokens=trained,
-        longest_stall_s=float(gaps[i]) if len(gaps) else wall, longest_stall_at=float(starts[i]) if len(gaps) else 0.0,
-        time_to_budget_s=reached, failures=int((trace.failure_times <= wall).sum()), updates=int(keep.sum()),
-        details=dict(trace.details), timeline=trace.timeline)
+        compute_goodput=merged / trained if trained else 0.0,
+        merged_tokens=merged,
+        trained_tokens=trained,
+        longest_stall_s=float(gaps[i]) if len(gaps) else wall,
+        longest_stall_at=float(starts[i]) if len(gaps) else 0.0,
+        time_to_budget_s=reached,
+        failures=int((trace.failure_times <= wall).sum()),
+        updates=int(keep.sum()),
+        details=dict(trace.details),
+        timeline=trace.timeline,
+    )

@@ -53,8 +53,12 @@ def _finish(o: Outages, k: int, t: float, work: float, lost: list[float]) -> tup
     return t + remaining, k
 
 
-def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = None,
-        progress: Callable[[float], None] | None = None) -> Trace:
+def run(
+    cfg: ScaleConfig,
+    outages: list[Outages],
+    timeline: Timeline | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m = a.num_learners
     fragment_schedule = a.fragment_schedule()
@@ -100,8 +104,16 @@ def run(cfg: ScaleConfig, outages: list[Outages], timeline: Timeline | None = No
         k = int(np.searchsorted(np.asarray(ends), t, side="right"))
         return k * per_learner * m + rate * lost_s * (k / max(rounds, 1))
 
-    return Trace(np.asarray(ends), np.full(len(ends), per_learner * m), trained_at=trained_at,
-                 failure_times=np.concatenate([o.failure_times for o in outages]), timeline=timeline,
-                 details={"round_work_s": max(work), "round_comm_s": up + down, "rounds": float(rounds),
-                          "redone_work_s": lost_s})
-
+    return Trace(
+        np.asarray(ends),
+        np.full(len(ends), per_learner * m),
+        trained_at=trained_at,
+        failure_times=np.concatenate([o.failure_times for o in outages]),
+        timeline=timeline,
+        details={
+            "round_work_s": max(work),
+            "round_comm_s": up + down,
+            "rounds": float(rounds),
+            "redone_work_s": lost_s,
+        },
+    )

@@ -27,25 +27,32 @@ Respond = Callable[[Any, int], None]  # (reply, reply bytes)
 class SimHost(Protocol):
     """What the nodes need of the simulation that drives them (:class:`chaos.sim.runner.Simulation`)."""
 
-    cfg: "RunConfig"
+    cfg: RunConfig
     config_hash: str
-    opts: "SimOptions"
-    loop: "EventLoop"
-    rng: "np.random.Generator"
-    problem: "QuadraticProblem"
-    policy: "SyncerPolicy"
-    fragments: "tuple[Fragment, ...]"
+    opts: SimOptions
+    loop: EventLoop
+    rng: np.random.Generator
+    problem: QuadraticProblem
+    policy: SyncerPolicy
+    fragments: tuple[Fragment, ...]
     fragment_names: list[list[str]]
     tokens_per_step: int
     syncer: Any  # the chaos.sim.syncer_node.SyncerNode (named, not imported: the nodes import this module)
-    audit: "AuditWriter"  # every merge digested, its tensors kept in memory
+    audit: AuditWriter  # every merge digested, its tensors kept in memory
 
     def emit(self, source: str, kind: type, **fields: Any) -> None:
         """Write one event, stamped with virtual time."""
         ...
 
-    def rpc(self, node: Any, req_bytes: int, handler: Callable[..., None], on_reply: Callable[[Any], None],
-            on_fail: Callable[[], None], on_header: Callable[[], None] | None = None) -> None:
+    def rpc(
+        self,
+        node: Any,
+        req_bytes: int,
+        handler: Callable[..., None],
+        on_reply: Callable[[Any], None],
+        on_fail: Callable[[], None],
+        on_header: Callable[[], None] | None = None,
+    ) -> None:
         """A unary call from a learner (a LearnerNode) to the syncer over its link."""
         ...
 
@@ -60,4 +67,6 @@ class SimHost(Protocol):
     def on_syncer_exit(self) -> None:
         """The syncer finished and exited: the run ends."""
         ...
+
+
 SMALL_MESSAGE = 200  # bytes of a request or reply without tensors

@@ -101,9 +101,14 @@ class LearnerNode:
             self.timers = [t for t in self.timers if t.when > self.sim.loop.now and not t.cancelled]
         self.timers.append(self.sim.loop.after(delay, self.deliver, inc, fn, *args))
 
-    def rpc(self, req_bytes: int, handler: Callable[[Respond, Callable[[], None]], None],
-            on_reply: Callable[[Any], None], on_fail: Callable[[], None],
-            on_header: Callable[[], None] | None = None) -> None:
+    def rpc(
+        self,
+        req_bytes: int,
+        handler: Callable[[Respond, Callable[[], None]], None],
+        on_reply: Callable[[Any], None],
+        on_fail: Callable[[], None],
+        on_header: Callable[[], None] | None = None,
+    ) -> None:
         self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header)
 
     def _down(self) -> None:
@@ -122,8 +127,15 @@ class LearnerNode:
         self.incarnation = f"{self.lid}.{self.starts}"
         self.starts += 1
         self.alive, self.exited, self.paused, self.corrupt = True, False, False, corrupt
-        self.emit(ev.LearnerStart, learner_id=self.lid, learner_incarnation=self.incarnation, pid=0, syncer="sim",
-                  config_hash=self.sim.config_hash, corrupt=corrupt)
+        self.emit(
+            ev.LearnerStart,
+            learner_id=self.lid,
+            learner_incarnation=self.incarnation,
+            pid=0,
+            syncer="sim",
+            config_hash=self.sim.config_hash,
+            corrupt=corrupt,
+        )
         self._join(fetch_state=True)
 
     def kill(self) -> None:
@@ -151,7 +163,9 @@ class LearnerNode:
 
     def _shutdown(self, why: str) -> None:
         syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
-        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_leave(lid, inc, why, r, a), lambda _: None, lambda: None)
+        self.rpc(
+            SMALL_MESSAGE, lambda r, a: syncer.handle_leave(lid, inc, why, r, a), lambda _: None, lambda: None
+        )
         self.emit(ev.LearnerStop, why=why, step=self.step, tokens=self.tokens)
         self.kill()
         self.exited = True
@@ -159,8 +173,12 @@ class LearnerNode:
     # ---- join and state -------------------------------------------------------------
     def _join(self, fetch_state: bool) -> None:
         syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
-        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_join(lid, inc, r, a),
-                 lambda reply: self._joined(reply, fetch_state), lambda: self._join_failed(fetch_state))
+        self.rpc(
+            SMALL_MESSAGE,
+            lambda r, a: syncer.handle_join(lid, inc, r, a),
+            lambda reply: self._joined(reply, fetch_state),
+            lambda: self._join_failed(fetch_state),
+        )
 
     def _join_failed(self, fetch_state: bool) -> None:
         self._down()
@@ -170,7 +188,9 @@ class LearnerNode:
     def _joined(self, reply: tuple, fetch_state: bool) -> None:
         ok, reason, res, progress = reply
         if not ok:
-            self.emit(ev.LearnerStop, why=f"error: syncer refused Join: {reason}", step=self.step, tokens=self.tokens)
+            self.emit(
+                ev.LearnerStop, why=f"error: syncer refused Join: {reason}", step=self.step, tokens=self.tokens
+            )
             self.kill()
             self.exited = True
             return
@@ -179,27 +199,44 @@ class LearnerNode:
         self.incarnation_index = res.incarnation_index
         self.progress = max(self.progress, progress)
         self._heard_clock(res.clock)
-        self.emit(ev.LearnerJoin, learner_incarnation=self.incarnation, incarnation_index=res.incarnation_index,
-                  versions=list(res.versions), syncer_incarnation=self.sim.syncer.incarnation)
+        self.emit(
+            ev.LearnerJoin,
+            learner_incarnation=self.incarnation,
+            incarnation_index=res.incarnation_index,
+            versions=list(res.versions),
+            syncer_incarnation=self.sim.syncer.incarnation,
+        )
         if fetch_state:
             t0 = self.sim.loop.now
             syncer = self.sim.syncer
-            self.rpc(SMALL_MESSAGE, syncer.handle_state, lambda values: self._got_state(values, t0),
-                     lambda: self._join_failed(True))
+            self.rpc(
+                SMALL_MESSAGE,
+                syncer.handle_state,
+                lambda values: self._got_state(values, t0),
+                lambda: self._join_failed(True),
+            )
 
     def _got_state(self, values: list[tuple[int, dict[str, np.ndarray]]], t0: float) -> None:
         a = self.sim.cfg.algorithm
         self.base = {n: t for _, tensors in values for n, t in tensors.items()}
         self.params = {n: t.copy() for n, t in self.base.items()}
         versions = [v for v, _ in values]
-        self.book = LearnerBook(FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
-                                versions, blocking=bool(a.blocking), clocked=a.rounds == "clock",
-                                start_step=self.clock.step_at(self.sim.loop.now))
+        self.book = LearnerBook(
+            FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
+            versions,
+            blocking=bool(a.blocking),
+            clocked=a.rounds == "clock",
+            start_step=self.clock.step_at(self.sim.loop.now),
+        )
         self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])  # its "data"
         self.drawn = 0
         self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
-        self.emit(ev.StateFetch, versions=versions, seconds=self.sim.loop.now - t0,
-                  digests=[digest({n: self.params[n] for n in tensors}) for _, tensors in values])
+        self.emit(
+            ev.StateFetch,
+            versions=versions,
+            seconds=self.sim.loop.now - t0,
+            digests=[digest({n: self.params[n] for n in tensors}) for _, tensors in values],
+        )
         self.later(self.sim.cfg.learner.report_interval_s, self._report_tick)
         self._schedule_step()
 
@@ -250,9 +287,19 @@ class LearnerNode:
         ahead = lookahead_s(rule, self.boundaries, h, self.nominal_step_time()) + margin * self.clock.pace_s
         for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, ahead)):
             names = self.sim.fragment_names[s.fragment]
-            self.emit(ev.SyncStartEvent, fragment=s.fragment, base_version=s.base_version, c_steps=s.c_steps,
-                      c_tokens=s.c_tokens, step=s.step, round=s.round, clock_step=self.clock.step_at(self.sim.loop.now),
-                      lookahead_s=ahead, lag_margin_steps=margin, base_digest=digest({n: self.base[n] for n in names}))
+            self.emit(
+                ev.SyncStartEvent,
+                fragment=s.fragment,
+                base_version=s.base_version,
+                c_steps=s.c_steps,
+                c_tokens=s.c_tokens,
+                step=s.step,
+                round=s.round,
+                clock_step=self.clock.step_at(self.sim.loop.now),
+                lookahead_s=ahead,
+                lag_margin_steps=margin,
+                base_digest=digest({n: self.base[n] for n in names}),
+            )
             arrays = {n: grads[n] if grads is not None else self.base[n] - self.params[n] for n in names}
             if self.corrupt:
                 arrays = corrupted(arrays, self.corrupt, self.corrupt_rng)
@@ -260,9 +307,15 @@ class LearnerNode:
         self._pump_uploads()
         self._apply_ready()
         if self.step % cfg.learner.step_event_every == 0:
-            self.emit(ev.Step, step=self.step, loss=self.sim.problem.loss(self.params), tokens=self.tokens,
-                      step_time_s=self.step_time(), blocked_s=self.blocked_s,
-                      data=ev.DataPosition(stream=self.data_stream, batches=self.drawn))
+            self.emit(
+                ev.Step,
+                step=self.step,
+                loss=self.sim.problem.loss(self.params),
+                tokens=self.tokens,
+                step_time_s=self.step_time(),
+                blocked_s=self.blocked_s,
+                data=ev.DataPosition(stream=self.data_stream, batches=self.drawn),
+            )
             self.blocked_s = 0.0
         if book.waiting_for(self.step):
             self.waiting_since = self.sim.loop.now  # blocking modes: wait for the merged fragments
@@ -277,7 +330,9 @@ class LearnerNode:
                 self.base[n] = t
                 self.params[n] = t.copy() if alpha is None else (alpha * self.params[n] + (1 - alpha) * t)
             held = self.params if alpha is None else self.base  # what must now be the syncer's bits (merge audit)
-            self.emit(ev.Apply, fragment=p, version=version, step=self.step, digest=digest({n: held[n] for n in tensors}))
+            self.emit(
+                ev.Apply, fragment=p, version=version, step=self.step, digest=digest({n: held[n] for n in tensors})
+            )
 
     def _maybe_unblock(self) -> None:
         """Something arrived: a blocked step loop may go on."""
@@ -303,15 +358,37 @@ class LearnerNode:
         nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[s.fragment])
         t0 = self.sim.loop.now
         sent_step = self.clock.step_at(t0)
-        c = Contribution(self.lid, self.incarnation, s.fragment, s.base_version, job.arrays, s.c_steps, s.c_tokens,
-                         upload_seconds=self.sim.upload_seconds(self.lid, nbytes), round=s.round)
-        self.rpc(nbytes, lambda r, a: syncer.handle_upload(c, nbytes, r, a),
-                 lambda reply: self._uploaded(s, nbytes, t0, sent_step, *reply),
-                 lambda: self._uploaded(s, nbytes, t0, sent_step, False, UNREACHABLE, -1, None, 0.0),
-                 lambda: syncer.handle_upload_header(c))
+        c = Contribution(
+            self.lid,
+            self.incarnation,
+            s.fragment,
+            s.base_version,
+            job.arrays,
+            s.c_steps,
+            s.c_tokens,
+            upload_seconds=self.sim.upload_seconds(self.lid, nbytes),
+            round=s.round,
+        )
+        self.rpc(
+            nbytes,
+            lambda r, a: syncer.handle_upload(c, nbytes, r, a),
+            lambda reply: self._uploaded(s, nbytes, t0, sent_step, *reply),
+            lambda: self._uploaded(s, nbytes, t0, sent_step, False, UNREACHABLE, -1, None, 0.0),
+            lambda: syncer.handle_upload_header(c),
+        )
 
-    def _uploaded(self, s: SyncStart, nbytes: int, t0: float, sent_step: float, accepted: bool, reason: str,
-                  current: int, clock: tuple[float, float] | None, header_step: float) -> None:
+    def _uploaded(
+        self,
+        s: SyncStart,
+        nbytes: int,
+        t0: float,
+        sent_step: float,
+        accepted: bool,
+        reason: str,
+        current: int,
+        clock: tuple[float, float] | None,
+        header_step: float,
+    ) -> None:
         self.uploading = False
         self.header_lags = self.header_lags.heard(sent_step, header_step)  # as the trainer's learner
         if reason == UNREACHABLE:
@@ -320,8 +397,16 @@ class LearnerNode:
             self._up()
         if clock is not None:
             self._heard_clock(clock)
-        self.emit(ev.SyncResult, fragment=s.fragment, base_version=s.base_version, round=s.round, accepted=accepted,
-                  reason=reason, seconds=self.sim.loop.now - t0, bytes=nbytes)
+        self.emit(
+            ev.SyncResult,
+            fragment=s.fragment,
+            base_version=s.base_version,
+            round=s.round,
+            accepted=accepted,
+            reason=reason,
+            seconds=self.sim.loop.now - t0,
+            bytes=nbytes,
+        )
         out = upload_outcome(accepted, reason, s.base_version, current)
         assert self.book is not None
         if out.failed:
@@ -344,8 +429,12 @@ class LearnerNode:
             return
         self.fetching[p] = True
         syncer, want = self.sim.syncer, self.want[p]
-        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_fragment(p, want, r, a),
-                 lambda reply: self._fetched(p, *reply), lambda: self._fetch_failed(p))
+        self.rpc(
+            SMALL_MESSAGE,
+            lambda r, a: syncer.handle_fragment(p, want, r, a),
+            lambda reply: self._fetched(p, *reply),
+            lambda: self._fetch_failed(p),
+        )
 
     def _fetched(self, p: int, version: int, tensors: dict[str, np.ndarray]) -> None:
         assert self.book is not None
@@ -371,8 +460,12 @@ class LearnerNode:
             return
         syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
         step, tokens, st = self.step, self.tokens, self.nominal_step_time()
-        self.rpc(SMALL_MESSAGE, lambda r, a: syncer.handle_report(lid, inc, step, tokens, st, r, a),
-                 lambda reply: self._reported(*reply), self._down)
+        self.rpc(
+            SMALL_MESSAGE,
+            lambda r, a: syncer.handle_report(lid, inc, step, tokens, st, r, a),
+            lambda reply: self._reported(*reply),
+            self._down,
+        )
 
     def _reported(self, ok: bool, stop: bool, reason: str, progress: float, clock: tuple[float, float]) -> None:
         self._up()

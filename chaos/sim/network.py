@@ -69,8 +69,14 @@ class Link:
         modes = set(self.blocks[direction].values())
         return None if not modes else ("refuse" if "refuse" in modes else "drop")
 
-    def delay(self, direction: str, nbytes: int, base_latency_s: float, bandwidth_Bps: float = float("inf"),
-              rng: np.random.Generator | None = None) -> float:
+    def delay(
+        self,
+        direction: str,
+        nbytes: int,
+        base_latency_s: float,
+        bandwidth_Bps: float = float("inf"),
+        rng: np.random.Generator | None = None,
+    ) -> float:
         """Seconds for ``nbytes`` to cross in ``direction``: latency (with jitter) plus transfer time."""
         t = base_latency_s
         for lat, jit in self.latency[direction].values():

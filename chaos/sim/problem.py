@@ -46,19 +46,32 @@ class QuadraticProblem:
     floor: float
     dims: int
     _stacks: dict[tuple[tuple[str, ...], int], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
-        default_factory=dict, init=False, compare=False, repr=False)
+        default_factory=dict, init=False, compare=False, repr=False
+    )
     _sizes: dict[str, int] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
-    def create(cls, shapes: Mapping[str, tuple[int, ...]], seed: int, *, dims: int = 16, learners: int = 16,
-               heterogeneity: float = 0.3, noise: float = 0.5, floor: float = 2.0) -> "QuadraticProblem":
+    def create(
+        cls,
+        shapes: Mapping[str, tuple[int, ...]],
+        seed: int,
+        *,
+        dims: int = 16,
+        learners: int = 16,
+        heterogeneity: float = 0.3,
+        noise: float = 0.5,
+        floor: float = 2.0,
+    ) -> QuadraticProblem:
         rng = np.random.default_rng([seed, 0x51])
         names = sorted(shapes)
-        curvature = {n: np.exp(rng.uniform(np.log(1e-3), np.log(MAX_CURVATURE), dims)).astype(np.float32)
-                     for n in names}
+        curvature = {
+            n: np.exp(rng.uniform(np.log(1e-3), np.log(MAX_CURVATURE), dims)).astype(np.float32) for n in names
+        }
         center = {n: rng.normal(0.0, 3.0, dims).astype(np.float32) for n in names}
-        offsets = tuple({n: (heterogeneity * rng.normal(0.0, 1.0, dims)).astype(np.float32) for n in names}
-                        for _ in range(learners))
+        offsets = tuple(
+            {n: (heterogeneity * rng.normal(0.0, 1.0, dims)).astype(np.float32) for n in names}
+            for _ in range(learners)
+        )
         return cls(dict(shapes), curvature, center, offsets, noise, floor, dims)
 
     def init_params(self) -> Tensors:
@@ -80,12 +93,16 @@ class QuadraticProblem:
         got = self._stacks.get(key)
         if got is None:
             off = self.offsets[key[1]]
-            got = self._stacks[key] = (np.stack([self.curvature[n] for n in names]),
-                                       np.stack([self.center[n] for n in names]), np.stack([off[n] for n in names]))
+            got = self._stacks[key] = (
+                np.stack([self.curvature[n] for n in names]),
+                np.stack([self.center[n] for n in names]),
+                np.stack([off[n] for n in names]),
+            )
         return got
 
-    def _gradient_rows(self, names: tuple[str, ...], theta: np.ndarray, learner: int,
-                       rng: np.random.Generator) -> np.ndarray:
+    def _gradient_rows(
+        self, names: tuple[str, ...], theta: np.ndarray, learner: int, rng: np.random.Generator
+    ) -> np.ndarray:
         curvature, center, off = self._stacked(names, learner)
         noise = rng.normal(0.0, self.noise, (len(names), self.dims)).astype(np.float32)
         with np.errstate(over="ignore", invalid="ignore"):  # a learner fed garbage diverges; that is the point

@@ -46,20 +46,30 @@ import numpy as np
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.goodput import compute_goodput
-from chaos.history import (FaultOp, History, NotRun, NotRunPhase, Phase, PlanRecord, Stalled, StalledPhase, Teardown,
-                           TeardownPhase)
+from chaos.fault_plan import Planned, plan
+from chaos.history import (
+    FaultOp,
+    History,
+    NotRun,
+    NotRunPhase,
+    Phase,
+    PlanRecord,
+    Stalled,
+    StalledPhase,
+    Teardown,
+    TeardownPhase,
+)
 from chaos.interpreter import Heal, Inject, PlanInterpreter
 from chaos.records import JsonObject
 from chaos.run_report import Band
 from chaos.scenario import Scenario
-from chaos.fault_plan import Planned, plan
 from chaos.sim.clock import EventLoop
 from chaos.sim.effects import play
-from chaos.sim.network import Link
 from chaos.sim.learner_node import LearnerNode
-from chaos.sim.syncer_node import SyncerNode
+from chaos.sim.network import Link
 from chaos.sim.options import SimOptions
 from chaos.sim.problem import MAX_CURVATURE, QuadraticProblem
+from chaos.sim.syncer_node import SyncerNode
 from chaos.watchdog import POLL_S, Progress, stalled
 from trainer import events as ev
 from trainer import model as model_mod
@@ -132,8 +142,9 @@ def model_shapes(size: str, vocab_size: int | None = None) -> dict[str, tuple[in
 class _Call:
     """One RPC in flight: it ends exactly once, by a reply, a fast failure (closed connection) or its deadline."""
 
-    def __init__(self, sim: "Simulation", node: LearnerNode, on_reply: Callable[[Any], None],
-                 on_fail: Callable[[], None]) -> None:
+    def __init__(
+        self, sim: Simulation, node: LearnerNode, on_reply: Callable[[Any], None], on_fail: Callable[[], None]
+    ) -> None:
         self.sim, self.node, self.inc = sim, node, node.incarnation
         self.on_reply, self.on_fail = on_reply, on_fail
         self.deadline = sim.loop.now + sim.cfg.learner.rpc_timeout_s
@@ -195,8 +206,9 @@ class Simulation:
         self.rng = np.random.default_rng([scenario.seed, self.cfg.seed, 0x5EED])
         learners = scenario.learner_ids()
         shapes = model_shapes(self.cfg.model.size, self.cfg.data.vocab_size)
-        self.problem = QuadraticProblem.create(shapes, self.cfg.seed, dims=opts.surrogate_dims,
-                                               learners=max(len(learners), 1))
+        self.problem = QuadraticProblem.create(
+            shapes, self.cfg.seed, dims=opts.surrogate_dims, learners=max(len(learners), 1)
+        )
         self.fragments = partition_tensors(self.problem.real_sizes(), self.cfg.algorithm.num_fragments)
         self.fragment_names = [list(f.names) for f in self.fragments]
         # The syncer bounds one inner step's update (trainer.core.claims) by lr·(K·√n + wd·‖Θ‖), written for
@@ -207,8 +219,9 @@ class Simulation:
         # median needs a history) and blew the model up (nightly, 2026-12-02). Data-parallel uploads gradients: no
         # step bound there, as in the trainer.
         policy = policy_from_config(self.cfg)
-        self.policy = replace(policy, inner_lr=opts.inner_lr if policy.inner_lr > 0 else 0.0,
-                              inner_weight_decay=2 * MAX_CURVATURE)
+        self.policy = replace(
+            policy, inner_lr=opts.inner_lr if policy.inner_lr > 0 else 0.0, inner_weight_decay=2 * MAX_CURVATURE
+        )
         self.tokens_per_step = self.policy.tokens_per_step
         self.records: list[Any] = []
         self.events: list[ev.Event] = []
@@ -242,10 +255,15 @@ class Simulation:
     def upload_seconds(self, lid: str, nbytes: int) -> float:
         return self.links[lid].delay("to_syncer", nbytes, self.opts.latency_s, self.opts.bandwidth_Bps)
 
-    def rpc(self, node: LearnerNode, req_bytes: int, handler: Callable[[Callable[[Any, int], None],
-                                                                          Callable[[], None]], None],
-            on_reply: Callable[[Any], None], on_fail: Callable[[], None],
-            on_header: Callable[[], None] | None = None) -> None:
+    def rpc(
+        self,
+        node: LearnerNode,
+        req_bytes: int,
+        handler: Callable[[Callable[[Any, int], None], Callable[[], None]], None],
+        on_reply: Callable[[Any], None],
+        on_fail: Callable[[], None],
+        on_header: Callable[[], None] | None = None,
+    ) -> None:
         """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`);
         ``on_header`` runs when the request's first bytes reach the syncer (a streamed upload's header)."""
         call = _Call(self, node, on_reply, on_fail)
@@ -256,8 +274,9 @@ class Simulation:
         elif cut is None:
             t = link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng)
             if on_header is not None:
-                self.loop.after(t - link.transfer_s("to_syncer", req_bytes, self.opts.bandwidth_Bps), call.header,
-                                on_header)
+                self.loop.after(
+                    t - link.transfer_s("to_syncer", req_bytes, self.opts.bandwidth_Bps), call.header, on_header
+                )
             self.loop.after(t, call.arrive, handler)
 
     def reset_link(self, lid: str) -> None:
@@ -290,8 +309,16 @@ class Simulation:
             self.loop.at(t, self._tick)
 
     def _op(self, p: Planned, action: str, outcome: str, evidence: JsonObject) -> None:
-        self.record(FaultOp, fault_id=p.fault_id, fault_kind=p.kind, action=action, outcome=outcome,
-                    targets=list(p.targets), params=p.params, evidence=evidence)
+        self.record(
+            FaultOp,
+            fault_id=p.fault_id,
+            fault_kind=p.kind,
+            action=action,
+            outcome=outcome,
+            targets=list(p.targets),
+            params=p.params,
+            evidence=evidence,
+        )
 
     def _inject(self, p: Planned) -> None:
         self._op(p, "inject", "invoke", {})
@@ -309,14 +336,18 @@ class Simulation:
         self.loop.after(self.opts.restart_delay_s, lambda: self.done or node.start(corrupt))
 
     def restart_syncer(self) -> None:
-        self.loop.after(self.opts.syncer_restart_delay_s, lambda: self.done or self.syncer.up or self.syncer.start())
+        self.loop.after(
+            self.opts.syncer_restart_delay_s, lambda: self.done or self.syncer.up or self.syncer.start()
+        )
 
     def _watch(self) -> None:
         """Poll the syncer's progress as the controller does; end and judge a run that stopped (chaos.watchdog)."""
         if self.done:
             return
         st = self.syncer.state
-        if st is not None and self.syncer.up and not self.syncer.paused:  # a down or stopped syncer answers no poll
+        if (
+            st is not None and self.syncer.up and not self.syncer.paused
+        ):  # a down or stopped syncer answers no poll
             self.progress = self.progress.observe(st.merges_total, st.tokens_total, self.ts)
         stall = stalled(History(self.records, self.events), self.progress, self.ts, self.scenario.checks.liveness)
         if stall is None:
@@ -329,7 +360,9 @@ class Simulation:
     def _finish(self) -> None:
         if self.done:
             return
-        self.record(Phase, name="finished", detail={"merges": max((m.merges_total for m in self._merges()), default=0)})
+        self.record(
+            Phase, name="finished", detail={"merges": max((m.merges_total for m in self._merges()), default=0)}
+        )
         self._wind_up()
 
     def _wind_up(self) -> None:
@@ -349,8 +382,10 @@ class Simulation:
                 node.paused = False
                 node.emit(ev.LearnerStop, why="signal", step=node.step, tokens=node.tokens)
                 node.kill()
-        self.record(TeardownPhase, detail=Teardown(proxies_left=[], processes_left=[], healed_on_teardown=False,
-                                                   simulated=True))
+        self.record(
+            TeardownPhase,
+            detail=Teardown(proxies_left=[], processes_left=[], healed_on_teardown=False, simulated=True),
+        )
         self.done = True
         self.loop.stop()
 
@@ -358,8 +393,12 @@ class Simulation:
     def run(self) -> bool:
         """Run to the end, to the progress watchdog's stop, or to the scenario's timeout (in virtual seconds, the
         last-resort cap); returns whether it timed out."""
-        self.record(PlanRecord, scenario=self.scenario.name, seed=self.scenario.seed,
-                    faults=[p.record() for p in self.planned])
+        self.record(
+            PlanRecord,
+            scenario=self.scenario.name,
+            seed=self.scenario.seed,
+            faults=[p.record() for p in self.planned],
+        )
         self.record(Phase, name="bring_up", detail={"backend": "sim", "simulated": True})
         # A cold start costs what a restart costs (process start, imports, JIT), so the start-up the checks'
         # bounds are measured from matches the restarts they judge, as it does for real processes.
@@ -394,7 +433,9 @@ def baseline_loss(scenario: Scenario, opts: SimOptions) -> float | None:
     return _fault_free(scenario, opts, scenario.cluster.seed)[0]
 
 
-def _fault_free(scenario: Scenario, opts: SimOptions, seed: int) -> tuple[float | None, float | None, float | None]:
+def _fault_free(
+    scenario: Scenario, opts: SimOptions, seed: int
+) -> tuple[float | None, float | None, float | None]:
     """(final loss, its excess over the floor, compute goodput) of the cluster at ``seed`` without faults
     (memoised)."""
     cluster = scenario.cluster.fault_free_at(seed)
@@ -403,8 +444,11 @@ def _fault_free(scenario: Scenario, opts: SimOptions, seed: int) -> tuple[float 
         clean = scenario.model_copy(update={"schedule": [], "random": None, "cluster": cluster})
         sim = Simulation(clean, opts, [])
         sim.run()
-        _BASELINES[key] = (_final_loss(sim.events), _final_excess(sim.events),
-                           compute_goodput(sim.events, cluster.algorithm.num_fragments))
+        _BASELINES[key] = (
+            _final_loss(sim.events),
+            _final_excess(sim.events),
+            compute_goodput(sim.events, cluster.algorithm.num_fragments),
+        )
     return _BASELINES[key]
 
 
@@ -418,11 +462,18 @@ def baseline_band(scenario: Scenario, opts: SimOptions) -> Band | None:
     losses = [float(loss) for loss, _, _ in runs]  # type: ignore[arg-type]
     excess = [float(x) for _, x, _ in runs]  # type: ignore[arg-type]
     goodputs = [float(g) for _, _, g in runs if g is not None]
-    return Band(seeds=seeds, losses=losses, floors=[a - b for a, b in zip(losses, excess)], excess=excess,
-                goodputs=goodputs if len(goodputs) == len(runs) else [])
+    return Band(
+        seeds=seeds,
+        losses=losses,
+        floors=[a - b for a, b in zip(losses, excess)],
+        excess=excess,
+        goodputs=goodputs if len(goodputs) == len(runs) else [],
+    )
 
 
-def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[Planned] | None = None) -> SimResult:
+def simulate(
+    scenario: Scenario, opts: SimOptions | None = None, planned: list[Planned] | None = None
+) -> SimResult:
     """Run ``scenario`` in deterministic mode and judge it with the chaos checkers."""
     opts = opts or SimOptions()
     planned = plan(scenario) if planned is None else planned
@@ -432,11 +483,32 @@ def simulate(scenario: Scenario, opts: SimOptions | None = None, planned: list[P
     judged = opts.baseline and scenario.checks.needs_baseline
     base = baseline_loss(scenario, opts) if judged else None
     band = baseline_band(scenario, opts) if judged else None
-    verdicts = run_checks(CheckInput(history, RunFacts.of(scenario), scenario.checks, base,
-                                     baseline_band=tuple(band.excess) if band else (), audit_files=sim.audit.files,
-                                     baseline_goodput=tuple(band.goodputs) if band else ()))
+    verdicts = run_checks(
+        CheckInput(
+            history,
+            RunFacts.of(scenario),
+            scenario.checks,
+            base,
+            baseline_band=tuple(band.excess) if band else (),
+            audit_files=sim.audit.files,
+            baseline_goodput=tuple(band.goodputs) if band else (),
+        )
+    )
     status, code = overall(verdicts)
     if timed_out:
         status, code = "timeout", 2
-    return SimResult(scenario, history, verdicts, status, code, base, _final_loss(sim.events), sim.loop.now,
-                     timed_out, sim.loop.handled, sim.audit, stalled=sim.stalled is not None, baseline_band=band)
+    return SimResult(
+        scenario,
+        history,
+        verdicts,
+        status,
+        code,
+        base,
+        _final_loss(sim.events),
+        sim.loop.now,
+        timed_out,
+        sim.loop.handled,
+        sim.audit,
+        stalled=sim.stalled is not None,
+        baseline_band=band,
+    )

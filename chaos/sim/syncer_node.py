@@ -15,8 +15,8 @@ from chaos.sim.host import SMALL_MESSAGE, Respond, SimHost
 from trainer import events as ev
 from trainer.audit_log import fragment_digests
 from trainer.core.audit import digest
-from trainer.core.reasons import RejectReason, Rejected
-from trainer.core.syncer_driver import MergeRefused, Merged, ResultFixed, next_wake, tick
+from trainer.core.reasons import Rejected, RejectReason
+from trainer.core.syncer_driver import Merged, MergeRefused, ResultFixed, next_wake, tick
 from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip, tensor_specs
 from trainer.policy import merge_fields
 
@@ -56,20 +56,36 @@ class SyncerNode:
             self.state = SyncerState.create(sim.policy, sim.fragments, sim.problem.init_params())
         else:
             arrays, meta = self.checkpoint
-            skip = restore_version_skip(cfg.syncer.checkpoint_every_merges)  # a simulated checkpoint is always readable
+            skip = restore_version_skip(
+                cfg.syncer.checkpoint_every_merges
+            )  # a simulated checkpoint is always readable
             self.state = SyncerState.from_checkpoint(sim.policy, sim.fragments, arrays, meta, version_skip=skip)
-            sim.emit("syncer", ev.Restore, merges_total=self.state.merges_total, checkpoint_versions=meta["versions"],
-                     versions=list(self.state.versions), version_skip=skip, path="sim",
-                     digests=fragment_digests(self.state.fragment_digests()),
-                     state_digest=self.state.state_digest(version_skip=skip))
+            sim.emit(
+                "syncer",
+                ev.Restore,
+                merges_total=self.state.merges_total,
+                checkpoint_versions=meta["versions"],
+                versions=list(self.state.versions),
+                version_skip=skip,
+                path="sim",
+                digests=fragment_digests(self.state.fragment_digests()),
+                state_digest=self.state.state_digest(version_skip=skip),
+            )
         self.up, self.paused, self.finalized = True, False, False  # a restored finished run finalizes again
         self._finished_at = None
         if self.state.checkpoint_due():  # as the real syncer: at start and right after a restore
             self._checkpoint()
-        sim.emit("syncer", ev.SyncerStart, syncer_incarnation=self.incarnation, address="sim",
-                 config_hash=sim.config_hash, versions=list(self.state.versions),
-                 restored_from_merges=self.state.restored_from_merges, pid=0,
-                 digests=fragment_digests(self.state.fragment_digests()))
+        sim.emit(
+            "syncer",
+            ev.SyncerStart,
+            syncer_incarnation=self.incarnation,
+            address="sim",
+            config_hash=sim.config_hash,
+            versions=list(self.state.versions),
+            restored_from_merges=self.state.restored_from_merges,
+            pid=0,
+            digests=fragment_digests(self.state.fragment_digests()),
+        )
         self._eval(final=False)
         self.arm()
 
@@ -88,8 +104,13 @@ class SyncerNode:
         if not self.up or self.state is None:
             return
         self._checkpoint()
-        self.sim.emit("syncer", ev.SyncerStop, why=why, versions=list(self.state.versions),
-                      merges_total=self.state.merges_total)
+        self.sim.emit(
+            "syncer",
+            ev.SyncerStop,
+            why=why,
+            versions=list(self.state.versions),
+            merges_total=self.state.merges_total,
+        )
         self.crash()
 
     def pause(self) -> None:
@@ -107,8 +128,16 @@ class SyncerNode:
     def _reject(self, call: str, r: Rejected, learner_id: str = "", fragment: int = -1, base: int = -1) -> None:
         assert self.state is not None
         self.state.rejections[r.reason.value] += 1
-        self.sim.emit("syncer", ev.Reject, call=call, reason=r.reason.value, detail=r.detail, learner_id=learner_id,
-                      fragment=fragment, base_version=base)
+        self.sim.emit(
+            "syncer",
+            ev.Reject,
+            call=call,
+            reason=r.reason.value,
+            detail=r.detail,
+            learner_id=learner_id,
+            fragment=fragment,
+            base_version=base,
+        )
 
     def progress(self) -> float:
         assert self.state is not None
@@ -123,8 +152,14 @@ class SyncerNode:
             self._reject("Join", r, learner_id)
             respond((False, r.reason.value, None, 0.0), SMALL_MESSAGE)
             return
-        self.sim.emit("syncer", ev.Join, learner_id=learner_id, learner_incarnation=incarnation,
-                      incarnation_index=res.incarnation_index, rejoined=res.rejoined)
+        self.sim.emit(
+            "syncer",
+            ev.Join,
+            learner_id=learner_id,
+            learner_incarnation=incarnation,
+            incarnation_index=res.incarnation_index,
+            rejoined=res.rejoined,
+        )
         respond((True, "", res, self.progress()), SMALL_MESSAGE)
 
     def handle_state(self, respond: Respond, abort: Callable[[], None]) -> None:
@@ -132,8 +167,9 @@ class SyncerNode:
         values = [self.state.fragment_value(p) for p in range(len(self.sim.fragments))]
         respond(values, self.sim.problem.real_bytes(list(self.state.params)))
 
-    def handle_leave(self, learner_id: str, incarnation: str, why: str, respond: Respond,
-                     abort: Callable[[], None]) -> None:
+    def handle_leave(
+        self, learner_id: str, incarnation: str, why: str, respond: Respond, abort: Callable[[], None]
+    ) -> None:
         assert self.state is not None
         try:
             self.state.leave(learner_id, incarnation, self.sim.loop.now)
@@ -145,8 +181,16 @@ class SyncerNode:
         respond(True, SMALL_MESSAGE)
         self.arm()
 
-    def handle_report(self, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float,
-                      respond: Respond, abort: Callable[[], None]) -> None:
+    def handle_report(
+        self,
+        learner_id: str,
+        incarnation: str,
+        step: int,
+        tokens: int,
+        step_time_s: float,
+        respond: Respond,
+        abort: Callable[[], None],
+    ) -> None:
         assert self.state is not None
         try:
             stop = self.state.report(learner_id, incarnation, step, tokens, step_time_s, self.sim.loop.now)
@@ -165,8 +209,17 @@ class SyncerNode:
         self.header_steps[c.key] = st.cluster_step(self.sim.loop.now)
         specs = tensor_specs(c.tensors)
         try:
-            st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens,
-                        self.sim.loop.now, c.round)
+            st.announce(
+                c.learner_id,
+                c.incarnation,
+                c.fragment,
+                c.base_version,
+                specs,
+                c.c_steps,
+                c.c_tokens,
+                self.sim.loop.now,
+                c.round,
+            )
         except Rejected:
             pass
 
@@ -179,12 +232,26 @@ class SyncerNode:
         except Rejected as r:
             self._reject("Upload", r, c.learner_id, c.fragment, c.base_version)
             current = st.versions[c.fragment] if 0 <= c.fragment < len(st.versions) else -1
-            respond((False, r.reason.value, current, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE)
+            respond(
+                (False, r.reason.value, current, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE
+            )
             return
-        self.sim.emit("syncer", ev.Upload, learner_id=c.learner_id, learner_incarnation=c.incarnation,
-                      fragment=c.fragment, base_version=c.base_version, bytes=nbytes, seconds=c.upload_seconds,
-                      c_steps=c.c_steps, c_tokens=c.c_tokens, duplicate=res.duplicate, round=c.round, late=res.late,
-                      digest=digest(c.tensors))
+        self.sim.emit(
+            "syncer",
+            ev.Upload,
+            learner_id=c.learner_id,
+            learner_incarnation=c.incarnation,
+            fragment=c.fragment,
+            base_version=c.base_version,
+            bytes=nbytes,
+            seconds=c.upload_seconds,
+            c_steps=c.c_steps,
+            c_tokens=c.c_tokens,
+            duplicate=res.duplicate,
+            round=c.round,
+            late=res.late,
+            digest=digest(c.tensors),
+        )
         respond((True, "", res.current_version, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE)
         self.arm()
 
@@ -249,12 +316,18 @@ class SyncerNode:
             elif isinstance(a, ResultFixed):
                 self.finalized = True  # the result is fixed at the budget; a settle phase may follow
                 self._checkpoint()
-                self.sim.emit("syncer", ev.Finished, tokens_total=st.tokens_total, merges_total=st.merges_total,
-                              versions=list(st.versions))
+                self.sim.emit(
+                    "syncer",
+                    ev.Finished,
+                    tokens_total=st.tokens_total,
+                    merges_total=st.merges_total,
+                    versions=list(st.versions),
+                )
                 self._eval(final=True)
             else:
-                self.sim.emit("syncer", ev.Settled, seconds=a.seconds, awaited=list(a.awaited),
-                              merges_total=a.merges_total)
+                self.sim.emit(
+                    "syncer", ev.Settled, seconds=a.seconds, awaited=list(a.awaited), merges_total=a.merges_total
+                )
         if self.finalized and st.finished and self._finished_at is None:
             self._finished_at = now
             self.sim.loop.after(0.2, self._maybe_exit)
@@ -278,8 +351,9 @@ class SyncerNode:
         if self.paused or not (all_left or now - self._finished_at > 2 * st.policy.liveness_timeout_s):
             self.sim.loop.after(0.2, self._maybe_exit)
             return
-        self.sim.emit("syncer", ev.SyncerStop, why="finished", versions=list(st.versions),
-                      merges_total=st.merges_total)
+        self.sim.emit(
+            "syncer", ev.SyncerStop, why="finished", versions=list(st.versions), merges_total=st.merges_total
+        )
         self.exited = True
         self.crash()
         self.sim.on_syncer_exit()
@@ -289,13 +363,28 @@ class SyncerNode:
         assert st is not None
         arrays, meta = st.to_checkpoint()
         self.checkpoint = ({k: np.array(v, copy=True) for k, v in arrays.items()}, dict(meta))
-        self.sim.emit("syncer", ev.Checkpoint, merges_total=st.merges_total, versions=list(st.versions),
-                      path="sim", seconds=0.0, params_finite=st.params_all_finite(),
-                      digests=fragment_digests(st.fragment_digests()), state_digest=st.state_digest())
+        self.sim.emit(
+            "syncer",
+            ev.Checkpoint,
+            merges_total=st.merges_total,
+            versions=list(st.versions),
+            path="sim",
+            seconds=0.0,
+            params_finite=st.params_all_finite(),
+            digests=fragment_digests(st.fragment_digests()),
+            state_digest=st.state_digest(),
+        )
 
     def _eval(self, final: bool) -> None:
         st = self.state
         assert st is not None
-        self.sim.emit("syncer", ev.Eval, merges_total=st.merges_total, versions=list(st.versions),
-                      loss=self.sim.problem.loss(st.params), loss_floor=self.sim.problem.floor,
-                      tokens_total=st.tokens_total, final=final)
+        self.sim.emit(
+            "syncer",
+            ev.Eval,
+            merges_total=st.merges_total,
+            versions=list(st.versions),
+            loss=self.sim.problem.loss(st.params),
+            loss_floor=self.sim.problem.floor,
+            tokens_total=st.tokens_total,
+            final=final,
+        )

@@ -21,8 +21,10 @@ pytestmark = pytest.mark.chaos
 
 BUILTINS = [scenario_with(name) for name in sorted(builtin_scenarios())]
 # What the built-ins run between them: every fault kind in their schedules, every check they enable.
-COVERED = sorted({f.fault for s in BUILTINS for f in s.schedule if hasattr(f, "fault")}
-                 | {c for s in BUILTINS for c in CHECKERS if getattr(s.checks, c).enabled})
+COVERED = sorted(
+    {f.fault for s in BUILTINS for f in s.schedule if hasattr(f, "fault")}
+    | {c for s in BUILTINS for c in CHECKERS if getattr(s.checks, c).enabled}
+)
 
 
 def test_every_builtin_has_an_effect_check() -> None:

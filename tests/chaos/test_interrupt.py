@@ -51,7 +51,9 @@ def _run_processes(run_dir: Path) -> dict[int, str]:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if any(a == "--run-dir" and b == str(run_dir) for a, b in zip(argv, argv[1:])) and _pid_alive(int(entry.name)):
+        if any(a == "--run-dir" and b == str(run_dir) for a, b in zip(argv, argv[1:])) and _pid_alive(
+            int(entry.name)
+        ):
             found[int(entry.name)] = argv[argv.index("--id") + 1] if "--id" in argv else "syncer"
     return found
 
@@ -72,17 +74,36 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
     scenario = tmp_path / "interrupt-me.yaml"
     scenario.write_text(SCENARIO)
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", str(scenario), "--out", str(out),
-                             "--no-baseline", "--toxiproxy-url", chaos_toxiproxy.url],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chaos.cli",
+            "run",
+            str(scenario),
+            "--out",
+            str(out),
+            "--no-baseline",
+            "--toxiproxy-url",
+            chaos_toxiproxy.url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
+
         def all_injected() -> bool:
             path = out / "controller.jsonl"
             if not path.exists():
                 return False
             ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            return sum(1 for o in ops if o.get("kind") == "fault" and o["action"] == "inject"
-                       and o["outcome"] == "ok") == 4
+            return (
+                sum(
+                    1 for o in ops if o.get("kind") == "fault" and o["action"] == "inject" and o["outcome"] == "ok"
+                )
+                == 4
+            )
 
         wait_until(all_injected, 240, "all four faults injected")
         time.sleep(1.0)
@@ -104,8 +125,11 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
     pids = [e.pid for e in history.events if isinstance(e, (ev.LearnerStart, ev.SyncerStart))]
     assert [p for p in [*running, *pids] if _pid_alive(p)] == []
     assert _run_processes(out) == {}
-    heals = {r.fault_id: r.outcome for r in history.records if isinstance(r, FaultOp) and r.action == "heal"
-             and r.outcome != "invoke"}
+    heals = {
+        r.fault_id: r.outcome
+        for r in history.records
+        if isinstance(r, FaultOp) and r.action == "heal" and r.outcome != "invoke"
+    }
     assert heals == {"cut": "ok", "slow-links": "ok", "frozen": "ok", "down": "ok"}
     teardown = history.teardown()
     assert teardown is not None

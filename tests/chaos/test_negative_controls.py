@@ -83,7 +83,9 @@ def test_reference_runs_synchronous_diloco_and_fails_a_trainer_that_does_not_tra
     assert v.status in ("pass", "fail") and v.evidence["reference_final_eval_loss"] > 0, v
     sync = scenario_with("kill-one-learner", cluster={"token_budget": 600_000}).cluster.sync_diloco_reference()
     assert ok.report.reference.config_hash == sync.config_hash() != ok.report.config_hash
-    assert ok.report.baseline is None and not (ok.out_dir / "baseline.json").exists()  # parity off: no baseline run
+    assert (
+        ok.report.baseline is None and not (ok.out_dir / "baseline.json").exists()
+    )  # parity off: no baseline run
     assert (ok.out_dir / "reference.json").exists()
     _the_run_announced_its_metrics_and_the_controller_stopped_serving(ok.out_dir)
     # Outer steps 1/70 of DiLoCo's: the global model barely moves, whatever the timing. The reference is cached.

@@ -28,14 +28,30 @@ COMPOUND = [
 ]
 
 
-@pytest.mark.covers("kill", "partition", "syncer_crash", "liveness", "reintegration", "parity", "durability", "safety",
-                     "goodput", "audit", "ledger")
+@pytest.mark.covers(
+    "kill",
+    "partition",
+    "syncer_crash",
+    "liveness",
+    "reintegration",
+    "parity",
+    "durability",
+    "safety",
+    "goodput",
+    "audit",
+    "ledger",
+)
 def test_a_kill_a_partition_and_a_syncer_crash_pass_under_cpu_load(run_chaos) -> None:
     # The built-in's budget trained for ~50 s after steady state on 2026-12-02's faster VM, so the crash at 50 s
     # raced the end of training (it lost once: "f2 never ran"); 1.4x leaves ~20 s after the last fault starts.
     budget = round(1.4 * scenario_with("kill-and-rejoin").cluster.token_budget)
-    scenario = scenario_with("kill-and-rejoin", name="kill-partition-crash", schedule=COMPOUND,
-                             cluster={"token_budget": budget}, checks={"parity": {"baseline_seeds": 1, "tolerance": 0.05}})
+    scenario = scenario_with(
+        "kill-and-rejoin",
+        name="kill-partition-crash",
+        schedule=COMPOUND,
+        cluster={"token_budget": budget},
+        checks={"parity": {"baseline_seeds": 1, "tolerance": 0.05}},
+    )
     with CpuLoad(seed=1):
         result = run_chaos(scenario)
     verdicts = {v.name: f"{v.status}: {v.summary}" for v in result.verdicts}
@@ -44,4 +60,6 @@ def test_a_kill_a_partition_and_a_syncer_crash_pass_under_cpu_load(run_chaos) ->
     # Each fault was injected and healed, none skipped because the run ended first.
     assert not result.report.not_run, f"a planned fault never ran: {result.report.not_run}"
     windows = History.read(result.out_dir).fault_windows()
-    assert sorted(w.kind for w in windows if w.injected and w.healed) == ["kill", "partition", "syncer_crash"], windows
+    assert sorted(w.kind for w in windows if w.injected and w.healed) == ["kill", "partition", "syncer_crash"], (
+        windows
+    )

@@ -20,11 +20,18 @@ def test_the_controller_ends_a_stalled_run_and_liveness_fails_naming_the_learner
     # Synchronous DiLoCo (K = M, blocking learners) and a syncer that never takes the restarted learner back (the
     # planted bug): after the kill no round reaches its quorum and no learner trains on. Before the watchdog: the
     # run waited for timeout_s and answered "could not be done" (exit 2) without a verdict.
-    s = scenario_with("kill-and-rejoin", name="stalls-for-good", timeout_s=400,
-                      cluster={"token_budget": 1_200_000, "syncer": {"planted_bug": "forget_rejoined"},
-                               "algorithm": {"mode": "sync-diloco"}},
-                      schedule=[{"fault": "kill", "targets": ["learner-1"], "at": 3, "duration": 4}],
-                      checks={"parity": {"enabled": False}})
+    s = scenario_with(
+        "kill-and-rejoin",
+        name="stalls-for-good",
+        timeout_s=400,
+        cluster={
+            "token_budget": 1_200_000,
+            "syncer": {"planted_bug": "forget_rejoined"},
+            "algorithm": {"mode": "sync-diloco"},
+        },
+        schedule=[{"fault": "kill", "targets": ["learner-1"], "at": 3, "duration": 4}],
+        checks={"parity": {"enabled": False}},
+    )
     result = run_chaos(s, baseline=False)
     live = next(v for v in result.verdicts if v.name == "liveness")
     assert (result.exit_code, live.status) == (1, "fail"), live.summary

@@ -29,9 +29,18 @@ REPO = Path(__file__).resolve().parents[2]
 UNITS = ["toxiproxy", "syncer", "learner"]  # DILOCO_LEARNERS (default 4) learner replicas
 
 
-def compose(*args: str, check: bool = True, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "compose", *args], cwd=REPO, capture_output=True, text=True, check=check,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+def compose(
+    *args: str, check: bool = True, timeout: float = 900, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", "compose", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture
@@ -50,8 +59,19 @@ BASELINES = Path(os.environ.get("DILOCO_DOCKER_TEST_BASELINES", "/tmp/diloco-doc
 
 def run_on_docker(name: str, out: Path, *sets: str) -> dict:
     """``diloco-chaos run NAME --backend docker`` from the host against the deployment (baselines shared)."""
-    cmd = [sys.executable, "-m", "chaos.cli", "run", name, "--backend", "docker", "--out", str(out),
-           "--baseline-cache", str(BASELINES)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "chaos.cli",
+        "run",
+        name,
+        "--backend",
+        "docker",
+        "--out",
+        str(out),
+        "--baseline-cache",
+        str(BASELINES),
+    ]
     for s in sets:
         cmd += ["--set", s]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -170,11 +190,16 @@ def test_compose_up_runs_a_scenario_file_with_container_faults_end_to_end() -> N
     Parity is off (no baseline runs: minutes in containers); the main job with its baselines is nightly.
     """
     (REPO / "reports").mkdir(exist_ok=True)
-    scenario = REPO / "reports" / f"ci-container-faults-{os.getpid()}.yaml"  # ./reports is /reports in the controller
+    scenario = (
+        REPO / "reports" / f"ci-container-faults-{os.getpid()}.yaml"
+    )  # ./reports is /reports in the controller
     scenario.write_text(CONTAINER_FAULTS.replace("parity: {tolerance: 0.05}", "parity: {enabled: false}"))
     try:
-        out, _ = compose_up_run("container-faults-", {"DILOCO_LEARNERS": "3",
-                                                      "DILOCO_SCENARIO": f"/reports/{scenario.name}"}, timeout=1200)
+        out, _ = compose_up_run(
+            "container-faults-",
+            {"DILOCO_LEARNERS": "3", "DILOCO_SCENARIO": f"/reports/{scenario.name}"},
+            timeout=1200,
+        )
     finally:
         scenario.unlink(missing_ok=True)
     h = History.read(out)
@@ -201,8 +226,24 @@ def test_shrunk_schedule_replays_on_containers(deployment, tmp_path) -> None:
 
     repro = planted_repro(tmp_path / "repro.yaml")
     out = tmp_path / "replay"
-    proc = subprocess.run([sys.executable, "-m", "chaos.cli", "replay", str(repro), "--backend", "docker",
-                           "--no-baseline", "--quiet", "--out", str(out)], capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chaos.cli",
+            "replay",
+            str(repro),
+            "--backend",
+            "docker",
+            "--no-baseline",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert (out / "report.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     verdicts = {v["name"]: v["status"] for v in report["verdicts"]}
@@ -213,8 +254,12 @@ def test_shrunk_schedule_replays_on_containers(deployment, tmp_path) -> None:
 def test_container_faults_are_refused_on_the_local_backend(tmp_path) -> None:
     scenario = tmp_path / "container-faults.yaml"
     scenario.write_text(CONTAINER_FAULTS)
-    proc = subprocess.run([sys.executable, "-m", "chaos.cli", "run", str(scenario), "--out", str(tmp_path / "x")],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos.cli", "run", str(scenario), "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "--backend docker" in proc.stderr
     assert not (tmp_path / "x").exists()
 
@@ -223,13 +268,15 @@ def test_container_faults_are_refused_on_the_local_backend(tmp_path) -> None:
 def test_learners_reach_the_syncer_only_through_toxiproxy(deployment) -> None:
     # Docker's DNS resolves only names on a network the container shares: the syncer's name must not
     # resolve from a learner (no direct route), Toxiproxy's must.
-    probe = ("import socket\n"
-             "def resolves(host):\n"
-             "    try:\n"
-             "        socket.gethostbyname(host); return True\n"
-             "    except OSError:\n"
-             "        return False\n"
-             "print(resolves('syncer'), resolves('toxiproxy'))\n")
+    probe = (
+        "import socket\n"
+        "def resolves(host):\n"
+        "    try:\n"
+        "        socket.gethostbyname(host); return True\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "print(resolves('syncer'), resolves('toxiproxy'))\n"
+    )
     out = compose("exec", "-T", "--index", "1", "learner", "python", "-c", probe).stdout.split()
     assert out == ["False", "True"], out
 
@@ -243,20 +290,32 @@ PROMETHEUS = "http://127.0.0.1:9090"
 
 def promtool(*args: str, mounts: dict[Path, str]) -> subprocess.CompletedProcess:
     volumes = [a for host, inside in mounts.items() for a in ("-v", f"{host}:{inside}:ro")]
-    return subprocess.run(["docker", "run", "--rm", *volumes, "--entrypoint", "promtool", PROMETHEUS_IMAGE, *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["docker", "run", "--rm", *volumes, "--entrypoint", "promtool", PROMETHEUS_IMAGE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_prometheus_config_and_rules_are_valid() -> None:
-    r = promtool("check", "config", "/etc/prometheus/prometheus.yml",
-                 mounts={REPO / "observability": "/etc/prometheus"})
+    r = promtool(
+        "check", "config", "/etc/prometheus/prometheus.yml", mounts={REPO / "observability": "/etc/prometheus"}
+    )
     assert r.returncode == 0 and "8 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_the_recording_rules_compute_goodput_and_stalls() -> None:
     """promtool's rule unit tests (tests/docker/rules_test.yml): compute goodput, merges, stalls, the alert."""
-    r = promtool("test", "rules", "/tmp/rules_test.yml", mounts={REPO / "observability": "/etc/prometheus",
-                                                                 REPO / "tests/docker/rules_test.yml": "/tmp/rules_test.yml"})
+    r = promtool(
+        "test",
+        "rules",
+        "/tmp/rules_test.yml",
+        mounts={
+            REPO / "observability": "/etc/prometheus",
+            REPO / "tests/docker/rules_test.yml": "/tmp/rules_test.yml",
+        },
+    )
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
 
 
@@ -264,8 +323,12 @@ def test_a_broken_expectation_fails_promtool(tmp_path: Path) -> None:
     """Negative control: the same rule tests with a wrong compute goodput must fail."""
     wrong = tmp_path / "rules_test.yml"
     wrong.write_text((REPO / "tests/docker/rules_test.yml").read_text().replace("value: 0.75", "value: 0.5"))
-    r = promtool("test", "rules", "/tmp/rules_test.yml", mounts={REPO / "observability": "/etc/prometheus",
-                                                                 wrong: "/tmp/rules_test.yml"})
+    r = promtool(
+        "test",
+        "rules",
+        "/tmp/rules_test.yml",
+        mounts={REPO / "observability": "/etc/prometheus", wrong: "/tmp/rules_test.yml"},
+    )
     assert r.returncode != 0 and "compute_goodput" in r.stdout + r.stderr
 
 
@@ -289,19 +352,58 @@ def test_prometheus_scrapes_a_compose_chaos_run(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     reports.mkdir()
     reports.chmod(0o777)
-    env = {"DILOCO_LEARNERS": "3", "DILOCO_UID": "1000", "DILOCO_GID": "1000",
-           "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid)}
+    env = {
+        "DILOCO_LEARNERS": "3",
+        "DILOCO_UID": "1000",
+        "DILOCO_GID": "1000",
+        "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid),
+    }
     down = ("--profile", "observability", "down", "-v", "--remove-orphans")  # a profile's services need it named
     compose(*down, check=False)
     try:
-        compose("--profile", "observability", "up", "-d", "--wait", "toxiproxy", "syncer", "learner", "prometheus",
-                env=env, timeout=300)
-        run = subprocess.Popen(["docker", "compose", "run", "--rm", "--use-aliases", "-v", f"{reports}:/reports",
-                                "controller", "diloco-chaos", "run", "corrupt-learner", "--backend", "docker",
-                                "--no-baseline", "--quiet", "--set", "cluster.algorithm.num_learners=3",
-                                "--metrics-host", "0.0.0.0", "--metrics-port", "9400"],
-                               cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+        compose(
+            "--profile",
+            "observability",
+            "up",
+            "-d",
+            "--wait",
+            "toxiproxy",
+            "syncer",
+            "learner",
+            "prometheus",
+            env=env,
+            timeout=300,
+        )
+        run = subprocess.Popen(
+            [
+                "docker",
+                "compose",
+                "run",
+                "--rm",
+                "--use-aliases",
+                "-v",
+                f"{reports}:/reports",
+                "controller",
+                "diloco-chaos",
+                "run",
+                "corrupt-learner",
+                "--backend",
+                "docker",
+                "--no-baseline",
+                "--quiet",
+                "--set",
+                "cluster.algorithm.num_learners=3",
+                "--metrics-host",
+                "0.0.0.0",
+                "--metrics-port",
+                "9400",
+            ],
+            cwd=REPO,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         seen: dict[str, float] = {}
         wanted = {
             "merges": "sum(diloco_merges_total)",
@@ -329,8 +431,11 @@ def test_prometheus_scrapes_a_compose_chaos_run(tmp_path: Path) -> None:
         results = {title: query(expr) for title, expr in exprs.items()}
         results["annotations"] = query(dashboard["annotations"]["list"][0]["expr"])
         assert results["Merges per second"] and results["Merged model's eval loss"], results
-        assert {r["metric"]["unit"] for r in results["Learner training loss"]} == {"learner-0", "learner-1",
-                                                                                  "learner-2"}, results
+        assert {r["metric"]["unit"] for r in results["Learner training loss"]} == {
+            "learner-0",
+            "learner-1",
+            "learner-2",
+        }, results
         output, _ = run.communicate(timeout=600)
     finally:
         compose(*down, check=False, timeout=300)

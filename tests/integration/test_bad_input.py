@@ -14,8 +14,8 @@ import pytest
 from tests.support import tiny_config, wait_until
 from trainer import events as ev
 from trainer.client import SyncClient, specs_to_pb, upload_messages
-from trainer.proto import diloco_pb2 as pb
 from trainer.policy import policy_from_config
+from trainer.proto import diloco_pb2 as pb
 from trainer.syncer import serve
 from trainer.wire import crc32, encode_tensors
 
@@ -27,8 +27,15 @@ TPS = policy_from_config(tiny_config()).tokens_per_step  # an honest step's toke
 @pytest.fixture(scope="module")
 def syncer(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("bad-input")
-    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 3, "algorithm.num_fragments": 4,
-                         "algorithm.min_quorum": 3, "algorithm.grace": False})
+    cfg = tiny_config(
+        **{
+            "token_budget": 10**9,
+            "algorithm.num_learners": 3,
+            "algorithm.num_fragments": 4,
+            "algorithm.min_quorum": 3,
+            "algorithm.grace": False,
+        }
+    )
     server, svc, port = serve(cfg, run_dir, host="127.0.0.1", port=0, token=TOKEN)
     client = SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=5.0)
     join = client.join("good", "inc-good", cfg.config_hash())
@@ -57,21 +64,34 @@ def _assert_untouched(before, after):
 
 
 def _rejects(svc, reason):
-    return [e for e in ev.read_events(svc.run_dir / "events" / "syncer.jsonl")
-            if isinstance(e, ev.Reject) and e.reason == reason]
+    return [
+        e
+        for e in ev.read_events(svc.run_dir / "events" / "syncer.jsonl")
+        if isinstance(e, ev.Reject) and e.reason == reason
+    ]
 
 
 def _raw_upload(client, header, chunks):
-    msgs = [pb.UploadChunk(header=header)] + [pb.UploadChunk(data=pb.DataChunk(offset=o, data=d)) for o, d in chunks]
+    msgs = [pb.UploadChunk(header=header)] + [
+        pb.UploadChunk(data=pb.DataChunk(offset=o, data=d)) for o, d in chunks
+    ]
     return client.stub.Upload(iter(msgs), timeout=5, metadata=(("authorization", f"Bearer {TOKEN}"),))
 
 
 def _header(tensors, *, learner="good", inc="inc-good", fragment=0, base=0, payload=None, crc=None, total=None):
     specs, data = encode_tensors(tensors)
     payload = data if payload is None else payload
-    return pb.UploadHeader(learner_id=learner, incarnation=inc, fragment=fragment, base_version=base, c_steps=1,
-                           c_tokens=TPS, tensors=specs_to_pb(specs), total_bytes=len(data) if total is None else total,
-                           crc32=crc32(payload) if crc is None else crc), data
+    return pb.UploadHeader(
+        learner_id=learner,
+        incarnation=inc,
+        fragment=fragment,
+        base_version=base,
+        c_steps=1,
+        c_tokens=TPS,
+        tensors=specs_to_pb(specs),
+        total_bytes=len(data) if total is None else total,
+        crc32=crc32(payload) if crc is None else crc,
+    ), data
 
 
 def _check(svc, client, reason, send):
@@ -137,7 +157,12 @@ def test_stale_base_version(syncer):
     with svc.cond:  # a fragment that has moved on (as after many merges elsewhere)
         svc.state.versions[1] += 5
     try:
-        _check(svc, client, "stale_version", lambda: client.upload("good", "inc-good", 1, 0, _fragment(svc, 1), 1, TPS))
+        _check(
+            svc,
+            client,
+            "stale_version",
+            lambda: client.upload("good", "inc-good", 1, 0, _fragment(svc, 1), 1, TPS),
+        )
     finally:
         with svc.cond:
             svc.state.versions[1] -= 5
@@ -145,7 +170,9 @@ def test_stale_base_version(syncer):
 
 def test_unknown_fragment(syncer):
     svc, client, *_ = syncer
-    _check(svc, client, "unknown_fragment", lambda: client.upload("good", "inc-good", 17, 0, _fragment(svc), 1, TPS))
+    _check(
+        svc, client, "unknown_fragment", lambda: client.upload("good", "inc-good", 17, 0, _fragment(svc), 1, TPS)
+    )
 
 
 def test_negative_counters(syncer):
@@ -170,8 +197,16 @@ def test_declared_size_over_limit(syncer):
     svc, client, *_ = syncer
     t = {"huge": np.zeros((1,), np.float32)}
     specs, _ = encode_tensors(t)
-    h = pb.UploadHeader(learner_id="good", incarnation="inc-good", fragment=0, base_version=0, c_steps=1, c_tokens=TPS,
-                        tensors=[pb.TensorSpec(name="huge", shape=[1 << 40], dtype="float32")], total_bytes=4 << 40)
+    h = pb.UploadHeader(
+        learner_id="good",
+        incarnation="inc-good",
+        fragment=0,
+        base_version=0,
+        c_steps=1,
+        c_tokens=TPS,
+        tensors=[pb.TensorSpec(name="huge", shape=[1 << 40], dtype="float32")],
+        total_bytes=4 << 40,
+    )
     _check(svc, client, "oversize", lambda: _raw_upload(client, h, []))
 
 
@@ -192,8 +227,12 @@ def test_bad_checksum(syncer):
 def test_missing_header(syncer):
     svc, client, *_ = syncer
     msgs = iter([pb.UploadChunk(data=pb.DataChunk(offset=0, data=b"abc"))])
-    _check(svc, client, "malformed",
-           lambda: client.stub.Upload(msgs, timeout=5, metadata=(("authorization", f"Bearer {TOKEN}"),)))
+    _check(
+        svc,
+        client,
+        "malformed",
+        lambda: client.stub.Upload(msgs, timeout=5, metadata=(("authorization", f"Bearer {TOKEN}"),)),
+    )
 
 
 def test_config_mismatch_join(syncer):
@@ -204,8 +243,14 @@ def test_config_mismatch_join(syncer):
     assert client.status().rejections["config_mismatch"] == count + 1
 
 
-@pytest.mark.parametrize("metadata,reason", [((), "missing_token"), ((("authorization", "Bearer wrong"),), "bad_token"),
-                                             ((("authorization", TOKEN),), "bad_token")])  # not "Bearer <token>"
+@pytest.mark.parametrize(
+    "metadata,reason",
+    [
+        ((), "missing_token"),
+        ((("authorization", "Bearer wrong"),), "bad_token"),
+        ((("authorization", TOKEN),), "bad_token"),
+    ],
+)  # not "Bearer <token>"
 def test_calls_without_the_token_are_refused(syncer, metadata, reason):
     svc, client, _, port = syncer
     before = _snapshot(client)
@@ -229,7 +274,9 @@ def test_health_service_answers_without_token(syncer):
 
     _, _, _, port = syncer
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="diloco.v1.Syncer"), timeout=5)
+        reply = health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service="diloco.v1.Syncer"), timeout=5
+        )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 

@@ -14,10 +14,12 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed(tmp_path: Path) -> None:
-    cluster = {"token_budget": 10**12, "model": {"size": "tiny"},
-               "algorithm": {"mode": "decoupled", "num_learners": 2, "sync_every": 8},
-               "learner": {"step_delay_s": 0.03, "start_together_s": 60.0,
-                           "step_delay_overrides": {"learner-0": 0.09}}}
+    cluster = {
+        "token_budget": 10**12,
+        "model": {"size": "tiny"},
+        "algorithm": {"mode": "decoupled", "num_learners": 2, "sync_every": 8},
+        "learner": {"step_delay_s": 0.03, "start_together_s": 60.0, "step_delay_overrides": {"learner-0": 0.09}},
+    }
     h = run_cluster("harness", cluster, tmp_path, stop_when=lambda st: st.merges >= 30, timeout_s=300)
 
     finished = h.phase("finished")
@@ -40,8 +42,10 @@ def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed
     # Each learner's step delay is a floor on its step time: every step of learner-0 (its override) lasts at least
     # 0.09 s, every step of learner-1 at least 0.03 s. (Not "learner-1 is faster": on a loaded machine JAX's own
     # compute exceeds both floors — 0.13 s and 0.12 s seen while a CI run shared the cores.)
-    times = {lid: [e.step_time_s for e in h.of(ev.Step) if e.source == lid and e.step > 5]
-             for lid in ("learner-0", "learner-1")}
+    times = {
+        lid: [e.step_time_s for e in h.of(ev.Step) if e.source == lid and e.step > 5]
+        for lid in ("learner-0", "learner-1")
+    }
     assert times["learner-0"] and min(times["learner-0"]) >= 0.09, times
     assert times["learner-1"] and min(times["learner-1"]) >= 0.03, times
     assert m.training_start(h.events) == min(firsts.values())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.support import tiny_config, wait_until
@@ -14,9 +13,17 @@ pytestmark = pytest.mark.integration
 
 def _cfg():
     # A budget far beyond the test: the test decides when to stop.
-    return tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 3, "algorithm.num_fragments": 4,
-                          "algorithm.sync_every": 8, "syncer.checkpoint_every_merges": 10,
-                          "syncer.eval_every_merges": 10, "syncer.liveness_timeout_s": 3.0})
+    return tiny_config(
+        **{
+            "token_budget": 10**9,
+            "algorithm.num_learners": 3,
+            "algorithm.num_fragments": 4,
+            "algorithm.sync_every": 8,
+            "syncer.checkpoint_every_merges": 10,
+            "syncer.eval_every_merges": 10,
+            "syncer.liveness_timeout_s": 3.0,
+        }
+    )
 
 
 def _learner(status, lid):
@@ -32,21 +39,36 @@ def test_learner_sigkill_keeps_merging_and_restart_rejoins(tmp_path):
         with cluster.client() as c:
             first = wait_until(lambda: (s := c.status()).eval_merges >= 0 and s, 120, "a first evaluation")
             start_loss = first.eval_loss
-            trained = wait_until(lambda: (s := c.status()).eval_loss < start_loss - 0.5 and s, 180,
-                                 f"eval loss to fall well below its first value {start_loss:.3f}")
+            trained = wait_until(
+                lambda: (s := c.status()).eval_loss < start_loss - 0.5 and s,
+                180,
+                f"eval loss to fall well below its first value {start_loss:.3f}",
+            )
             assert trained.eval_loss < start_loss - 0.5
 
             cluster.kill("learner-1")
             killed_at = c.status().merges
-            wait_until(lambda: not _learner(c.status(), "learner-1").active, 30, "learner-1 to be seen as inactive")
-            after = wait_until(lambda: (s := c.status()).merges >= killed_at + 12 and s, 60,
-                               "merges to keep happening with learner-1 dead")
+            wait_until(
+                lambda: not _learner(c.status(), "learner-1").active, 30, "learner-1 to be seen as inactive"
+            )
+            after = wait_until(
+                lambda: (s := c.status()).merges >= killed_at + 12 and s,
+                60,
+                "merges to keep happening with learner-1 dead",
+            )
             assert after.merges >= killed_at + 12
 
             cluster.start_learner("learner-1")
-            back = wait_until(lambda: (x := _learner(c.status(), "learner-1")) and x.incarnation_index == 1
-                              and x.merged_contributions > 0 and x, 120,
-                              "the restarted learner-1 to have an upload merged")
+            back = wait_until(
+                lambda: (
+                    (x := _learner(c.status(), "learner-1"))
+                    and x.incarnation_index == 1
+                    and x.merged_contributions > 0
+                    and x
+                ),
+                120,
+                "the restarted learner-1 to have an upload merged",
+            )
             assert back.incarnation_index == 1 and back.active
     finally:
         codes = cluster.stop_all()
@@ -71,11 +93,19 @@ def test_syncer_sigkill_resumes_from_checkpoint_with_versions_continuing(tmp_pat
             # At most one checkpoint interval lost.
             assert restored.restored_from_merges >= before.merges - 10
             # Versions never go backwards, fragment by fragment.
-            assert all(a >= b for a, b in zip(restored.versions, before.versions)), (restored.versions, before.versions)
+            assert all(a >= b for a, b in zip(restored.versions, before.versions)), (
+                restored.versions,
+                before.versions,
+            )
             merged_again = wait_until(
-                lambda: (s := c.status()).merges >= restored.restored_from_merges + 10
-                and sum(1 for x in s.learners if x.merged_contributions > 0) >= 2 and s,
-                120, "learners to rejoin the restarted syncer and be merged again")
+                lambda: (
+                    (s := c.status()).merges >= restored.restored_from_merges + 10
+                    and sum(1 for x in s.learners if x.merged_contributions > 0) >= 2
+                    and s
+                ),
+                120,
+                "learners to rejoin the restarted syncer and be merged again",
+            )
             assert all(a >= b for a, b in zip(merged_again.versions, restored.versions))
     finally:
         codes = cluster.stop_all()

@@ -44,8 +44,10 @@ def test_one_hog_per_core_by_default():
 
 
 def test_hogs_die_with_a_killed_parent():
-    code = ("import sys, time; from chaos.load import CpuLoad; load = CpuLoad(hogs=2).start(); "
-            "print(*[p.pid for p in load.procs], flush=True); time.sleep(60)")
+    code = (
+        "import sys, time; from chaos.load import CpuLoad; load = CpuLoad(hogs=2).start(); "
+        "print(*[p.pid for p in load.procs], flush=True); time.sleep(60)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     pids = [int(p) for p in parent.stdout.readline().split()]
     assert len(pids) == 2

@@ -26,10 +26,17 @@ pytestmark = pytest.mark.integration
 
 
 def test_two_learner_data_parallel_equals_adamw_on_their_concatenated_batches(tmp_path):
-    cfg = tiny_config(**{"algorithm.mode": "data-parallel", "algorithm.num_learners": 2,
-                         "token_budget": 2 * 25 * 16 * 64, "learner.report_interval_s": 0.1,
-                         # the global-progress LR decay depends on when reports arrive: compare without it
-                         "inner.decay": "constant", "inner.warmup_steps": 5})
+    cfg = tiny_config(
+        **{
+            "algorithm.mode": "data-parallel",
+            "algorithm.num_learners": 2,
+            "token_budget": 2 * 25 * 16 * 64,
+            "learner.report_interval_s": 0.1,
+            # the global-progress LR decay depends on when reports arrive: compare without it
+            "inner.decay": "constant",
+            "inner.warmup_steps": 5,
+        }
+    )
     run_dir = tmp_path / "run"
     metrics = train(cfg, run_dir, timeout_s=300, progress=False)
     assert set(metrics.exit_codes.values()) == {0}, metrics.exit_codes

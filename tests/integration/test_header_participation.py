@@ -17,9 +17,9 @@ import pytest
 from tests.support import served_syncer, tiny_config, wait_until
 from trainer import events as ev
 from trainer.client import SyncClient, specs_to_pb
+from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.policy import policy_from_config
 from trainer.wire import crc32, encode_tensors, split_chunks
 
 pytestmark = pytest.mark.integration
@@ -28,31 +28,53 @@ PACE = 2.0  # seconds per cluster step: round 0 opens at cluster step H + offset
 
 
 def _merge(svc):
-    return next((e for e in ev.read_events(svc.run_dir / "events" / "syncer.jsonl") if isinstance(e, ev.Merge)), None)
+    return next(
+        (e for e in ev.read_events(svc.run_dir / "events" / "syncer.jsonl") if isinstance(e, ev.Merge)), None
+    )
 
 
 def _round(tmp_path, body_after_s: float | None):
     """Run round 0 with the slow learner's body sent ``body_after_s`` after the round's merge time (None: never,
     until the merge is over); returns (the merge event, the slow upload's reply, its header's time, the opening)."""
-    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 1,
-                         "algorithm.sync_every": 2, "algorithm.min_quorum": 1, "algorithm.grace": False,
-                         "syncer.liveness_timeout_s": 60})
+    cfg = tiny_config(
+        **{
+            "token_budget": 10**9,
+            "algorithm.num_learners": 2,
+            "algorithm.num_fragments": 1,
+            "algorithm.sync_every": 2,
+            "algorithm.min_quorum": 1,
+            "algorithm.grace": False,
+            "syncer.liveness_timeout_s": 60,
+        }
+    )
     tps = policy_from_config(cfg).tokens_per_step
     release = threading.Event()
     replies: list = []
-    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port), \
-            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=30.0) as client, \
-            grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port),
+        SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=30.0) as client,
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
         for lid in ("fast", "slow"):
             assert client.join(lid, "i", cfg.config_hash()).ok
-            assert client.report(pb.ReportRequest(learner_id=lid, incarnation="i", step=1, tokens=tps,
-                                                  step_time_s=PACE)).ok
+            assert client.report(
+                pb.ReportRequest(learner_id=lid, incarnation="i", step=1, tokens=tps, step_time_s=PACE)
+            ).ok
         opens = svc.state.clock.time_of(2.0)  # round 0 of the only fragment: cluster step H = 2
         update = {n: np.full_like(svc.state.params[n], -1e-4) for n in svc.fragments[0].names}
         specs, data = encode_tensors(update)
-        header = pb.UploadHeader(learner_id="slow", incarnation="i", fragment=0, base_version=0, c_steps=2,
-                                 c_tokens=2 * tps, tensors=specs_to_pb(specs), total_bytes=len(data),
-                                 crc32=crc32(data), round=0)
+        header = pb.UploadHeader(
+            learner_id="slow",
+            incarnation="i",
+            fragment=0,
+            base_version=0,
+            c_steps=2,
+            c_tokens=2 * tps,
+            tensors=specs_to_pb(specs),
+            total_bytes=len(data),
+            crc32=crc32(data),
+            round=0,
+        )
 
         def slow_body():  # the header now, the body when the test says (a slow link, a stalled learner)
             yield pb.UploadChunk(header=header)
@@ -61,8 +83,11 @@ def _round(tmp_path, body_after_s: float | None):
                 yield pb.UploadChunk(data=pb.DataChunk(offset=off, data=chunk))
 
         def send_slow():
-            replies.append(pbg.SyncerStub(channel).Upload(slow_body(), timeout=60,
-                                                          metadata=(("authorization", f"Bearer {TOKEN}"),)))
+            replies.append(
+                pbg.SyncerStub(channel).Upload(
+                    slow_body(), timeout=60, metadata=(("authorization", f"Bearer {TOKEN}"),)
+                )
+            )
 
         wait_until(lambda: time.time() >= opens - 1.0, 10, "one second before round 0 opens")
         sender = threading.Thread(target=send_slow, daemon=True)
@@ -84,7 +109,9 @@ def test_a_body_slower_than_the_grace_window_is_merged_in_the_round_its_header_m
     merge, reply, announced, opens = _round(tmp_path, body_after_s=0.3)
     assert announced < opens and reply.accepted and not reply.late, reply
     assert sorted(p.learner_id for p in merge.participants) == ["fast", "slow"]
-    assert merge.held == 1 and merge.held_s >= 0.25, merge  # it waited past its merge time (the opening) for the body
+    assert merge.held == 1 and merge.held_s >= 0.25, (
+        merge
+    )  # it waited past its merge time (the opening) for the body
 
 
 def test_a_header_then_silence_costs_one_hold_then_the_round_merges_without_it(tmp_path):

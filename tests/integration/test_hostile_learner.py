@@ -26,9 +26,9 @@ from trainer.client import SyncClient, specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
 from trainer.core.syncer_state import STEP_SLACK
+from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.policy import policy_from_config
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration
@@ -39,11 +39,21 @@ PACE = 0.05  # the honest learner's step time
 @contextmanager
 def _joined(tmp_path, min_quorum):
     """A syncer merging each round as soon as K uploads arrived (arrival rounds), an honest learner setting the pace."""
-    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 3, "algorithm.num_fragments": 2,
-                         "algorithm.min_quorum": min_quorum, "algorithm.grace": False, "algorithm.rounds": "arrival",
-                         "syncer.liveness_timeout_s": 60})
-    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port), \
-            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as client:
+    cfg = tiny_config(
+        **{
+            "token_budget": 10**9,
+            "algorithm.num_learners": 3,
+            "algorithm.num_fragments": 2,
+            "algorithm.min_quorum": min_quorum,
+            "algorithm.grace": False,
+            "algorithm.rounds": "arrival",
+            "syncer.liveness_timeout_s": 60,
+        }
+    )
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port),
+        SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as client,
+    ):
         tps = policy_from_config(cfg).tokens_per_step
         for lid in ("good", "rogue"):
             assert client.join(lid, f"inc-{lid}", cfg.config_hash()).ok
@@ -65,8 +75,15 @@ def pair(tmp_path):
 
 
 def _report(client, lid, *, step, tps, step_time_s=PACE, tokens=None):
-    return client.report(pb.ReportRequest(learner_id=lid, incarnation=f"inc-{lid}", step=step,
-                                          tokens=step * tps if tokens is None else tokens, step_time_s=step_time_s))
+    return client.report(
+        pb.ReportRequest(
+            learner_id=lid,
+            incarnation=f"inc-{lid}",
+            step=step,
+            tokens=step * tps if tokens is None else tokens,
+            step_time_s=step_time_s,
+        )
+    )
 
 
 def _update(svc, fragment, per_element):
@@ -78,7 +95,9 @@ def _upload(client, lid, fragment, base, tensors, c_steps, c_tokens):
 
 
 def _merged(svc, fragment, version):
-    return wait_until(lambda: svc.state.versions[fragment] >= version, 10, f"fragment {fragment} at version {version}")
+    return wait_until(
+        lambda: svc.state.versions[fragment] >= version, 10, f"fragment {fragment} at version {version}"
+    )
 
 
 def _honest_steps(svc):
@@ -109,7 +128,9 @@ def test_self_declared_tokens_cannot_take_over_a_merge(pair):
     assert _upload(client, "good", 0, 0, _update(svc, 0, 1e-4), honest, honest * tps).accepted
     assert _upload(client, "rogue", 0, 0, _update(svc, 0, 1e-4), 10**12, 10**12 * tps).accepted
     after = time.time()
-    merge = wait_until(lambda: next((e for e in _events(svc) if isinstance(e, ev.Merge)), None), 10, "the merge event")
+    merge = wait_until(
+        lambda: next((e for e in _events(svc) if isinstance(e, ev.Merge)), None), 10, "the merge event"
+    )
     by = {p.learner_id: p for p in merge.participants}
     p = svc.state.policy
     allowed = p.max_speedup * (after - svc.state.learners["rogue"].joined_at) / PACE + STEP_SLACK + p.overlap_steps
@@ -145,7 +166,9 @@ def test_one_report_cannot_end_training_or_break_status(cluster):
     st = client.status()
     assert not st.finished and st.tokens < 10_000 * tps, st.tokens  # counted only as fast as time allows
     assert st.tokens < MAX_COUNT
-    r = _report(client, "rogue", step=3, tps=tps, tokens=3 * tps + 1)  # tokens that are not steps × tokens_per_step
+    r = _report(
+        client, "rogue", step=3, tps=tps, tokens=3 * tps + 1
+    )  # tokens that are not steps × tokens_per_step
     assert not r.ok and r.reason == "bad_counters"
 
 
@@ -162,23 +185,31 @@ def _events(svc):
 
 def test_a_learner_credential_acts_as_its_own_learner_only(tmp_path):
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
-    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port), \
-            SyncClient(f"127.0.0.1:{port}", learner_credential(TOKEN, "learner-0"), timeout_s=10.0) as own, \
-            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator:
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port),
+        SyncClient(f"127.0.0.1:{port}", learner_credential(TOKEN, "learner-0"), timeout_s=10.0) as own,
+        SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator,
+    ):
         tps = policy_from_config(cfg).tokens_per_step
         assert operator.join("learner-1", "inc-1", cfg.config_hash()).ok  # the operator's secret names any id
         assert own.join("learner-0", "inc-a", cfg.config_hash()).ok
-        for reply in (own.join("learner-1", "inc-x", cfg.config_hash()),
-                      own.report(pb.ReportRequest(learner_id="learner-1", incarnation="inc-1", step=1, tokens=tps)),
-                      own.leave("learner-1", "inc-1", "hostile")):
+        for reply in (
+            own.join("learner-1", "inc-x", cfg.config_hash()),
+            own.report(pb.ReportRequest(learner_id="learner-1", incarnation="inc-1", step=1, tokens=tps)),
+            own.leave("learner-1", "inc-1", "hostile"),
+        ):
             assert not reply.ok and reply.reason == "wrong_learner", reply
         up = own.upload("learner-1", "inc-1", 0, 0, _update(svc, 0, 1e-4), 1, tps)
         assert not up.accepted and up.reason == "wrong_learner"
         assert svc.state.learners["learner-1"].incarnation == "inc-1" and not svc.state.learners["learner-1"].left
         assert own.join("learner-0", "inc-b", cfg.config_hash()).ok  # a restart of its own id is still allowed
         assert own.status().rejections["wrong_learner"] == 4  # and it may read the cluster's status
-        with SyncClient(f"127.0.0.1:{port}", learner_credential("another-secret", "learner-0"),
-                        timeout_s=10.0) as forged, pytest.raises(Exception, match="bad_token"):
+        with (
+            SyncClient(
+                f"127.0.0.1:{port}", learner_credential("another-secret", "learner-0"), timeout_s=10.0
+            ) as forged,
+            pytest.raises(Exception, match="bad_token"),
+        ):
             forged.join("learner-0", "inc-c", cfg.config_hash())
 
 
@@ -201,15 +232,21 @@ def test_long_calls_cannot_starve_status_and_health(tmp_path):
     learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
     operator_md = (("authorization", f"Bearer {TOKEN}"),)
     wait_s = 20.0
-    with served_syncer(cfg, tmp_path, token=TOKEN, max_workers=32, max_call_s=60) as (svc, port), \
-            grpc.insecure_channel(f"127.0.0.1:{port}") as channel, \
-            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator:
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN, max_workers=32, max_call_s=60) as (svc, port),
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+        SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator,
+    ):
         stub = pbg.SyncerStub(channel)
         with futures.ThreadPoolExecutor(max_workers=3 * per_learner + total + 8) as pool:
             mine = [pool.submit(_hold_long_poll, stub, learner_md, wait_s) for _ in range(3 * per_learner)]
-            wait_until(lambda: sum(f.done() for f in mine) >= 2 * per_learner, 15, "the learner's extra calls refused")
+            wait_until(
+                lambda: sum(f.done() for f in mine) >= 2 * per_learner, 15, "the learner's extra calls refused"
+            )
             flood = [pool.submit(_hold_long_poll, stub, operator_md, wait_s) for _ in range(total)]
-            wait_until(lambda: sum(f.done() for f in flood) >= per_learner, 15, "the operator's extra calls refused")
+            wait_until(
+                lambda: sum(f.done() for f in flood) >= per_learner, 15, "the operator's extra calls refused"
+            )
             latencies = []
             for _ in range(10):  # every worker a long call may take is taken
                 t0 = time.monotonic()
@@ -230,14 +267,19 @@ def test_a_flood_of_short_calls_cannot_starve_status(tmp_path):
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
     learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
     stop = threading.Event()
-    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port), \
-            grpc.insecure_channel(f"127.0.0.1:{port}") as flood_channel, \
-            grpc.insecure_channel(f"127.0.0.1:{port}") as channel, \
-            SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=5.0) as operator:
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port),
+        grpc.insecure_channel(f"127.0.0.1:{port}") as flood_channel,
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+        SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=5.0) as operator,
+    ):
         tps = policy_from_config(cfg).tokens_per_step
         flood_stub = pbg.SyncerStub(flood_channel)
-        assert flood_stub.Join(pb.JoinRequest(learner_id="learner-0", incarnation="i", config_hash=svc.config_hash),
-                               timeout=10, metadata=learner_md).ok
+        assert flood_stub.Join(
+            pb.JoinRequest(learner_id="learner-0", incarnation="i", config_hash=svc.config_hash),
+            timeout=10,
+            metadata=learner_md,
+        ).ok
         sent = Counter[str]()
 
         def flood() -> None:
@@ -245,9 +287,13 @@ def test_a_flood_of_short_calls_cannot_starve_status(tmp_path):
             while not stop.is_set():
                 step += 1
                 try:
-                    flood_stub.Report(pb.ReportRequest(learner_id="learner-0", incarnation="i", step=step,
-                                                       tokens=step * tps, step_time_s=PACE), timeout=10,
-                                      metadata=learner_md)
+                    flood_stub.Report(
+                        pb.ReportRequest(
+                            learner_id="learner-0", incarnation="i", step=step, tokens=step * tps, step_time_s=PACE
+                        ),
+                        timeout=10,
+                        metadata=learner_md,
+                    )
                     sent["ok"] += 1
                 except grpc.RpcError as err:
                     sent[err.code().name] += 1
@@ -263,8 +309,10 @@ def test_a_flood_of_short_calls_cannot_starve_status(tmp_path):
             while time.monotonic() < deadline:
                 t0 = time.monotonic()
                 operator.status()
-                assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
-                    health_pb2.HealthCheckResponse.SERVING
+                assert (
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                )
                 latencies.append(time.monotonic() - t0)
                 time.sleep(0.05)
         finally:
@@ -273,8 +321,10 @@ def test_a_flood_of_short_calls_cannot_starve_status(tmp_path):
                 t.join(15)
         latencies.sort()
         p99 = percentile(latencies, 0.99)
-        print(f"short-call flood: {sum(sent.values())} Reports ({dict(sent)}); Status + health median "
-              f"{latencies[len(latencies) // 2]:.3f} s, p99 {p99:.3f} s over {len(latencies)} polls")
+        print(
+            f"short-call flood: {sum(sent.values())} Reports ({dict(sent)}); Status + health median "
+            f"{latencies[len(latencies) // 2]:.3f} s, p99 {p99:.3f} s over {len(latencies)} polls"
+        )
         assert p99 < 1.0, latencies
 
 
@@ -286,19 +336,31 @@ def test_a_stalled_upload_is_cancelled_after_the_cap(tmp_path):
         yield pb.UploadChunk(header=header)
         release.wait(60)
 
-    with served_syncer(cfg, tmp_path, token=TOKEN, max_call_s=2.0) as (svc, port), \
-            grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN, max_call_s=2.0) as (svc, port),
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
         with SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator:
             assert operator.join("learner-0", "i", cfg.config_hash()).ok
         tps = policy_from_config(cfg).tokens_per_step
         specs, data = encode_tensors(_update(svc, 0, 0.0))
-        header = pb.UploadHeader(learner_id="learner-0", incarnation="i", fragment=0, base_version=0, c_steps=1,
-                                 c_tokens=tps, tensors=specs_to_pb(specs), total_bytes=len(data), crc32=crc32(data))
+        header = pb.UploadHeader(
+            learner_id="learner-0",
+            incarnation="i",
+            fragment=0,
+            base_version=0,
+            c_steps=1,
+            c_tokens=tps,
+            tensors=specs_to_pb(specs),
+            total_bytes=len(data),
+            crc32=crc32(data),
+        )
         try:
             t0 = time.monotonic()
             with pytest.raises(grpc.RpcError) as err:
-                pbg.SyncerStub(channel).Upload(stalled(header), timeout=60,
-                                               metadata=(("authorization", f"Bearer {TOKEN}"),))
+                pbg.SyncerStub(channel).Upload(
+                    stalled(header), timeout=60, metadata=(("authorization", f"Bearer {TOKEN}"),)
+                )
             assert err.value.code() == grpc.StatusCode.CANCELLED and time.monotonic() - t0 < 30
         finally:
             release.set()
@@ -312,5 +374,7 @@ def test_oversized_or_unprintable_names_are_refused_and_never_copied_whole(clust
     r = client.report(pb.ReportRequest(learner_id="y" * 1_000_000, incarnation="i", step=1, tokens=tps))
     assert not r.ok and len(r.detail) <= 1001
     rejects = [e for e in _events(svc) if isinstance(e, ev.Reject)]
-    assert rejects and max(len(e.learner_id) for e in rejects) <= 128 and max(len(e.detail) for e in rejects) <= 1001
+    assert (
+        rejects and max(len(e.learner_id) for e in rejects) <= 128 and max(len(e.detail) for e in rejects) <= 1001
+    )
     assert set(svc.state.learners) == {"good", "rogue"}

@@ -44,9 +44,9 @@ from trainer import events as ev
 from trainer.client import specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
+from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.policy import policy_from_config
 from trainer.syncer import serve
 from trainer.wire import crc32, encode_tensors
 
@@ -74,14 +74,21 @@ def monitor_bound(between_batches: list[float]) -> float:
     quiet = percentile(between_batches, 0.99) or 0.0  # percentile sorts
     return min(max(MONITOR_P99_S, 2 * quiet), STATUS_BOUND_S / 2)
 
-INT64 = st.one_of(st.integers(-2**63, 2**63 - 1),
-                  st.sampled_from([0, 1, -1, 2**31, 2**53, 2**53 - 1, 2**62, 2**63 - 1, -2**63]))
+
+INT64 = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from([0, 1, -1, 2**31, 2**53, 2**53 - 1, 2**62, 2**63 - 1, -(2**63)]),
+)
 SMALL = st.integers(-2, 40)
 FRAGMENT = st.sampled_from([0, 1])  # the harness's two fragments
-FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                   st.sampled_from([0.0, 1e-9, 0.05, 3600.0, 3600.1, 1e308, -1.0, math.nan, math.inf]))
-TEXT = st.one_of(st.sampled_from(["", "x", "honest-0", "rogue-0", "rogue-1", "é" * 50, "\x00", "a" * 4096]),
-                 st.text(max_size=20))
+FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, 1e-9, 0.05, 3600.0, 3600.1, 1e308, -1.0, math.nan, math.inf]),
+)
+TEXT = st.one_of(
+    st.sampled_from(["", "x", "honest-0", "rogue-0", "rogue-1", "é" * 50, "\x00", "a" * 4096]),
+    st.text(max_size=20),
+)
 SENDERS = st.sampled_from(ROGUES * 4 + ("forged", "anonymous"))  # mostly rogues past authentication
 
 
@@ -89,7 +96,9 @@ def _metadata(sender: str) -> tuple[tuple[str, str], ...]:
     if sender == "anonymous":
         return ()
     secret = "not-the-secret" if sender == "forged" else SECRET
-    return (("authorization", f"Bearer {learner_credential(secret, 'rogue-0' if sender == 'forged' else sender)}"),)
+    return (
+        ("authorization", f"Bearer {learner_credential(secret, 'rogue-0' if sender == 'forged' else sender)}"),
+    )
 
 
 @st.composite
@@ -108,8 +117,11 @@ def messages(draw):
     own = "rogue-0" if sender == "forged" else sender
     lid = draw(_mostly(own, TEXT))
     inc = draw(_mostly(f"{lid}-inc", TEXT))
-    kind = draw(st.sampled_from(["join", "leave", "report", "report", "upload", "upload", "upload", "upload",
-                                 "get_fragment"]))
+    kind = draw(
+        st.sampled_from(
+            ["join", "leave", "report", "report", "upload", "upload", "upload", "upload", "get_fragment"]
+        )
+    )
     if kind == "join":
         return sender, kind, dict(learner_id=lid, incarnation=inc, hash_ok=draw(st.booleans()))
     if kind == "leave":
@@ -117,21 +129,45 @@ def messages(draw):
     if kind == "report":
         step = draw(st.one_of(SMALL, INT64))
         tokens = draw(st.one_of(st.just("consistent"), INT64))
-        return sender, kind, dict(learner_id=lid, incarnation=inc, step=step, tokens=tokens,
-                                  step_time_s=draw(FLOATS))
+        return (
+            sender,
+            kind,
+            dict(learner_id=lid, incarnation=inc, step=step, tokens=tokens, step_time_s=draw(FLOATS)),
+        )
     if kind == "get_fragment":
-        return sender, kind, dict(learner_id=lid, fragment=draw(_mostly(FRAGMENT, st.integers(-2**31, 2**31 - 1))),
-                                  min_version=draw(st.one_of(SMALL, INT64)),
-                                  wait_s=draw(st.sampled_from([0.0, -1.0, 0.01, math.nan, math.inf, -math.inf])))
-    return sender, kind, dict(
-        learner_id=lid, incarnation=inc, fragment=draw(st.one_of(st.integers(-1, 2), st.integers(-2**31, 2**31 - 1))),
-        base=draw(_mostly("current", st.one_of(SMALL, INT64))), c_steps=draw(_mostly(st.integers(0, 50), INT64)),
-        tokens=draw(_mostly("consistent", INT64)), round=draw(_mostly(0, INT64)),
-        value=draw(_mostly(st.sampled_from([1e-6, 1e-5, 0.0, 1e-4]),
-                           st.one_of(st.sampled_from([1e-3, 1.0, 1e16, 1e30, -1e30, math.nan, math.inf]),
-                                     st.floats(-1e3, 1e3)))),
-        shape=draw(_mostly("right", st.sampled_from(["extra", "wrong_dtype", "missing"]))),
-        chunks=draw(_mostly("right", st.sampled_from(["bad_crc", "short", "overlap", "huge_total"]))))
+        return (
+            sender,
+            kind,
+            dict(
+                learner_id=lid,
+                fragment=draw(_mostly(FRAGMENT, st.integers(-(2**31), 2**31 - 1))),
+                min_version=draw(st.one_of(SMALL, INT64)),
+                wait_s=draw(st.sampled_from([0.0, -1.0, 0.01, math.nan, math.inf, -math.inf])),
+            ),
+        )
+    return (
+        sender,
+        kind,
+        dict(
+            learner_id=lid,
+            incarnation=inc,
+            fragment=draw(st.one_of(st.integers(-1, 2), st.integers(-(2**31), 2**31 - 1))),
+            base=draw(_mostly("current", st.one_of(SMALL, INT64))),
+            c_steps=draw(_mostly(st.integers(0, 50), INT64)),
+            tokens=draw(_mostly("consistent", INT64)),
+            round=draw(_mostly(0, INT64)),
+            value=draw(
+                _mostly(
+                    st.sampled_from([1e-6, 1e-5, 0.0, 1e-4]),
+                    st.one_of(
+                        st.sampled_from([1e-3, 1.0, 1e16, 1e30, -1e30, math.nan, math.inf]), st.floats(-1e3, 1e3)
+                    ),
+                )
+            ),
+            shape=draw(_mostly("right", st.sampled_from(["extra", "wrong_dtype", "missing"]))),
+            chunks=draw(_mostly("right", st.sampled_from(["bad_crc", "short", "overlap", "huge_total"]))),
+        ),
+    )
 
 
 class Monitor:
@@ -170,10 +206,17 @@ class Monitor:
 
 class Harness:
     def __init__(self, tmp_path) -> None:
-        self.cfg = tiny_config(**{"token_budget": 10**12, "algorithm.num_learners": 5,
-                                  "algorithm.num_fragments": 2, "algorithm.min_quorum": 1,
-                                  "algorithm.grace": False, "algorithm.rounds": "arrival",
-                                  "syncer.liveness_timeout_s": 600})
+        self.cfg = tiny_config(
+            **{
+                "token_budget": 10**12,
+                "algorithm.num_learners": 5,
+                "algorithm.num_fragments": 2,
+                "algorithm.min_quorum": 1,
+                "algorithm.grace": False,
+                "algorithm.rounds": "arrival",
+                "syncer.liveness_timeout_s": 600,
+            }
+        )
         self.server, self.svc, port = serve(self.cfg, tmp_path, host="127.0.0.1", port=0, token=SECRET)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.stub = pbg.SyncerStub(self.channel)
@@ -206,13 +249,21 @@ class Harness:
         return (("authorization", f"Bearer {learner_credential(SECRET, lid)}"),)
 
     def _join(self, lid: str) -> None:
-        r = self.stub.Join(pb.JoinRequest(learner_id=lid, incarnation=f"{lid}-inc", config_hash=self.cfg.config_hash()),
-                           timeout=10, metadata=self._md(lid))
+        r = self.stub.Join(
+            pb.JoinRequest(learner_id=lid, incarnation=f"{lid}-inc", config_hash=self.cfg.config_hash()),
+            timeout=10,
+            metadata=self._md(lid),
+        )
         assert r.ok, r
 
     def report(self, lid: str, step: int = 2) -> None:
-        r = self.stub.Report(pb.ReportRequest(learner_id=lid, incarnation=f"{lid}-inc", step=step, tokens=step * self.tps,
-                                              step_time_s=0.05), timeout=10, metadata=self._md(lid))
+        r = self.stub.Report(
+            pb.ReportRequest(
+                learner_id=lid, incarnation=f"{lid}-inc", step=step, tokens=step * self.tps, step_time_s=0.05
+            ),
+            timeout=10,
+            metadata=self._md(lid),
+        )
         assert r.ok, r
 
     def honest_upload(self, lid: str, fragment: int) -> None:
@@ -221,8 +272,9 @@ class Harness:
         for _ in range(5):
             with self.svc.cond:
                 base = self.svc.state.versions[fragment]
-            reply = self._upload(lid, self._md(lid), lid, f"{lid}-inc", fragment, base, 1, self.tps, 0, tensors,
-                                 "right")
+            reply = self._upload(
+                lid, self._md(lid), lid, f"{lid}-inc", fragment, base, 1, self.tps, 0, tensors, "right"
+            )
             if reply is None or reply.reason != "stale_version":
                 break
         assert reply is not None and reply.accepted, f"an honest upload was refused: {reply}"
@@ -232,12 +284,25 @@ class Harness:
     def _upload(self, who, md, lid, inc, fragment, base, c_steps, c_tokens, rnd, tensors, chunks):
         specs, data = encode_tensors(tensors)
         total = (1 << 40) if chunks == "huge_total" else len(data)
-        header = pb.UploadHeader(learner_id=lid, incarnation=inc, fragment=fragment, base_version=base, c_steps=c_steps,
-                                 c_tokens=c_tokens, tensors=specs_to_pb(specs), total_bytes=total,
-                                 crc32=crc32(data) ^ (1 if chunks == "bad_crc" else 0), round=rnd)
+        header = pb.UploadHeader(
+            learner_id=lid,
+            incarnation=inc,
+            fragment=fragment,
+            base_version=base,
+            c_steps=c_steps,
+            c_tokens=c_tokens,
+            tensors=specs_to_pb(specs),
+            total_bytes=total,
+            crc32=crc32(data) ^ (1 if chunks == "bad_crc" else 0),
+            round=rnd,
+        )
         half = len(data) // 2
-        parts = {"short": [(0, data[:half])], "overlap": [(0, data[:half]), (0, data[:half])]}.get(chunks, [(0, data)])
-        msgs = [pb.UploadChunk(header=header)] + [pb.UploadChunk(data=pb.DataChunk(offset=o, data=d)) for o, d in parts]
+        parts = {"short": [(0, data[:half])], "overlap": [(0, data[:half]), (0, data[:half])]}.get(
+            chunks, [(0, data)]
+        )
+        msgs = [pb.UploadChunk(header=header)] + [
+            pb.UploadChunk(data=pb.DataChunk(offset=o, data=d)) for o, d in parts
+        ]
         try:
             return self.stub.Upload(iter(msgs), timeout=20, metadata=md)
         except grpc.RpcError as err:
@@ -249,16 +314,24 @@ class Harness:
         """Everything a message could change (not the rejection counters, which count refusals)."""
         with self.svc.cond:
             s = self.svc.state
-            return (list(s.versions), s.merges_total, s.finished,
-                    {p: (r.base_version, r.round, sorted(r.contributions)) for p, r in s.rounds.items()},
-                    {lid: dataclasses.astuple(rec) for lid, rec in s.learners.items()},
-                    dict(s.incarnation_counts), dict(s.tokens_by_incarnation), dict(s.step_times))
+            return (
+                list(s.versions),
+                s.merges_total,
+                s.finished,
+                {p: (r.base_version, r.round, sorted(r.contributions)) for p, r in s.rounds.items()},
+                {lid: dataclasses.astuple(rec) for lid, rec in s.learners.items()},
+                dict(s.incarnation_counts),
+                dict(s.tokens_by_incarnation),
+                dict(s.step_times),
+            )
 
     def _quiet(self) -> None:
         """Wait until no round holds a contribution (an accepted upload's merge has run)."""
+
         def merged() -> bool:
             with self.svc.cond:
                 return not any(r.contributions for r in self.svc.state.rounds.values())
+
         wait_until(merged, 10, "the accepted upload's merge")
 
     def send(self, sender: str, kind: str, f: dict) -> None:
@@ -276,25 +349,46 @@ class Harness:
         md = _metadata(sender)
         try:
             if kind == "join":
-                r = self.stub.Join(pb.JoinRequest(learner_id=f["learner_id"], incarnation=f["incarnation"],
-                                                  config_hash=self.cfg.config_hash() if f["hash_ok"] else "x"),
-                                   timeout=10, metadata=md)
+                r = self.stub.Join(
+                    pb.JoinRequest(
+                        learner_id=f["learner_id"],
+                        incarnation=f["incarnation"],
+                        config_hash=self.cfg.config_hash() if f["hash_ok"] else "x",
+                    ),
+                    timeout=10,
+                    metadata=md,
+                )
                 return self._count(kind, r.ok, r.reason)
             elif kind == "leave":
-                r = self.stub.Leave(pb.LeaveRequest(learner_id=f["learner_id"], incarnation=f["incarnation"]),
-                                    timeout=10, metadata=md)
+                r = self.stub.Leave(
+                    pb.LeaveRequest(learner_id=f["learner_id"], incarnation=f["incarnation"]),
+                    timeout=10,
+                    metadata=md,
+                )
                 return self._count(kind, r.ok, r.reason)
             elif kind == "report":
                 tokens = f["step"] * self.tps if f["tokens"] == "consistent" else f["tokens"]
-                if not -2**63 <= tokens < 2**63:
+                if not -(2**63) <= tokens < 2**63:
                     tokens = 2**63 - 1
-                r = self.stub.Report(pb.ReportRequest(learner_id=f["learner_id"], incarnation=f["incarnation"],
-                                                      step=f["step"], tokens=tokens, step_time_s=f["step_time_s"]),
-                                     timeout=10, metadata=md)
+                r = self.stub.Report(
+                    pb.ReportRequest(
+                        learner_id=f["learner_id"],
+                        incarnation=f["incarnation"],
+                        step=f["step"],
+                        tokens=tokens,
+                        step_time_s=f["step_time_s"],
+                    ),
+                    timeout=10,
+                    metadata=md,
+                )
                 return self._count(kind, r.ok, r.reason)
             elif kind == "get_fragment":
-                req = pb.FragmentRequest(learner_id=f["learner_id"], fragment=f["fragment"],
-                                         min_version=f["min_version"], wait_s=f["wait_s"])
+                req = pb.FragmentRequest(
+                    learner_id=f["learner_id"],
+                    fragment=f["fragment"],
+                    min_version=f["min_version"],
+                    wait_s=f["wait_s"],
+                )
                 for _ in self.stub.GetFragment(req, timeout=40, metadata=md):
                     pass
                 return self._count(kind, True, "")
@@ -319,10 +413,21 @@ class Harness:
         elif f["shape"] == "missing":
             tensors.pop(names[0])
         c_tokens = f["c_steps"] * self.tps if f["tokens"] == "consistent" else f["tokens"]
-        if not -2**63 <= c_tokens < 2**63:
+        if not -(2**63) <= c_tokens < 2**63:
             c_tokens = 2**63 - 1
-        r = self._upload("upload", md, f["learner_id"], f["incarnation"], f["fragment"], base, f["c_steps"], c_tokens,
-                         f["round"], tensors, f["chunks"])
+        r = self._upload(
+            "upload",
+            md,
+            f["learner_id"],
+            f["incarnation"],
+            f["fragment"],
+            base,
+            f["c_steps"],
+            c_tokens,
+            f["round"],
+            tensors,
+            f["chunks"],
+        )
         if r is None:
             return True
         if r.accepted and not r.duplicate:
@@ -338,14 +443,17 @@ class Harness:
     # ---- invariants ------------------------------------------------------
     def check(self) -> None:
         t0 = time.monotonic()
-        st_ = self.stub.Status(pb.StatusRequest(), timeout=STATUS_BOUND_S * 2, metadata=(("authorization", f"Bearer {SECRET}"),))
+        st_ = self.stub.Status(
+            pb.StatusRequest(), timeout=STATUS_BOUND_S * 2, metadata=(("authorization", f"Bearer {SECRET}"),)
+        )
         h = self.health.Check(health_pb2.HealthCheckRequest(), timeout=STATUS_BOUND_S * 2)
         self.latencies.append(time.monotonic() - t0)
         assert h.status == health_pb2.HealthCheckResponse.SERVING
         assert not st_.finished and 0 <= st_.tokens < MAX_COUNT, st_.tokens
         with self.svc.cond:  # merges are logged under the lock: versions and the log agree inside it
-            merges = [e for e in ev.read_events(self.svc.run_dir / "events" / "syncer.jsonl")
-                      if isinstance(e, ev.Merge)]
+            merges = [
+                e for e in ev.read_events(self.svc.run_dir / "events" / "syncer.jsonl") if isinstance(e, ev.Merge)
+            ]
             versions = list(self.svc.state.versions)
             params = {n: t.copy() for n, t in self.svc.state.params.items()}
             learners = set(self.svc.state.learners)
@@ -370,10 +478,12 @@ def harness(tmp_path_factory):
     print(f"\nhostile protocol: {h.sent} generated messages; outcomes ({total}):")
     for k, n in sorted(h.outcomes.items(), key=lambda kv: -kv[1]):
         print(f"  {n:6d}  {k}")
-    for name, lat in (("between batches", lat), ("monitor during the flood", sorted(h.monitor.latencies))):
-        if lat:
-            print(f"Status + health, {name}: median {lat[len(lat) // 2]:.3f} s, "
-                  f"p99 {percentile(lat, 0.99):.3f} s, max {lat[-1]:.3f} s over {len(lat)} calls")
+    for name, lats in (("between batches", lat), ("monitor during the flood", sorted(h.monitor.latencies))):
+        if lats:
+            print(
+                f"Status + health, {name}: median {lat[len(lat) // 2]:.3f} s, "
+                f"p99 {percentile(lat, 0.99):.3f} s, max {lat[-1]:.3f} s over {len(lat)} calls"
+            )
     h.close()
 
 
@@ -392,8 +502,9 @@ def test_generated_hostile_traffic_breaks_no_invariant(harness, batch) -> None:
     mon = harness.monitor
     assert not mon.failures, f"the monitor's Status/health calls failed during the flood: {Counter(mon.failures)}"
     bound = monitor_bound(harness.latencies)
-    assert len(mon.latencies) < 20 or mon.p99() < bound, \
+    assert len(mon.latencies) < 20 or mon.p99() < bound, (
         f"Status + health p99 {mon.p99():.3f} s during the flood (bound {bound:.3f} s: {monitor_bound.__doc__})"
+    )
 
 
 def test_the_monitor_bound_tells_a_starving_flood_from_a_stalled_machine() -> None:

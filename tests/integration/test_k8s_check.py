@@ -72,17 +72,22 @@ def test_a_broken_manifest_is_rejected_naming_the_document_and_the_field(k8schec
     cluster = done.cluster.read_text()
     assert "podManagementPolicy: Parallel\n" in cluster
     bad_cluster = tmp_path / "bad-cluster.yaml"
-    bad_cluster.write_text(cluster.replace("podManagementPolicy: Parallel\n",
-                                           "podManagementPolicy: Parallel\n  replica: 3\n", 1))
+    bad_cluster.write_text(
+        cluster.replace("podManagementPolicy: Parallel\n", "podManagementPolicy: Parallel\n  replica: 3\n", 1)
+    )
     bad_flow = tmp_path / "bad-workflow.yaml"
     bad_flow.write_text(done.workflow.read_text().replace("  - wait-f0\n", "  - wait-nowhere\n", 1))
     r = _check(k8scheck, bad_cluster, bad_flow)
     assert r.returncode == 1, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert any("bad-cluster.yaml: document 4 (apps/v1/StatefulSet \"syncer\")" in x and 'unknown field "replica"'
-               in x for x in lines), lines
-    assert any("bad-workflow.yaml: document 1" in x and "can not find a template with name wait-nowhere" in x
-               for x in lines), lines
+    assert any(
+        'bad-cluster.yaml: document 4 (apps/v1/StatefulSet "syncer")' in x and 'unknown field "replica"' in x
+        for x in lines
+    ), lines
+    assert any(
+        "bad-workflow.yaml: document 1" in x and "can not find a template with name wait-nowhere" in x
+        for x in lines
+    ), lines
 
 
 @pytest.mark.parametrize("name", ["kill-and-rejoin", "corrupt-learner", "straggler"])
@@ -98,7 +103,9 @@ def test_the_collectors_fixture_is_chaos_meshs_own_format(name: str, k8scheck: s
     fixture = tmp_path / "fixture.yaml"
     fixture.write_text(yaml.safe_dump_all([flow, *nodes, *chaos], sort_keys=False))
     r = _check(k8scheck, fixture)
-    assert r.returncode == 0 and r.stdout.strip() == f"ok: {1 + len(nodes) + len(chaos)} objects", r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.strip() == f"ok: {1 + len(nodes) + len(chaos)} objects", (
+        r.stdout + r.stderr
+    )
 
 
 def _holder(lock: Path, release: Path) -> subprocess.Popen:

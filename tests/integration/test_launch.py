@@ -19,8 +19,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _launch(run_dir, *sets):
-    args = [sys.executable, "-m", "trainer.launch", "--config", os.path.join(ROOT, "configs", "tiny-decoupled.yaml"),
-            "--run-dir", str(run_dir)]
+    args = [
+        sys.executable,
+        "-m",
+        "trainer.launch",
+        "--config",
+        os.path.join(ROOT, "configs", "tiny-decoupled.yaml"),
+        "--run-dir",
+        str(run_dir),
+    ]
     for s in sets:
         args += ["--set", s]
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -89,10 +96,18 @@ def test_synchronous_baselines_merge_every_learner_together(tmp_path, mode, sets
 
 @pytest.mark.parametrize("module", ["trainer.launch", "trainer.syncer", "trainer.learner"])
 def test_bad_config_flag_exits_2_naming_the_field(tmp_path, module):
-    extra = {"trainer.launch": [], "trainer.syncer": ["--run-dir", str(tmp_path)],
-             "trainer.learner": ["--run-dir", str(tmp_path), "--id", "x", "--syncer", "127.0.0.1:1"]}[module]
-    out = subprocess.run([sys.executable, "-m", module, "--set", "algorithm.min_quorum=9", *extra], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    extra = {
+        "trainer.launch": [],
+        "trainer.syncer": ["--run-dir", str(tmp_path)],
+        "trainer.learner": ["--run-dir", str(tmp_path), "--id", "x", "--syncer", "127.0.0.1:1"],
+    }[module]
+    out = subprocess.run(
+        [sys.executable, "-m", module, "--set", "algorithm.min_quorum=9", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "min_quorum" in out.stderr and "num_learners" in out.stderr
 

@@ -21,32 +21,45 @@ from trainer.config import RunConfig
 from trainer.launch import LocalCluster
 from trainer.lifeline import guarded
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only"),
+]
 
 
 def test_guarded_runs_the_program_with_its_arguments() -> None:
-    out = subprocess.run(guarded([sys.executable, "-c", "import sys; print(sys.argv[1:])", "a", "b c"],
-                                 os.getpid()), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        guarded([sys.executable, "-c", "import sys; print(sys.argv[1:])", "a", "b c"], os.getpid()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['a', 'b c']"
 
 
 def test_guarded_child_of_another_parent_exits_at_once() -> None:
     """The check after prctl: a parent that is not the one expected (here: a wrong pid) means it already died."""
-    out = subprocess.run(guarded([sys.executable, "-c", "print('ran')"], os.getpid() + 10_000_000),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        guarded([sys.executable, "-c", "print('ran')"], os.getpid() + 10_000_000),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert "ran" not in out.stdout
 
 
 def test_guarded_sets_the_death_signal_and_nice() -> None:
-    probe = ("import ctypes, os; v = ctypes.c_int(); "
-             "ctypes.CDLL('libc.so.6').prctl(2, ctypes.byref(v)); "  # PR_GET_PDEATHSIG
-             "print(v.value, os.nice(0))")
+    probe = (
+        "import ctypes, os; v = ctypes.c_int(); "
+        "ctypes.CDLL('libc.so.6').prctl(2, ctypes.byref(v)); "  # PR_GET_PDEATHSIG
+        "print(v.value, os.nice(0))"
+    )
     base = os.nice(0)
-    out = subprocess.run(guarded([sys.executable, "-c", probe], os.getpid(), nice=3), capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        guarded([sys.executable, "-c", probe], os.getpid(), nice=3), capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     sig, nice = map(int, out.stdout.split())
     assert sig == 9

@@ -29,8 +29,18 @@ LEARNERS = ("learner-0", "learner-1", "learner-2")
 
 
 def _launch(run_dir: Path, *sets: str) -> None:
-    args = [sys.executable, "-m", "trainer.launch", "--config", str(CONFIG), "--run-dir", str(run_dir),
-            "--set", "syncer.audit_keep_fraction=1", *[a for s in sets for a in ("--set", s)]]
+    args = [
+        sys.executable,
+        "-m",
+        "trainer.launch",
+        "--config",
+        str(CONFIG),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "syncer.audit_keep_fraction=1",
+        *[a for s in sets for a in ("--set", s)],
+    ]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300, env=os.environ)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
@@ -51,7 +61,9 @@ def test_every_merge_of_a_real_run_is_recomputed_and_chained(decoupled_run: Path
     v = _audit(decoupled_run)
     assert v.status == "pass", v
     assert v.evidence["recomputed"] == v.evidence["merges"] >= 20, v.evidence
-    assert v.evidence["learner_values"] > v.evidence["merges"], v.evidence  # applies and state fetches, all matched
+    assert v.evidence["learner_values"] > v.evidence["merges"], (
+        v.evidence
+    )  # applies and state fetches, all matched
 
 
 def test_the_ledgers_of_a_real_run_balance(decoupled_run: Path) -> None:
@@ -81,7 +93,9 @@ def _corrupted(run_dir: Path, tmp_path: Path, part: str) -> tuple[Path, str]:
 
 
 @pytest.mark.parametrize("part", ["result", "upload/0", "opt_after"])
-def test_a_hand_corrupted_audit_file_fails_naming_the_merge(decoupled_run: Path, tmp_path: Path, part: str) -> None:
+def test_a_hand_corrupted_audit_file_fails_naming_the_merge(
+    decoupled_run: Path, tmp_path: Path, part: str
+) -> None:
     copy, victim = _corrupted(decoupled_run, tmp_path, part)
     v = _audit(copy)
     assert v.status == "fail", v

@@ -28,11 +28,17 @@ pytestmark = pytest.mark.integration
 
 def _scrape(run_dir: Path, unit: str) -> dict[tuple[str, tuple], float]:
     (target,) = json.loads(target_file(run_dir, unit).read_text())
-    assert target["labels"] == {"unit": unit, "role": "syncer" if unit == "syncer" else "learner",
-                                "run": run_dir.name}
+    assert target["labels"] == {
+        "unit": unit,
+        "role": "syncer" if unit == "syncer" else "learner",
+        "run": run_dir.name,
+    }
     text = urllib.request.urlopen(f"http://{target['targets'][0]}/metrics", timeout=10).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def _counts(path: Path) -> dict[str, Counter]:
@@ -51,8 +57,14 @@ def _counts(path: Path) -> dict[str, Counter]:
 
 
 def test_scrapes_of_a_training_syncer_and_learner_agree_with_their_events(tmp_path: Path) -> None:
-    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2,
-                         "algorithm.sync_every": 8})
+    cfg = tiny_config(
+        **{
+            "token_budget": 10**9,
+            "algorithm.num_learners": 2,
+            "algorithm.num_fragments": 2,
+            "algorithm.sync_every": 8,
+        }
+    )
     run = tmp_path / "run"
     cluster = LocalCluster(cfg, run)
     syncer_log, learner_log = run / "events" / "syncer.jsonl", run / "events" / "learner-0.jsonl"
@@ -83,7 +95,7 @@ def test_scrapes_of_a_training_syncer_and_learner_agree_with_their_events(tmp_pa
             assert lr[("diloco_learner_incarnation", ())] == 0
             with cluster.client() as c:
                 merges = c.status().merges
-                wait_until(lambda: c.status().merges > merges, 60, "another merge")
+                wait_until(lambda merges=merges: c.status().merges > merges, 60, "another merge")
         assert seen_merges >= 2
         assert s[("diloco_merge_participants_count", ())] == seen_merges
     finally:

@@ -28,7 +28,8 @@ def _tools() -> None:
     missing = [t for t in ("ss", "iptables") if shutil.which(t) is None]
     assert not missing and os.geteuid() == 0, (
         f"the netfault commands need root and {missing or 'ss, iptables'} (the sidecar image has them): "
-        "run the tests as root with iproute2 and iptables installed")
+        "run the tests as root with iproute2 and iptables installed"
+    )
 
 
 class Server:
@@ -128,7 +129,9 @@ def test_reset_peer_resets_every_connection_until_the_heal_and_none_after(server
     _sh(inject)
     try:
         _sh(inject)  # a retried step starts no second loop
-        loops = subprocess.run(["pgrep", "-f", "diloco-reset-t-reset"], capture_output=True, text=True).stdout.split()
+        loops = subprocess.run(
+            ["pgrep", "-f", "diloco-reset-t-reset"], capture_output=True, text=True
+        ).stdout.split()
         assert len(loops) == 1, loops
         for _ in range(2):  # the first connection, and the reconnection after it
             err = _held_open(server.port, 3.0)
@@ -136,8 +139,11 @@ def test_reset_peer_resets_every_connection_until_the_heal_and_none_after(server
     finally:
         _sh(heal)
     assert _held_open(server.port, 1.0) is None  # healed: nothing resets it now
-    wait_until(lambda: subprocess.run(["pgrep", "-f", "diloco-reset-t-reset"]).returncode == 1, 5,
-               "the reset loop gone after the heal")
+    wait_until(
+        lambda: subprocess.run(["pgrep", "-f", "diloco-reset-t-reset"]).returncode == 1,
+        5,
+        "the reset loop gone after the heal",
+    )
 
 
 @pytest.mark.parametrize("direction", ["to_syncer", "from_syncer", "both"])
@@ -159,8 +165,10 @@ def test_data_limit_resets_a_connection_after_its_bytes_and_the_heal_removes_the
             assert isinstance(err, ConnectionResetError) and sent < 6000, (sent, err)
             assert max(server.received[1:], default=0) <= 2000, server.received  # none past the limit got through
         _sh(heal)
-        assert f"--dport {server.port} " not in subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True,
-                                                               text=True, check=True).stdout
+        assert (
+            f"--dport {server.port} "
+            not in subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True, check=True).stdout
+        )
         assert _send(server.port, 3000) == (3000, None)
     finally:
         _sh(heal)

@@ -41,8 +41,6 @@ L0, L1 = "learner-0", "learner-1"
 # -- upstream test servers ------------------------------------------------------------------------------------
 
 
-
-
 class _Sink(socketserver.BaseRequestHandler):
     """Reads an 8-byte length then that many bytes, answers the count (8 bytes); repeats."""
 
@@ -118,8 +116,11 @@ class FakeCluster:
 
 
 @pytest.fixture
-def make_cluster(toxiproxy_server: ToxiproxyServer, servers: dict[str, socketserver.ThreadingTCPServer],
-                 request: pytest.FixtureRequest) -> Iterator[Callable[[str], FakeCluster]]:
+def make_cluster(
+    toxiproxy_server: ToxiproxyServer,
+    servers: dict[str, socketserver.ThreadingTCPServer],
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[[str], FakeCluster]]:
     """``make_cluster("echo")``: two learners whose proxies forward to that server; deleted after the test."""
     tp = toxiproxy_server.client(timeout_s=5.0)
     made: list[str] = []
@@ -208,11 +209,26 @@ def _heal_twice(fault, cluster: FakeCluster) -> None:
 
 def test_fake_cluster_satisfies_the_network_part_of_the_protocol(make_cluster) -> None:
     cluster = make_cluster("echo")
-    assert {cls.kind for cls in FAULTS} == {"partition", "link_down", "bandwidth", "latency", "reset_peer", "data_limit"}
+    assert {cls.kind for cls in FAULTS} == {
+        "partition",
+        "link_down",
+        "bandwidth",
+        "latency",
+        "reset_peer",
+        "data_limit",
+    }
     assert {"learners", "proxy", "toxiproxy"} <= set(dir(Cluster))
-    assert all(isinstance(cls("f", (L0,), **args), Fault) for cls, args in [
-        (Partition, {}), (LinkDown, {}), (Bandwidth, {"rate_kbps": 1}), (Latency, {"latency_ms": 1}),
-        (ResetPeer, {}), (DataLimit, {"bytes": 1})])
+    assert all(
+        isinstance(cls("f", (L0,), **args), Fault)
+        for cls, args in [
+            (Partition, {}),
+            (LinkDown, {}),
+            (Bandwidth, {"rate_kbps": 1}),
+            (Latency, {"latency_ms": 1}),
+            (ResetPeer, {}),
+            (DataLimit, {"bytes": 1}),
+        ]
+    )
     assert _echo_ok(cluster, L0) and _echo_ok(cluster, L1)
 
 
@@ -252,8 +268,9 @@ def test_asymmetric_partition_blocks_one_direction_only(make_cluster, servers, d
     cluster = make_cluster("recorder")
     fault = Partition(f"asym-{direction}", (L0,), direction=direction)
     _inject_twice(fault, cluster)
-    assert _toxic_names(cluster, L0) == [toxic_name(fault.fault_id, "upstream" if direction == "to_syncer"
-                                                    else "downstream")]
+    assert _toxic_names(cluster, L0) == [
+        toxic_name(fault.fault_id, "upstream" if direction == "to_syncer" else "downstream")
+    ]
     before = len(recorder.received)
     with _connect(cluster, L0, timeout_s=0.3) as s:
         record = _accepted(recorder, before)
@@ -388,9 +405,14 @@ def test_data_limit_closes_the_connection_after_n_bytes(make_cluster, servers, d
 # -- targets and validation -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fault", [
-    Partition("u1", ("learner-9",)), LinkDown("u2", ("learner-9",)), Latency("u3", ("learner-9",), latency_ms=1),
-])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Partition("u1", ("learner-9",)),
+        LinkDown("u2", ("learner-9",)),
+        Latency("u3", ("learner-9",), latency_ms=1),
+    ],
+)
 def test_unknown_target_is_a_target_error_naming_it(make_cluster, fault) -> None:
     cluster = make_cluster("echo")
     for action in (fault.inject, fault.heal):
@@ -400,21 +422,24 @@ def test_unknown_target_is_a_target_error_naming_it(make_cluster, fault) -> None
     _assert_clean(cluster)
 
 
-@pytest.mark.parametrize(("make", "field"), [
-    (lambda: Partition("f", ()), "targets"),
-    (lambda: Partition("f", "learner-0"), "targets"),
-    (lambda: Partition("", ("learner-0",)), "fault_id"),
-    (lambda: Partition("f", ("learner-0",), direction="sideways"), "direction"),
-    (lambda: Bandwidth("f", ("learner-0",), rate_kbps=0), "rate_kbps"),
-    (lambda: Bandwidth("f", ("learner-0",), rate_kbps=-5), "rate_kbps"),
-    (lambda: Latency("f", ("learner-0",), latency_ms=-1), "latency_ms"),
-    (lambda: Latency("f", ("learner-0",), latency_ms=10, jitter_ms=-1), "jitter_ms"),
-    (lambda: Latency("f", ("learner-0",), latency_ms=10, jitter_ms=20), "jitter_ms"),
-    (lambda: Latency("f", ("learner-0",), latency_ms=1.5), "latency_ms"),
-    (lambda: ResetPeer("f", ("learner-0",), timeout_ms=-1), "timeout_ms"),
-    (lambda: DataLimit("f", ("learner-0",), bytes=0), "bytes"),
-    (lambda: LinkDown("f", ()), "targets"),
-])
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Partition("f", ()), "targets"),
+        (lambda: Partition("f", "learner-0"), "targets"),
+        (lambda: Partition("", ("learner-0",)), "fault_id"),
+        (lambda: Partition("f", ("learner-0",), direction="sideways"), "direction"),
+        (lambda: Bandwidth("f", ("learner-0",), rate_kbps=0), "rate_kbps"),
+        (lambda: Bandwidth("f", ("learner-0",), rate_kbps=-5), "rate_kbps"),
+        (lambda: Latency("f", ("learner-0",), latency_ms=-1), "latency_ms"),
+        (lambda: Latency("f", ("learner-0",), latency_ms=10, jitter_ms=-1), "jitter_ms"),
+        (lambda: Latency("f", ("learner-0",), latency_ms=10, jitter_ms=20), "jitter_ms"),
+        (lambda: Latency("f", ("learner-0",), latency_ms=1.5), "latency_ms"),
+        (lambda: ResetPeer("f", ("learner-0",), timeout_ms=-1), "timeout_ms"),
+        (lambda: DataLimit("f", ("learner-0",), bytes=0), "bytes"),
+        (lambda: LinkDown("f", ()), "targets"),
+    ],
+)
 def test_bad_field_values_are_fault_errors_naming_the_field(make, field: str) -> None:
     with pytest.raises(FaultError, match=f"'{field}'"):
         make()
@@ -424,8 +449,13 @@ def test_faults_describe_themselves_and_accept_lists(make_cluster) -> None:
     fault = Latency("d1", ["learner-0"], latency_ms=20, jitter_ms=5, direction="from_syncer")  # type: ignore[arg-type]
     assert fault.targets == ("learner-0",)
     assert "20 ± 5 ms" in fault.describe() and "from syncer" in fault.describe()
-    for f in (Partition("a", (L0,)), LinkDown("b", (L0,)), Bandwidth("c", (L0,), rate_kbps=5),
-              ResetPeer("e", (L0,)), DataLimit("g", (L0,), bytes=10)):
+    for f in (
+        Partition("a", (L0,)),
+        LinkDown("b", (L0,)),
+        Bandwidth("c", (L0,), rate_kbps=5),
+        ResetPeer("e", (L0,)),
+        DataLimit("g", (L0,), bytes=10),
+    ):
         assert L0 in f.describe() and type(f) in FAULTS
 
 

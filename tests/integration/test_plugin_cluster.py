@@ -34,7 +34,7 @@ def test_the_fixture_leaves_no_proxy_and_no_process(pytester: pytest.Pytester, t
     """An inner session brings a cluster up with the fixture and records its proxies' tag and processes; once that
     session ended (its teardown ran), none of them is left. Standalone: it needs no other test to have run first."""
     record = pytester.path / "cluster.json"
-    pytester.makepyfile(f'''
+    pytester.makepyfile(f"""
 import json
 
 
@@ -44,9 +44,10 @@ def test_bring_up(chaos_cluster, chaos_toxiproxy):
     pids = [p.pid for p in c.procs.procs.values()]
     assert len(proxies) == 2 and len(pids) == 3 and all(c.alive(u) for u in ("syncer", "learner-0", "learner-1"))
     open({str(record)!r}, "w").write(json.dumps({{"tag": c.tag, "pids": pids}}))
-''')
+""")
     pytester.runpytest("-p", "no:cacheprovider", "--chaos-toxiproxy-url", toxiproxy_server.url).assert_outcomes(
-        passed=1)
+        passed=1
+    )
     made = json.loads(record.read_text())
     assert [n for n in toxiproxy_server.client().proxies() if n.startswith(made["tag"])] == []
     for pid in made["pids"]:
@@ -54,8 +55,9 @@ def test_bring_up(chaos_cluster, chaos_toxiproxy):
             os.kill(pid, 0)  # stopped and reaped
 
 
-def test_chaos_toxiproxy_reuses_a_running_server(pytester: pytest.Pytester, toxiproxy_server,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chaos_toxiproxy_reuses_a_running_server(
+    pytester: pytest.Pytester, toxiproxy_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--chaos-toxiproxy-url (or $DILOCO_TOXIPROXY_URL): the fixture hands out the server already running (a CI
     service, a compose deployment's) instead of starting one; the inner test sees the same server."""
     pytester.makepyfile(f'''
@@ -64,6 +66,7 @@ def test_same_server(chaos_toxiproxy):
     assert chaos_toxiproxy.client().version()
 ''')
     pytester.runpytest("-p", "no:cacheprovider", "--chaos-toxiproxy-url", toxiproxy_server.url).assert_outcomes(
-        passed=1)
+        passed=1
+    )
     monkeypatch.setenv("DILOCO_TOXIPROXY_URL", toxiproxy_server.url)
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)

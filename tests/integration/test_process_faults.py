@@ -122,9 +122,14 @@ class ProcCluster:
         env = dict(os.environ)
         env["CORRUPT"] = corrupt or ""
         with open(self.root / f"{unit}.err", "ab") as err:
-            p = subprocess.Popen([sys.executable, "-c", CHILD, str(self.out(unit))], env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                 start_new_session=True)
+            p = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(self.out(unit))],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
         self.procs[unit] = p
         self.spawned.append((unit, p))
 
@@ -282,8 +287,11 @@ def test_kill_without_restart_leaves_the_unit_dead(cluster: ProcCluster) -> None
     assert "never restarted" in kill.describe()
 
 
-@pytest.mark.parametrize("make", [lambda: Kill(fault_id="k0", targets=("learner-0",)),
-                                  lambda: SyncerCrash(fault_id="c0")], ids=["kill", "syncer_crash"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Kill(fault_id="k0", targets=("learner-0",)), lambda: SyncerCrash(fault_id="c0")],
+    ids=["kill", "syncer_crash"],
+)
 def test_heal_right_after_inject_restarts_the_killed_unit(cluster: ProcCluster, make: Callable) -> None:
     """A scenario may give ``duration: 0``: the controller then heals in the same loop pass as the inject.
 
@@ -299,7 +307,8 @@ def test_heal_right_after_inject_restarts_the_killed_unit(cluster: ProcCluster, 
         healed = fault.heal(cluster)
         assert healed == {"restarted": [unit]}, (
             f"round {round_}: heal right after inject did not restart {unit} (evidence {healed}); "
-            f"alive={cluster.alive(unit)}, old pid {old} returncode {cluster.proc(unit).returncode}")
+            f"alive={cluster.alive(unit)}, old pid {old} returncode {cluster.proc(unit).returncode}"
+        )
         assert_restarted(cluster, unit, old)
 
 
@@ -328,7 +337,9 @@ def test_graceful_stop_of_a_paused_unit_still_exits_gracefully(cluster: ProcClus
     pause = Pause(fault_id="p0", targets=("learner-0",))
     pause.inject(cluster)
     wait_for(lambda: proc_state(pid) == "T", 2.0, "learner-0 to be stopped")
-    assert GracefulStop(fault_id="g0", targets=("learner-0",), timeout_s=5.0).inject(cluster) == {"stopped": ["learner-0"]}
+    assert GracefulStop(fault_id="g0", targets=("learner-0",), timeout_s=5.0).inject(cluster) == {
+        "stopped": ["learner-0"]
+    }
     assert cluster.proc("learner-0").returncode == 0 and cluster.said_bye("learner-0", pid)
     assert pause.heal(cluster) == {"resumed": []}
 
@@ -469,7 +480,10 @@ def test_corrupt_restarts_the_learner_corrupt_and_heal_restarts_it_healthy(clust
     assert {f[3] for f in cluster.ticks("learner-1", first)} == {"corrupt="}
     assert corrupt.inject(cluster) == {"corrupt": ["learner-1"], "mode": "nan", "already": True}
     assert cluster.pid("learner-1") == bad and cluster.spawn_count("learner-1") == 2, "inject twice is one restart"
-    assert cluster.pid("learner-0") != bad and cluster.ticks("learner-0", cluster.pid("learner-0"))[-1][3] == "corrupt="
+    assert (
+        cluster.pid("learner-0") != bad
+        and cluster.ticks("learner-0", cluster.pid("learner-0"))[-1][3] == "corrupt="
+    )
 
     assert corrupt.heal(cluster) == {"restarted_healthy": ["learner-1"]}
     assert_dead_by_sigkill(cluster, "learner-1", bad)

@@ -26,9 +26,28 @@ NO_RETRY = RetryPolicy(attempts=1)
 
 def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -38,8 +57,9 @@ def tls_syncer(tmp_path_factory):
     cert, key = _self_signed(d, "syncer")
     other_ca, _ = _self_signed(d, "other")
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 1})
-    server, svc, port = serve(cfg, d / "run", host="127.0.0.1", port=0, token=TOKEN,
-                              tls_cert=str(cert), tls_key=str(key))
+    server, svc, port = serve(
+        cfg, d / "run", host="127.0.0.1", port=0, token=TOKEN, tls_cert=str(cert), tls_key=str(key)
+    )
     yield cfg, port, cert, other_ca
     svc.shutdown("test over")
     server.stop(0).wait(5)

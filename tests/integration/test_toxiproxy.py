@@ -27,8 +27,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-
-
 @pytest.fixture(scope="module")
 def echo_addr() -> Iterator[str]:
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), EchoHandler)
@@ -265,10 +263,17 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_server_dies_with_its_parent_even_on_sigkill() -> None:
-    code = ("import time; from faults.toxiproxy_server import ToxiproxyServer; s = ToxiproxyServer().start(); "
-            "print(s.pid, flush=True); time.sleep(60)")
-    parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import time; from faults.toxiproxy_server import ToxiproxyServer; s = ToxiproxyServer().start(); "
+        "print(s.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
@@ -338,8 +343,12 @@ def test_the_server_counts_each_proxys_bytes_for_prometheus(tmp_path: Path, echo
     from prometheus_client.parser import text_string_to_metric_families
 
     def received(text: str) -> dict:
-        return {(tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
-                for s in f.samples if s.name == "toxiproxy_proxy_received_bytes_total" and s.labels.get("proxy") == "m1"}
+        return {
+            (tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "toxiproxy_proxy_received_bytes_total" and s.labels.get("proxy") == "m1"
+        }
 
     with ToxiproxyServer(log_path=tmp_path / "toxiproxy.log", seed=7) as server:
         info = server.client().create_proxy("m1", "127.0.0.1:0", echo_addr)

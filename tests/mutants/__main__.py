@@ -23,11 +23,15 @@ from tests.mutants.runner import RESULTS_PATH, MutantResult, results_doc, run_ma
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.mutants", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per scenario (default 1: the file's own)")
-    ap.add_argument("--json", default=RESULTS_PATH, help=f"where to write the matrix (default {RESULTS_PATH}; "
-                                                        "'-' for none)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(m.name for m in SIM_MUTANTS),
-                    help="these mutants only")
-    ap.add_argument("--render", action="store_true", help="also render the matrix into docs/scenarios-and-checks.md")
+    ap.add_argument(
+        "--json", default=RESULTS_PATH, help=f"where to write the matrix (default {RESULTS_PATH}; '-' for none)"
+    )
+    ap.add_argument(
+        "--only", nargs="+", metavar="NAME", choices=sorted(m.name for m in SIM_MUTANTS), help="these mutants only"
+    )
+    ap.add_argument(
+        "--render", action="store_true", help="also render the matrix into docs/scenarios-and-checks.md"
+    )
     args = ap.parse_args(argv)
     mutants = [MUTANTS_BY_NAME[n] for n in args.only] if args.only else list(SIM_MUTANTS)
 

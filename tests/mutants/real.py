@@ -124,8 +124,13 @@ def run_unit(mod_name: str, alter_argv: bool, original: Callable[[str, bool], An
 
     m = MUTANTS_BY_NAME.get(name)
     if m is None or "real" not in m.modes:
-        _record(log, "refused", mutant=name, unit=mod_name,
-                why="unknown mutant" if m is None else f"modes {list(m.modes)}: not for real processes")
+        _record(
+            log,
+            "refused",
+            mutant=name,
+            unit=mod_name,
+            why="unknown mutant" if m is None else f"modes {list(m.modes)}: not for real processes",
+        )
         print(f"tests/mutants hook: mutant {name!r} does not apply to real processes", file=sys.stderr)
         raise SystemExit(REFUSED_EXIT)
     module = importlib.import_module(mod_name)  # as a module (not __main__): the patches land where main() looks
@@ -140,8 +145,14 @@ def run_unit(mod_name: str, alter_argv: bool, original: Callable[[str, bool], An
             _record(log, "called", mutant=name, unit=unit, target=target)
 
     with m.patched(observe=called):
-        _record(log, "applied", mutant=name, unit=unit, module=mod_name,
-                patched={p.target: _qualname(p) for p in m.patches})
+        _record(
+            log,
+            "applied",
+            mutant=name,
+            unit=unit,
+            module=mod_name,
+            patched={p.target: _qualname(p) for p in m.patches},
+        )
         sys.exit(module.main())
 
 

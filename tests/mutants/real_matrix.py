@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,32 +55,54 @@ def collect(folders: list[Path]) -> dict[str, Any]:
             for r in _roles(reports):
                 verdicts = {v["name"]: v["status"] for v in r["verdicts"]}
                 checks += [k for k in verdicts if k not in checks]
-                cell = {"scenario": label, "seed": r["seed"], "status": r["status"], "verdicts": verdicts,
-                        "run_dir": r["run_dir"], "wall_s": r["wall_s"]}
+                cell = {
+                    "scenario": label,
+                    "seed": r["seed"],
+                    "status": r["status"],
+                    "verdicts": verdicts,
+                    "run_dir": r["run_dir"],
+                    "wall_s": r["wall_s"],
+                }
                 if r["role"] == "unmutated":
                     unmutated[label] = cell
                     continue
                 base = unmutated.get(label, {}).get("verdicts", {})
                 caught = [k for k, s in verdicts.items() if s == "fail" and base.get(k) != "fail"]
-                mutants[m.name] = {"name": m.name, "mechanism": m.mechanism, "description": m.description,
-                                   "caught_by": caught, "changed": True,
-                                   "cells": [{**cell, "changed": True}]}
+                mutants[m.name] = {
+                    "name": m.name,
+                    "mechanism": m.mechanism,
+                    "description": m.description,
+                    "caught_by": caught,
+                    "changed": True,
+                    "cells": [{**cell, "changed": True}],
+                }
     ordered = [mutants[n] for n in sorted(mutants, key=lambda n: list(MUTANTS_BY_NAME).index(n))]
-    return {"checks": checks, "survivors": [m["name"] for m in ordered if not m["caught_by"]],
-            "unmutated": list(unmutated.values()), "mutants": ordered}
+    return {
+        "checks": checks,
+        "survivors": [m["name"] for m in ordered if not m["caught_by"]],
+        "unmutated": list(unmutated.values()),
+        "mutants": ordered,
+    }
 
 
 def results_doc(results: dict[str, Any], folders: list[Path]) -> dict[str, Any]:
     from benchmarks.common import machine
 
-    return {"benchmark": "mutants_real",
-            "command": ".venv/bin/python -m pytest tests/nightly/test_mutants_real.py --chaos-nightly "
-                       "--chaos-no-rotation --chaos-reports DIR; .venv/bin/python -m tests.mutants.real_matrix "
-                       + " ".join(str(f) for f in folders),
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
-            "config": {"seeds": [0], "git": git_state(), "mode": "real processes (local backend)",
-                       "baseline": "the unmutated fault-free runs, shared (every real mutant is fault_free_unchanged)"},
-            "results": results}
+    return {
+        "benchmark": "mutants_real",
+        "command": ".venv/bin/python -m pytest tests/nightly/test_mutants_real.py --chaos-nightly "
+        "--chaos-no-rotation --chaos-reports DIR; .venv/bin/python -m tests.mutants.real_matrix "
+        + " ".join(str(f) for f in folders),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": {
+            "seeds": [0],
+            "git": git_state(),
+            "mode": "real processes (local backend)",
+            "baseline": "the unmutated fault-free runs, shared (every real mutant is fault_free_unchanged)",
+        },
+        "results": results,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -144,7 +144,9 @@ class Patch:
         own = name in vars(owner)
         static = inspect.getattr_static(owner, name)
         replacement = self.make(getattr(owner, name))
-        setattr(owner, name, replacement if observe is None else _observed(replacement, lambda: observe(self.target)))
+        setattr(
+            owner, name, replacement if observe is None else _observed(replacement, lambda: observe(self.target))
+        )
         try:
             yield
         finally:
@@ -183,11 +185,14 @@ class Mutant:
             raise ValueError(f"mutant {self.name}: modes {self.modes!r} not a non-empty subset of {MODES}")
         for p in self.patches:
             if set(self.modes) - p.modes:
-                raise ValueError(f"mutant {self.name}: {p.target} means nothing in mode(s) "
-                                 f"{sorted(set(self.modes) - p.modes)}")
+                raise ValueError(
+                    f"mutant {self.name}: {p.target} means nothing in mode(s) {sorted(set(self.modes) - p.modes)}"
+                )
         if "real" in self.modes and not self.fault_free_unchanged:
-            raise ValueError(f"mutant {self.name}: a real-process mutant must be fault_free_unchanged (the real tier "
-                             "shares the unmutated fault-free baselines)")
+            raise ValueError(
+                f"mutant {self.name}: a real-process mutant must be fault_free_unchanged (the real tier "
+                "shares the unmutated fault-free baselines)"
+            )
 
     @contextmanager
     def patched(self, observe: Callable[[str], None] | None = None) -> Iterator[None]:
@@ -244,6 +249,7 @@ def _observed(replacement: Any, hit: Callable[[], None]) -> Any:
     def observed(*args: Any, **kwargs: Any) -> Any:
         hit()
         return replacement(*args, **kwargs)
+
     return observed
 
 
@@ -257,21 +263,33 @@ LEARNER, SYNCER_SHELL, TRAINING = "trainer.learner", "trainer.syncer", "trainer.
 
 # A corrupt learner that sends random bit patterns (mostly finite, absurd magnitudes): the outlier guard's case.
 # corrupt-learner's own schedule with mode garbage instead of nan.
-CORRUPT_GARBAGE = ScenarioRef("corrupt-learner", "corrupt-learner[garbage]", {
-    "schedule": [{"fault": "corrupt", "mode": "garbage", "targets": ["learner-1"], "at": 3, "duration": 40}]})
+CORRUPT_GARBAGE = ScenarioRef(
+    "corrupt-learner",
+    "corrupt-learner[garbage]",
+    {"schedule": [{"fault": "corrupt", "mode": "garbage", "targets": ["learner-1"], "at": 3, "duration": 40}]},
+)
 
 # A learner killed (and restarted) before the syncer crashes: its first incarnation's tokens are then only in the
 # syncer's checkpointed ledger (every live incarnation reports its cumulative count again after a restore).
-SYNCER_CRASH_AFTER_KILL = ScenarioRef("syncer-crash", "syncer-crash[after kill]", {"schedule": [
-    {"fault": "kill", "targets": ["learner-1"], "at": 2, "duration": 3},
-    {"fault": "syncer_crash", "at": 8, "duration": 4}]})
+SYNCER_CRASH_AFTER_KILL = ScenarioRef(
+    "syncer-crash",
+    "syncer-crash[after kill]",
+    {
+        "schedule": [
+            {"fault": "kill", "targets": ["learner-1"], "at": 2, "duration": 3},
+            {"fault": "syncer_crash", "at": 8, "duration": 4},
+        ]
+    },
+)
 
 
 # ---- the mutants' replacements ------------------------------------------------------------------------------------
 
+
 def _fresh_momentum_each_step(outer_step: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(opt: Any, state: Any, params: Any, outer_grad: Any, scale: float = 1.0) -> Any:
         return outer_step(opt, opt.init(params), params, outer_grad, scale)  # BUG: the carried state is dropped
+
     return mutant
 
 
@@ -280,6 +298,7 @@ def _restore_without_momentum(from_checkpoint: Callable[..., Any]) -> Any:
         st = from_checkpoint(policy, fragments, arrays, meta, version_skip)
         st.opt_states = [policy.optimizer.init(st._frag(st.params, f)) for f in fragments]  # BUG
         return st
+
     return classmethod(mutant)
 
 
@@ -288,58 +307,69 @@ def _drop_last_contribution(merge_fragment: Callable[..., Any]) -> Callable[...,
         if len(vectors) > 1:
             vectors, weights = vectors[:-1], weights[:-1]  # BUG: an off-by-one slice
         return merge_fragment(vectors, weights, rule, mean_tensors)
+
     return mutant
 
 
 def _mean_rule(merge_fragment: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(vectors: Any, weights: Any, rule: Any, mean_tensors: Any = ()) -> Any:
         return merge_fragment(vectors, weights, "mean", mean_tensors)  # BUG: the configured rule is not passed on
+
     return mutant
 
 
 def _flipped_sign(merge_fragment: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(vectors: Any, weights: Any, rule: Any, mean_tensors: Any = ()) -> Any:
         return {n: -t for n, t in merge_fragment(vectors, weights, rule, mean_tensors).items()}  # BUG: θ − Θ
+
     return mutant
 
 
 def _misaligned_weights(merge_fragment: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(vectors: Any, weights: Any, rule: Any, mean_tensors: Any = ()) -> Any:
         return merge_fragment(vectors, list(reversed(weights)), rule, mean_tensors)  # BUG: pairs the wrong weights
+
     return mutant
 
 
 def _uniform_weight(token_weight: Callable[..., float]) -> Callable[..., float]:
     def mutant(c_tokens: int, c_steps: int) -> float:
         return 1.0  # BUG: quantity × quality dropped
+
     return mutant
 
 
 def _not_rebased(rebased: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(self: Any, c: Any, glob: Any) -> Any:
         return c.tensors  # BUG: an update against an older base merged as if made against the round's start
+
     return mutant
 
 
 def _no_grace(merge_time: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(policy: Any, *args: Any, **kw: Any) -> Any:
         return merge_time(dataclasses.replace(policy, grace_enabled=False), *args, **kw)  # BUG: grace ignored
+
     return mutant
 
 
 def _quorum_off_by_one(merge_time: Callable[..., Any]) -> Callable[..., Any]:
-    def mutant(policy: Any, timing: Any, quorum_at: Any, contributions: int, active_learners: int,
-               opened_at: Any = None) -> Any:
+    def mutant(
+        policy: Any, timing: Any, quorum_at: Any, contributions: int, active_learners: int, opened_at: Any = None
+    ) -> Any:
         if contributions <= policy.min_quorum:  # BUG: `>` where `>=` was meant: K + 1 contributions needed
             return None
         return merge_time(policy, timing, quorum_at, contributions, active_learners, opened_at)
+
     return mutant
 
 
 def _merge_before_opening(merge_time: Callable[..., Any]) -> Callable[..., Any]:
-    def mutant(policy: Any, timing: Any, quorum_at: Any, contributions: int, active_learners: int,
-               opened_at: Any = None) -> Any:
+    def mutant(
+        policy: Any, timing: Any, quorum_at: Any, contributions: int, active_learners: int, opened_at: Any = None
+    ) -> Any:
         return merge_time(policy, timing, quorum_at, contributions, active_learners, None)  # BUG: opening ignored
+
     return mutant
 
 
@@ -351,42 +381,51 @@ def _late_off_by_one(check_round: Callable[..., Any]) -> Callable[..., Any]:
             check_round(self, fragment, r, now)
         finally:
             self.last_round[fragment] = last
+
     return mutant
 
 
 def _no_wake(wake: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(self: Any, fragment: int) -> None:
         return None  # BUG: long polls waiting for this merge are not answered (they time out with it)
+
     return mutant
 
 
 def _no_version_skip(restore_version_skip: Callable[..., int]) -> Callable[..., int]:
     def mutant(checkpoint_every_merges: int, unreadable_newer: int = 0) -> int:
         return 0  # BUG: a restored syncer reissues versions it handed out before the crash
+
     return mutant
 
 
 def _restore_without(*fields: str) -> Callable[[Callable[..., Any]], Any]:
     """from_checkpoint that forgets the named parts of the state (as if the checkpoint had not held them)."""
+
     def make(from_checkpoint: Callable[..., Any]) -> Any:
         def mutant(cls: Any, policy: Any, fragments: Any, arrays: Any, meta: Any, version_skip: int) -> Any:
-            fresh = cls.create(policy, fragments, {k.split("/", 1)[1]: v for k, v in arrays.items()
-                                                   if k.startswith("param/")})
+            fresh = cls.create(
+                policy, fragments, {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("param/")}
+            )
             st = from_checkpoint(policy, fragments, arrays, meta, version_skip)
             for f in fields:
                 setattr(st, f, getattr(fresh, f))  # BUG: not restored
             return st
+
         return classmethod(mutant)
+
     return make
 
 
 def _restores_previous_checkpoint(start: Callable[..., Any]) -> Callable[..., Any]:
     """The simulated syncer keeps its checkpoints; a restart restores the one before the newest."""
+
     def mutant(self: Any) -> None:
         kept = self.__dict__.setdefault("_mutant_checkpoints", [])
         if self.checkpoint is not None and len(kept) >= 2:
             self.checkpoint = kept[-2]  # BUG: the newest checkpoint is not the one picked
         start(self)
+
     return mutant
 
 
@@ -394,6 +433,7 @@ def _keep_checkpoints(checkpoint: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(self: Any) -> None:
         checkpoint(self)
         self.__dict__.setdefault("_mutant_checkpoints", []).append(self.checkpoint)
+
     return mutant
 
 
@@ -404,6 +444,7 @@ def _rejoin_from_init(got_state: Callable[..., Any]) -> Callable[..., Any]:
             init = self.sim.problem.init_params()
             self.base = {n: init[n].copy() for n in self.base}
             self.params = {n: init[n].copy() for n in self.base}
+
     return mutant
 
 
@@ -411,19 +452,25 @@ def _data_from_the_start(got_state: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(self: Any, values: Any, t0: float) -> None:
         got_state(self, values, t0)
         import numpy as np
-        self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0])  # BUG: stream not keyed by incarnation
+
+        self.rng = np.random.default_rng(
+            [self.sim.cfg.seed, self.index, 0]
+        )  # BUG: stream not keyed by incarnation
+
     return mutant
 
 
 def _forget_rejoined(policy_from_config: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(cfg: Any) -> Any:
         return dataclasses.replace(policy_from_config(cfg), planted_bug="forget_rejoined")
+
     return mutant
 
 
 def _skip_upload_nan_check(submit: Callable[..., Any]) -> Callable[..., Any]:
     """submit with the body's finiteness check skipped and its outlier-norm check kept (where submit makes it:
     right after capping the contribution's steps, ``_bounded``). A NaN norm passes that check (NaN > x is false)."""
+
     def mutant(self: Any, c: Any, now: float) -> Any:
         policy = self.policy
         if not policy.validate_uploads:
@@ -434,6 +481,7 @@ def _skip_upload_nan_check(submit: Callable[..., Any]) -> Callable[..., Any]:
             c = bounded(c, now)
             self._check_norm(c)
             return c
+
         # BUG: the body's NaN/Inf check is skipped (its header was checked); the norm guard still runs.
         self.policy, self._bounded = dataclasses.replace(policy, validate_uploads=False), bounded_then_norm
         try:
@@ -441,20 +489,24 @@ def _skip_upload_nan_check(submit: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             self.policy = policy
             del self._bounded
+
     return mutant
 
 
 def _no_norm_check(check_norm: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(self: Any, c: Any) -> None:
         return None  # BUG: the outlier guard is off (e.g. max_norm_ratio lost its default: 0 means off)
+
     return mutant
 
 
 # ---- the gRPC shells' replacements (real processes only) -------------------------------------------------------
 
+
 def _join_keeps_initial_weights(join: Callable[..., Any]) -> Callable[..., Any]:
     """Learner.join that fetches (and logs) the global state, then trains a restarted incarnation from its initial
     weights. A first incarnation (incarnation_index 0, every learner of a fault-free run) is left as it is."""
+
     def mutant(self: Any, fetch_state: bool) -> None:
         join(self, fetch_state)
         if fetch_state and self.incarnation_index > 0:  # BUG: the fetched state is not loaded on a rejoin
@@ -463,19 +515,23 @@ def _join_keeps_initial_weights(join: Callable[..., Any]) -> Callable[..., Any]:
             init = self.setup.init_params()
             self.base = {n: init[n].copy() for n in self.base}
             self.params = {n: jnp.asarray(init[n]) for n in self.base}
+
     return mutant
 
 
 def _stream_of_first_incarnation(batches: Callable[..., Any]) -> Callable[..., Any]:
     """TrainingSetup.batches that ignores the incarnation index: a restarted learner replays its first stream."""
+
     def mutant(self: Any, learner_id: str, incarnation_index: int) -> Any:
         return batches(self, learner_id, 0)  # BUG: the data position (the join's incarnation index) is dropped
+
     return mutant
 
 
 def _load_previous_checkpoint(load_latest: Callable[..., Any]) -> Callable[..., Any]:
     """trainer.checkpoint.load_latest as the syncer shell sees it, picking the checkpoint before the newest. A fresh
     syncer (no checkpoint: a fault-free run's only start) gets None as before."""
+
     def mutant(directory: Any) -> Any:
         from trainer.checkpoint import list_checkpoints, read_checkpoint
 
@@ -487,11 +543,13 @@ def _load_previous_checkpoint(load_latest: Callable[..., Any]) -> Callable[..., 
             return newest
         arrays, meta = read_checkpoint(older[-1])  # BUG: e.g. a sort that takes [-2] for the newest
         return arrays, meta, older[-1]
+
     return mutant
 
 
 def _load_without(*keys: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """load_latest as the syncer shell sees it, dropping metadata fields (a reader that keeps an older schema's)."""
+
     def make(load_latest: Callable[..., Any]) -> Callable[..., Any]:
         def mutant(directory: Any) -> Any:
             got = load_latest(directory)
@@ -499,121 +557,239 @@ def _load_without(*keys: str) -> Callable[[Callable[..., Any]], Callable[..., An
                 return None
             arrays, meta, path = got
             return arrays, {k: v for k, v in meta.items() if k not in keys}, path  # BUG: fields not read back
+
         return mutant
+
     return make
 
 
 # ---- the registry ---------------------------------------------------------------------------------------------
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("momentum_reset", "outer optimizer state",
-           "the outer Nesterov momentum is re-initialised at every merge instead of carried from the last",
-           refs("kill-and-rejoin", "partition-one"), (Patch(SS, "outer_step", _fresh_momentum_each_step),)),
-    Mutant("momentum_not_restored", "outer optimizer state",
-           "a restored syncer starts its outer momentum afresh: the checkpoint's optimizer state is not read back",
-           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without_momentum),),
-           fault_free_unchanged=True, modes=BOTH),
-    Mutant("contribution_dropped", "merge arithmetic",
-           "an off-by-one slice drops the last contribution of a round from the merge; participants still list it",
-           refs("straggler", "partition-one"), (Patch(SS, "merge_fragment", _drop_last_contribution),)),
-    Mutant("rule_ignored", "merge arithmetic",
-           "the configured merge rule is not passed on: every tensor is mean-merged instead of by RDA",
-           refs("straggler"), (Patch(SS, "merge_fragment", _mean_rule),)),
-    Mutant("outer_gradient_sign", "merge arithmetic",
-           "the merged outer gradient's sign is flipped (θ − Θ for Θ − θ): each outer step moves away from the "
-           "learners",
-           refs("kill-and-rejoin"), (Patch(SS, "merge_fragment", _flipped_sign),)),
-    Mutant("uniform_weights", "weights",
-           "token weights dropped: every contribution weighs the same instead of c_tokens²/c_steps",
-           refs("straggler", "kill-and-rejoin"), (Patch(SS, "token_weight", _uniform_weight),)),
-    Mutant("weights_misaligned", "weights",
-           "weights paired with the wrong contributions (the weights' list reversed against the updates')",
-           refs("straggler"), (Patch(SS, "merge_fragment", _misaligned_weights),)),
-    Mutant("no_rebase", "rebase",
-           "an update made against an older base is merged as is, not rebased onto its round's start value",
-           refs("latency-jitter", "throttle-all"), (Patch(SS, "SyncerState._rebased", _not_rebased),)),
-    Mutant("grace_ignored", "quorum and grace",
-           "the grace window is ignored: a round merges the moment its quorum is in",
-           refs("straggler", "latency-jitter"), (Patch(SS, "merge_time", _no_grace),)),
-    Mutant("quorum_off_by_one", "quorum and grace",
-           "quorum tested with `>` for `>=`: a round needs K + 1 contributions",
-           refs("partition-majority"), (Patch(SS, "merge_time", _quorum_off_by_one),)),
-    Mutant("merge_before_opening", "quorum and grace",
-           "a round merges once its quorum and grace are in, even before its scheduled opening",
-           refs("latency-jitter", "straggler"), (Patch(SS, "merge_time", _merge_before_opening),)),
-    Mutant("late_accepted", "late-round handling",
-           "the late-round test is off by one (`<` for `<=`): an upload for the round that just merged is accepted "
-           "and carried although late_uploads is refuse",
-           refs("latency-jitter", "throttle-all"), (Patch(SS, "SyncerState._check_round", _late_off_by_one),)),
-    Mutant("wake_missing", "broadcast/wake-up",
-           "learners long-polling for a fragment are not woken by its merge: they get it when their poll times out",
-           refs("straggler", "kill-and-rejoin"), (Patch(SYNCER_NODE, "SyncerNode._wake", _no_wake),)),
-    Mutant("restore_no_version_skip", "restore",
-           "a restored syncer does not skip its versions ahead: it reissues versions it had handed out",
-           refs("syncer-crash"), (Patch(SYNCER_NODE, "restore_version_skip", _no_version_skip),),
-           fault_free_unchanged=True),
-    Mutant("restore_clock_lost", "restore",
-           "a restored syncer's step clock is not read back: it starts again at step 0",
-           refs("syncer-crash"), (Patch(SS, "SyncerState.from_checkpoint", _restore_without("clock")),),
-           fault_free_unchanged=True, modes=BOTH),
-    Mutant("restore_ledger_lost", "restore",
-           "a restored syncer's token ledger (tokens_by_incarnation) is not read back: tokens of incarnations that "
-           "ended before the crash are forgotten, and the run trains past its budget",
-           (SYNCER_CRASH_AFTER_KILL,),
-           (Patch(SS, "SyncerState.from_checkpoint", _restore_without("tokens_by_incarnation")),),
-           fault_free_unchanged=True, modes=BOTH),
-    Mutant("restore_older_checkpoint", "restore",
-           "the restart picks the checkpoint before the newest (e.g. a wrong sort), and skips versions for one",
-           refs("syncer-crash"), (Patch(SYNCER_NODE, "SyncerNode._checkpoint", _keep_checkpoints),
-                                  Patch(SYNCER_NODE, "SyncerNode.start", _restores_previous_checkpoint)),
-           fault_free_unchanged=True),
-    Mutant("rejoin_from_init", "rejoin state fetch",
-           "a restarted learner takes the fetched versions but its initial weights, not the current global state",
-           refs("kill-and-rejoin", "rolling-restarts"), (Patch(LEARNER_NODE, "LearnerNode._got_state", _rejoin_from_init),),
-           fault_free_unchanged=True),
-    Mutant("forget_rejoined", "rejoin membership",
-           "the syncer keeps a rejoining learner's old record: the new incarnation is refused forever "
-           "(the planted bug syncer.planted_bug: forget_rejoined)",
-           refs("kill-and-rejoin", "rolling-restarts"), (Patch("chaos.sim.runner", "policy_from_config",
-                                                               _forget_rejoined),),
-           fault_free_unchanged=True),
-    Mutant("data_replayed", "data position",
-           "a restarted learner's data stream is not keyed by its incarnation: it replays its first incarnation's data",
-           refs("kill-and-rejoin", "rolling-restarts"),
-           (Patch(LEARNER_NODE, "LearnerNode._got_state", _data_from_the_start),),
-           fault_free_unchanged=True),
-    Mutant("nan_guard_off", "NaN and outlier guards",
-           "an upload's body is not checked for NaN/Inf (only its header is): NaN updates reach the merge",
-           refs("corrupt-learner"), (Patch(SS, "SyncerState.submit", _skip_upload_nan_check),),
-           fault_free_unchanged=True, modes=BOTH),
-    Mutant("outlier_guard_off", "NaN and outlier guards",
-           "the outlier-norm guard is off: finite garbage of absurd magnitude is merged",
-           (CORRUPT_GARBAGE,), (Patch(SS, "SyncerState._check_norm", _no_norm_check),),
-           fault_free_unchanged=True, modes=BOTH),
+    Mutant(
+        "momentum_reset",
+        "outer optimizer state",
+        "the outer Nesterov momentum is re-initialised at every merge instead of carried from the last",
+        refs("kill-and-rejoin", "partition-one"),
+        (Patch(SS, "outer_step", _fresh_momentum_each_step),),
+    ),
+    Mutant(
+        "momentum_not_restored",
+        "outer optimizer state",
+        "a restored syncer starts its outer momentum afresh: the checkpoint's optimizer state is not read back",
+        refs("syncer-crash"),
+        (Patch(SS, "SyncerState.from_checkpoint", _restore_without_momentum),),
+        fault_free_unchanged=True,
+        modes=BOTH,
+    ),
+    Mutant(
+        "contribution_dropped",
+        "merge arithmetic",
+        "an off-by-one slice drops the last contribution of a round from the merge; participants still list it",
+        refs("straggler", "partition-one"),
+        (Patch(SS, "merge_fragment", _drop_last_contribution),),
+    ),
+    Mutant(
+        "rule_ignored",
+        "merge arithmetic",
+        "the configured merge rule is not passed on: every tensor is mean-merged instead of by RDA",
+        refs("straggler"),
+        (Patch(SS, "merge_fragment", _mean_rule),),
+    ),
+    Mutant(
+        "outer_gradient_sign",
+        "merge arithmetic",
+        "the merged outer gradient's sign is flipped (θ − Θ for Θ − θ): each outer step moves away from the "
+        "learners",
+        refs("kill-and-rejoin"),
+        (Patch(SS, "merge_fragment", _flipped_sign),),
+    ),
+    Mutant(
+        "uniform_weights",
+        "weights",
+        "token weights dropped: every contribution weighs the same instead of c_tokens²/c_steps",
+        refs("straggler", "kill-and-rejoin"),
+        (Patch(SS, "token_weight", _uniform_weight),),
+    ),
+    Mutant(
+        "weights_misaligned",
+        "weights",
+        "weights paired with the wrong contributions (the weights' list reversed against the updates')",
+        refs("straggler"),
+        (Patch(SS, "merge_fragment", _misaligned_weights),),
+    ),
+    Mutant(
+        "no_rebase",
+        "rebase",
+        "an update made against an older base is merged as is, not rebased onto its round's start value",
+        refs("latency-jitter", "throttle-all"),
+        (Patch(SS, "SyncerState._rebased", _not_rebased),),
+    ),
+    Mutant(
+        "grace_ignored",
+        "quorum and grace",
+        "the grace window is ignored: a round merges the moment its quorum is in",
+        refs("straggler", "latency-jitter"),
+        (Patch(SS, "merge_time", _no_grace),),
+    ),
+    Mutant(
+        "quorum_off_by_one",
+        "quorum and grace",
+        "quorum tested with `>` for `>=`: a round needs K + 1 contributions",
+        refs("partition-majority"),
+        (Patch(SS, "merge_time", _quorum_off_by_one),),
+    ),
+    Mutant(
+        "merge_before_opening",
+        "quorum and grace",
+        "a round merges once its quorum and grace are in, even before its scheduled opening",
+        refs("latency-jitter", "straggler"),
+        (Patch(SS, "merge_time", _merge_before_opening),),
+    ),
+    Mutant(
+        "late_accepted",
+        "late-round handling",
+        "the late-round test is off by one (`<` for `<=`): an upload for the round that just merged is accepted "
+        "and carried although late_uploads is refuse",
+        refs("latency-jitter", "throttle-all"),
+        (Patch(SS, "SyncerState._check_round", _late_off_by_one),),
+    ),
+    Mutant(
+        "wake_missing",
+        "broadcast/wake-up",
+        "learners long-polling for a fragment are not woken by its merge: they get it when their poll times out",
+        refs("straggler", "kill-and-rejoin"),
+        (Patch(SYNCER_NODE, "SyncerNode._wake", _no_wake),),
+    ),
+    Mutant(
+        "restore_no_version_skip",
+        "restore",
+        "a restored syncer does not skip its versions ahead: it reissues versions it had handed out",
+        refs("syncer-crash"),
+        (Patch(SYNCER_NODE, "restore_version_skip", _no_version_skip),),
+        fault_free_unchanged=True,
+    ),
+    Mutant(
+        "restore_clock_lost",
+        "restore",
+        "a restored syncer's step clock is not read back: it starts again at step 0",
+        refs("syncer-crash"),
+        (Patch(SS, "SyncerState.from_checkpoint", _restore_without("clock")),),
+        fault_free_unchanged=True,
+        modes=BOTH,
+    ),
+    Mutant(
+        "restore_ledger_lost",
+        "restore",
+        "a restored syncer's token ledger (tokens_by_incarnation) is not read back: tokens of incarnations that "
+        "ended before the crash are forgotten, and the run trains past its budget",
+        (SYNCER_CRASH_AFTER_KILL,),
+        (Patch(SS, "SyncerState.from_checkpoint", _restore_without("tokens_by_incarnation")),),
+        fault_free_unchanged=True,
+        modes=BOTH,
+    ),
+    Mutant(
+        "restore_older_checkpoint",
+        "restore",
+        "the restart picks the checkpoint before the newest (e.g. a wrong sort), and skips versions for one",
+        refs("syncer-crash"),
+        (
+            Patch(SYNCER_NODE, "SyncerNode._checkpoint", _keep_checkpoints),
+            Patch(SYNCER_NODE, "SyncerNode.start", _restores_previous_checkpoint),
+        ),
+        fault_free_unchanged=True,
+    ),
+    Mutant(
+        "rejoin_from_init",
+        "rejoin state fetch",
+        "a restarted learner takes the fetched versions but its initial weights, not the current global state",
+        refs("kill-and-rejoin", "rolling-restarts"),
+        (Patch(LEARNER_NODE, "LearnerNode._got_state", _rejoin_from_init),),
+        fault_free_unchanged=True,
+    ),
+    Mutant(
+        "forget_rejoined",
+        "rejoin membership",
+        "the syncer keeps a rejoining learner's old record: the new incarnation is refused forever "
+        "(the planted bug syncer.planted_bug: forget_rejoined)",
+        refs("kill-and-rejoin", "rolling-restarts"),
+        (Patch("chaos.sim.runner", "policy_from_config", _forget_rejoined),),
+        fault_free_unchanged=True,
+    ),
+    Mutant(
+        "data_replayed",
+        "data position",
+        "a restarted learner's data stream is not keyed by its incarnation: it replays its first incarnation's data",
+        refs("kill-and-rejoin", "rolling-restarts"),
+        (Patch(LEARNER_NODE, "LearnerNode._got_state", _data_from_the_start),),
+        fault_free_unchanged=True,
+    ),
+    Mutant(
+        "nan_guard_off",
+        "NaN and outlier guards",
+        "an upload's body is not checked for NaN/Inf (only its header is): NaN updates reach the merge",
+        refs("corrupt-learner"),
+        (Patch(SS, "SyncerState.submit", _skip_upload_nan_check),),
+        fault_free_unchanged=True,
+        modes=BOTH,
+    ),
+    Mutant(
+        "outlier_guard_off",
+        "NaN and outlier guards",
+        "the outlier-norm guard is off: finite garbage of absurd magnitude is merged",
+        (CORRUPT_GARBAGE,),
+        (Patch(SS, "SyncerState._check_norm", _no_norm_check),),
+        fault_free_unchanged=True,
+        modes=BOTH,
+    ),
     # The gRPC shells' own defects: real processes only (deterministic mode runs none of this code).
-    Mutant("shell_rejoin_from_init", "rejoin state fetch",
-           "the learner shell fetches (and logs) the global state on a rejoin, then trains from its initial weights",
-           refs("kill-and-rejoin", "rolling-restarts"), (Patch(LEARNER, "Learner.join", _join_keeps_initial_weights),),
-           fault_free_unchanged=True, modes=REAL),
-    Mutant("shell_data_replayed", "data position",
-           "the learner shell builds a restarted incarnation's data stream without its incarnation index: it "
-           "replays its first incarnation's data",
-           refs("kill-and-rejoin", "rolling-restarts"),
-           (Patch(TRAINING, "TrainingSetup.batches", _stream_of_first_incarnation),),
-           fault_free_unchanged=True, modes=REAL),
-    Mutant("shell_restore_no_version_skip", "restore",
-           "the syncer shell restores without skipping its versions ahead: it reissues versions it had handed out",
-           refs("syncer-crash"), (Patch(SYNCER_SHELL, "restore_version_skip", _no_version_skip),),
-           fault_free_unchanged=True, modes=REAL),
-    Mutant("shell_restore_older_checkpoint", "restore",
-           "the syncer shell restores the checkpoint before the newest (and skips versions for the one it missed)",
-           refs("syncer-crash"), (Patch(SYNCER_SHELL, "load_latest", _load_previous_checkpoint),),
-           fault_free_unchanged=True, modes=REAL),
-    Mutant("shell_restore_field_dropped", "restore",
-           "the syncer shell's checkpoint reader drops a field (merged_keys): a restored syncer forgets which "
-           "uploads it merged",
-           refs("syncer-crash"), (Patch(SYNCER_SHELL, "load_latest", _load_without("merged_keys")),),
-           fault_free_unchanged=True, modes=REAL),
+    Mutant(
+        "shell_rejoin_from_init",
+        "rejoin state fetch",
+        "the learner shell fetches (and logs) the global state on a rejoin, then trains from its initial weights",
+        refs("kill-and-rejoin", "rolling-restarts"),
+        (Patch(LEARNER, "Learner.join", _join_keeps_initial_weights),),
+        fault_free_unchanged=True,
+        modes=REAL,
+    ),
+    Mutant(
+        "shell_data_replayed",
+        "data position",
+        "the learner shell builds a restarted incarnation's data stream without its incarnation index: it "
+        "replays its first incarnation's data",
+        refs("kill-and-rejoin", "rolling-restarts"),
+        (Patch(TRAINING, "TrainingSetup.batches", _stream_of_first_incarnation),),
+        fault_free_unchanged=True,
+        modes=REAL,
+    ),
+    Mutant(
+        "shell_restore_no_version_skip",
+        "restore",
+        "the syncer shell restores without skipping its versions ahead: it reissues versions it had handed out",
+        refs("syncer-crash"),
+        (Patch(SYNCER_SHELL, "restore_version_skip", _no_version_skip),),
+        fault_free_unchanged=True,
+        modes=REAL,
+    ),
+    Mutant(
+        "shell_restore_older_checkpoint",
+        "restore",
+        "the syncer shell restores the checkpoint before the newest (and skips versions for the one it missed)",
+        refs("syncer-crash"),
+        (Patch(SYNCER_SHELL, "load_latest", _load_previous_checkpoint),),
+        fault_free_unchanged=True,
+        modes=REAL,
+    ),
+    Mutant(
+        "shell_restore_field_dropped",
+        "restore",
+        "the syncer shell's checkpoint reader drops a field (merged_keys): a restored syncer forgets which "
+        "uploads it merged",
+        refs("syncer-crash"),
+        (Patch(SYNCER_SHELL, "load_latest", _load_without("merged_keys")),),
+        fault_free_unchanged=True,
+        modes=REAL,
+    ),
 )
 
 MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

@@ -34,8 +34,11 @@ from tests.mutants.runner import _mark as runner_mark
 DOC = Path("docs/scenarios-and-checks.md")
 
 
-def begin(name: str = "mutants", source: str = "benchmarks/results/mutants.json",
-          command: str = "`.venv/bin/python -m tests.mutants.render`") -> str:
+def begin(
+    name: str = "mutants",
+    source: str = "benchmarks/results/mutants.json",
+    command: str = "`.venv/bin/python -m tests.mutants.render`",
+) -> str:
     """The opening marker of a rendered table (``name``: mutants, the deterministic matrix; mutants-real, the real
     processes' one, :mod:`tests.mutants.real_matrix`)."""
     return f"<!-- {name}:begin (rendered from {source} by {command}; do not edit by hand) -->"
@@ -50,8 +53,10 @@ def _section(name: str) -> re.Pattern[str]:
 
 
 BEGIN, END, SECTION = begin(), end(), _section("mutants")
-COMMANDS = {"mutants": "`.venv/bin/python -m tests.mutants.render`",
-            "mutants-real": "`.venv/bin/python -m tests.mutants.real_matrix DIR --render`"}
+COMMANDS = {
+    "mutants": "`.venv/bin/python -m tests.mutants.render`",
+    "mutants-real": "`.venv/bin/python -m tests.mutants.real_matrix DIR --render`",
+}
 
 
 def _mark(statuses: list[str]) -> str:
@@ -68,29 +73,53 @@ def markdown(doc: dict[str, Any]) -> str:
     mutants = res["mutants"]
     caught = sum(1 for m in mutants if m["caught_by"])
     uncommitted = git.get("uncommitted") or []
-    lines = [f"Measured with `{doc['command']}` at {str(git.get('commit', ''))[:7]}"
-             + (f" with {len(uncommitted)} uncommitted package file(s) ({', '.join(uncommitted[:6])}"
-                f"{', …' if len(uncommitted) > 6 else ''})" if uncommitted else "")
-             + f", {doc['finished'][:10]}, seed(s) {', '.join(map(str, cfg.get('seeds', [0])))}: "
-             f"**{caught} of {len(mutants)} mutants caught**"
-             + (f"; surviving: {', '.join(res['survivors'])}" if res["survivors"] else "") + ".", ""]
+    lines = [
+        f"Measured with `{doc['command']}` at {str(git.get('commit', ''))[:7]}"
+        + (
+            f" with {len(uncommitted)} uncommitted package file(s) ({', '.join(uncommitted[:6])}"
+            f"{', …' if len(uncommitted) > 6 else ''})"
+            if uncommitted
+            else ""
+        )
+        + f", {doc['finished'][:10]}, seed(s) {', '.join(map(str, cfg.get('seeds', [0])))}: "
+        f"**{caught} of {len(mutants)} mutants caught**"
+        + (f"; surviving: {', '.join(res['survivors'])}" if res["survivors"] else "")
+        + ".",
+        "",
+    ]
     rows: list[list[Any]] = []
     unmutated = res["unmutated"]
     scenarios = list(dict.fromkeys(c["scenario"] for c in unmutated))
-    rows.append(["(unmutated)", "—", f"{len(scenarios)} scenarios",
-                 *(_mark([c["verdicts"][k] for c in unmutated if k in c["verdicts"]]) for k in checks),
-                 "all pass" if all(c["status"] == "pass" for c in unmutated) else "**NOT ALL PASS**"])
+    rows.append(
+        [
+            "(unmutated)",
+            "—",
+            f"{len(scenarios)} scenarios",
+            *(_mark([c["verdicts"][k] for c in unmutated if k in c["verdicts"]]) for k in checks),
+            "all pass" if all(c["status"] == "pass" for c in unmutated) else "**NOT ALL PASS**",
+        ]
+    )
     for m in mutants:
         per: dict[str, list[dict[str, Any]]] = {}
         for c in m["cells"]:
             per.setdefault(c["scenario"], []).append(c)
         for label, cells in per.items():
             failed = [k for k in checks if any(c["verdicts"].get(k) == "fail" for c in cells)]
-            verdict = ", ".join(failed) if failed else ("survives" if any(c.get("changed") for c in cells)
-                                                        else "survives (run unchanged)")
+            verdict = (
+                ", ".join(failed)
+                if failed
+                else ("survives" if any(c.get("changed") for c in cells) else "survives (run unchanged)")
+            )
             verdict += " (timed out)" if any(c.get("status") == "timeout" for c in cells) else ""
-            rows.append([m["name"], m["mechanism"], label,
-                         *(_mark([c["verdicts"][k] for c in cells if k in c["verdicts"]]) for k in checks), verdict])
+            rows.append(
+                [
+                    m["name"],
+                    m["mechanism"],
+                    label,
+                    *(_mark([c["verdicts"][k] for c in cells if k in c["verdicts"]]) for k in checks),
+                    verdict,
+                ]
+            )
     lines.append(markdown_table(["mutant", "mechanism", "scenario", *checks, "caught by"], rows))
     return "\n".join(lines)
 
@@ -99,16 +128,18 @@ def section(doc: dict[str, Any], name: str = "mutants", source: str = "benchmark
     return f"{begin(name, source, COMMANDS[name])}\n{markdown(doc)}\n{end(name)}"
 
 
-def rendered(text: str, doc: dict[str, Any], name: str = "mutants",
-             source: str = "benchmarks/results/mutants.json") -> str:
+def rendered(
+    text: str, doc: dict[str, Any], name: str = "mutants", source: str = "benchmarks/results/mutants.json"
+) -> str:
     """``text`` with its section ``name`` replaced by the matrix of ``doc``."""
     if not _section(name).search(text):
         raise ValueError(f"no '<!-- {name}:begin …' … '{end(name)}' markers in the document")
     return _section(name).sub(lambda _: section(doc, name, source), text, count=1)
 
 
-def update_docs(doc: dict[str, Any], path: Path = DOC, name: str = "mutants",
-                source: str = "benchmarks/results/mutants.json") -> Path:
+def update_docs(
+    doc: dict[str, Any], path: Path = DOC, name: str = "mutants", source: str = "benchmarks/results/mutants.json"
+) -> Path:
     path.write_text(rendered(path.read_text(), doc, name, source))
     return path
 

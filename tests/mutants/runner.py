@@ -19,6 +19,7 @@ import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC
 from typing import Any
 
 from chaos.checkers import CHECKERS
@@ -69,11 +70,18 @@ def run_cell(mutant: Mutant | None, ref: ScenarioRef, seed: int = 0) -> Cell:
         with mutant.applied():
             r = simulate(s, sim_options(s.cluster.learner.step_delay_s))
     wall = time.perf_counter() - t0
-    return Cell(mutant.name if mutant else UNMUTATED, ref.label, seed, r.status,
-                {v.name: v.status for v in r.verdicts},
-                {v.name: v.summary for v in r.verdicts if v.status != "pass"},
-                hashlib.sha256(r.history_json().encode()).hexdigest(), r.final_loss,
-                len(r.history.of(ev.Merge)), round(wall, 3))
+    return Cell(
+        mutant.name if mutant else UNMUTATED,
+        ref.label,
+        seed,
+        r.status,
+        {v.name: v.status for v in r.verdicts},
+        {v.name: v.summary for v in r.verdicts if v.status != "pass"},
+        hashlib.sha256(r.history_json().encode()).hexdigest(),
+        r.final_loss,
+        len(r.history.of(ev.Merge)),
+        round(wall, 3),
+    )
 
 
 def fault_free_unchanged(mutant: Mutant, ref: ScenarioRef, seed: int = 0) -> bool:
@@ -156,20 +164,31 @@ class Matrix:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "checks": self.checks, "seeds": self.seeds,
+            "checks": self.checks,
+            "seeds": self.seeds,
             "unmutated": [c.to_json() for c in self.unmutated.values()],
-            "mutants": [{"name": r.mutant.name, "mechanism": r.mutant.mechanism,
-                         "description": r.mutant.description,
-                         "scenarios": [s.label for s in r.mutant.scenarios],
-                         "patches": [p.target for p in r.mutant.patches],
-                         "caught_by": r.caught_by, "changed": r.changed,
-                         "fault_free_unchanged": r.fault_free_verified,
-                         "cells": [c.to_json() for c in r.cells]} for r in self.results],
-            "survivors": self.survivors, "wall_s": round(self.wall_s, 1),
+            "mutants": [
+                {
+                    "name": r.mutant.name,
+                    "mechanism": r.mutant.mechanism,
+                    "description": r.mutant.description,
+                    "scenarios": [s.label for s in r.mutant.scenarios],
+                    "patches": [p.target for p in r.mutant.patches],
+                    "caught_by": r.caught_by,
+                    "changed": r.changed,
+                    "fault_free_unchanged": r.fault_free_verified,
+                    "cells": [c.to_json() for c in r.cells],
+                }
+                for r in self.results
+            ],
+            "survivors": self.survivors,
+            "wall_s": round(self.wall_s, 1),
         }
 
 
-def run_matrix(mutants: Sequence[Mutant] = SIM_MUTANTS, seeds: Sequence[int] = (0,), progress: Any = None) -> Matrix:
+def run_matrix(
+    mutants: Sequence[Mutant] = SIM_MUTANTS, seeds: Sequence[int] = (0,), progress: Any = None
+) -> Matrix:
     """The unmutated runs of every scenario the mutants reach, then every mutant on its scenarios."""
     t0 = time.perf_counter()
     matrix = Matrix(list(seeds), run_unmutated(scenario_refs(mutants), seeds))
@@ -206,20 +225,33 @@ def rows(matrix: Matrix) -> list[list[str]]:
     for c in matrix.unmutated.values():
         by_scenario.setdefault(c.scenario, []).append(c)
     for label, cells in by_scenario.items():
-        out.append([UNMUTATED, "—", label, *(_mark([c.verdicts[k] for c in cells if k in c.verdicts])
-                                             for k in matrix.checks),
-                    "—", "all pass" if all(c.status == "pass" for c in cells) else "NOT ALL PASS"])
+        out.append(
+            [
+                UNMUTATED,
+                "—",
+                label,
+                *(_mark([c.verdicts[k] for c in cells if k in c.verdicts]) for k in matrix.checks),
+                "—",
+                "all pass" if all(c.status == "pass" for c in cells) else "NOT ALL PASS",
+            ]
+        )
     for r in matrix.results:
         per: dict[str, list[Cell]] = {}
         for c in r.cells:
             per.setdefault(c.scenario, []).append(c)
         for label, cells in per.items():
             caught = sorted({k for c in cells for k in c.failed}, key=matrix.checks.index)
-            out.append([r.mutant.name, r.mutant.mechanism, label,
-                        *(_mark([c.verdicts[k] for c in cells if k in c.verdicts]) for k in matrix.checks),
-                        "yes" if any(c.changed for c in cells) else "NO",
-                        (f"caught ({', '.join(caught)})" if caught else "survives")
-                        + (" (timed out)" if any(c.status == "timeout" for c in cells) else "")])
+            out.append(
+                [
+                    r.mutant.name,
+                    r.mutant.mechanism,
+                    label,
+                    *(_mark([c.verdicts[k] for c in cells if k in c.verdicts]) for k in matrix.checks),
+                    "yes" if any(c.changed for c in cells) else "NO",
+                    (f"caught ({', '.join(caught)})" if caught else "survives")
+                    + (" (timed out)" if any(c.status == "timeout" for c in cells) else ""),
+                ]
+            )
     return out
 
 
@@ -239,15 +271,21 @@ def text_table(matrix: Matrix) -> str:
 def summary(matrix: Matrix) -> str:
     caught = [r for r in matrix.results if r.caught]
     clean = all(c.status == "pass" for c in matrix.unmutated.values())
-    lines = [f"{len(caught)} of {len(matrix.results)} mutants caught; "
-             f"unmutated runs: {'all pass' if clean else 'NOT all pass'}"]
+    lines = [
+        f"{len(caught)} of {len(matrix.results)} mutants caught; "
+        f"unmutated runs: {'all pass' if clean else 'NOT all pass'}"
+    ]
     for r in matrix.results:
         if r.fault_free_verified is False:
-            lines.append(f"  WRONG CLAIM: {r.mutant.name} changes the fault-free run (fault_free_unchanged=True): "
-                         "its runs were judged against the unmutated baselines")
+            lines.append(
+                f"  WRONG CLAIM: {r.mutant.name} changes the fault-free run (fault_free_unchanged=True): "
+                "its runs were judged against the unmutated baselines"
+            )
         if not r.caught:
-            lines.append(f"  survives: {r.mutant.name} ({r.mutant.mechanism})" + ("" if r.changed else
-                                                                                   " — it changed no run!"))
+            lines.append(
+                f"  survives: {r.mutant.name} ({r.mutant.mechanism})"
+                + ("" if r.changed else " — it changed no run!")
+            )
     return "\n".join(lines)
 
 
@@ -265,21 +303,33 @@ def git_state() -> dict[str, Any]:
             return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError):
             return ""
-    changed = [line[3:] for line in git("status", "--porcelain", "--", "trainer", "chaos", "faults",
-                                        "tests/mutants").splitlines() if line.strip()]
+
+    changed = [
+        line[3:]
+        for line in git("status", "--porcelain", "--", "trainer", "chaos", "faults", "tests/mutants").splitlines()
+        if line.strip()
+    ]
     return {"commit": git("rev-parse", "HEAD").strip(), "uncommitted": changed}
 
 
 def results_doc(matrix: Matrix, command: str) -> dict[str, Any]:
     """``benchmarks/results/mutants.json``: the command, commit, machine and options, then every cell's verdicts."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from benchmarks.common import machine
 
-    return {"benchmark": "mutants", "command": command,
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
-            "config": {"seeds": matrix.seeds, "git": git_state(), "mode": "deterministic (chaos.sim)",
-                       "sim_options": "SimOptions(step_time_s=SimOptions().step_time_s + learner.step_delay_s)",
-                       "baseline": "each mutant's fault-free baseline runs the mutant too (as a fresh real run's "
-                                   "would)"},
-            "results": matrix.to_json(), "table": text_table(matrix)}
+    return {
+        "benchmark": "mutants",
+        "command": command,
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": {
+            "seeds": matrix.seeds,
+            "git": git_state(),
+            "mode": "deterministic (chaos.sim)",
+            "sim_options": "SimOptions(step_time_s=SimOptions().step_time_s + learner.step_delay_s)",
+            "baseline": "each mutant's fault-free baseline runs the mutant too (as a fresh real run's would)",
+        },
+        "results": matrix.to_json(),
+        "table": text_table(matrix),
+    }

@@ -110,8 +110,13 @@ def test_no_package_module_can_reach_the_mutants() -> None:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             text = path.read_text()
             for node in ast.walk(ast.parse(text)):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
                 if any(n == "tests" or n.startswith("tests.") for n in names):
                     reaching.append(str(path.relative_to(ROOT)))
             if any(word in text for word in (ENV_MUTANT, ENV_LOG, "mutants/inject", "sitecustomize")):
@@ -127,10 +132,14 @@ def test_the_docs_show_the_recorded_matrix_of_every_mutant() -> None:
 
     doc = json.loads((ROOT / RESULTS_PATH).read_text())
     recorded = {m["name"] for m in doc["results"]["mutants"]}
-    sim = {m.name for m in SIM_MUTANTS}  # the real-process mutants are the nightly's (tests/nightly/test_mutants_real.py)
+    sim = {
+        m.name for m in SIM_MUTANTS
+    }  # the real-process mutants are the nightly's (tests/nightly/test_mutants_real.py)
     assert recorded == sim, f"mutants.json is stale: {sorted(recorded ^ sim)}"
     text = (ROOT / render.DOC).read_text()
-    assert render.rendered(text, doc) == text, "docs/scenarios-and-checks.md is stale: python -m tests.mutants.render"
+    assert render.rendered(text, doc) == text, (
+        "docs/scenarios-and-checks.md is stale: python -m tests.mutants.render"
+    )
 
 
 def test_the_docs_show_the_recorded_real_process_matrix() -> None:
@@ -138,7 +147,8 @@ def test_the_docs_show_the_recorded_real_process_matrix() -> None:
     and docs/scenarios-and-checks.md shows what it renders to."""
     import json
 
-    from tests.mutants.real_matrix import NAME, RESULTS_PATH as REAL_PATH
+    from tests.mutants.real_matrix import NAME
+    from tests.mutants.real_matrix import RESULTS_PATH as REAL_PATH
     from tests.mutants.registry import REAL_MUTANTS
 
     doc = json.loads((ROOT / REAL_PATH).read_text())
@@ -146,5 +156,6 @@ def test_the_docs_show_the_recorded_real_process_matrix() -> None:
     assert recorded == {m.name for m in REAL_MUTANTS}, f"mutants_real.json is stale: {sorted(recorded)}"
     assert not doc["results"]["survivors"], doc["results"]["survivors"]
     text = (ROOT / render.DOC).read_text()
-    assert render.rendered(text, doc, NAME, str(REAL_PATH)) == text, \
+    assert render.rendered(text, doc, NAME, str(REAL_PATH)) == text, (
         "docs/scenarios-and-checks.md is stale: python -m tests.mutants.real_matrix DIR --render"
+    )

@@ -18,9 +18,24 @@ import numpy as np
 import pytest
 
 from tests.mutants import real
-from tests.mutants.registry import (BOTH, MUTANTS, MUTANTS_BY_NAME, REAL, REAL_MUTANTS, SIM, SIM_MUTANTS, SS, Mutant,
-                                    Patch, _join_keeps_initial_weights, _load_previous_checkpoint, _load_without,
-                                    _no_version_skip, _stream_of_first_incarnation, _uniform_weight, refs)
+from tests.mutants.registry import (
+    BOTH,
+    MUTANTS,
+    MUTANTS_BY_NAME,
+    REAL,
+    REAL_MUTANTS,
+    SIM,
+    SIM_MUTANTS,
+    SS,
+    Mutant,
+    Patch,
+    _join_keeps_initial_weights,
+    _load_previous_checkpoint,
+    _load_without,
+    _no_version_skip,
+    _uniform_weight,
+    refs,
+)
 from tests.nightly.test_mutants_real import MEMBERS, member_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,16 +55,33 @@ def test_every_mutant_runs_somewhere_and_each_tier_takes_its_own() -> None:
             pass
 
 
-@pytest.mark.parametrize("modes, module, ffu, why", [
-    (REAL, "chaos.sim.syncer_node", True, "means nothing in mode"),  # a simulated node's patch on real processes
-    (SIM, "trainer.syncer", True, "means nothing in mode"),  # a shell's patch in deterministic mode
-    (BOTH, SS, False, "must be fault_free_unchanged"),  # real, but its baselines would have to run it
-    (("gpu",), SS, True, "not a non-empty subset"),
-])
-def test_a_mode_claim_that_cannot_hold_is_refused(modes: tuple[str, ...], module: str, ffu: bool, why: str) -> None:
+@pytest.mark.parametrize(
+    "modes, module, ffu, why",
+    [
+        (
+            REAL,
+            "chaos.sim.syncer_node",
+            True,
+            "means nothing in mode",
+        ),  # a simulated node's patch on real processes
+        (SIM, "trainer.syncer", True, "means nothing in mode"),  # a shell's patch in deterministic mode
+        (BOTH, SS, False, "must be fault_free_unchanged"),  # real, but its baselines would have to run it
+        (("gpu",), SS, True, "not a non-empty subset"),
+    ],
+)
+def test_a_mode_claim_that_cannot_hold_is_refused(
+    modes: tuple[str, ...], module: str, ffu: bool, why: str
+) -> None:
     with pytest.raises(ValueError, match=why):
-        Mutant("x", "weights", "x", refs("straggler"), (Patch(module, "token_weight", _uniform_weight),),
-               fault_free_unchanged=ffu, modes=modes)
+        Mutant(
+            "x",
+            "weights",
+            "x",
+            refs("straggler"),
+            (Patch(module, "token_weight", _uniform_weight),),
+            fault_free_unchanged=ffu,
+            modes=modes,
+        )
 
 
 @pytest.mark.parametrize("name", [m.name for m in REAL_MUTANTS])
@@ -70,6 +102,7 @@ def _current(p: Patch) -> object:
 
 
 # ---- the shell mutants leave the fault-free path as it is ---------------------------------------------------------
+
 
 def test_rejoin_from_init_acts_on_a_restarted_incarnation_only() -> None:
     fetched, init = {"w": np.full(2, 5.0, np.float32)}, {"w": np.zeros(2, np.float32)}
@@ -105,13 +138,18 @@ def test_restore_mutants_leave_a_fresh_start_alone_and_change_a_restore(tmp_path
     assert previous(tmp_path) is None and dropped(tmp_path) is None  # a fault-free run's one start
     assert _no_version_skip(lambda every, unreadable=0: every)(20, 1) == 0
     for merges in (10, 20, 30):
-        save_checkpoint(tmp_path, merges, {"param/w": np.full(1, merges, np.float32)},
-                        {"versions": [merges], "merged_keys": [["a", "b", 1, 2, 3]]})
+        save_checkpoint(
+            tmp_path,
+            merges,
+            {"param/w": np.full(1, merges, np.float32)},
+            {"versions": [merges], "merged_keys": [["a", "b", 1, 2, 3]]},
+        )
     assert previous(tmp_path)[2].name == "ckpt-0000000020.npz" != load_latest(tmp_path)[2].name
     assert "merged_keys" not in dropped(tmp_path)[1] and "merged_keys" in load_latest(tmp_path)[1]
 
 
 # ---- the hook in a child process (plant and watch) ----------------------------------------------------------------
+
 
 def test_a_unit_started_with_the_backends_environment_runs_the_mutant(tmp_path: Path) -> None:
     """The environment trainer.launch.LocalCluster gives a unit carries the mutant (it copies os.environ) while
@@ -126,20 +164,33 @@ def test_a_unit_started_with_the_backends_environment_runs_the_mutant(tmp_path: 
     assert real.ENV_MUTANT not in cluster._env("token")  # restored: later units run unmutated
     assert str(real.INJECT_DIR) in env["PYTHONPATH"].split(os.pathsep)
     # A learner that stops at its argument parser: started, patched, recorded, exited as -m would.
-    done = subprocess.run([sys.executable, "-m", "trainer.learner", "--help"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.learner", "--help"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "usage: python -m trainer.learner" in done.stdout, done.stderr
     [applied] = [r for r in real.records(log) if r["event"] == "applied"]
     assert applied["pid"] != os.getpid() and applied["module"] == "trainer.learner"
-    assert applied["patched"] == {"trainer.training.TrainingSetup.batches": "_stream_of_first_incarnation.<locals>."
-                                                                            "mutant"}
+    assert applied["patched"] == {
+        "trainer.training.TrainingSetup.batches": "_stream_of_first_incarnation.<locals>.mutant"
+    }
 
 
 def test_a_child_refuses_a_mutant_that_is_not_for_real_processes(tmp_path: Path) -> None:
     log = tmp_path / "mutant.jsonl"
     env = real.child_env("wake_missing", log, {**os.environ, "PYTHONPATH": str(ROOT)})
-    done = subprocess.run([sys.executable, "-m", "trainer.syncer", "--help"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.syncer", "--help"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == real.REFUSED_EXIT, done.stderr
     assert [r["event"] for r in real.records(log)] == ["refused"]
 

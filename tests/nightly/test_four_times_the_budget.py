@@ -12,7 +12,9 @@ import pytest
 
 from chaos.scenario import builtin_scenarios, scenario_with
 
-pytestmark = pytest.mark.chaos_nightly(minutes=10)  # 17 min with the band (2026-12-03, slow VM), the longest member
+pytestmark = pytest.mark.chaos_nightly(
+    minutes=10
+)  # 17 min with the band (2026-12-03, slow VM), the longest member
 
 
 @pytest.mark.chaos
@@ -21,7 +23,10 @@ pytestmark = pytest.mark.chaos_nightly(minutes=10)  # 17 min with the band (2026
 @pytest.mark.parametrize("name", sorted(builtin_scenarios()))
 def test_builtin_scenario_at_four_times_the_budget(name: str, run_chaos) -> None:
     s = scenario_with(name)
-    result = run_chaos(scenario_with(name, cluster={"token_budget": 4 * s.cluster.token_budget},
-                                     checks={"parity": {"baseline_seeds": 1}}))
+    result = run_chaos(
+        scenario_with(
+            name, cluster={"token_budget": 4 * s.cluster.token_budget}, checks={"parity": {"baseline_seeds": 1}}
+        )
+    )
     failed = [f"{v.name}: {v.summary}" for v in result.verdicts if v.status != "pass"]
     assert result.exit_code == 0, failed

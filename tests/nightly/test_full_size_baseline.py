@@ -20,10 +20,16 @@ pytestmark = pytest.mark.chaos_nightly(minutes=14)  # as long as the parity test
 
 @pytest.mark.chaos
 @pytest.mark.timeout(7200)
-def test_the_small_model_trains_to_its_budget_without_faults(chaos_toxiproxy, chaos_baseline_cache, tmp_path) -> None:
+def test_the_small_model_trains_to_its_budget_without_faults(
+    chaos_toxiproxy, chaos_baseline_cache, tmp_path
+) -> None:
     scenario = scenario_with("kill-and-rejoin", **FULL_SIZE)  # every built-in has this cluster: one baseline
-    baseline = fault_free_runs(scenario, RunOptions(tmp_path, toxiproxy_url=chaos_toxiproxy.url,
-                                                    baseline_cache=chaos_baseline_cache, progress=print))
+    baseline = fault_free_runs(
+        scenario,
+        RunOptions(
+            tmp_path, toxiproxy_url=chaos_toxiproxy.url, baseline_cache=chaos_baseline_cache, progress=print
+        ),
+    )
     assert baseline.band is not None and len(baseline.band.losses) == 1
     assert math.isfinite(baseline.final_eval_loss) and baseline.loss_floor is not None
     # From ~5.6 at the start (log of the vocabulary) to ~4.1 at 1M tokens (2026-12-03): far from its floor still.

@@ -12,7 +12,9 @@ import pytest
 
 from chaos.scenario import scenario_with
 
-pytestmark = pytest.mark.chaos_nightly(minutes=14)  # half the 26 min measured at 2M tokens (2026-12-03), the pair at once
+pytestmark = pytest.mark.chaos_nightly(
+    minutes=14
+)  # half the 26 min measured at 2M tokens (2026-12-03), the pair at once
 
 # The small model (3.3M parameters) at ~3k tokens/s on the 2-core CI machine. 1M tokens, not 2M: the pair was ~40%
 # of the night's CPU time (2 x 26 min on 2026-12-03's slow VM). In the eight full-size chaos runs of 2026-12-02/03
@@ -20,8 +22,11 @@ pytestmark = pytest.mark.chaos_nightly(minutes=14)  # half the 26 min measured a
 # and at ~1M tokens a chaos run and its baseline differed by 0.003 (4.121 against 4.124): the tolerance, 0.3 before
 # (when runs differed by 0.16, 2026-11-30), is 0.1, still ~7x the largest difference seen. One baseline seed: a
 # 3-seed band took three such baselines a night (2026-12-02).
-FULL_SIZE = {"cluster": {"model": {"size": "small"}, "token_budget": 1_000_000}, "timeout_s": 2400,
-             "checks": {"parity": {"tolerance": 0.1, "baseline_seeds": 1}}}
+FULL_SIZE = {
+    "cluster": {"model": {"size": "small"}, "token_budget": 1_000_000},
+    "timeout_s": 2400,
+    "checks": {"parity": {"tolerance": 0.1, "baseline_seeds": 1}},
+}
 
 
 @pytest.mark.chaos

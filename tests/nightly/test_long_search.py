@@ -26,13 +26,22 @@ def test_long_search_finds_no_failing_schedule(max_down: int | None, chaos_run_d
     learner out may stall liveness and reintegration, never safety or durability.
     """
     template = scenario_with("kill-and-rejoin", name="nightly", schedule=[], cluster={"token_budget": 2_400_000})
-    checks = ("liveness", "reintegration", "durability", "safety") if max_down is None else ("durability", "safety")
+    checks = (
+        ("liveness", "reintegration", "durability", "safety") if max_down is None else ("durability", "safety")
+    )
     simulated: list[object] = []
-    found = find_failure(template, schedules=fault_schedules(kinds=LOCAL_KINDS, max_faults=6, max_down=max_down),
-                         checks=checks, max_examples=chaos_examples(), seed=OPTIONS.seed,
-                         on_example=lambda schedule, _: simulated.append(schedule))
+    found = find_failure(
+        template,
+        schedules=fault_schedules(kinds=LOCAL_KINDS, max_faults=6, max_down=max_down),
+        checks=checks,
+        max_examples=chaos_examples(),
+        seed=OPTIONS.seed,
+        on_example=lambda schedule, _: simulated.append(schedule),
+    )
     assert simulated, "the search simulated no schedule: it proves nothing"
     if found is not None:
         path = found.write(chaos_run_dir / "repro.yaml")
-        pytest.fail(f"seed {OPTIONS.seed}: {found.schedule.describe()} fails "
-                    f"{[v.summary for v in found.result.failed(*checks)]}; repro: {path}")
+        pytest.fail(
+            f"seed {OPTIONS.seed}: {found.schedule.describe()} fails "
+            f"{[v.summary for v in found.result.failed(*checks)]}; repro: {path}"
+        )

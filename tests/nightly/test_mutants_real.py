@@ -78,20 +78,26 @@ def test_real_mutant_is_caught(name: str, run_chaos: Any, chaos_run_dir: Path) -
     applied = {r["unit"] for r in recs if r["event"] == "applied"}
     called = sorted({r["target"] for r in recs if r["event"] == "called"})
     said = "; ".join(f"{v.name} {v.status}: {v.summary}" for v in result.verdicts if v.status != "pass")
-    print(f"{name} on {m.scenarios[0].label}: applied in {sorted(applied)}, called {called}; unmutated {base}; "
-          f"mutated {got}; {said}")
+    print(
+        f"{name} on {m.scenarios[0].label}: applied in {sorted(applied)}, called {called}; unmutated {base}; "
+        f"mutated {got}; {said}"
+    )
     assert not [r for r in recs if r["event"] == "refused"], recs
-    assert "syncer" in applied and any(u.startswith("learner") for u in applied), \
+    assert "syncer" in applied and any(u.startswith("learner") for u in applied), (
         f"the hook did not reach every kind of unit: applied in {sorted(applied)} ({log})"
+    )
     assert called, f"{name}: its mutated code never ran in any process of {m.scenarios[0].label} ({log})"
     teardown = result.report.teardown
     assert teardown.processes_left == [] and teardown.proxies_left == []
     baseline = result.report.baseline
     if baseline is not None:  # parity on: the band came from the cache the unmutated run filled
-        assert all(b.cached for b in [baseline, *baseline.runs]), \
+        assert all(b.cached for b in [baseline, *baseline.runs]), (
             "the mutated run computed a fault-free baseline (with the mutant in force)"
+        )
     caught = [c for c, s in got.items() if s == "fail"]
     assert caught, f"{name} survives every check on real processes ({m.scenarios[0].label}): {got}"
     changed = [c for c in caught if base.get(c) == "pass"]
-    assert changed, (f"{name}: every check it fails ({caught}) failed on the unmutated run too ({base}): "
-                     "the mutant changed no verdict")
+    assert changed, (
+        f"{name}: every check it fails ({caught}) failed on the unmutated run too ({base}): "
+        "the mutant changed no verdict"
+    )

@@ -34,14 +34,32 @@ PACE = 0.25  # seconds per cluster step; H = 4, so a fragment's rounds are 1 s a
 
 
 class ClockRounds(RuleBasedStateMachine):
-    @initialize(min_quorum=st.integers(1, 2), grace=st.booleans(), late=st.sampled_from(["refuse", "carry"]),
-                momentum=st.sampled_from([0.0, 0.9]), fragments=st.integers(1, 2))
+    @initialize(
+        min_quorum=st.integers(1, 2),
+        grace=st.booleans(),
+        late=st.sampled_from(["refuse", "carry"]),
+        momentum=st.sampled_from([0.0, 0.9]),
+        fragments=st.integers(1, 2),
+    )
     def setup(self, min_quorum: int, grace: bool, late: str, momentum: float, fragments: int) -> None:
-        policy = SyncerPolicy(num_learners=len(LEARNERS), min_quorum=min_quorum, grace_enabled=grace,
-                              grace_cap_steps=1.6, outer_lr=0.7, outer_momentum=momentum, sync_every=4,
-                              late_uploads=late, max_staleness=len(LEARNERS), rounds="clock", liveness_timeout_s=1e9)
-        self.st = SyncerState.create(policy, partition_tensors({"w": 2, "v": 3}, fragments),
-                                     {"w": np.zeros(2, np.float32), "v": np.zeros(3, np.float32)})
+        policy = SyncerPolicy(
+            num_learners=len(LEARNERS),
+            min_quorum=min_quorum,
+            grace_enabled=grace,
+            grace_cap_steps=1.6,
+            outer_lr=0.7,
+            outer_momentum=momentum,
+            sync_every=4,
+            late_uploads=late,
+            max_staleness=len(LEARNERS),
+            rounds="clock",
+            liveness_timeout_s=1e9,
+        )
+        self.st = SyncerState.create(
+            policy,
+            partition_tensors({"w": 2, "v": 3}, fragments),
+            {"w": np.zeros(2, np.float32), "v": np.zeros(3, np.float32)},
+        )
         self.now = 0.0
         for lid in LEARNERS:
             self.st.join(lid, "i", now=0.0)
@@ -64,8 +82,12 @@ class ClockRounds(RuleBasedStateMachine):
     def _fingerprint(self) -> tuple:
         """Everything an upload may change: parameters, momentum, versions and the pending rounds."""
         arrays = tuple(x.tobytes() for snap in self._snapshot() for x in snap)
-        pending = tuple(sorted((q, x.round, tuple(sorted((k, c.round, c.base_version) for k, c in
-                                                         x.contributions.items()))) for q, x in self.st.rounds.items()))
+        pending = tuple(
+            sorted(
+                (q, x.round, tuple(sorted((k, c.round, c.base_version) for k, c in x.contributions.items())))
+                for q, x in self.st.rounds.items()
+            )
+        )
         return arrays, tuple(self.st.versions), pending
 
     def _merge_due(self) -> None:
@@ -79,8 +101,9 @@ class ClockRounds(RuleBasedStateMachine):
             rec = self.st.merge(p, self.now)
             for c, at in self.inflight.values():
                 if c.fragment == p and c.round <= rec.round and unheld is not None and at <= unheld + 1e-9:
-                    assert self.now >= at + hold - 1e-9, \
+                    assert self.now >= at + hold - 1e-9, (
                         f"round {rec.round} of fragment {p} merged while {c.learner_id}'s announced body was due"
+                    )
             assert (p, rec.round) not in self.merged, f"round {rec.round} of fragment {p} merged twice"
             assert opens is None or self.now >= opens - 1e-9, f"round {rec.round} merged before it opened"
             self.merged.add((p, rec.round))
@@ -109,32 +132,63 @@ class ClockRounds(RuleBasedStateMachine):
         if stale_base and base > 0:
             base -= 1
         self.seq += 1
-        return Contribution(lid, "i", p, base, {n: np.full(self.st.params[n].shape, -0.01 * self.seq, np.float32)
-                                                for n in self.st.fragments[p].names}, 4, 256, round=r)
+        return Contribution(
+            lid,
+            "i",
+            p,
+            base,
+            {
+                n: np.full(self.st.params[n].shape, -0.01 * self.seq, np.float32)
+                for n in self.st.fragments[p].names
+            },
+            4,
+            256,
+            round=r,
+        )
 
-    @rule(lid=st.sampled_from(LEARNERS), frag=st.integers(0, 1), offset=st.sampled_from([-2, -1, 0, 0, 0, 1, 3]),
-          stale_base=st.booleans())
+    @rule(
+        lid=st.sampled_from(LEARNERS),
+        frag=st.integers(0, 1),
+        offset=st.sampled_from([-2, -1, 0, 0, 0, 1, 3]),
+        stale_base=st.booleans(),
+    )
     def upload(self, lid: str, frag: int, offset: int, stale_base: bool) -> None:
         self._submit(self._contribution(lid, frag, offset, stale_base))
 
-    @rule(lid=st.sampled_from(LEARNERS), frag=st.integers(0, 1), offset=st.sampled_from([-1, 0, 0, 0, 1]),
-          stale_base=st.booleans())
+    @rule(
+        lid=st.sampled_from(LEARNERS),
+        frag=st.integers(0, 1),
+        offset=st.sampled_from([-1, 0, 0, 0, 1]),
+        stale_base=st.booleans(),
+    )
     def header(self, lid: str, frag: int, offset: int, stale_base: bool) -> None:
         """An upload's header arrives; its body comes later (``body``), or never (``body_lost``)."""
         c = self._contribution(lid, frag, offset, stale_base)
         before = (self._fingerprint(), dict(self.st.announced))
         specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
         try:
-            self.st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens,
-                             self.now, c.round)
+            self.st.announce(
+                c.learner_id,
+                c.incarnation,
+                c.fragment,
+                c.base_version,
+                specs,
+                c.c_steps,
+                c.c_tokens,
+                self.now,
+                c.round,
+            )
         except Rejected:
             assert (self._fingerprint(), dict(self.st.announced)) == before, "a refused header changed the state"
             return
         assert self._fingerprint() == before[0], "a header changed the model, versions or rounds"
-        if c.key not in self.st.announced:  # the same upload again: acknowledged as a duplicate, nothing to wait for
+        if (
+            c.key not in self.st.announced
+        ):  # the same upload again: acknowledged as a duplicate, nothing to wait for
             rnd = self.st.rounds.get(c.fragment)
-            assert c.key in self.st.merged_keys or (rnd is not None and any(
-                x.key == c.key for x in rnd.contributions.values())), "an accepted new header was not announced"
+            assert c.key in self.st.merged_keys or (
+                rnd is not None and any(x.key == c.key for x in rnd.contributions.values())
+            ), "an accepted new header was not announced"
             return
         self.inflight[c.key] = (c, self.now)
 
@@ -174,8 +228,9 @@ class ClockRounds(RuleBasedStateMachine):
         opens = self.st.clock.time_of(round_opens(self.st.fragment_schedule, p, rnd.round))
         assert opens is not None and (not late or opens > last), "a carried upload opened no round of its own"
         want = upload_outcome(True, "", base, res.current_version).want
-        assert want is not None and want > self.st.versions[p], \
+        assert want is not None and want > self.st.versions[p], (
             f"{lid} would take v{want} of fragment {p}, a merge made before its upload arrived"
+        )
         self.waits[(lid, p)] = want  # a newer upload replaces the older wait: it is in the same pending round
 
     @invariant()

@@ -19,20 +19,40 @@ from hypothesis import strategies as st
 from chaos.cli import main
 from chaos.errors import ScenarioError
 from chaos.exit_codes import ExitCode
-from chaos.scenario import builtin_scenarios, parse_scenario
 from chaos.fault_plan import plan
+from chaos.scenario import builtin_scenarios, parse_scenario
 from trainer.config import MAX_DEPTH, parse_yaml_mapping
-
 
 BUILTINS = {name: yaml.safe_load(p.read_text()) for name, p in builtin_scenarios().items()}
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
-                    st.sampled_from(["all", "learner-0", "learner-1", "syncer", "kill", "pause", "partition",
-                                     ".nan", ".inf", "-.inf", "1e999", "~"]))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                      max_leaves=12)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "all",
+            "learner-0",
+            "learner-1",
+            "syncer",
+            "kill",
+            "pause",
+            "partition",
+            ".nan",
+            ".inf",
+            "-.inf",
+            "1e999",
+            "~",
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 def _paths(tree, prefix=()):
@@ -131,10 +151,42 @@ def test_no_accepted_scenario_holds_a_nan_or_an_infinity(tree):
 
 yaml_text = st.one_of(
     st.binary(max_size=200),
-    st.lists(st.sampled_from(["a:", " b", "- ", "[", "]", "{", "}", "&x ", "*x", "!!python/object ", "\n", "  ",
-                              ": ", "? ", ".nan", ".inf", "name: k", "\x00", "\xff", "é", "'", '"', "#", "|",
-                              ">", "%YAML 1.1\n", "---\n", "...\n", "<<: *x\n"]),
-             max_size=40).map(lambda parts: "".join(parts).encode("utf-8", "surrogatepass")),
+    st.lists(
+        st.sampled_from(
+            [
+                "a:",
+                " b",
+                "- ",
+                "[",
+                "]",
+                "{",
+                "}",
+                "&x ",
+                "*x",
+                "!!python/object ",
+                "\n",
+                "  ",
+                ": ",
+                "? ",
+                ".nan",
+                ".inf",
+                "name: k",
+                "\x00",
+                "\xff",
+                "é",
+                "'",
+                '"',
+                "#",
+                "|",
+                ">",
+                "%YAML 1.1\n",
+                "---\n",
+                "...\n",
+                "<<: *x\n",
+            ]
+        ),
+        max_size=40,
+    ).map(lambda parts: "".join(parts).encode("utf-8", "surrogatepass")),
     st.integers(1, 3 * MAX_DEPTH).map(lambda n: b"a: " + b"[" * n + b"]" * n),
     st.builds(lambda t: yaml.safe_dump(t).encode(), mutated_scenarios()),
 )

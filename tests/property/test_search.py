@@ -21,8 +21,9 @@ from chaos.strategies import FaultSchedule
 pytestmark = pytest.mark.chaos_simulation
 
 # The planted-bug template (BUGGY, whose search benchmarks/search_phases.py times) without its bug.
-HEALTHY = scenario_with("kill-and-rejoin", name="planted", schedule=[], cluster={"token_budget": 1_200_000},
-                        checks=CHECKS)
+HEALTHY = scenario_with(
+    "kill-and-rejoin", name="planted", schedule=[], cluster={"token_budget": 1_200_000}, checks=CHECKS
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,9 @@ def found():
         f = find_failure(BUGGY, max_examples=200, seed=0)
     assert f is not None, "the search missed the planted bug in 200 schedules"
     assert spy.runs > f.examples_run >= 2, "expected a failing example, shrink steps and the final run"
-    assert spy.traced == 0, f"{spy.traced} of {spy.runs} simulated runs ran under a tracer (Hypothesis' explain phase)"
+    assert spy.traced == 0, (
+        f"{spy.traced} of {spy.runs} simulated runs ran under a tracer (Hypothesis' explain phase)"
+    )
     return f
 
 
@@ -80,14 +83,30 @@ def test_replay_of_a_run_directory_reuses_its_recorded_plan(tmp_path: Path) -> N
     assert [f.id for f in again.schedule] == [f.fault_id for f in first.history.plan().faults]
     assert again.random is None
     assert simulate(again).history_json().count('"action":"inject"') == first.history_json().count(
-        '"action":"inject"')
+        '"action":"inject"'
+    )
 
 
 def test_cli_search_writes_a_repro_and_replay_sim_fails_on_it(tmp_path: Path, capsys) -> None:
     out = tmp_path / "repro.yaml"
-    code = main(["search", "kill-and-rejoin", "--set", "cluster.syncer.planted_bug=forget_rejoined",
-                 "--set", "cluster.token_budget=1200000", "--set", "checks.reintegration.within_s=10",
-                 "--kinds", "kill,latency", "--examples", "50", "--out", str(out)])
+    code = main(
+        [
+            "search",
+            "kill-and-rejoin",
+            "--set",
+            "cluster.syncer.planted_bug=forget_rejoined",
+            "--set",
+            "cluster.token_budget=1200000",
+            "--set",
+            "checks.reintegration.within_s=10",
+            "--kinds",
+            "kill,latency",
+            "--examples",
+            "50",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 1 and out.exists()
     assert "FAIL after shrinking: kill" in capsys.readouterr().out
     assert main(["replay", str(out), "--backend", "sim", "--out", str(tmp_path / "r")]) == 1
@@ -98,8 +117,20 @@ def test_cli_search_writes_a_repro_and_replay_sim_fails_on_it(tmp_path: Path, ca
 def test_cli_search_without_a_bug_finds_nothing(tmp_path: Path, capsys) -> None:
     # The CLI path (exit 0, no repro written); that healthy runs pass generated schedules is test_sim_properties'
     # job. Three examples: each is a whole simulated run (~15 s here).
-    code = main(["search", "kill-and-rejoin", "--set", "cluster.token_budget=1200000", "--kinds", "kill,latency",
-                 "--examples", "3", "--out", str(tmp_path / "none.yaml")])
+    code = main(
+        [
+            "search",
+            "kill-and-rejoin",
+            "--set",
+            "cluster.token_budget=1200000",
+            "--kinds",
+            "kill,latency",
+            "--examples",
+            "3",
+            "--out",
+            str(tmp_path / "none.yaml"),
+        ]
+    )
     assert code == 0 and not (tmp_path / "none.yaml").exists()
     assert "no failing schedule in 3 simulated schedule(s)" in capsys.readouterr().out  # it ran them: not vacuous
 

@@ -18,9 +18,13 @@ from chaos.strategies import FaultSchedule, fault_schedules, max_down_at_once, o
 pytestmark = pytest.mark.chaos_simulation
 
 OPTS = SimOptions()
-BASE = scenario_with("kill-and-rejoin", name="property", schedule=[],
-                     cluster={"token_budget": 1_200_000},
-                     checks={"liveness": {"max_gap_s": 10}, "reintegration": {"within_s": 20}})
+BASE = scenario_with(
+    "kill-and-rejoin",
+    name="property",
+    schedule=[],
+    cluster={"token_budget": 1_200_000},
+    checks={"liveness": {"max_gap_s": 10}, "reintegration": {"within_s": 20}},
+)
 OUTER_S = outer_step_seconds(BASE, OPTS.step_time_s)
 
 
@@ -54,10 +58,13 @@ def test_same_seed_and_schedule_replay_bit_for_bit(schedule: FaultSchedule) -> N
 
 def test_a_quorum_of_all_learners_is_not_live_under_a_kill() -> None:
     """Negative control: the liveness property can fail (K = M, one learner killed for a long time)."""
-    s = scenario_with("kill-and-rejoin", name="k-eq-m", cluster={"token_budget": 1_200_000,
-                                                                 "algorithm": {"min_quorum": 3}},
-                      schedule=[{"fault": "kill", "targets": ["learner-1"], "at": 1, "duration": 14}],
-                      checks={"liveness": {"max_gap_s": 10}})
+    s = scenario_with(
+        "kill-and-rejoin",
+        name="k-eq-m",
+        cluster={"token_budget": 1_200_000, "algorithm": {"min_quorum": 3}},
+        schedule=[{"fault": "kill", "targets": ["learner-1"], "at": 1, "duration": 14}],
+        checks={"liveness": {"max_gap_s": 10}},
+    )
     assert simulate(s, OPTS).failed("liveness")
 
 
@@ -68,11 +75,22 @@ def test_replay_is_bit_for_bit_across_processes_and_hash_seeds() -> None:
     import subprocess
     import sys
 
-    code = ("import hashlib; from chaos.scenario import scenario_with; from chaos.sim import simulate; "
-            "s = scenario_with('random-mix', cluster={'token_budget': 600000}); "
-            "print(hashlib.sha256(simulate(s).history_json().encode()).hexdigest())")
-    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2")}
-    here = hashlib.sha256(simulate(scenario_with("random-mix", cluster={"token_budget": 600000}))
-                          .history_json().encode()).hexdigest()
+    code = (
+        "import hashlib; from chaos.scenario import scenario_with; from chaos.sim import simulate; "
+        "s = scenario_with('random-mix', cluster={'token_budget': 600000}); "
+        "print(hashlib.sha256(simulate(s).history_json().encode()).hexdigest())"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    here = hashlib.sha256(
+        simulate(scenario_with("random-mix", cluster={"token_budget": 600000})).history_json().encode()
+    ).hexdigest()
     assert digests == {here}

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -52,12 +52,11 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from trainer.core.ema import Ema
 from trainer.core.fragments import partition_tensors
 from trainer.core.grace import Timing, merge_time
 from trainer.core.merge import fragment_norm
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_driver import Action, MergeRefused, Merged, ResultFixed, tick
+from trainer.core.syncer_driver import Action, Merged, MergeRefused, ResultFixed, tick
 from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
 
 EXAMPLES = int(os.environ.get("SYNCER_MACHINE_EXAMPLES", "200"))
@@ -75,21 +74,40 @@ HUGE = 3.0e38  # finite in float32, but an outer step on it overflows: provokes 
 
 Key = tuple[str, str, int, int, int]
 SUBMIT_ARGS: dict[str, st.SearchStrategy[Any]] = dict(
-    learner=st.sampled_from(LEARNERS * 3 + (STRANGER,)), old_incarnation=st.sampled_from([False] * 5 + [True]),
+    learner=st.sampled_from(LEARNERS * 3 + (STRANGER,)),
+    old_incarnation=st.sampled_from([False] * 5 + [True]),
     fragment=st.integers(0, len(FRAGMENTS) - 1),
     base=st.sampled_from(["current"] * 4 + ["lag", "lag", "too_stale", "future", "dup", "retry", "retry"]),
-    fault=st.sampled_from(["none"] * 8 + ["zero", "nan", "nan", "huge", "huge", "bad_shape", "bad_dtype",
-                                          "bad_counters", "unknown_fragment"]),
-    c_steps=st.sampled_from([0, 1, 4]), c_tokens=st.sampled_from([0, 16, 64]),
-    upload_seconds=st.sampled_from([0.0, 0.0, 0.2]), pick=st.integers(0, 10**6), seed=st.integers(0, 2**16),
-    merge_after=st.sampled_from([True, True, False]))
+    fault=st.sampled_from(
+        ["none"] * 8
+        + ["zero", "nan", "nan", "huge", "huge", "bad_shape", "bad_dtype", "bad_counters", "unknown_fragment"]
+    ),
+    c_steps=st.sampled_from([0, 1, 4]),
+    c_tokens=st.sampled_from([0, 16, 64]),
+    upload_seconds=st.sampled_from([0.0, 0.0, 0.2]),
+    pick=st.integers(0, 10**6),
+    seed=st.integers(0, 2**16),
+    merge_after=st.sampled_from([True, True, False]),
+)
 UPLOAD_ARGS: dict[str, st.SearchStrategy[Any]] = dict(
-    learner=st.sampled_from(LEARNERS), fragment=st.integers(0, len(FRAGMENTS) - 1),
-    base=st.sampled_from(["current", "current", "lag"]), c_steps=st.sampled_from([1, 4]),
-    c_tokens=st.sampled_from([16, 64]), seed=st.integers(0, 2**16), merge_after=st.sampled_from([True, True, False]))
-REJOIN_REASONS = {RejectReason.UNKNOWN_LEARNER, RejectReason.LEFT_LEARNER}  # a learner joins again (same incarnation)
-MEMBERSHIP = {RejectReason.FINISHED, RejectReason.UNKNOWN_LEARNER, RejectReason.STALE_INCARNATION,
-              RejectReason.LEFT_LEARNER}
+    learner=st.sampled_from(LEARNERS),
+    fragment=st.integers(0, len(FRAGMENTS) - 1),
+    base=st.sampled_from(["current", "current", "lag"]),
+    c_steps=st.sampled_from([1, 4]),
+    c_tokens=st.sampled_from([16, 64]),
+    seed=st.integers(0, 2**16),
+    merge_after=st.sampled_from([True, True, False]),
+)
+REJOIN_REASONS = {
+    RejectReason.UNKNOWN_LEARNER,
+    RejectReason.LEFT_LEARNER,
+}  # a learner joins again (same incarnation)
+MEMBERSHIP = {
+    RejectReason.FINISHED,
+    RejectReason.UNKNOWN_LEARNER,
+    RejectReason.STALE_INCARNATION,
+    RejectReason.LEFT_LEARNER,
+}
 FIELD_REASONS = {RejectReason.BAD_COUNTERS, RejectReason.UNKNOWN_FRAGMENT}  # refused before the record is touched
 
 
@@ -151,28 +169,65 @@ class SyncerMachine(RuleBasedStateMachine):
         self.state: SyncerState | None = None
 
     # ---- setup ------------------------------------------------------------
-    @initialize(min_quorum=st.integers(1, 2), grace=st.booleans(), max_staleness=st.integers(0, 3),
-                checkpoint_every=st.integers(1, 3), validate=st.sampled_from([True, True, True, False]),
-                merge_rule=st.sampled_from(["rda", "mean"]), momentum=st.sampled_from([0.0, 0.9]),
-                token_budget=st.sampled_from([0, 150]), random_params=st.booleans(),
-                seed=st.integers(0, 2**16), prejoin=st.sampled_from([True, True, True, False]),
-                mean_b=st.booleans(), norm_guard=st.booleans())
-    def setup(self, min_quorum: int, grace: bool, max_staleness: int, checkpoint_every: int, validate: bool,
-              merge_rule: str, momentum: float, token_budget: int, random_params: bool, seed: int,
-              prejoin: bool, mean_b: bool, norm_guard: bool) -> None:
+    @initialize(
+        min_quorum=st.integers(1, 2),
+        grace=st.booleans(),
+        max_staleness=st.integers(0, 3),
+        checkpoint_every=st.integers(1, 3),
+        validate=st.sampled_from([True, True, True, False]),
+        merge_rule=st.sampled_from(["rda", "mean"]),
+        momentum=st.sampled_from([0.0, 0.9]),
+        token_budget=st.sampled_from([0, 150]),
+        random_params=st.booleans(),
+        seed=st.integers(0, 2**16),
+        prejoin=st.sampled_from([True, True, True, False]),
+        mean_b=st.booleans(),
+        norm_guard=st.booleans(),
+    )
+    def setup(
+        self,
+        min_quorum: int,
+        grace: bool,
+        max_staleness: int,
+        checkpoint_every: int,
+        validate: bool,
+        merge_rule: str,
+        momentum: float,
+        token_budget: int,
+        random_params: bool,
+        seed: int,
+        prejoin: bool,
+        mean_b: bool,
+        norm_guard: bool,
+    ) -> None:
         """A small cluster: 3 learners, 2 fragments over 2 tiny float32 tensors."""
         # The outlier-norm guard refuses huge finite uploads; switch it off in half the runs so huge values
         # reach a merge and the refused-merge (FloatingPointError) path is exercised too.
         self.policy = SyncerPolicy(
-            num_learners=len(LEARNERS), min_quorum=min_quorum, grace_enabled=grace, grace_gamma=0.5,
-            grace_cap_steps=GRACE_CAP_STEPS, overlap_steps=2, merge_rule=merge_rule, mean_tensors=("b",) if mean_b else (),
-            outer_lr=0.7, outer_momentum=momentum, token_budget=token_budget, liveness_timeout_s=LIVENESS_S,
-            validate_uploads=validate, max_staleness=max_staleness, checkpoint_every_merges=checkpoint_every,
-            max_norm_ratio=100.0 if norm_guard else 0.0, rounds="arrival")
+            num_learners=len(LEARNERS),
+            min_quorum=min_quorum,
+            grace_enabled=grace,
+            grace_gamma=0.5,
+            grace_cap_steps=GRACE_CAP_STEPS,
+            overlap_steps=2,
+            merge_rule=merge_rule,
+            mean_tensors=("b",) if mean_b else (),
+            outer_lr=0.7,
+            outer_momentum=momentum,
+            token_budget=token_budget,
+            liveness_timeout_s=LIVENESS_S,
+            validate_uploads=validate,
+            max_staleness=max_staleness,
+            checkpoint_every_merges=checkpoint_every,
+            max_norm_ratio=100.0 if norm_guard else 0.0,
+            rounds="arrival",
+        )
         self.every = checkpoint_every
         rng = np.random.default_rng(seed)
-        params = {n: (rng.standard_normal(s) if random_params else np.zeros(s)).astype(np.float32)
-                  for n, s in SIZES.items()}
+        params = {
+            n: (rng.standard_normal(s) if random_params else np.zeros(s)).astype(np.float32)
+            for n, s in SIZES.items()
+        }
         self.state = SyncerState.create(self.policy, FRAGMENTS, params)
         self.now = 0.0
         self.subs: list[Sub] = []
@@ -183,16 +238,30 @@ class SyncerMachine(RuleBasedStateMachine):
         self.finalized = False
         self.min_norm: list[float | None] = [None] * len(FRAGMENTS)  # smallest accepted per-step norm, whole run
         self.ever_merged: dict[Key, int] = {}  # across the whole run, lost merges included (reported only)
-        self._reset_model(versions=[0] * len(FRAGMENTS), restored=-1, counts={}, tokens={},
-                          finished=False, effective=frozenset(), merged_keys=frozenset())
+        self._reset_model(
+            versions=[0] * len(FRAGMENTS),
+            restored=-1,
+            counts={},
+            tokens={},
+            finished=False,
+            effective=frozenset(),
+            merged_keys=frozenset(),
+        )
         self._checkpoint_if_due()  # at start: a crash before the first interval must not restart from scratch
         if prejoin:  # most runs start with everyone joined, so uploads get past membership
             for learner in LEARNERS:
                 self._join(learner, "fresh")
 
-    def _reset_model(self, versions: list[int], restored: int, counts: dict[str, int],
-                     tokens: dict[str, int], finished: bool, effective: frozenset[Key],
-                     merged_keys: frozenset[Key]) -> None:
+    def _reset_model(
+        self,
+        versions: list[int],
+        restored: int,
+        counts: dict[str, int],
+        tokens: dict[str, int],
+        finished: bool,
+        effective: frozenset[Key],
+        merged_keys: frozenset[Key],
+    ) -> None:
         """What a freshly created / restored syncer holds."""
         self.versions = list(versions)
         self.restored_merges = max(restored, 0)
@@ -243,8 +312,9 @@ class SyncerMachine(RuleBasedStateMachine):
     def _due(self) -> list[int]:
         return sorted(p for p in self.rounds if (t := self._merge_time(p)) is not None and t <= self.now)
 
-    def _predict_submit(self, c: Contribution, tensor_specs: dict[str, tuple[tuple[int, ...], str]]
-                        ) -> tuple[RejectReason | None, bool]:
+    def _predict_submit(
+        self, c: Contribution, tensor_specs: dict[str, tuple[tuple[int, ...], str]]
+    ) -> tuple[RejectReason | None, bool]:
         """(rejection reason, duplicate) that the module docstring's rules give for ``c`` now."""
         if self.finished:
             return RejectReason.FINISHED, False
@@ -290,8 +360,12 @@ class SyncerMachine(RuleBasedStateMachine):
 
     def _take_checkpoint(self) -> None:
         arrays, meta = self.state.to_checkpoint()
-        self.checkpoint = Checkpoint({k: np.array(v, copy=True) for k, v in arrays.items()}, copy.deepcopy(meta),
-                                     frozenset(self.effective_keys), frozenset(self.merged_keys))
+        self.checkpoint = Checkpoint(
+            {k: np.array(v, copy=True) for k, v in arrays.items()},
+            copy.deepcopy(meta),
+            frozenset(self.effective_keys),
+            frozenset(self.merged_keys),
+        )
         self.saved_at = self.state.merges_total
         assert meta["versions"] == self.versions and meta["merges_total"] == self.state.merges_total
         assert meta["finished"] == self.finished and meta["tokens_by_incarnation"] == self.tokens
@@ -366,8 +440,12 @@ class SyncerMachine(RuleBasedStateMachine):
             self._merge_due()  # the merge loop woke at its deadline
 
     # ---- reports and budget -----------------------------------------------
-    @rule(learner=st.sampled_from(LEARNERS + (STRANGER,)), tokens=st.sampled_from([-1, 0, 40, 90]),
-          step=st.sampled_from([-1, 0, 5]), step_time=st.sampled_from([0.0, 0.2, 1.0, 3.0]))
+    @rule(
+        learner=st.sampled_from(LEARNERS + (STRANGER,)),
+        tokens=st.sampled_from([-1, 0, 40, 90]),
+        step=st.sampled_from([-1, 0, 5]),
+        step_time=st.sampled_from([0.0, 0.2, 1.0, 3.0]),
+    )
     def report(self, learner: str, tokens: int, step: int, step_time: float) -> None:
         """Progress report; once the token budget is reached the syncer is finished."""
         if self._cut(learner):
@@ -425,8 +503,12 @@ class SyncerMachine(RuleBasedStateMachine):
     def upload_more(self, **kw: Any) -> None:
         self._submit(old_incarnation=False, fault="none", upload_seconds=0.0, pick=0, **kw)
 
-    @rule(learner=st.sampled_from(LEARNERS), fragment=st.integers(0, len(FRAGMENTS) - 1),
-          seed=st.integers(0, 2**16), merge_after=st.booleans())
+    @rule(
+        learner=st.sampled_from(LEARNERS),
+        fragment=st.integers(0, len(FRAGMENTS) - 1),
+        seed=st.integers(0, 2**16),
+        merge_after=st.booleans(),
+    )
     def restart_learner(self, learner: str, fragment: int, seed: int, merge_after: bool) -> None:
         """A learner process restarts: it joins with a fresh incarnation and uploads again, replacing what its
         old incarnation left pending in the round."""
@@ -438,18 +520,36 @@ class SyncerMachine(RuleBasedStateMachine):
         """A member with corrupted memory uploads finite values so large that the outer step overflows."""
         self._submit(learner, False, fragment, "current", "huge", 1, 16, 0.0, 0, 0, True)
 
-    def _submit(self, learner: str, old_incarnation: bool, fragment: int, base: str, fault: str, c_steps: int,
-                c_tokens: int, upload_seconds: float, pick: int, seed: int, merge_after: bool) -> None:
+    def _submit(
+        self,
+        learner: str,
+        old_incarnation: bool,
+        fragment: int,
+        base: str,
+        fault: str,
+        c_steps: int,
+        c_tokens: int,
+        upload_seconds: float,
+        pick: int,
+        seed: int,
+        merge_after: bool,
+    ) -> None:
         # "dup": the key of any earlier upload; "retry": of one the syncer took (its ack may have been lost).
-        earlier = self.subs if base == "dup" else [x for x in self.subs if x.status not in ("rejected", "duplicate")]
+        earlier = (
+            self.subs if base == "dup" else [x for x in self.subs if x.status not in ("rejected", "duplicate")]
+        )
         if base in ("dup", "retry") and earlier:
             learner, inc, fragment, base_version, _ = earlier[pick % len(earlier)].contribution.key
         else:
             inc = self._incarnation_for(learner, old_incarnation)
             v = self.versions[fragment] if fragment < len(FRAGMENTS) else 0
             s = self.policy.max_staleness
-            base_version = {"current": v, "lag": v - (pick % (s + 1)), "too_stale": v - s - 1,
-                            "future": v + 1 + pick % 2}.get(base, v)
+            base_version = {
+                "current": v,
+                "lag": v - (pick % (s + 1)),
+                "too_stale": v - s - 1,
+                "future": v + 1 + pick % 2,
+            }.get(base, v)
             if fault == "unknown_fragment":
                 fragment = len(FRAGMENTS)
         if self._cut(learner):
@@ -480,8 +580,9 @@ class SyncerMachine(RuleBasedStateMachine):
             # A syncer with max_norm_ratio refuses an update far above a moving average of the accepted
             # per-step norms; that average is >= the smallest accepted one, so this is necessary for a refusal.
             floor = self.min_norm[fragment]
-            assert self._norm_ratio() > 0 and floor is not None and norm > self._norm_ratio() * floor, \
+            assert self._norm_ratio() > 0 and floor is not None and norm > self._norm_ratio() * floor, (
                 f"outlier_norm for norm {norm} (smallest accepted {floor})"
+            )
             expected = reason
         assert reason == expected, f"submit {c.key} ({fault}): got {reason}, expected {expected}"
         event(f"submit: {reason.value if reason else 'duplicate' if duplicate else 'accepted'}")
@@ -492,14 +593,18 @@ class SyncerMachine(RuleBasedStateMachine):
             if reason in REJOIN_REASONS and learner in LEARNERS:
                 self._join(learner, "same")  # what a learner does when the syncer forgot it or saw it leave
             return
-        assert result.accepted and result.duplicate == duplicate and result.current_version == self.versions[fragment]
+        assert (
+            result.accepted and result.duplicate == duplicate and result.current_version == self.versions[fragment]
+        )
         if duplicate:
             self.subs.append(Sub(c, "duplicate"))
             return
         sub = Sub(c, "pending")
         self.subs.append(sub)
         if self.policy.validate_uploads:
-            self.min_norm[fragment] = norm if self.min_norm[fragment] is None else min(norm, self.min_norm[fragment])
+            self.min_norm[fragment] = (
+                norm if self.min_norm[fragment] is None else min(norm, self.min_norm[fragment])
+            )
         rnd = self.rounds.get(fragment)
         if rnd is None:
             rnd = self.rounds[fragment] = ModelRound(self.versions[fragment], self.now)
@@ -537,7 +642,9 @@ class SyncerMachine(RuleBasedStateMachine):
             self.finalized = True
             self._take_checkpoint()  # the shells checkpoint the result (trainer/syncer.py _finalize_locked)
         else:
-            assert self.finalized or not self.finished or self.state.due_merges(self.now), "the result was not fixed"
+            assert self.finalized or not self.finished or self.state.due_merges(self.now), (
+                "the result was not fixed"
+            )
 
     def _merge_one(self, p: int, actions: Iterator[Action]) -> None:
         rnd = self.rounds[p]
@@ -564,8 +671,16 @@ class SyncerMachine(RuleBasedStateMachine):
         subs = list(rnd.contribs.values())
         event(f"merge: {len(subs)} participant(s)")
         got = [(x.learner_id, x.incarnation, x.base_version, x.c_steps, x.c_tokens) for x in rec.participants]
-        want = [(s.contribution.learner_id, s.contribution.incarnation, s.contribution.base_version,
-                 s.contribution.c_steps, s.contribution.c_tokens) for s in subs]
+        want = [
+            (
+                s.contribution.learner_id,
+                s.contribution.incarnation,
+                s.contribution.base_version,
+                s.contribution.c_steps,
+                s.contribution.c_tokens,
+            )
+            for s in subs
+        ]
         assert len(rec.participants) == len(subs)
         assert got == want, f"participants {got} != pending {want}"
         assert all(s.status == "pending" for s in subs), "a rejected/replaced upload took part in a merge"
@@ -608,13 +723,21 @@ class SyncerMachine(RuleBasedStateMachine):
         ck = self.checkpoint
         assert ck is not None  # one is taken at start
         event("crash+restore")
-        self.state = SyncerState.from_checkpoint(self.policy, FRAGMENTS, ck.arrays, ck.meta, version_skip=self.every)
+        self.state = SyncerState.from_checkpoint(
+            self.policy, FRAGMENTS, ck.arrays, ck.meta, version_skip=self.every
+        )
         for rnd in self.rounds.values():
             for sub in rnd.contribs.values():
                 sub.status = "crashed"  # pending uploads die with the process, by design
-        self._reset_model(versions=[v + self.every for v in ck.meta["versions"]], restored=ck.meta["merges_total"],
-                          counts=ck.meta["incarnation_counts"], tokens=ck.meta["tokens_by_incarnation"],
-                          finished=ck.meta["finished"], effective=ck.effective_keys, merged_keys=ck.merged_keys)
+        self._reset_model(
+            versions=[v + self.every for v in ck.meta["versions"]],
+            restored=ck.meta["merges_total"],
+            counts=ck.meta["incarnation_counts"],
+            tokens=ck.meta["tokens_by_incarnation"],
+            finished=ck.meta["finished"],
+            effective=ck.effective_keys,
+            merged_keys=ck.merged_keys,
+        )
         self.finalized = False
         for k, v in ck.arrays.items():
             if k.startswith("param/"):
@@ -661,8 +784,11 @@ class SyncerMachine(RuleBasedStateMachine):
             live = self.state.rounds[p]
             assert list(live.contributions) == list(rnd.contribs)
             assert all(live.contributions[lid] is sub.contribution for lid, sub in rnd.contribs.items())
-            assert (live.base_version, live.opened_at, live.quorum_at) == (rnd.base_version, rnd.opened_at,
-                                                                           rnd.quorum_at)
+            assert (live.base_version, live.opened_at, live.quorum_at) == (
+                rnd.base_version,
+                rnd.opened_at,
+                rnd.quorum_at,
+            )
             assert live.base_version == self.versions[p]
         pending = {id(s.contribution) for s in self.subs if s.status == "pending"}
         live_ids = {id(c) for r in self.state.rounds.values() for c in r.contributions.values()}
@@ -679,7 +805,10 @@ class SyncerMachine(RuleBasedStateMachine):
     def membership_and_budget(self) -> None:
         if self.state is None:
             return
-        got = {lid: (r.incarnation, r.incarnation_index, r.last_seen, r.left) for lid, r in self.state.learners.items()}
+        got = {
+            lid: (r.incarnation, r.incarnation_index, r.last_seen, r.left)
+            for lid, r in self.state.learners.items()
+        }
         want = {lid: (r.incarnation, r.index, r.last_seen, r.left) for lid, r in self.learners.items()}
         assert got == want
         assert self.state.incarnation_counts == self.counts
@@ -708,6 +837,9 @@ class SyncerMachine(RuleBasedStateMachine):
 
 
 SyncerMachine.TestCase.settings = settings(
-    max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 TestSyncer = SyncerMachine.TestCase

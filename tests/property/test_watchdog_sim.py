@@ -19,9 +19,15 @@ pytestmark = pytest.mark.chaos_simulation
 CLUSTER = {"token_budget": 1_200_000}
 # K = M and a learner the syncer never takes back (the planted bug): no round reaches its quorum again. Blocking
 # learners wait for their merged fragments, so the token count stops growing too: training has stopped for good.
-NEVER_AGAIN = {"token_budget": 1_200_000, "syncer": {"planted_bug": "forget_rejoined"},
-               "algorithm": {"min_quorum": 3, "blocking": True}}
-SYNC_DILOCO = {**NEVER_AGAIN, "algorithm": {"mode": "sync-diloco"}}  # K = M and blocking by the mode (the real test's)
+NEVER_AGAIN = {
+    "token_budget": 1_200_000,
+    "syncer": {"planted_bug": "forget_rejoined"},
+    "algorithm": {"min_quorum": 3, "blocking": True},
+}
+SYNC_DILOCO = {
+    **NEVER_AGAIN,
+    "algorithm": {"mode": "sync-diloco"},
+}  # K = M and blocking by the mode (the real test's)
 KILL = [{"fault": "kill", "targets": ["learner-1"], "at": 3, "duration": 4}]
 
 

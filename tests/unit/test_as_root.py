@@ -22,8 +22,15 @@ def _as_nobody(bin_dir: Path, *argv: str) -> subprocess.CompletedProcess:
     """``scripts/as-root ARGV`` as user nobody, with only ``bin_dir`` on PATH (a copy of the script there: the
     checkout may sit where nobody cannot read)."""
     copy = shutil.copy(AS_ROOT, bin_dir / "as-root")
-    return _run(shutil.which("setpriv") or "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                str(copy), *argv, env={"PATH": str(bin_dir)})
+    return _run(
+        shutil.which("setpriv") or "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        str(copy),
+        *argv,
+        env={"PATH": str(bin_dir)},
+    )
 
 
 @pytest.fixture
@@ -51,7 +58,7 @@ def test_another_user_goes_through_sudo(bin_dir: Path) -> None:
     for tool in ("id", "sh"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
     fake = bin_dir / "sudo"
-    fake.write_text("#!/bin/sh\necho \"sudo $*\"\n")
+    fake.write_text('#!/bin/sh\necho "sudo $*"\n')
     fake.chmod(0o755)
     r = _as_nobody(bin_dir, "dockerd", "-x")
     assert r.returncode == 0 and r.stdout.strip() == "sudo --preserve-env=DEBIAN_FRONTEND dockerd -x", r

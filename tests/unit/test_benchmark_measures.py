@@ -12,12 +12,26 @@ from benchmarks.failures import exponential_kills
 from trainer import events as ev
 
 
-def merge(ts: float, fragment: int = 0, parts: tuple[tuple[str, int], ...] = (), merges_total: int = 1) -> ev.Merge:
-    return ev.Merge(ts=ts, source="syncer", fragment=fragment, version=1, base_version=0,
-                    participants=[ev.ParticipantInfo(learner_id=lid, incarnation="i", weight=1.0, c_steps=1,
-                                                     c_tokens=tok) for lid, tok in parts],
-                    rule="rda", wait_s=0.0, quorum_wait_s=0.0, outer_grad_norm=1.0, merges_total=merges_total,
-                    tokens_total=0)
+def merge(
+    ts: float, fragment: int = 0, parts: tuple[tuple[str, int], ...] = (), merges_total: int = 1
+) -> ev.Merge:
+    return ev.Merge(
+        ts=ts,
+        source="syncer",
+        fragment=fragment,
+        version=1,
+        base_version=0,
+        participants=[
+            ev.ParticipantInfo(learner_id=lid, incarnation="i", weight=1.0, c_steps=1, c_tokens=tok)
+            for lid, tok in parts
+        ],
+        rule="rda",
+        wait_s=0.0,
+        quorum_wait_s=0.0,
+        outer_grad_norm=1.0,
+        merges_total=merges_total,
+        tokens_total=0,
+    )
 
 
 def step(ts: float, lid: str, n: int, tokens: int) -> ev.Step:
@@ -25,8 +39,16 @@ def step(ts: float, lid: str, n: int, tokens: int) -> ev.Step:
 
 
 def evaluation(ts: float, loss: float, tokens: int, merges: int = 4, final: bool = False) -> ev.Eval:
-    return ev.Eval(ts=ts, source="syncer", merges_total=merges, versions=[1], loss=loss, loss_floor=1.0,
-                   tokens_total=tokens, final=final)
+    return ev.Eval(
+        ts=ts,
+        source="syncer",
+        merges_total=merges,
+        versions=[1],
+        loss=loss,
+        loss_floor=1.0,
+        tokens_total=tokens,
+        final=final,
+    )
 
 
 def test_training_start_is_the_first_finished_step_of_any_learner() -> None:
@@ -57,8 +79,12 @@ def test_longest_stall_counts_the_edges_of_the_window() -> None:
 def test_goodput_counts_each_trained_token_once_per_fragment() -> None:
     # Two learners, P = 2: each trained 400 tokens; learner-0's 400 reached merges (200 per fragment, twice),
     # learner-1's fragment-1 upload never merged.
-    evs = [step(1.0, "learner-0", 4, 400), step(1.0, "learner-1", 4, 400),
-           merge(2.0, 0, (("learner-0", 400), ("learner-1", 400))), merge(2.5, 1, (("learner-0", 400),))]
+    evs = [
+        step(1.0, "learner-0", 4, 400),
+        step(1.0, "learner-1", 4, 400),
+        merge(2.0, 0, (("learner-0", 400), ("learner-1", 400))),
+        merge(2.5, 1, (("learner-0", 400),)),
+    ]
     g = m.goodput(evs, num_fragments=2, nominal_tokens_per_s=100.0, t0=0.0, t1=10.0)
     assert (g.merged_tokens, g.trained_tokens) == (600, 800)
     assert g.compute == pytest.approx(0.75)
@@ -66,8 +92,12 @@ def test_goodput_counts_each_trained_token_once_per_fragment() -> None:
 
 
 def test_participation_per_learner() -> None:
-    sent = [ev.SyncResult(ts=1.0, source=lid, fragment=0, base_version=0, accepted=True, reason="", seconds=0.1,
-                          bytes=1) for lid in ("learner-0", "learner-0", "learner-1")]
+    sent = [
+        ev.SyncResult(
+            ts=1.0, source=lid, fragment=0, base_version=0, accepted=True, reason="", seconds=0.1, bytes=1
+        )
+        for lid in ("learner-0", "learner-0", "learner-1")
+    ]
     evs = [*sent, merge(2.0, 0, (("learner-0", 1), ("learner-1", 1)))]
     assert m.participation(evs) == {"per_merge": 2.0, "learner-0": 0.5, "learner-1": 1.0}
 

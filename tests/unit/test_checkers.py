@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chaos.checkers import CHECKERS, CheckInput, RunFacts, run_checks
+from chaos.checkers import CHECKERS, CheckInput, RunFacts, Verdict, run_checks
 from chaos.checkers.bounds import run_pace
 from chaos.checkers.durability import check_durability
 from chaos.checkers.goodput import check_goodput
@@ -33,46 +33,112 @@ def inc(lid: str) -> str:
 
 
 def upload(t: float, lid: str, fragment: int = 0, incarnation: str | None = None) -> ev.Upload:
-    return ev.Upload(ts=T0 + t, source="syncer", learner_id=lid, learner_incarnation=incarnation or inc(lid),
-                     fragment=fragment, base_version=0, bytes=1024, seconds=0.01, c_steps=8, c_tokens=640,
-                     duplicate=False)
+    return ev.Upload(
+        ts=T0 + t,
+        source="syncer",
+        learner_id=lid,
+        learner_incarnation=incarnation or inc(lid),
+        fragment=fragment,
+        base_version=0,
+        bytes=1024,
+        seconds=0.01,
+        c_steps=8,
+        c_tokens=640,
+        duplicate=False,
+    )
 
 
-def merge(t: float, n: int, who: Iterable[str], fragment: int = 0, version: int | None = None,
-          c_tokens: int = 640, grad_norm: float = 0.5, base: int = -1) -> ev.Merge:
-    parts = [ev.ParticipantInfo(learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=c_tokens,
-                                base_version=base) for lid in who]
+def merge(
+    t: float,
+    n: int,
+    who: Iterable[str],
+    fragment: int = 0,
+    version: int | None = None,
+    c_tokens: int = 640,
+    grad_norm: float = 0.5,
+    base: int = -1,
+) -> ev.Merge:
+    parts = [
+        ev.ParticipantInfo(
+            learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=c_tokens, base_version=base
+        )
+        for lid in who
+    ]
     v = n if version is None else version
-    return ev.Merge(ts=T0 + t, source="syncer", fragment=fragment, version=v, base_version=v - 1,
-                    participants=parts, rule="rda", wait_s=0.1, quorum_wait_s=0.0, outer_grad_norm=grad_norm,
-                    merges_total=n, tokens_total=640 * n)
+    return ev.Merge(
+        ts=T0 + t,
+        source="syncer",
+        fragment=fragment,
+        version=v,
+        base_version=v - 1,
+        participants=parts,
+        rule="rda",
+        wait_s=0.1,
+        quorum_wait_s=0.0,
+        outer_grad_norm=grad_norm,
+        merges_total=n,
+        tokens_total=640 * n,
+    )
 
 
 def syncer_start(t: float, restored: int = -1) -> ev.SyncerStart:
-    return ev.SyncerStart(ts=T0 + t, source="syncer", syncer_incarnation=f"s-{t}", address="127.0.0.1:1",
-                          config_hash="abc", versions=[0], restored_from_merges=restored, pid=1)
+    return ev.SyncerStart(
+        ts=T0 + t,
+        source="syncer",
+        syncer_incarnation=f"s-{t}",
+        address="127.0.0.1:1",
+        config_hash="abc",
+        versions=[0],
+        restored_from_merges=restored,
+        pid=1,
+    )
 
 
 def eval_(t: float, loss: float, final: bool = False, n: int = 0) -> ev.Eval:
-    return ev.Eval(ts=T0 + t, source="syncer", merges_total=n, versions=[n], loss=loss, loss_floor=1.0,
-                   tokens_total=640 * n, final=final)
+    return ev.Eval(
+        ts=T0 + t,
+        source="syncer",
+        merges_total=n,
+        versions=[n],
+        loss=loss,
+        loss_floor=1.0,
+        tokens_total=640 * n,
+        final=final,
+    )
 
 
-def fault(fid: str, kind: str, targets: Iterable[str], start: float, end: float | None,
-          params: dict[str, Any] | None = None) -> list[FaultOp]:
+def fault(
+    fid: str,
+    kind: str,
+    targets: Iterable[str],
+    start: float,
+    end: float | None,
+    params: dict[str, Any] | None = None,
+) -> list[FaultOp]:
     """The controller records of one fault: inject (invoke, ok) at ``start``, heal (invoke, ok) at ``end``."""
     common = dict(fault_id=fid, fault_kind=kind, targets=list(targets), params=params or {})
-    ops = [FaultOp(ts=T0 + start - 0.01, action="inject", outcome="invoke", **common),
-           FaultOp(ts=T0 + start, action="inject", outcome="ok", **common)]
+    ops = [
+        FaultOp(ts=T0 + start - 0.01, action="inject", outcome="invoke", **common),
+        FaultOp(ts=T0 + start, action="inject", outcome="ok", **common),
+    ]
     if end is not None:
-        ops += [FaultOp(ts=T0 + end - 0.01, action="heal", outcome="invoke", **common),
-                FaultOp(ts=T0 + end, action="heal", outcome="ok", **common)]
+        ops += [
+            FaultOp(ts=T0 + end - 0.01, action="heal", outcome="invoke", **common),
+            FaultOp(ts=T0 + end, action="heal", outcome="ok", **common),
+        ]
     return ops
 
 
-def history(until: float = 30.0, who: Who = lambda t: LEARNERS, gaps: Iterable[tuple[float, float]] = (),
-            records: Iterable[Any] = (), events: Iterable[Any] = (), steady: bool = True,
-            final_loss: float | None = 2.5, finished: bool = True) -> History:
+def history(
+    until: float = 30.0,
+    who: Who = lambda t: LEARNERS,
+    gaps: Iterable[tuple[float, float]] = (),
+    records: Iterable[Any] = (),
+    events: Iterable[Any] = (),
+    steady: bool = True,
+    final_loss: float | None = 2.5,
+    finished: bool = True,
+) -> History:
     """A run: steady at T0, a merge every 0.5 s up to ``until`` (none strictly inside a gap), each participant
     uploading 0.2 s before it; a final eval and ``finished`` just after ``until``."""
     recs: list[Any] = [Phase(ts=T0 - 5, name="bring_up")]
@@ -80,8 +146,18 @@ def history(until: float = 30.0, who: Who = lambda t: LEARNERS, gaps: Iterable[t
         recs.append(Phase(ts=T0, name="steady"))
     recs += list(records)
     evs: list[Any] = [syncer_start(-4.0)]
-    evs += [ev.LearnerStart(ts=T0 - 3, source=lid, learner_id=lid, learner_incarnation=inc(lid), pid=2,
-                            syncer="127.0.0.1:1", config_hash="abc") for lid in LEARNERS]
+    evs += [
+        ev.LearnerStart(
+            ts=T0 - 3,
+            source=lid,
+            learner_id=lid,
+            learner_incarnation=inc(lid),
+            pid=2,
+            syncer="127.0.0.1:1",
+            config_hash="abc",
+        )
+        for lid in LEARNERS
+    ]
     n = 0
     for k in range(1, int(until * 2) + 1):
         t = k * 0.5
@@ -96,14 +172,20 @@ def history(until: float = 30.0, who: Who = lambda t: LEARNERS, gaps: Iterable[t
     if final_loss is not None:
         evs.append(eval_(until + 0.1, final_loss, final=True, n=n))
     if finished:
-        evs.append(ev.Finished(ts=T0 + until + 0.2, source="syncer", tokens_total=640 * n, merges_total=n,
-                               versions=[n]))
+        evs.append(
+            ev.Finished(ts=T0 + until + 0.2, source="syncer", tokens_total=640 * n, merges_total=n, versions=[n])
+        )
     evs += list(events)
     return History(records=sorted(recs, key=lambda r: r.ts), events=sorted(evs, key=lambda e: e.ts))
 
 
-def check(fn: Callable[[CheckInput], Any], h: History, checks: Checks | None = None, baseline: float | None = 2.5,
-          facts: RunFacts = FACTS):
+def check(
+    fn: Callable[[CheckInput], Any],
+    h: History,
+    checks: Checks | None = None,
+    baseline: float | None = 2.5,
+    facts: RunFacts = FACTS,
+):
     return fn(CheckInput(h, facts, checks or Checks(), baseline_final_loss=baseline))
 
 
@@ -116,9 +198,12 @@ def test_the_default_history_passes_every_check() -> None:
     on_by_default = [name for name in CHECKERS if name != "reference"]  # reference costs a run: asked for
     assert [v.name for v in verdicts] == on_by_default
     # no learner step events: goodput has nothing to measure; no merge digests: nothing for the audit to recompute
-    assert {v.name: v.status for v in verdicts} == {**{name: "pass" for name in on_by_default},
-                                                    "goodput": "indeterminate", "audit": "indeterminate",
-                                                    "ledger": "indeterminate"}
+    assert {v.name: v.status for v in verdicts} == {
+        **{name: "pass" for name in on_by_default},
+        "goodput": "indeterminate",
+        "audit": "indeterminate",
+        "ledger": "indeterminate",
+    }
 
 
 # ---- reference (synchronous DiLoCo at equal tokens) ---------------------------------------------------------------
@@ -196,8 +281,11 @@ def test_liveness_a_healed_learner_counts_as_back_at_its_first_upload() -> None:
 
 
 def test_liveness_gap_during_a_syncer_crash_passes() -> None:
-    h = history(gaps=[(5, 25)], records=fault("c", "syncer_crash", ["syncer"], 5.1, 24.0),
-                events=[syncer_start(24.3, restored=10)])
+    h = history(
+        gaps=[(5, 25)],
+        records=fault("c", "syncer_crash", ["syncer"], 5.1, 24.0),
+        events=[syncer_start(24.3, restored=10)],
+    )
     v = check(check_liveness, h)
     assert v.status == "pass", v.summary
     assert v.evidence["longest_gap_while_reachable_s"] < 1.0
@@ -274,7 +362,9 @@ def _back_at(lid: str, out: float, back: float) -> Who:
 
 
 def test_reintegration_merged_again_soon_after_heal_passes() -> None:
-    h = history(who=_back_at("learner-1", 5, 13), records=fault("k", "kill", ["learner-1"], 5, 10, {"restart": True}))
+    h = history(
+        who=_back_at("learner-1", 5, 13), records=fault("k", "kill", ["learner-1"], 5, 10, {"restart": True})
+    )
     v = check(check_reintegration, h)
     assert v.status == "pass", v.summary
     (row,) = v.evidence["learners"]
@@ -293,13 +383,21 @@ def test_reintegration_clock_stops_while_other_faults_act_on_the_learner() -> No
     """Killed, healed at 10, then throttled 11–20 and the syncer down 22–24: back at 30 is 20 s after the heal but
     9 s of free time, inside a 10 s bound. The same faults on another learner stop no clock (negative control)."""
     kill = fault("k", "kill", ["learner-1"], 5, 10)
-    later = [*fault("b", "bandwidth", ["learner-1"], 11, 20, {"rate_kbps": 50, "direction": "both"}),
-             *fault("c", "syncer_crash", ["syncer"], 22, 24)]
+    later = [
+        *fault("b", "bandwidth", ["learner-1"], 11, 20, {"rate_kbps": 50, "direction": "both"}),
+        *fault("c", "syncer_crash", ["syncer"], 22, 24),
+    ]
     tight = Checks(reintegration=Reintegration(within_s=10))
-    h = history(who=_back_at("learner-1", 5, 30), gaps=[(22, 24.5)], records=[*kill, *later],
-                events=[syncer_start(24.2, restored=10)])
+    h = history(
+        who=_back_at("learner-1", 5, 30),
+        gaps=[(22, 24.5)],
+        records=[*kill, *later],
+        events=[syncer_start(24.2, restored=10)],
+    )
     row = next(r for r in check(check_reintegration, h, tight).evidence["learners"] if r["fault_id"] == "k")
-    assert row["status"] == "pass" and row["seconds"] == pytest.approx(20.0) and row["free_s"] == pytest.approx(9.0)
+    assert (
+        row["status"] == "pass" and row["seconds"] == pytest.approx(20.0) and row["free_s"] == pytest.approx(9.0)
+    )
     elsewhere = [*fault("b", "bandwidth", ["learner-2"], 11, 20, {"rate_kbps": 50, "direction": "both"})]
     v = check(check_reintegration, history(who=_back_at("learner-1", 5, 30), records=[*kill, *elsewhere]), tight)
     assert v.status == "fail" and "merged again only after 20.0s" in v.summary, v.summary
@@ -331,17 +429,28 @@ def test_reintegration_run_ending_right_after_heal_is_indeterminate() -> None:
 
 def test_reintegration_decides_in_the_settle_phase_after_the_budget() -> None:
     # The budget is reached 0.8 s after the heal; the syncer settles on (merging) until learner-1 is merged again.
-    settle = [upload(19.8, "learner-1"), merge(20.0, 99, list(LEARNERS)),
-              ev.Settled(ts=T0 + 20.5, source="syncer", seconds=9.5, awaited=[], merges_total=99)]
-    h = history(until=10.8, who=_back_at("learner-1", 5, 100), records=fault("k", "kill", ["learner-1"], 5, 10),
-                events=settle)
+    settle = [
+        upload(19.8, "learner-1"),
+        merge(20.0, 99, list(LEARNERS)),
+        ev.Settled(ts=T0 + 20.5, source="syncer", seconds=9.5, awaited=[], merges_total=99),
+    ]
+    h = history(
+        until=10.8,
+        who=_back_at("learner-1", 5, 100),
+        records=fault("k", "kill", ["learner-1"], 5, 10),
+        events=settle,
+    )
     v = check(check_reintegration, h)
     assert v.status == "pass", v.summary
     assert v.evidence["learners"][0]["seconds"] == pytest.approx(10.0)
     # Settled without it (the settle time ran out): decided too, as a failure once the bound has passed.
     gone = [ev.Settled(ts=T0 + 60.0, source="syncer", seconds=49.0, awaited=["learner-1"], merges_total=21)]
-    h = history(until=10.8, who=_back_at("learner-1", 5, 100), records=fault("k", "kill", ["learner-1"], 5, 10),
-                events=gone)
+    h = history(
+        until=10.8,
+        who=_back_at("learner-1", 5, 100),
+        records=fault("k", "kill", ["learner-1"], 5, 10),
+        events=gone,
+    )
     assert check(check_reintegration, h).status == "fail"
 
 
@@ -358,10 +467,15 @@ def test_reintegration_unhealed_fault_fails() -> None:
     assert v.status == "fail" and "never healed" in v.summary
 
 
-@pytest.mark.parametrize("kind, params", [("bandwidth", {"rate_kbps": 10, "direction": "both"}),
-                                          ("latency", {"latency_ms": 200, "jitter_ms": 0}),
-                                          ("slow", {"fraction": 0.5}),
-                                          ("partition", {"direction": "from_syncer"})])
+@pytest.mark.parametrize(
+    "kind, params",
+    [
+        ("bandwidth", {"rate_kbps": 10, "direction": "both"}),
+        ("latency", {"latency_ms": 200, "jitter_ms": 0}),
+        ("slow", {"fraction": 0.5}),
+        ("partition", {"direction": "from_syncer"}),
+    ],
+)
 def test_reintegration_ignores_faults_that_keep_the_learner_contributing(kind: str, params: dict) -> None:
     h = history(records=fault("x", kind, ["learner-0"], 5, 10, params))
     v = check(check_reintegration, h)
@@ -424,25 +538,42 @@ def test_parity_nan_final_loss_fails() -> None:
 def _banded(loss: float, band: tuple[float, ...], tolerance: float = 0.05):
     """Parity with fault-free runs whose final losses, at this run's floor (1.0), are ``band``."""
     excess = tuple(b - 1.0 for b in band)
-    return check_parity(CheckInput(history(final_loss=loss), FACTS, Checks(parity=Parity(tolerance=tolerance)),
-                                   baseline_final_loss=band[0], baseline_band=excess))
+    return check_parity(
+        CheckInput(
+            history(final_loss=loss),
+            FACTS,
+            Checks(parity=Parity(tolerance=tolerance)),
+            baseline_final_loss=band[0],
+            baseline_band=excess,
+        )
+    )
 
 
 def test_parity_judges_against_the_band_the_fault_free_seeds_span() -> None:
     band = (2.50, 2.58, 2.46)  # the same-seed baseline first
     inside = _banded(2.60, band)  # 0.10 above the same-seed run, but only 0.02 above the band
     assert inside.status == "pass", inside.summary
-    assert inside.evidence["outside_band"] == pytest.approx(0.02) and inside.evidence["delta"] == pytest.approx(0.10)
+    assert inside.evidence["outside_band"] == pytest.approx(0.02) and inside.evidence["delta"] == pytest.approx(
+        0.10
+    )
     assert "band 2.4600–2.5800 (floor 1.0000 + excess 1.4600–1.5800 over 3 seed(s))" in inside.summary
-    assert inside.evidence["band"] == {"low": pytest.approx(2.46), "high": pytest.approx(2.58),
-                                       "excess": pytest.approx([1.5, 1.58, 1.46]), "width": pytest.approx(0.12)}
+    assert inside.evidence["band"] == {
+        "low": pytest.approx(2.46),
+        "high": pytest.approx(2.58),
+        "excess": pytest.approx([1.5, 1.58, 1.46]),
+        "width": pytest.approx(0.12),
+    }
     above, below = _banded(2.64, band), _banded(2.40, band)
     assert above.status == below.status == "fail"
-    assert above.evidence["outside_band"] == pytest.approx(0.06) and below.evidence["outside_band"] == pytest.approx(-0.06)
+    assert above.evidence["outside_band"] == pytest.approx(0.06) and below.evidence[
+        "outside_band"
+    ] == pytest.approx(-0.06)
     # Negative control: the band of one seed is the old single-baseline check and fails the run the band passes.
     one = _banded(2.60, band[:1])
-    assert one.status == "fail" and "the fault-free run 2.5000 (floor 1.0000 + excess 1.5000; one seed, no band)" \
-        in one.summary, one.summary
+    assert (
+        one.status == "fail"
+        and "the fault-free run 2.5000 (floor 1.0000 + excess 1.5000; one seed, no band)" in one.summary
+    ), one.summary
 
 
 def test_parity_with_a_non_finite_baseline_in_the_band_is_indeterminate() -> None:
@@ -505,8 +636,9 @@ def test_safety_clean_run_passes() -> None:
 
 
 def test_safety_non_finite_checkpoint_fails() -> None:
-    bad = ev.Checkpoint(ts=T0 + 10.1, source="syncer", merges_total=20, versions=[20], path="/x", seconds=0.1,
-                        params_finite=False)
+    bad = ev.Checkpoint(
+        ts=T0 + 10.1, source="syncer", merges_total=20, versions=[20], path="/x", seconds=0.1, params_finite=False
+    )
     v = check(check_safety, history(events=[bad]))
     assert v.status == "fail" and "non-finite" in v.summary
 
@@ -531,7 +663,9 @@ def test_safety_merge_participant_without_upload_fails() -> None:
 
 
 def test_safety_upload_of_another_incarnation_does_not_back_a_participant() -> None:
-    h = history(until=5, events=[upload(5.2, "learner-0", incarnation="learner-0-b"), merge(5.3, 11, ["learner-0"])])
+    h = history(
+        until=5, events=[upload(5.2, "learner-0", incarnation="learner-0-b"), merge(5.3, 11, ["learner-0"])]
+    )
     assert check(check_safety, h).status == "fail"
 
 
@@ -541,9 +675,19 @@ def test_safety_upload_of_another_fragment_does_not_back_a_participant() -> None
 
 
 def test_safety_counts_rejects_in_evidence() -> None:
-    rejects = [ev.Reject(ts=T0 + 3.1 + i, source="syncer", call="Sync", reason=reason, detail="",
-                         learner_id="learner-1", fragment=0, base_version=1)
-               for i, reason in enumerate(["non_finite", "non_finite", "stale"])]
+    rejects = [
+        ev.Reject(
+            ts=T0 + 3.1 + i,
+            source="syncer",
+            call="Sync",
+            reason=reason,
+            detail="",
+            learner_id="learner-1",
+            fragment=0,
+            base_version=1,
+        )
+        for i, reason in enumerate(["non_finite", "non_finite", "stale"])
+    ]
     v = check(check_safety, history(events=rejects))
     assert v.status == "pass"
     assert v.evidence["rejected_uploads"] == {"non_finite": 2, "stale": 1}
@@ -552,12 +696,21 @@ def test_safety_counts_rejects_in_evidence() -> None:
 
 # ---- goodput ---------------------------------------------------------------------------------------------------
 def learner_start(t: float, lid: str, incarnation: str) -> ev.LearnerStart:
-    return ev.LearnerStart(ts=T0 + t, source=lid, learner_id=lid, learner_incarnation=incarnation, pid=3,
-                           syncer="127.0.0.1:1", config_hash="abc")
+    return ev.LearnerStart(
+        ts=T0 + t,
+        source=lid,
+        learner_id=lid,
+        learner_incarnation=incarnation,
+        pid=3,
+        syncer="127.0.0.1:1",
+        config_hash="abc",
+    )
 
 
 def step(t: float, lid: str, tokens: int) -> ev.Step:
-    return ev.Step(ts=T0 + t, source=lid, step=tokens // 64, loss=3.0, tokens=tokens, step_time_s=0.01, blocked_s=0.0)
+    return ev.Step(
+        ts=T0 + t, source=lid, step=tokens // 64, loss=3.0, tokens=tokens, step_time_s=0.01, blocked_s=0.0
+    )
 
 
 def stop(t: float, lid: str, tokens: int) -> ev.LearnerStop:
@@ -597,16 +750,26 @@ def test_goodput_default_minimum_can_fail() -> None:
 
 def test_goodput_divides_contributions_by_fragments() -> None:
     facts = RunFacts(learners=LEARNERS, min_quorum=1, checkpoint_every_merges=10, num_fragments=4)
-    v = check(check_goodput, _goodput_history(1000, num_merges=4), facts=facts)  # each of 4 fragments carries it all
+    v = check(
+        check_goodput, _goodput_history(1000, num_merges=4), facts=facts
+    )  # each of 4 fragments carries it all
     assert v.evidence["goodput"] == pytest.approx(1.0)
 
 
 def test_goodput_sums_incarnations() -> None:
-    evs = [learner_start(-3, "learner-0", "learner-0-a"), step(1, "learner-0", 600), step(2, "learner-0", 1000),
-           learner_start(5, "learner-0", "learner-0-b"), step(6, "learner-0", 300), stop(8, "learner-0", 500),
-           learner_start(-3, "learner-1", "learner-1-a"), stop(8, "learner-1", 500),
-           upload(8.5, "learner-0"), upload(8.5, "learner-1"),
-           merge(9, 1, ["learner-0", "learner-1"], c_tokens=500)]
+    evs = [
+        learner_start(-3, "learner-0", "learner-0-a"),
+        step(1, "learner-0", 600),
+        step(2, "learner-0", 1000),
+        learner_start(5, "learner-0", "learner-0-b"),
+        step(6, "learner-0", 300),
+        stop(8, "learner-0", 500),
+        learner_start(-3, "learner-1", "learner-1-a"),
+        stop(8, "learner-1", 500),
+        upload(8.5, "learner-0"),
+        upload(8.5, "learner-1"),
+        merge(9, 1, ["learner-0", "learner-1"], c_tokens=500),
+    ]
     h = History(records=[Phase(ts=T0, name="steady")], events=sorted(evs, key=lambda e: e.ts))
     v = check(check_goodput, h)
     assert v.evidence["trained_tokens"] == {"learner-0": 1500, "learner-1": 500}
@@ -619,7 +782,9 @@ def test_goodput_counts_a_span_re_sent_from_one_base_once() -> None:
     evs = [learner_start(-3, "learner-0", "learner-0-a"), stop(9, "learner-0", 1000)]
     for n, tokens in ((1, 600), (2, 900)):
         evs += [upload(n - 0.1, "learner-0"), merge(n, n, ["learner-0"], c_tokens=tokens, base=0)]
-    v = check(check_goodput, History(records=[Phase(ts=T0, name="steady")], events=sorted(evs, key=lambda e: e.ts)))
+    v = check(
+        check_goodput, History(records=[Phase(ts=T0, name="steady")], events=sorted(evs, key=lambda e: e.ts))
+    )
     assert v.evidence["merged_tokens"] == {"learner-0": 900} and v.status == "pass", v
 
 
@@ -647,11 +812,23 @@ def test_verdict_to_json() -> None:
 
 # ---- safety: an update merged twice --------------------------------------------------------------------------
 def _merge_of(t: float, n: int, base: int, lid: str = "learner-0", rnd: int = 0) -> ev.Merge:
-    part = ev.ParticipantInfo(learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=640,
-                              base_version=base, round=rnd)
-    return ev.Merge(ts=T0 + t, source="syncer", fragment=0, version=n, base_version=n - 1, participants=[part],
-                    rule="rda", wait_s=0.1, quorum_wait_s=0.0, outer_grad_norm=0.5, merges_total=n,
-                    tokens_total=640 * n)
+    part = ev.ParticipantInfo(
+        learner_id=lid, incarnation=inc(lid), weight=1.0, c_steps=8, c_tokens=640, base_version=base, round=rnd
+    )
+    return ev.Merge(
+        ts=T0 + t,
+        source="syncer",
+        fragment=0,
+        version=n,
+        base_version=n - 1,
+        participants=[part],
+        rule="rda",
+        wait_s=0.1,
+        quorum_wait_s=0.0,
+        outer_grad_norm=0.5,
+        merges_total=n,
+        tokens_total=640 * n,
+    )
 
 
 def _safety(events: list[Any]) -> Any:
@@ -660,29 +837,51 @@ def _safety(events: list[Any]) -> Any:
 
 
 def test_safety_fails_when_the_same_update_is_merged_twice() -> None:
-    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), upload(2.0, "learner-0"),
-                 _merge_of(2.1, 2, base=0)])
+    v = _safety(
+        [upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), upload(2.0, "learner-0"), _merge_of(2.1, 2, base=0)]
+    )
     assert v.status == "fail" and v.evidence["merged_twice"] == 1 and "second time" in v.summary
 
 
 def test_safety_allows_a_new_rounds_upload_from_the_same_base() -> None:
     """On the clock a learner that never received round 0's result uploads for round 1 from the same base."""
-    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0, rnd=0), upload(2.0, "learner-0"),
-                 _merge_of(2.1, 2, base=0, rnd=1)])
+    v = _safety(
+        [
+            upload(1.0, "learner-0"),
+            _merge_of(1.1, 1, base=0, rnd=0),
+            upload(2.0, "learner-0"),
+            _merge_of(2.1, 2, base=0, rnd=1),
+        ]
+    )
     assert v.status == "pass", v.summary
 
 
 def test_safety_allows_remerging_an_update_a_restore_lost() -> None:
     """Merge 2 happened after the checkpoint at 1 and died with the syncer: merging it again is not a repeat."""
-    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), upload(2.0, "learner-0"),
-                 _merge_of(2.1, 2, base=1), syncer_start(3.0, restored=1), upload(4.0, "learner-0"),
-                 _merge_of(4.1, 2, base=1)])
+    v = _safety(
+        [
+            upload(1.0, "learner-0"),
+            _merge_of(1.1, 1, base=0),
+            upload(2.0, "learner-0"),
+            _merge_of(2.1, 2, base=1),
+            syncer_start(3.0, restored=1),
+            upload(4.0, "learner-0"),
+            _merge_of(4.1, 2, base=1),
+        ]
+    )
     assert v.status == "pass", v.summary
 
 
 def test_safety_refuses_remerging_an_update_the_checkpoint_holds() -> None:
-    v = _safety([upload(1.0, "learner-0"), _merge_of(1.1, 1, base=0), syncer_start(3.0, restored=1),
-                 upload(4.0, "learner-0"), _merge_of(4.1, 2, base=0)])
+    v = _safety(
+        [
+            upload(1.0, "learner-0"),
+            _merge_of(1.1, 1, base=0),
+            syncer_start(3.0, restored=1),
+            upload(4.0, "learner-0"),
+            _merge_of(4.1, 2, base=0),
+        ]
+    )
     assert v.status == "fail" and v.evidence["merged_twice"] == 1
 
 
@@ -692,7 +891,9 @@ def test_safety_needs_an_upload_after_a_syncer_restart() -> None:
 
 
 def _judged(h: History, baseline_goodput: tuple[float, ...]) -> Verdict:
-    return check_goodput(CheckInput(h, FACTS, Checks(), baseline_final_loss=2.5, baseline_goodput=baseline_goodput))
+    return check_goodput(
+        CheckInput(h, FACTS, Checks(), baseline_final_loss=2.5, baseline_goodput=baseline_goodput)
+    )
 
 
 def test_goodput_is_bounded_by_the_fault_free_runs_outside_faults() -> None:
@@ -710,8 +911,10 @@ def test_goodput_bound_forgives_what_a_fault_exposed() -> None:
     """A partition over the second half of learner-0's training (it never uploads again) exposes that half: the
     bound falls to 80% × (1 − ½) × 0.7 = 28%, and 40% passes."""
     h = _goodput_history(400, num_merges=1)
-    h = History(records=sorted(h.records + fault("f1", "partition", ["learner-0"], 3.0, 6.0),
-                               key=lambda r: r.ts), events=h.events)
+    h = History(
+        records=sorted(h.records + fault("f1", "partition", ["learner-0"], 3.0, 6.0), key=lambda r: r.ts),
+        events=h.events,
+    )
     v = _judged(h, (0.8,))
     assert v.evidence["exposed_share"] == pytest.approx(0.5, abs=0.01), v.evidence
     assert v.status == "pass" and v.evidence["derived_min"] == pytest.approx(0.28, abs=0.01), v

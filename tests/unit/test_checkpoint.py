@@ -68,7 +68,7 @@ def _corrupt(path, how: str) -> None:
         path.write_bytes(b"not a checkpoint at all " * 20)
     elif how == "flipped":
         mid = len(data) // 3
-        path.write_bytes(data[:mid] + bytes(b ^ 0xFF for b in data[mid:mid + 64]) + data[mid + 64:])
+        path.write_bytes(data[:mid] + bytes(b ^ 0xFF for b in data[mid : mid + 64]) + data[mid + 64 :])
     else:
         raise AssertionError(how)
 

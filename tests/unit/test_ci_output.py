@@ -21,11 +21,22 @@ from chaos.scenario import builtin_scenarios, parse_scenario, resolve
 
 
 def _report(**kw: object) -> RunReport:
-    base = dict(scenario="kill-one-learner", status="fail", exit_code=1, run_dir="runs/k", seed=3, config_hash="c",
-                started_at=1.7e9, wall_s=12.5, backend="local",
-                verdicts=[Verdict("liveness", "pass", "merges never stopped", {"merges": 40}),
-                          Verdict("parity", "fail", "final loss too far", {"delta": 0.2}),
-                          Verdict("durability", "indeterminate", "no syncer restart to judge", {})])
+    base = dict(
+        scenario="kill-one-learner",
+        status="fail",
+        exit_code=1,
+        run_dir="runs/k",
+        seed=3,
+        config_hash="c",
+        started_at=1.7e9,
+        wall_s=12.5,
+        backend="local",
+        verdicts=[
+            Verdict("liveness", "pass", "merges never stopped", {"merges": 40}),
+            Verdict("parity", "fail", "final loss too far", {"delta": 0.2}),
+            Verdict("durability", "indeterminate", "no syncer restart to judge", {}),
+        ],
+    )
     return RunReport.model_validate({**base, **kw})
 
 
@@ -72,13 +83,25 @@ def test_step_summary_only_when_github_asks(tmp_path: Path) -> None:
     assert "![" not in text  # no picture the summary cannot show
 
 
-def test_a_simulated_run_gives_ci_json_junit_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_simulated_run_gives_ci_json_junit_and_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """End to end through the CLI: stdout is the report's JSON and nothing else; the JUnit cases are the
     report's verdicts; a goodput minimum it cannot meet fails exactly that case."""
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
-    code = main(["simulate", "kill-one-learner", "--out", str(tmp_path / "run"), "--junit", str(tmp_path / "j.xml"),
-                 "--json", "--set", "checks.goodput.min=0.99"])
+    code = main(
+        [
+            "simulate",
+            "kill-one-learner",
+            "--out",
+            str(tmp_path / "run"),
+            "--junit",
+            str(tmp_path / "j.xml"),
+            "--json",
+            "--set",
+            "checks.goodput.min=0.99",
+        ]
+    )
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert code == EXIT_FAIL and report["status"] == "fail" and report["backend"] == "sim"
@@ -112,8 +135,12 @@ def test_did_you_mean_for_scenario_names_and_fields() -> None:
     with pytest.raises(ScenarioError, match=r"did you mean kill-and-rejoin\?"):
         resolve("kill-and-rejion")
     with pytest.raises(ScenarioError, match=r"schedule\.0\.restrat: .*did you mean restart\?"):
-        parse_scenario({"name": "x", "schedule": [{"fault": "kill", "targets": ["learner-0"], "at": 1,
-                                                   "duration": 1, "restrat": True}]})
+        parse_scenario(
+            {
+                "name": "x",
+                "schedule": [{"fault": "kill", "targets": ["learner-0"], "at": 1, "duration": 1, "restrat": True}],
+            }
+        )
     with pytest.raises(ScenarioError, match=r"cluster\.algorithm\.min_quorom: .*did you mean min_quorum\?"):
         parse_scenario({"name": "x", "cluster": {"algorithm": {"min_quorom": 2}}})
     with pytest.raises(ScenarioError) as far:
@@ -126,8 +153,9 @@ def test_a_closed_stdout_ends_quietly() -> None:
     r, w = os.pipe()
     os.close(r)
     try:
-        done = subprocess.run([sys.executable, "-m", "chaos.cli", "list"], stdout=w, stderr=subprocess.PIPE,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "chaos.cli", "list"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120
+        )
     finally:
         os.close(w)
     assert "Traceback" not in done.stderr and done.returncode == EXIT_ERROR, done.stderr

@@ -17,8 +17,15 @@ from benchmarks import rendered, tier_times
 
 ROOT = Path(__file__).resolve().parents[2]
 # The documents that are manuals: measurements only in generated sections.
-MANUALS = ["README.md", "docs/ci-tiers.md", "docs/decisions.md", "docs/benchmarks.md", "docs/scale-simulator.md",
-           "docs/security.md", "docs/trainer.md"]
+MANUALS = [
+    "README.md",
+    "docs/ci-tiers.md",
+    "docs/decisions.md",
+    "docs/benchmarks.md",
+    "docs/scale-simulator.md",
+    "docs/security.md",
+    "docs/trainer.md",
+]
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 
@@ -30,15 +37,18 @@ def test_the_docs_show_the_recorded_tier_timings() -> None:
         missing = {"command", "commit", "finished", "whole_s", "tests", "not_passed"} - set(entry)
         assert not missing, f"{name}: {missing}"
     text = (ROOT / tier_times.DOC).read_text()
-    assert tier_times.render(doc, text) == text, \
+    assert tier_times.render(doc, text) == text, (
         "docs/ci-tiers.md is stale: .venv/bin/python -m benchmarks.tier_times --render"
+    )
 
 
 @pytest.mark.parametrize("name", MANUALS)
 def test_a_manual_has_no_date_or_commit_outside_its_generated_tables(name: str) -> None:
     text = rendered.outside((ROOT / name).read_text())
     found = DATE.findall(text) + COMMIT.findall(text)
-    assert not found, f"{name} quotes {found} in prose: measurements live in results JSON, rendered between markers"
+    assert not found, (
+        f"{name} quotes {found} in prose: measurements live in results JSON, rendered between markers"
+    )
 
 
 def test_the_check_sees_a_dated_paragraph_and_a_commit() -> None:
@@ -51,9 +61,11 @@ def test_the_check_sees_a_dated_paragraph_and_a_commit() -> None:
 
 
 def test_record_stores_a_tier_from_its_junit_files_and_log(tmp_path: Path) -> None:
-    junit = ('<testsuites><testsuite><testcase classname="tests.unit.test_a" name="test_x" time="2.0"/>'
-             '<testcase classname="tests.chaos.test_b" name="test_y" time="30.5"><failure message="no"/></testcase>'
-             '</testsuite></testsuites>')
+    junit = (
+        '<testsuites><testsuite><testcase classname="tests.unit.test_a" name="test_x" time="2.0"/>'
+        '<testcase classname="tests.chaos.test_b" name="test_y" time="30.5"><failure message="no"/></testcase>'
+        "</testsuite></testsuites>"
+    )
     log = "tier: setup 40 s\n...\ntier: pytest-cpu 100 s\n\nreal\t2m31.500s\nuser\t4m0.000s\n"
     path = tmp_path / "tier_times.json"
     entry = tier_times.measurement(tier_times.tier_times(junit), log, "scripts/test", "a note")
@@ -64,8 +76,12 @@ def test_record_stores_a_tier_from_its_junit_files_and_log(tmp_path: Path) -> No
     got = doc["tiers"]["quick"]
     assert got["whole_s"] == 151.5 and got["parts_s"] == {"setup": 40, "pytest-cpu": 100}
     assert (got["tests"], got["not_passed"], got["command"], got["note"]) == (2, 1, "scripts/test", "a note")
-    assert got["folders"]["tests/chaos"] == {"tests": 1, "not_passed": 1, "seconds": 30.5,
-                                             "slowest": [[30.5, "tests.chaos.test_b::test_y"]]}
+    assert got["folders"]["tests/chaos"] == {
+        "tests": 1,
+        "not_passed": 1,
+        "seconds": 30.5,
+        "slowest": [[30.5, "tests.chaos.test_b::test_y"]],
+    }
     assert "**2.5 min**" in tier_times.markdown({"tiers": {"quick": got}})
 
 

@@ -74,8 +74,16 @@ def test_a_run_directory_with_a_corrupt_event_is_an_error_naming_the_line(tmp_pa
         History.read(tmp_path)
 
 
-@pytest.mark.parametrize("err", ["trainer.errors.ConfigError", "faults.errors.TargetError", "trainer.events.EventError",
-                                 "chaos.errors.ScenarioError", "trainer.core.fragments.FragmentationError"])
+@pytest.mark.parametrize(
+    "err",
+    [
+        "trainer.errors.ConfigError",
+        "faults.errors.TargetError",
+        "trainer.events.EventError",
+        "chaos.errors.ScenarioError",
+        "trainer.core.fragments.FragmentationError",
+    ],
+)
 def test_every_package_error_is_a_message_and_exit_2(err: str, monkeypatch, capsys) -> None:
     import importlib
 
@@ -86,6 +94,7 @@ def test_every_package_error_is_a_message_and_exit_2(err: str, monkeypatch, caps
 
     def fails(args):
         raise cls("what is wrong, and where")
+
     monkeypatch.setattr(chaos.cli, "cmd_list", fails)
     assert main(["list"]) == EXIT_ERROR
     assert capsys.readouterr().err == "error: what is wrong, and where\n"

@@ -12,8 +12,9 @@ from chaos.container_probe import METRICS_PORT
 
 
 def test_a_learner_replica_finds_its_id_by_host_name_and_the_plan_survives_json(tmp_path: Path) -> None:
-    run = ActiveRun("/runs/work/x", "tok", {"learner-0": LearnerSlot("toxiproxy:26000")},
-                    hosts={"3f2a9c0d1e4b": "learner-0"})
+    run = ActiveRun(
+        "/runs/work/x", "tok", {"learner-0": LearnerSlot("toxiproxy:26000")}, hosts={"3f2a9c0d1e4b": "learner-0"}
+    )
     run.write(tmp_path / "active.json")
     back = ActiveRun.read(tmp_path / "active.json")
     assert back == run

@@ -46,14 +46,25 @@ def test_a_persistent_failure_is_reported_as_unknown_not_as_clean() -> None:
 def test_the_teardown_record_keeps_its_layout_and_reads_back_typed(tmp_path: Path) -> None:
     ex = _execution(_FlakyToxiproxy(failures=0))
     ex.interp = PlanInterpreter([], origin=0.0)
-    ex.backend = SimpleNamespace(tag="run-a", running_units=lambda: [],
-                                 teardown=lambda: Teardown(exit_codes={"learner-0": -9, "syncer": 0}, problems=[]))
+    ex.backend = SimpleNamespace(
+        tag="run-a",
+        running_units=lambda: [],
+        teardown=lambda: Teardown(exit_codes={"learner-0": -9, "syncer": 0}, problems=[]),
+    )
     ex.recorder = Recorder(tmp_path / "controller.jsonl")
     ex.metrics_server = None  # the controller served no /metrics (RunOptions.metrics_port None)
     ex._teardown()
     (line,) = (tmp_path / "controller.jsonl").read_text().splitlines()
-    assert json.loads(line)["detail"] == {"proxies_left": ["run-a-learner-0"], "processes_left": [],
-                                          "healed_on_teardown": False, "exit_codes": {"learner-0": -9, "syncer": 0},
-                                          "problems": []}
+    assert json.loads(line)["detail"] == {
+        "proxies_left": ["run-a-learner-0"],
+        "processes_left": [],
+        "healed_on_teardown": False,
+        "exit_codes": {"learner-0": -9, "syncer": 0},
+        "problems": [],
+    }
     teardown = History.read(tmp_path).teardown()
-    assert teardown is not None and teardown.proxies_left == ["run-a-learner-0"] and teardown.exit_codes["syncer"] == 0
+    assert (
+        teardown is not None
+        and teardown.proxies_left == ["run-a-learner-0"]
+        and teardown.exit_codes["syncer"] == 0
+    )

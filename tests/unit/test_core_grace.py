@@ -29,7 +29,9 @@ def test_slack_formula():
     # slack = 2 * 0.3 - (0.1 + 0.05) = 0.45; grace = 0.5 * 0.45
     assert grace_seconds(_policy(), _timing(0.3, 0.1, 0.05)) == pytest.approx(0.225)
     # tau enters linearly
-    assert grace_seconds(_policy(overlap_steps=4, cap_steps=2.0), _timing(0.3, 0.1, 0.05)) == pytest.approx(0.5 * (1.2 - 0.15))
+    assert grace_seconds(_policy(overlap_steps=4, cap_steps=2.0), _timing(0.3, 0.1, 0.05)) == pytest.approx(
+        0.5 * (1.2 - 0.15)
+    )
 
 
 @SETTINGS
@@ -160,8 +162,12 @@ def test_auto_overlap_never_goes_below_its_floor_and_needs_a_step_time():
 
 
 @SETTINGS
-@given(st.floats(min_value=1e-3, max_value=10), st.floats(min_value=0, max_value=100),
-       st.floats(min_value=0, max_value=100), st.integers(0, 8))
+@given(
+    st.floats(min_value=1e-3, max_value=10),
+    st.floats(min_value=0, max_value=100),
+    st.floats(min_value=0, max_value=100),
+    st.integers(0, 8),
+)
 def test_auto_overlap_leaves_at_least_a_step_of_slack(t_step, t_quorum, t_sync, floor):
     """τ_auto·t_step ≥ t_quorum + t_sync + t_step: a slow round never shuts the window by itself."""
     t = _timing(t_step, t_quorum, t_sync)

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.fragment_schedule import FragmentSchedule
+from trainer.core.learner_book import LearnerBook, SyncStart
 
 
 def book(p=2, h=4, tau=1, staggered=True, versions=None, blocking=False) -> LearnerBook:

@@ -54,7 +54,9 @@ def test_weighted_mean_matches_hand_computation():
     st.data(),
 )
 def test_weighted_mean_lies_between_min_and_max(values, data):
-    weights = data.draw(st.lists(st.floats(min_value=0.01, max_value=100), min_size=len(values), max_size=len(values)))
+    weights = data.draw(
+        st.lists(st.floats(min_value=0.01, max_value=100), min_size=len(values), max_size=len(values))
+    )
     vectors = [{"x": np.array([v], np.float64)} for v in values]
     out = weighted_mean(vectors, weights)["x"][0]
     assert min(values) - 1e-9 <= out <= max(values) + 1e-9
@@ -173,7 +175,9 @@ def test_unknown_rule_raises():
         merge_outer_gradients([{"w": np.ones(2)}], [1.0], "median")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("vectors,weights", [([], []), ([{"w": np.ones(1)}], [1.0, 1.0]), ([{"w": np.ones(1)}] * 2, [1.0])])
+@pytest.mark.parametrize(
+    "vectors,weights", [([], []), ([{"w": np.ones(1)}], [1.0, 1.0]), ([{"w": np.ones(1)}] * 2, [1.0])]
+)
 def test_mismatched_or_empty_inputs_raise(vectors, weights):
     with pytest.raises(ValueError):
         merge_outer_gradients(vectors, weights, "mean")

@@ -10,22 +10,32 @@ import jax
 import numpy as np
 import pytest
 
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import partition_tensors
 from trainer.core.learner_book import LearnerBook, SyncStart
-from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import StepClock, cluster_pace, round_at, sync_step
-from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
 
 IDS = ("a", "b", "c")
 
 
-def clocked(min_quorum: int = 1, late: str = "refuse", grace: bool = True, momentum: float = 0.9,
-            num_learners: int = 3) -> SyncerState:
-    policy = SyncerPolicy(num_learners=num_learners, min_quorum=min_quorum, grace_enabled=grace, grace_cap_steps=2.0,
-                          outer_lr=0.7, outer_momentum=momentum, sync_every=4, late_uploads=late,
-                          max_staleness=3, rounds="clock")
+def clocked(
+    min_quorum: int = 1, late: str = "refuse", grace: bool = True, momentum: float = 0.9, num_learners: int = 3
+) -> SyncerState:
+    policy = SyncerPolicy(
+        num_learners=num_learners,
+        min_quorum=min_quorum,
+        grace_enabled=grace,
+        grace_cap_steps=2.0,
+        outer_lr=0.7,
+        outer_momentum=momentum,
+        sync_every=4,
+        late_uploads=late,
+        max_staleness=3,
+        rounds="clock",
+    )
     st = SyncerState.create(policy, partition_tensors({"w": 2}, 1), {"w": np.zeros(2, np.float32)})
     for lid in IDS[:num_learners]:
         st.join(lid, "i", now=0.0)
@@ -99,7 +109,9 @@ def test_a_carried_late_upload_waits_for_the_next_rounds_opening() -> None:
 def announce(st: SyncerState, c: Contribution, now: float) -> None:
     """The upload's header arrives (the gRPC service calls this before reading the body)."""
     specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in c.tensors.items()}
-    st.announce(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens, now, c.round)
+    st.announce(
+        c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens, now, c.round
+    )
 
 
 def test_an_upload_whose_header_made_the_round_is_merged_in_it_though_its_body_is_slow() -> None:
@@ -284,8 +296,10 @@ def test_a_learner_syncs_at_its_last_boundary_at_or_before_each_opening(step_s: 
 
 
 def test_learners_of_different_speeds_sync_on_one_schedule() -> None:
-    starts = {name: [(s.round, s.c_steps) for _, s in _clocked_syncs(step_s, 4.0)]
-              for name, step_s in (("fast", 0.25), ("slow", 0.5))}
+    starts = {
+        name: [(s.round, s.c_steps) for _, s in _clocked_syncs(step_s, 4.0)]
+        for name, step_s in (("fast", 0.25), ("slow", 0.5))
+    }
     # Both sync rounds 0..3; the slow learner covers half the steps (its counters carry on: never received).
     assert [r for r, _ in starts["fast"]] == [r for r, _ in starts["slow"]] == [0, 1, 2, 3]
     assert starts["fast"][-1][1] == 2 * starts["slow"][-1][1]

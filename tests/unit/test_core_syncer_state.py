@@ -10,9 +10,8 @@ scheduled rounds of ``rounds="clock"`` have their own tests
 
 from __future__ import annotations
 
-import dataclasses
-
 import copy
+import dataclasses
 
 import jax
 import numpy as np
@@ -100,8 +99,11 @@ def test_create_copies_params_and_checks_coverage():
     s.params["w"][0] = 5.0
     assert params["w"][0] == 0.0
     with pytest.raises(ValueError, match="differently"):
-        SyncerState.create(SyncerPolicy(num_learners=1, min_quorum=1), partition_tensors({"w": 4}, 1),
-                           {"w": np.zeros(4, np.float32), "extra": np.zeros(1, np.float32)})
+        SyncerState.create(
+            SyncerPolicy(num_learners=1, min_quorum=1),
+            partition_tensors({"w": 4}, 1),
+            {"w": np.zeros(4, np.float32), "extra": np.zeros(1, np.float32)},
+        )
     with pytest.raises(ValueError, match="min_quorum"):
         make_state(num_learners=2, min_quorum=3)
 
@@ -132,7 +134,10 @@ def test_join_with_empty_ids_is_malformed():
 
 def test_unknown_learner_is_rejected():
     s = make_state()
-    assert reason_of(lambda: s.submit(contrib("ghost", "inc-1", 0, 0, grad(s, 0, 1.0)), now=0.0)) is RejectReason.UNKNOWN_LEARNER
+    assert (
+        reason_of(lambda: s.submit(contrib("ghost", "inc-1", 0, 0, grad(s, 0, 1.0)), now=0.0))
+        is RejectReason.UNKNOWN_LEARNER
+    )
     assert reason_of(lambda: s.report("ghost", "inc-1", 1, 10, 0.1, now=0.0)) is RejectReason.UNKNOWN_LEARNER
 
 
@@ -140,7 +145,10 @@ def test_stale_incarnation_is_rejected():
     s = make_state()
     s.join("a", "inc-1", now=0.0)
     s.join("a", "inc-2", now=1.0)
-    assert reason_of(lambda: s.submit(contrib("a", "inc-1", 0, 0, grad(s, 0, 1.0)), now=1.0)) is RejectReason.STALE_INCARNATION
+    assert (
+        reason_of(lambda: s.submit(contrib("a", "inc-1", 0, 0, grad(s, 0, 1.0)), now=1.0))
+        is RejectReason.STALE_INCARNATION
+    )
     assert reason_of(lambda: s.report("a", "inc-1", 1, 10, 0.1, now=1.0)) is RejectReason.STALE_INCARNATION
     assert s.submit(contrib("a", "inc-2", 0, 0, grad(s, 0, 1.0)), now=1.0).accepted
 
@@ -149,7 +157,10 @@ def test_left_learner_is_rejected_until_it_joins_again():
     s = make_state()
     s.join("a", "inc-1", now=0.0)
     s.leave("a", "inc-1", now=1.0)
-    assert reason_of(lambda: s.submit(contrib("a", "inc-1", 0, 0, grad(s, 0, 1.0)), now=1.0)) is RejectReason.LEFT_LEARNER
+    assert (
+        reason_of(lambda: s.submit(contrib("a", "inc-1", 0, 0, grad(s, 0, 1.0)), now=1.0))
+        is RejectReason.LEFT_LEARNER
+    )
     assert s.active_learners(now=1.0) == []
     r = s.join("a", "inc-2", now=2.0)
     assert r.incarnation_index == 1
@@ -188,8 +199,14 @@ def test_version_window(max_staleness):
         assert fresh.check_header("b", "inc-1", 0, base, {"w": ((4,), "float32")}, 1, 1, now=0.0) == current
         assert fresh.submit(contrib("b", "inc-1", 0, base, grad(s, 0, 1.0)), now=0.0).accepted
     too_old = current - max_staleness - 1
-    assert reason_of(lambda: s.submit(contrib("b", "inc-1", 0, too_old, grad(s, 0, 1.0)), now=0.0)) is RejectReason.STALE_VERSION
-    assert reason_of(lambda: s.submit(contrib("b", "inc-1", 0, current + 1, grad(s, 0, 1.0)), now=0.0)) is RejectReason.FUTURE_VERSION
+    assert (
+        reason_of(lambda: s.submit(contrib("b", "inc-1", 0, too_old, grad(s, 0, 1.0)), now=0.0))
+        is RejectReason.STALE_VERSION
+    )
+    assert (
+        reason_of(lambda: s.submit(contrib("b", "inc-1", 0, current + 1, grad(s, 0, 1.0)), now=0.0))
+        is RejectReason.FUTURE_VERSION
+    )
 
 
 def make_copy(s: SyncerState) -> SyncerState:
@@ -199,14 +216,23 @@ def make_copy(s: SyncerState) -> SyncerState:
 def test_unknown_fragment_is_rejected():
     s = make_state()
     s.join("a", "i", now=0.0)
-    assert reason_of(lambda: s.check_header("a", "i", 1, 0, {"w": ((4,), "float32")}, 1, 1, now=0.0)) is RejectReason.UNKNOWN_FRAGMENT
-    assert reason_of(lambda: s.check_header("a", "i", -1, 0, {"w": ((4,), "float32")}, 1, 1, now=0.0)) is RejectReason.UNKNOWN_FRAGMENT
+    assert (
+        reason_of(lambda: s.check_header("a", "i", 1, 0, {"w": ((4,), "float32")}, 1, 1, now=0.0))
+        is RejectReason.UNKNOWN_FRAGMENT
+    )
+    assert (
+        reason_of(lambda: s.check_header("a", "i", -1, 0, {"w": ((4,), "float32")}, 1, 1, now=0.0))
+        is RejectReason.UNKNOWN_FRAGMENT
+    )
 
 
 def test_negative_counters_are_rejected():
     s = make_state()
     s.join("a", "i", now=0.0)
-    assert reason_of(lambda: s.submit(contrib("a", "i", 0, 0, grad(s, 0, 1.0), c_steps=-1), now=0.0)) is RejectReason.BAD_COUNTERS
+    assert (
+        reason_of(lambda: s.submit(contrib("a", "i", 0, 0, grad(s, 0, 1.0), c_steps=-1), now=0.0))
+        is RejectReason.BAD_COUNTERS
+    )
     assert reason_of(lambda: s.report("a", "i", -1, 0, 0.1, now=0.0)) is RejectReason.BAD_COUNTERS
     assert reason_of(lambda: s.report("a", "i", 1, 0, float("nan"), now=0.0)) is RejectReason.BAD_COUNTERS
 
@@ -255,11 +281,14 @@ def test_wrong_shape_dtype_and_names_are_rejected():
         ({"w": np.zeros(4, np.float64), "b": np.zeros(2, np.float32)}, RejectReason.BAD_DTYPE),
         ({"w": np.zeros(4, np.float16), "b": np.zeros(2, np.float32)}, RejectReason.BAD_DTYPE),
         ({"w": np.zeros(4, np.float32)}, RejectReason.BAD_SHAPE),  # a tensor missing
-        ({"w": np.zeros(4, np.float32), "b": np.zeros(2, np.float32), "x": np.zeros(1, np.float32)}, RejectReason.BAD_SHAPE),
+        (
+            {"w": np.zeros(4, np.float32), "b": np.zeros(2, np.float32), "x": np.zeros(1, np.float32)},
+            RejectReason.BAD_SHAPE,
+        ),
         ({"w": np.zeros(4, np.float32), "bias": np.zeros(2, np.float32)}, RejectReason.BAD_SHAPE),  # wrong name
     ]
     for tensors, reason in cases:
-        assert reason_of(lambda: s.submit(contrib("c", "i", 0, 0, tensors), now=0.0)) is reason
+        assert reason_of(lambda tensors=tensors: s.submit(contrib("c", "i", 0, 0, tensors), now=0.0)) is reason
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -305,7 +334,7 @@ def test_rejected_uploads_leave_state_untouched():
     ]
     table = {lid: dataclasses.astuple(r) for lid, r in s.learners.items()}
     for c, reason in bad:
-        assert reason_of(lambda: s.submit(c, now=5.0)) is reason
+        assert reason_of(lambda c=c: s.submit(c, now=5.0)) is reason
         assert_same_snapshot(before, snapshot(s))
         # No sign of life either (found by the generated hostile-protocol suite: a refused upload's header
         # refreshed its learner's liveness).
@@ -315,8 +344,14 @@ def test_rejected_uploads_leave_state_untouched():
 def test_refused_non_finite_merge_leaves_optimizer_state_untouched():
     # theta - lr * (g + mu * g) with finite theta = -3e38, g = 3e38 overflows float32: merge() refuses it.
     # A refused merge must not leave its outer gradient in the momentum buffer.
-    s = make_state(num_learners=1, min_quorum=1, merge_rule="mean", outer_lr=0.7, outer_momentum=0.9,
-                   params={"w": np.full(4, -3e38, np.float32)})
+    s = make_state(
+        num_learners=1,
+        min_quorum=1,
+        merge_rule="mean",
+        outer_lr=0.7,
+        outer_momentum=0.9,
+        params={"w": np.full(4, -3e38, np.float32)},
+    )
     s.join("a", "i", now=0.0)
     s.submit(contrib("a", "i", 0, 0, grad(s, 0, 3e38)), now=0.0)
     before = snapshot(s)
@@ -344,8 +379,15 @@ def test_no_merge_due_before_k_distinct_learners():
 
 
 def test_due_at_once_when_all_active_learners_are_in_even_with_grace():
-    s = make_state(num_learners=3, min_quorum=2, grace_enabled=True, grace_gamma=0.5, grace_cap_steps=10.0,
-                   overlap_steps=2, liveness_timeout_s=100.0)
+    s = make_state(
+        num_learners=3,
+        min_quorum=2,
+        grace_enabled=True,
+        grace_gamma=0.5,
+        grace_cap_steps=10.0,
+        overlap_steps=2,
+        liveness_timeout_s=100.0,
+    )
     ids = join_all(s, 3)
     s.report("L0", "inc-1", 1, 64, step_time_s=1.0, now=0.5)  # t_step = 1 -> grace 1.0
     s.submit(contrib(ids[0], "inc-1", 0, 0, grad(s, 0, 1.0)), now=1.0)
@@ -356,8 +398,15 @@ def test_due_at_once_when_all_active_learners_are_in_even_with_grace():
 
 
 def test_grace_deadline_with_fake_clock():
-    s = make_state(num_learners=3, min_quorum=1, grace_enabled=True, grace_gamma=0.5, grace_cap_steps=10.0,
-                   overlap_steps=2, liveness_timeout_s=100.0)
+    s = make_state(
+        num_learners=3,
+        min_quorum=1,
+        grace_enabled=True,
+        grace_gamma=0.5,
+        grace_cap_steps=10.0,
+        overlap_steps=2,
+        liveness_timeout_s=100.0,
+    )
     ids = join_all(s, 3)
     s.report(ids[0], "inc-1", 1, 64, step_time_s=1.0, now=0.0)
     # slack = 2 * 1.0 - (0 + 0) -> grace = 0.5 * 2 = 1.0
@@ -390,8 +439,14 @@ def test_timed_out_learners_are_not_waited_for():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.booleans()), min_size=1, max_size=25))
 def test_versions_increase_by_exactly_one_per_merge(ops):
-    s = make_state(num_learners=3, min_quorum=2, sizes={"a": 3, "b": 2}, num_fragments=2, max_staleness=3,
-                   liveness_timeout_s=1e9)
+    s = make_state(
+        num_learners=3,
+        min_quorum=2,
+        sizes={"a": 3, "b": 2},
+        num_fragments=2,
+        max_staleness=3,
+        liveness_timeout_s=1e9,
+    )
     ids = join_all(s, 3)
     now = 0.0
     merges = 0
@@ -416,8 +471,15 @@ def test_versions_increase_by_exactly_one_per_merge(ops):
 def test_merge_matches_hand_computation_with_token_weights():
     lr = 0.5
     theta0 = np.array([1.0, 2.0, -1.0], np.float32)
-    s = make_state(num_learners=2, min_quorum=2, sizes={"w": 3}, params={"w": theta0}, merge_rule="mean",
-                   outer_lr=lr, outer_momentum=0.0)
+    s = make_state(
+        num_learners=2,
+        min_quorum=2,
+        sizes={"w": 3},
+        params={"w": theta0},
+        merge_rule="mean",
+        outer_lr=lr,
+        outer_momentum=0.0,
+    )
     s.join("a", "i", now=0.0)
     s.join("b", "i", now=0.0)
     va = np.array([1.0, 2.0, 0.0], np.float32)
@@ -435,8 +497,15 @@ def test_merge_matches_hand_computation_with_token_weights():
 
 
 def test_embedding_fragment_uses_the_mean_rule():
-    s = make_state(num_learners=2, min_quorum=2, sizes={"embed": 2, "w": 2}, num_fragments=2, merge_rule="rda",
-                   outer_lr=1.0, outer_momentum=0.0)
+    s = make_state(
+        num_learners=2,
+        min_quorum=2,
+        sizes={"embed": 2, "w": 2},
+        num_fragments=2,
+        merge_rule="rda",
+        outer_lr=1.0,
+        outer_momentum=0.0,
+    )
     s.join("a", "i", now=0.0)
     s.join("b", "i", now=0.0)
     frag_of = {n: f.index for f in s.fragments for n in f.names}
@@ -469,7 +538,10 @@ def test_token_budget_finishes_the_run():
     assert s.finished
     assert s.report("a", "i", 6, 70, 0.1, now=3.0) is True
     assert reason_of(lambda: s.submit(contrib("a", "i", 0, 0, grad(s, 0, 1.0)), now=3.0)) is RejectReason.FINISHED
-    assert reason_of(lambda: s.check_header("b", "i", 0, 0, {"w": ((4,), "float32")}, 1, 1, now=3.0)) is RejectReason.FINISHED
+    assert (
+        reason_of(lambda: s.check_header("b", "i", 0, 0, {"w": ((4,), "float32")}, 1, 1, now=3.0))
+        is RejectReason.FINISHED
+    )
 
 
 def test_no_budget_never_finishes():
@@ -514,7 +586,9 @@ def test_settle_ends_at_once_when_everyone_seen_was_merged_since_it_joined():
     s.join("a", "i", now=0.0)
     s.join("b", "i", now=0.0)
     _merge_all(s, {"a": "i", "b": "i"}, now=1.0)
-    assert s.report("a", "i", 5, 100, 0.1, now=2.0) is False  # the budget fixes the result; the shell ends training
+    assert (
+        s.report("a", "i", 5, 100, 0.1, now=2.0) is False
+    )  # the budget fixes the result; the shell ends training
     assert s.budget_reached and not s.finished and s.awaited(2.0) == []
     assert s.settle(2.0) is True and s.finished
     assert s.settle(2.5) is False  # only once
@@ -533,8 +607,10 @@ def test_settle_waits_for_a_restarted_learner_to_be_merged_and_keeps_merging_mea
     _merge_all(s, {"a": "i", "b": "j"}, now=4.0)  # uploads are still merged while settling
     assert s.versions[0] == before + 1 and s.awaited(4.0) == []
     assert s.settle(4.0) is True and s.finished
-    assert reason_of(lambda: s.submit(contrib("a", "i", 0, s.versions[0], grad(s, 0, 0.1)), now=5.0)) \
+    assert (
+        reason_of(lambda: s.submit(contrib("a", "i", 0, s.versions[0], grad(s, 0, 0.1)), now=5.0))
         is RejectReason.FINISHED
+    )
 
 
 def test_settle_gives_up_after_settle_s_and_names_who_never_came_back():
@@ -583,8 +659,16 @@ def test_without_settle_the_budget_finishes_at_once():
 
 # ---- checkpoints --------------------------------------------------------------------------
 def _trained_state():
-    s = make_state(num_learners=2, min_quorum=1, sizes={"a": 3, "b": 2}, num_fragments=2, outer_momentum=0.9,
-                   outer_lr=0.7, merge_rule="rda", max_staleness=0)
+    s = make_state(
+        num_learners=2,
+        min_quorum=1,
+        sizes={"a": 3, "b": 2},
+        num_fragments=2,
+        outer_momentum=0.9,
+        outer_lr=0.7,
+        merge_rule="rda",
+        max_staleness=0,
+    )
     s.join("a", "i", now=0.0)
     s.join("b", "i", now=0.0)
     s.report("a", "i", 3, 300, 0.1, now=0.0)
@@ -708,6 +792,7 @@ def _sender(s: SyncerState):
             return r.reason
         s.merge(0, now=now)
         return None
+
     return send
 
 
@@ -740,7 +825,9 @@ def test_one_learner_cannot_steer_the_outlier_reference():
     assert send("L0", 1e30) is RejectReason.OUTLIER_NORM
     s2 = make_state(outer_momentum=0.0, inner_lr=1e-3)
     join_all(s2, 3)
-    assert _sender(s2)("L0", 1.0) is RejectReason.OUTLIER_NORM  # 1000 AdamW steps' worth in one: no reference needed
+    assert (
+        _sender(s2)("L0", 1.0) is RejectReason.OUTLIER_NORM
+    )  # 1000 AdamW steps' worth in one: no reference needed
 
 
 def test_step_counts_are_capped_by_time_at_the_clusters_pace_and_tokens_derived():
@@ -771,10 +858,12 @@ def test_a_refused_upload_or_report_changes_nothing():
     before = (s.learners["L0"].last_seen, dict(s.tokens_by_incarnation), s.versions[:], dict(s.step_times))
     for c_steps, c_tokens, base in ((2**63 - 1, 0, 0), (1, 65, 0), (1, 64, -1), (-1, 64, 0)):
         with pytest.raises(Rejected):
-            s.submit(contrib("L0", "inc-1", 0, base, grad(s, 0, 1e-3), c_steps=c_steps, c_tokens=c_tokens), now=9.0)
-    for step, tokens, st in ((1, 65, 0.1), (2**53, 64 * 2**53, 0.1), (1, 64, float("nan")), (1, 64, 1e9)):
+            s.submit(
+                contrib("L0", "inc-1", 0, base, grad(s, 0, 1e-3), c_steps=c_steps, c_tokens=c_tokens), now=9.0
+            )
+    for step, tokens, step_s in ((1, 65, 0.1), (2**53, 64 * 2**53, 0.1), (1, 64, float("nan")), (1, 64, 1e9)):
         with pytest.raises(Rejected):
-            s.report("L0", "inc-1", step=step, tokens=tokens, step_time_s=st, now=9.0)
+            s.report("L0", "inc-1", step=step, tokens=tokens, step_time_s=step_s, now=9.0)
     assert (s.learners["L0"].last_seen, dict(s.tokens_by_incarnation), s.versions[:], dict(s.step_times)) == before
 
 
@@ -785,8 +874,15 @@ def test_data_parallel_applies_one_adamw_update_to_the_mean_gradient_with_the_pr
 
     spec = AdamWSpec(lr=0.01, warmup_steps=0, weight_decay=0.1, grad_clip=1.0, decay="cosine")
     params = {"w": np.array([0.5, -1.0, 2.0, 0.0], np.float32)}
-    s = make_state(num_learners=2, min_quorum=2, params=params, outer_adamw=spec, merge_rule="mean",
-                   token_budget=1000, max_norm_ratio=0.0)
+    s = make_state(
+        num_learners=2,
+        min_quorum=2,
+        params=params,
+        outer_adamw=spec,
+        merge_rule="mean",
+        token_budget=1000,
+        max_norm_ratio=0.0,
+    )
     ids = join_all(s, 2)
     s.report(ids[0], "inc-1", step=1, tokens=300, step_time_s=0.1, now=0.0)
     s.report(ids[1], "inc-1", step=1, tokens=200, step_time_s=0.1, now=0.0)  # progress 0.5

@@ -101,8 +101,9 @@ def test_create_rejects_bad_arguments() -> None:
 
 def test_older_classes_of_vocab_size_is_the_full_chain_and_bad_values_are_refused() -> None:
     plain = MarkovSource.create(16, order=2, seed=0)
-    np.testing.assert_array_equal(MarkovSource.create(16, order=2, seed=0, older_classes=16).transition,
-                                  plain.transition)
+    np.testing.assert_array_equal(
+        MarkovSource.create(16, order=2, seed=0, older_classes=16).transition, plain.transition
+    )
     for bad in (1, 17):
         with pytest.raises(ValueError, match="older_classes"):
             MarkovSource.create(16, order=2, older_classes=bad)
@@ -126,7 +127,9 @@ def test_older_classes_leave_a_measured_amount_of_structure_beyond_the_last_toke
     assert not np.array_equal(t[0], t[1])
     # One bit of the older token is worth up to ln 2: what a model must still learn after the bigram.
     assert 0.2 < _last_token_model_gap(src) < math.log(2)
-    assert _last_token_model_gap(src) < _last_token_model_gap(MarkovSource.create(64, order=2, seed=0, older_classes=4))
+    assert _last_token_model_gap(src) < _last_token_model_gap(
+        MarkovSource.create(64, order=2, seed=0, older_classes=4)
+    )
 
 
 def test_sample_shape_dtype_range_and_rng_determinism(src1: MarkovSource) -> None:

@@ -11,8 +11,11 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def links(path: Path) -> set[Path]:
-    return {(path.parent / target).resolve() for target in LINK.findall(path.read_text())
-            if not target.startswith(("http://", "https://"))}
+    return {
+        (path.parent / target).resolve()
+        for target in LINK.findall(path.read_text())
+        if not target.startswith(("http://", "https://"))
+    }
 
 
 def test_the_readme_is_at_most_8_kb_and_names_the_two_commands() -> None:
@@ -28,6 +31,10 @@ def test_every_document_is_linked_from_the_readme() -> None:
 
 
 def test_every_local_link_points_to_a_file_that_exists() -> None:
-    broken = [f"{p.relative_to(ROOT)} -> {t.relative_to(ROOT) if t.is_relative_to(ROOT) else t}"
-              for p in [README, *sorted((ROOT / "docs").glob("*.md"))] for t in links(p) if not t.exists()]
+    broken = [
+        f"{p.relative_to(ROOT)} -> {t.relative_to(ROOT) if t.is_relative_to(ROOT) else t}"
+        for p in [README, *sorted((ROOT / "docs").glob("*.md"))]
+        for t in links(p)
+        if not t.exists()
+    ]
     assert not broken, f"broken links: {broken}"

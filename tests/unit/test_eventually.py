@@ -9,7 +9,7 @@ from unittest import mock
 import trainer.core.syncer_state as ss
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
-from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.reasons import Rejected, RejectReason
 
 OPTS = SimOptions(baseline=False)
 
@@ -25,6 +25,7 @@ def _half_participation(submit):
         if rec is not None and rec.incarnation_index >= 1 and c.round % 2:  # a rejoined learner's odd rounds
             raise Rejected(RejectReason.LATE_ROUND, "planted: a rejoined learner's odd rounds are refused")
         return submit(self, c, now)
+
     return mutated
 
 

@@ -13,12 +13,18 @@ def _v(status: str) -> Verdict:
     return Verdict(f"check-{status}", status, "")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("statuses,expected", [
-    ((), ("pass", 0)),
-    (("pass", "pass"), ("pass", 0)),
-    (("pass", "indeterminate"), ("indeterminate", 3)),  # undecided is not a failure: a script can tell them apart
-    (("indeterminate", "fail", "pass"), ("fail", 1)),  # a failure wins over an undecided check
-])
+@pytest.mark.parametrize(
+    "statuses,expected",
+    [
+        ((), ("pass", 0)),
+        (("pass", "pass"), ("pass", 0)),
+        (
+            ("pass", "indeterminate"),
+            ("indeterminate", 3),
+        ),  # undecided is not a failure: a script can tell them apart
+        (("indeterminate", "fail", "pass"), ("fail", 1)),  # a failure wins over an undecided check
+    ],
+)
 def test_overall_status_and_exit_code(statuses, expected):
     assert overall([_v(s) for s in statuses]) == expected
 

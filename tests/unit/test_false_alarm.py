@@ -15,8 +15,15 @@ RUNS = [{"outside_band": d} for d in (0.0, 0.0, -0.02, 0.07, 0.0)]
 
 def _write(tmp_path: Path, runs=RUNS, seeds: int = 3, cluster: str = "c1") -> Path:
     p = tmp_path / "fa.json"
-    p.write_text(json.dumps({"finished": "2026-12-01T00:00:00+00:00", "config": {"baseline_seeds": seeds, "load": True},
-                             "results": {"runs": runs, "cluster": cluster}}))
+    p.write_text(
+        json.dumps(
+            {
+                "finished": "2026-12-01T00:00:00+00:00",
+                "config": {"baseline_seeds": seeds, "load": True},
+                "results": {"runs": runs, "cluster": cluster},
+            }
+        )
+    )
     return p
 
 
@@ -34,13 +41,17 @@ def test_another_cluster_or_band_size_or_no_file_is_said_not_hidden(tmp_path: Pa
     other = measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c2", path=_write(tmp_path))
     assert not other.same_cluster and "the built-ins' cluster, not this run's" in other.text
     seeds = measured_rate(tolerance=0.05, baseline_seeds=5, cluster="c1", path=_write(tmp_path))
-    assert seeds.model_dump() == {"text": "not measured for a band over 5 seed(s) (measured: 3); run "
-                                          "benchmarks/parity_false_alarm.py --load --baseline-seeds 5"}
+    assert seeds.model_dump() == {
+        "text": "not measured for a band over 5 seed(s) (measured: 3); run "
+        "benchmarks/parity_false_alarm.py --load --baseline-seeds 5"
+    }
     missing = measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1", path=tmp_path / "absent.json")
     assert missing.text.startswith("not measured here (absent.json: FileNotFoundError)")
     (tmp_path / "bad.json").write_text("{not json")
-    assert "JSONDecodeError" in measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1",
-                                              path=tmp_path / "bad.json").text
+    assert (
+        "JSONDecodeError"
+        in measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1", path=tmp_path / "bad.json").text
+    )
     empty = measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1", path=_write(tmp_path, runs=[]))
     assert empty.text.startswith("not measured")
 
@@ -70,6 +81,7 @@ def test_the_committed_measurement_covers_every_built_in() -> None:
     for path in builtin_scenarios().values():
         s = load_scenario(path)
         tolerance = tolerance_of(s.checks.parity, doc["results"]["band"]["excess"])  # the measured band's
-        r = measured_rate(tolerance=tolerance, baseline_seeds=s.checks.parity.baseline_seeds,
-                          cluster=cluster_key(s.cluster))
+        r = measured_rate(
+            tolerance=tolerance, baseline_seeds=s.checks.parity.baseline_seeds, cluster=cluster_key(s.cluster)
+        )
         assert r.same_cluster and r.runs >= 8, (s.name, r)

@@ -17,9 +17,9 @@ import yaml
 from hypothesis import find, settings
 
 import chaos.scenario
+from chaos.fault_plan import plan
 from chaos.registry import fault_kind, register_fault_kind, unregister_fault_kind
 from chaos.scenario import ScenarioError, parse_scenario
-from chaos.fault_plan import plan
 from chaos.sim import SimOptions, simulate
 from chaos.sim.effects import EFFECTS, Effect
 from chaos.strategies import fault_schedules, to_scenario
@@ -37,7 +37,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "scenarios-and-checks.md"
 def worked_example() -> tuple[dict[str, Any], dict[str, Any]]:
     """The code and the schedule entry of the docs' "Adding a fault kind", so the docs show what is tested."""
     text = DOC.read_text()
-    section = text[text.index("### Adding a fault kind"):]
+    section = text[text.index("### Adding a fault kind") :]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     entry = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert code and entry, f"{DOC.name}: 'Adding a fault kind' needs its python and yaml blocks"
@@ -58,18 +58,29 @@ def registered() -> Iterator[None]:
 
 def one_fault(**fault: Any) -> dict[str, Any]:
     """A small run with the docs' schedule entry, some of its fields replaced."""
-    return {"name": "t", "cluster": {"token_budget": 600_000, "syncer": {"checkpoint_every_merges": 10}},
-            "schedule": [{**ENTRY, **fault}]}
+    return {
+        "name": "t",
+        "cluster": {"token_budget": 600_000, "syncer": {"checkpoint_every_merges": 10}},
+        "schedule": [{**ENTRY, **fault}],
+    }
 
 
 def tables() -> tuple[Any, ...]:
-    return dict(KINDS), dict(INJECTORS), dict(EFFECTS), tuple(FAULT_KINDS), tuple(LOCAL_KINDS), set(CONTAINER_KINDS)
+    return (
+        dict(KINDS),
+        dict(INJECTORS),
+        dict(EFFECTS),
+        tuple(FAULT_KINDS),
+        tuple(LOCAL_KINDS),
+        set(CONTAINER_KINDS),
+    )
 
 
 BEFORE = tables()
 
 
 # ---- where a kind shows up -----------------------------------------------------------------------------------
+
 
 def test_a_scenario_names_it_with_its_parameters_validated(registered: None) -> None:
     (entry,) = parse_scenario(one_fault()).schedule
@@ -83,8 +94,10 @@ def test_a_scenario_names_it_with_its_parameters_validated(registered: None) -> 
         parse_scenario(one_fault(rate_kbps=5))
     with pytest.raises(ScenarioError, match="unknown"):  # the table says it may not target the syncer
         parse_scenario(one_fault(targets=["syncer"]))
-    assert "hiccup" in {typing.get_args(m.model_fields["fault"].annotation)[0]
-                        for m in typing.get_args(typing.get_args(chaos.scenario.FaultSpec)[0])}
+    assert "hiccup" in {
+        typing.get_args(m.model_fields["fault"].annotation)[0]
+        for m in typing.get_args(typing.get_args(chaos.scenario.FaultSpec)[0])
+    }
 
 
 def test_the_plan_builds_its_injector(registered: None) -> None:
@@ -114,8 +127,12 @@ class SignalLog:
 def test_deterministic_mode_plays_its_effect(registered: None) -> None:
     r = simulate(parse_scenario(one_fault(stall_ms=80)), SimOptions(baseline=False))
     (w,) = r.history.fault_windows()
-    assert (w.kind, w.injected, w.healed, w.evidence) == ("hiccup", True, True,
-                                                         {"simulated": "hiccup", "targets": ["learner-1"]})
+    assert (w.kind, w.injected, w.healed, w.evidence) == (
+        "hiccup",
+        True,
+        True,
+        {"simulated": "hiccup", "targets": ["learner-1"]},
+    )
     steps = [e for e in r.history.events if isinstance(e, ev.Step) and e.source == "learner-1"]
     before = [s.step_time_s for s in steps if s.ts < w.start]
     during = [s.step_time_s for s in steps if w.start + 0.5 < s.ts < w.end]
@@ -129,8 +146,11 @@ def test_the_rest_of_the_harness_reads_it_from_the_table(registered: None) -> No
 
 def test_generated_schedules_draw_it(registered: None) -> None:
     template = parse_scenario({"name": "base", "cluster": {"token_budget": 100_000}})
-    schedule = find(fault_schedules(max_faults=3), lambda s: any(f.kind == "hiccup" for f in s.faults),
-                    settings=settings(database=None, max_examples=500))
+    schedule = find(
+        fault_schedules(max_faults=3),
+        lambda s: any(f.kind == "hiccup" for f in s.faults),
+        settings=settings(database=None, max_examples=500),
+    )
     drawn = next(f for f in schedule.faults if f.kind == "hiccup")
     assert drawn.params["stall_ms"] in (20, 80)  # the examples its Params declares
     entry = to_scenario(template, schedule, outer_step_s=0.24).schedule[schedule.faults.index(drawn)]
@@ -159,6 +179,7 @@ def test_afterwards_everything_is_as_before() -> None:
 
 # ---- what is refused -----------------------------------------------------------------------------------------
 
+
 class Stray:
     kind = "stray"
 
@@ -166,16 +187,20 @@ class Stray:
         duration: float = 1.0  # every fault's own timing field
 
 
-@pytest.mark.parametrize(("kind", "injector", "effect", "why"), [
-    (HICCUP, None, HICCUP_EFFECT, "'hiccup' needs its injector"),
-    (HICCUP, Hiccup, None, "'hiccup' needs its deterministic effect"),
-    (FaultKind("other", "process", removes_learner=False), Hiccup, HICCUP_EFFECT, "must say kind = 'other'"),
-    (HICCUP, Hiccup, Effect(HICCUP_EFFECT.learner, syncer=lambda sim, p, inject: None), "may not target it"),
-    (FaultKind("kill", "process", removes_learner=True), Hiccup, HICCUP_EFFECT, "already registered"),
-    (FaultKind("Bad name", "process", removes_learner=True), Hiccup, HICCUP_EFFECT, "lower-case"),
-])
-def test_a_kind_missing_a_piece_is_refused_and_nothing_changes(kind: Any, injector: Any, effect: Any,
-                                                               why: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "injector", "effect", "why"),
+    [
+        (HICCUP, None, HICCUP_EFFECT, "'hiccup' needs its injector"),
+        (HICCUP, Hiccup, None, "'hiccup' needs its deterministic effect"),
+        (FaultKind("other", "process", removes_learner=False), Hiccup, HICCUP_EFFECT, "must say kind = 'other'"),
+        (HICCUP, Hiccup, Effect(HICCUP_EFFECT.learner, syncer=lambda sim, p, inject: None), "may not target it"),
+        (FaultKind("kill", "process", removes_learner=True), Hiccup, HICCUP_EFFECT, "already registered"),
+        (FaultKind("Bad name", "process", removes_learner=True), Hiccup, HICCUP_EFFECT, "lower-case"),
+    ],
+)
+def test_a_kind_missing_a_piece_is_refused_and_nothing_changes(
+    kind: Any, injector: Any, effect: Any, why: str
+) -> None:
     with pytest.raises(ValueError, match=why):
         register_fault_kind(kind, injector, effect)
     assert tables() == BEFORE

@@ -8,10 +8,10 @@ import typing
 
 import pytest
 
-from chaos.timeline import fault_family
-from chaos.scenario import FaultSpec, ScenarioError, parse_scenario
 from chaos.fault_plan import plan
+from chaos.scenario import FaultSpec, ScenarioError, parse_scenario
 from chaos.sim.effects import EFFECTS
+from chaos.timeline import fault_family
 from faults.base import SYNCER
 from faults.injectors import INJECTORS, params_of
 from faults.kinds import CONTAINER_KINDS, KINDS, LOCAL_KINDS, removed_learners, stops_training
@@ -23,7 +23,9 @@ def scenario_with_fault(kind: str, targets: list[str] | None = None, **params):
     fault = {"fault": kind, "at": 1, "duration": 1, **REQUIRED.get(kind, {}), **params}
     if targets is not None:
         fault["targets"] = targets
-    return parse_scenario({"name": f"one-{kind}", "cluster": {"algorithm": {"num_learners": 2}}, "schedule": [fault]})
+    return parse_scenario(
+        {"name": f"one-{kind}", "cluster": {"algorithm": {"num_learners": 2}}, "schedule": [fault]}
+    )
 
 
 def test_the_scenario_schema_has_one_entry_per_kind() -> None:

@@ -16,7 +16,6 @@ import benchmarks.fault_latency as fl
 import benchmarks.fault_latency_observers as fl_observers
 import benchmarks.fault_latency_plan as fl_plan
 import benchmarks.fault_latency_reading as fl_reading
-from chaos.history import FaultOp, Phase, PlannedFault, PlanRecord, Recorder
 from benchmarks.fault_latency import scenario_tree
 from benchmarks.fault_latency_plan import KINDS, NETWORK_KINDS, build_schedule
 from benchmarks.fault_latency_reading import (
@@ -40,6 +39,7 @@ from benchmarks.fault_latency_reading import (
     state_at,
     summarize,
 )
+from chaos.history import FaultOp, Phase, PlannedFault, PlanRecord, Recorder
 
 
 @pytest.mark.parametrize("module", [fl, fl_plan, fl_reading, fl_observers])
@@ -48,6 +48,7 @@ def test_doctests(module) -> None:
 
 
 # ---- onset / recovery --------------------------------------------------------------------------------------
+
 
 def calls(*spec: tuple[float, float, bool, bool]) -> list[Obs]:
     return [Obs(*s) for s in spec]
@@ -77,8 +78,13 @@ def test_onset_sorts_by_start() -> None:
 
 def test_recovery_waits_for_the_last_relapse_within_stable() -> None:
     # data_limit: a fresh connection carries a call, then is closed again; only the lasting run counts.
-    o = calls((1.0, 1.01, False, False), (1.01, 1.02, False, True), (1.02, 1.03, True, False),
-              (1.03, 1.04, False, True), (1.04, 1.5, False, True))
+    o = calls(
+        (1.0, 1.01, False, False),
+        (1.01, 1.02, False, True),
+        (1.02, 1.03, True, False),
+        (1.03, 1.04, False, True),
+        (1.04, 1.5, False, True),
+    )
     assert recovery(o, 1.0, 9.0, stable_s=0.0) == 1.01
     assert recovery(o, 1.0, 9.0, stable_s=0.25) == 1.03
 
@@ -101,16 +107,20 @@ def test_recovery_never_when_always_unhealthy() -> None:
 
 # ---- /proc ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("stat, cls", [
-    ("1234 (python) R 1 1234", "running"),
-    ("1234 (python) S 1 1234", "running"),
-    ("1234 (python) D 1 1234", "running"),
-    ("1234 (python) T 1 1234", "stopped"),
-    ("1234 (python) t 1 1234", "stopped"),
-    ("1234 (python) Z 1 1234", "dead"),
-    ("1234 (a) b) c) X 1", "dead"),  # the name may hold ") "
-    (None, "dead"),
-])
+
+@pytest.mark.parametrize(
+    "stat, cls",
+    [
+        ("1234 (python) R 1 1234", "running"),
+        ("1234 (python) S 1 1234", "running"),
+        ("1234 (python) D 1 1234", "running"),
+        ("1234 (python) T 1 1234", "stopped"),
+        ("1234 (python) t 1 1234", "stopped"),
+        ("1234 (python) Z 1 1234", "dead"),
+        ("1234 (a) b) c) X 1", "dead"),  # the name may hold ") "
+        (None, "dead"),
+    ],
+)
 def test_proc_class(stat: str | None, cls: str) -> None:
     assert proc_class(stat) == cls
 
@@ -133,6 +143,7 @@ def test_slow_recovery_waits_for_the_duty_cycle_to_stop() -> None:
 
 
 # ---- probe -----------------------------------------------------------------------------------------------------
+
 
 def test_net_rules() -> None:
     assert net_rule("partition", {"direction": "both"}, 100) == NetRule("deadline", confirm=2)
@@ -165,8 +176,12 @@ def test_classify_probe() -> None:
 
 
 def test_probe_baseline_uses_successful_calls_before_the_inject() -> None:
-    s = [ProbeSample(0.0, 0.002, "OK", 180), ProbeSample(0.01, 0.5, "DEADLINE_EXCEEDED"),
-         ProbeSample(0.6, 0.604, "OK", 200), ProbeSample(1.0, 1.3, "OK", 200)]
+    s = [
+        ProbeSample(0.0, 0.002, "OK", 180),
+        ProbeSample(0.01, 0.5, "DEADLINE_EXCEEDED"),
+        ProbeSample(0.6, 0.604, "OK", 200),
+        ProbeSample(1.0, 1.3, "OK", 200),
+    ]
     assert probe_baseline(s, 0.9) == pytest.approx((3.0, 190.0))
     assert probe_baseline(s, 0.001) is None
 
@@ -174,9 +189,12 @@ def test_probe_baseline_uses_successful_calls_before_the_inject() -> None:
 def test_partition_sequence_end_to_end() -> None:
     """Probe calls around a partition: fine, cut (two deadlines), heal closes the link, reconnect, fine."""
     seq = [ProbeSample(round(0.002 * i, 3), round(0.002 * i + 0.001, 4), "OK", 190) for i in range(50)]  # to 0.1
-    seq += [ProbeSample(0.1, 0.2, "DEADLINE_EXCEEDED"), ProbeSample(0.2, 0.3, "DEADLINE_EXCEEDED"),
-            ProbeSample(0.3, 0.35, "UNAVAILABLE"),  # heal at 0.35: Toxiproxy closes the link it was cutting
-            ProbeSample(0.351, 0.353, "UNAVAILABLE")]  # the fresh channel is not connected yet
+    seq += [
+        ProbeSample(0.1, 0.2, "DEADLINE_EXCEEDED"),
+        ProbeSample(0.2, 0.3, "DEADLINE_EXCEEDED"),
+        ProbeSample(0.3, 0.35, "UNAVAILABLE"),  # heal at 0.35: Toxiproxy closes the link it was cutting
+        ProbeSample(0.351, 0.353, "UNAVAILABLE"),
+    ]  # the fresh channel is not connected yet
     seq += [ProbeSample(round(0.36 + 0.002 * i, 3), round(0.361 + 0.002 * i, 4), "OK", 190) for i in range(100)]
     rule = net_rule("partition", {}, 190)
     o = [classify_probe(p, rule, 1.0) for p in seq]
@@ -187,16 +205,21 @@ def test_partition_sequence_end_to_end() -> None:
 
 # ---- status -------------------------------------------------------------------------------------------------
 
+
 def test_last_ok_and_rejoin() -> None:
-    st = [StatusSample(0.0, 0.01, True, "s1", {"learner-0": "a"}), StatusSample(1.0, 1.01, False),
-          StatusSample(2.0, 2.01, True, "s1", {"learner-0": "a"}),
-          StatusSample(3.0, 3.01, True, "s1", {"learner-0": "b"})]
+    st = [
+        StatusSample(0.0, 0.01, True, "s1", {"learner-0": "a"}),
+        StatusSample(1.0, 1.01, False),
+        StatusSample(2.0, 2.01, True, "s1", {"learner-0": "a"}),
+        StatusSample(3.0, 3.01, True, "s1", {"learner-0": "b"}),
+    ]
     assert last_ok(st, 1.5) is st[0] and last_ok(st, 0.0) is None
     assert fl._rejoin(st, "learner-0", st[0], 1.0, 9.0) == 3.0
     assert fl._rejoin(st, "learner-0", None, 1.0, 9.0) == 2.0  # no record before: any incarnation listed
 
 
 # ---- schedule and scenario --------------------------------------------------------------------------------
+
 
 def test_schedule_is_seeded_back_to_back_and_complete() -> None:
     kinds = list(KINDS)
@@ -213,12 +236,15 @@ def test_schedule_is_seeded_back_to_back_and_complete() -> None:
         spec = KINDS[s.kind]
         assert s.start_s + fl_plan.LEAD_S <= s.at <= s.start_s + fl_plan.LEAD_S + fl_plan.JITTER_S
         assert s.at + s.duration < s.end_s  # the heal falls inside the slot
-        assert s.target == ("syncer" if not spec.learner_target else s.target) and s.target in (*fl_plan.LEARNERS, "syncer")
+        assert s.target == ("syncer" if not spec.learner_target else s.target) and s.target in (
+            *fl_plan.LEARNERS,
+            "syncer",
+        )
 
 
 def test_scenario_tree_is_a_valid_scenario() -> None:
-    from chaos.scenario import parse_scenario
     from chaos.fault_plan import plan
+    from chaos.scenario import parse_scenario
 
     slots = build_schedule(list(KINDS), 1, random.Random(0))
     sc = parse_scenario(scenario_tree(slots, 0))
@@ -233,11 +259,26 @@ def test_scenario_tree_is_a_valid_scenario() -> None:
 
 # ---- the controller's records ----------------------------------------------------------------------------------
 
+
 def test_fault_times_and_lags() -> None:
     op = dict(fault_id="a", fault_kind="kill", targets=["learner-0"])
     recs = [
-        PlanRecord(ts=89.0, scenario="s", seed=0, faults=[PlannedFault(fault_id="a", kind="kill", targets=["learner-0"],
-                                                                       at=2.0, at_merge=None, duration=1.0, params={})]),
+        PlanRecord(
+            ts=89.0,
+            scenario="s",
+            seed=0,
+            faults=[
+                PlannedFault(
+                    fault_id="a",
+                    kind="kill",
+                    targets=["learner-0"],
+                    at=2.0,
+                    at_merge=None,
+                    duration=1.0,
+                    params={},
+                )
+            ],
+        ),
         Phase(ts=90.0, name="bring_up"),
         Phase(ts=100.0, name="steady"),
         FaultOp(ts=102.05, action="inject", outcome="invoke", **op),
@@ -277,11 +318,26 @@ def test_observer_reads_the_controllers_records_as_they_are_written(tmp_path: Pa
 
 def test_measure_a_pause_from_fake_observations() -> None:
     slot = fl_plan.Slot(0, "s00-pause", "pause", "learner-0", 1.0, 1.35, 0.5, 2.5)
-    ft = FaultTimes("s00-pause", "pause", 1.35, 0.5, inject_invoke=101.36, inject_done=101.361, inject_ok=True,
-                    heal_invoke=101.87, heal_done=101.871, heal_ok=True)
+    ft = FaultTimes(
+        "s00-pause",
+        "pause",
+        1.35,
+        0.5,
+        inject_invoke=101.36,
+        inject_done=101.361,
+        inject_ok=True,
+        heal_invoke=101.87,
+        heal_done=101.871,
+        heal_ok=True,
+    )
     obs = fl.Observer([slot])
-    obs.changes = {"learner-0": [ProcState(100.0, 5, "running"), ProcState(101.362, 5, "stopped"),
-                                 ProcState(101.873, 5, "running")]}
+    obs.changes = {
+        "learner-0": [
+            ProcState(100.0, 5, "running"),
+            ProcState(101.362, 5, "stopped"),
+            ProcState(101.873, 5, "running"),
+        ]
+    }
     obs.proc_last = 102.4
     s = fl.measure(slot, ft, 100.0, obs, 102.5)
     assert s.effect_ms == pytest.approx(2.0) and s.recovery_ms == pytest.approx(3.0)
@@ -299,6 +355,7 @@ def test_measure_a_network_fault_without_baseline_says_so() -> None:
 
 # ---- summaries -----------------------------------------------------------------------------------------------
 
+
 def test_summarize_and_periods() -> None:
     assert summarize([]) == fl_reading.Summary(0, None, None)
     assert summarize([None, 5.0]) == fl_reading.Summary(1, 5.0, 5.0)
@@ -308,10 +365,20 @@ def test_summarize_and_periods() -> None:
 
 
 def test_table_rows_report_missed_and_overlapped_repeats() -> None:
-    samples = [fl.Sample("a", "pause", "learner-0", 1.0, sched_lag_ms=50.0, effect_ms=1.0, recovery_ms=2.0),
-               fl.Sample("b", "pause", "learner-1", 3.0, sched_lag_ms=90.0, effect_ms=None, recovery_ms=4.0),
-               fl.Sample("c", "pause", "learner-1", 5.0, sched_lag_ms=3000.0, effect_ms=900.0, recovery_ms=900.0,
-                         overlapped=True)]
+    samples = [
+        fl.Sample("a", "pause", "learner-0", 1.0, sched_lag_ms=50.0, effect_ms=1.0, recovery_ms=2.0),
+        fl.Sample("b", "pause", "learner-1", 3.0, sched_lag_ms=90.0, effect_ms=None, recovery_ms=4.0),
+        fl.Sample(
+            "c",
+            "pause",
+            "learner-1",
+            5.0,
+            sched_lag_ms=3000.0,
+            effect_ms=900.0,
+            recovery_ms=900.0,
+            overlapped=True,
+        ),
+    ]
     res = {k: {"median_ms": 2.0, "p99_ms": 5.0, "max_ms": 9.0} for k in ("proc", "status", "probe")}
     rows, summary = fl.table_rows(samples, ["pause", "kill"], res)
     assert len(rows) == 1 and len(rows[0]) == len(fl.HEADER)
@@ -321,16 +388,45 @@ def test_table_rows_report_missed_and_overlapped_repeats() -> None:
 
 
 def test_measure_all_ends_windows_at_the_next_inject_and_flags_overlap() -> None:
-    slots = [fl_plan.Slot(0, "a", "pause", "learner-0", 1.0, 1.3, 0.5, 2.5),
-             fl_plan.Slot(1, "b", "pause", "learner-0", 2.5, 2.8, 0.5, 4.0)]
-    times = {"a": FaultTimes("a", "pause", 1.3, 0.5, inject_invoke=101.3, inject_done=101.3, inject_ok=True,
-                             heal_invoke=101.8, heal_done=101.8, heal_ok=True),
-             # b injected before a's heal returned (a late controller): overlapped
-             "b": FaultTimes("b", "pause", 2.8, 0.5, inject_invoke=101.5, inject_done=101.5, inject_ok=True,
-                             heal_invoke=102.0, heal_done=102.0, heal_ok=True)}
+    slots = [
+        fl_plan.Slot(0, "a", "pause", "learner-0", 1.0, 1.3, 0.5, 2.5),
+        fl_plan.Slot(1, "b", "pause", "learner-0", 2.5, 2.8, 0.5, 4.0),
+    ]
+    times = {
+        "a": FaultTimes(
+            "a",
+            "pause",
+            1.3,
+            0.5,
+            inject_invoke=101.3,
+            inject_done=101.3,
+            inject_ok=True,
+            heal_invoke=101.8,
+            heal_done=101.8,
+            heal_ok=True,
+        ),
+        # b injected before a's heal returned (a late controller): overlapped
+        "b": FaultTimes(
+            "b",
+            "pause",
+            2.8,
+            0.5,
+            inject_invoke=101.5,
+            inject_done=101.5,
+            inject_ok=True,
+            heal_invoke=102.0,
+            heal_done=102.0,
+            heal_ok=True,
+        ),
+    }
     obs = fl.Observer(slots)
-    obs.changes = {"learner-0": [ProcState(100.0, 5, "running"), ProcState(101.31, 5, "stopped"),
-                                 ProcState(101.81, 5, "running")]}
+    obs.changes = {
+        "learner-0": [
+            ProcState(100.0, 5, "running"),
+            ProcState(101.31, 5, "stopped"),
+            ProcState(101.81, 5, "running"),
+        ]
+    }
     obs.proc_last = 103.0
     a, b = fl.measure_all(slots, times, 100.0, obs)
     assert a.overlapped and not b.overlapped

@@ -9,12 +9,15 @@ from chaos.history import FaultOp, Phase
 
 
 def _op(action: str, outcome: str, fault_id: str = "f0", targets: tuple[str, ...] = ("learner-1", "learner-2")):
-    return FaultOp(fault_id=fault_id, fault_kind="partition", action=action, outcome=outcome, targets=list(targets))
+    return FaultOp(
+        fault_id=fault_id, fault_kind="partition", action=action, outcome=outcome, targets=list(targets)
+    )
 
 
 def _active(m: FaultMetrics, target: str, fault_id: str = "f0") -> float | None:
-    return m.registry.get_sample_value("diloco_fault_active", {"fault_id": fault_id, "kind": "partition",
-                                                               "target": target})
+    return m.registry.get_sample_value(
+        "diloco_fault_active", {"fault_id": fault_id, "kind": "partition", "target": target}
+    )
 
 
 def test_active_from_inject_ok_to_heal_invoke_on_every_target() -> None:
@@ -36,8 +39,12 @@ def test_a_failed_inject_is_never_active() -> None:
     m.observe(_op("inject", "invoke", "f1"))
     m.observe(_op("inject", "fail", "f1"))
     assert _active(m, "learner-1", "f1") is None
-    assert m.registry.get_sample_value("diloco_fault_ops_total", {"kind": "partition", "action": "inject",
-                                                                  "outcome": "fail"}) == 1
+    assert (
+        m.registry.get_sample_value(
+            "diloco_fault_ops_total", {"kind": "partition", "action": "inject", "outcome": "fail"}
+        )
+        == 1
+    )
 
 
 def test_phases_are_timestamped() -> None:

@@ -20,8 +20,9 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))
-            if "proto" not in p.parts}
+    return {
+        module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py")) if "proto" not in p.parts
+    }
 
 
 def imported(path: Path, name: str, known: set[str]) -> Iterator[str]:
@@ -108,7 +109,9 @@ def test_the_simulators_do_not_import_the_io_shells() -> None:
     g = graph()
     bad = {m: sorted(reachable(g, m) & set(SHELLS)) for m in g if m.startswith(SIMULATORS)}
     bad = {m: s for m, s in bad.items() if s}
-    assert not bad, f"simulator modules reach I/O shells {bad}: share the pure piece (trainer.core, trainer.policy)"
+    assert not bad, (
+        f"simulator modules reach I/O shells {bad}: share the pure piece (trainer.core, trainer.policy)"
+    )
 
 
 def test_the_scenario_schema_does_not_import_the_launcher() -> None:

@@ -17,8 +17,9 @@ from faults import in_pod
 
 @pytest.fixture
 def trainer(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path]]:
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)", "-m",
-                              "trainer.learner"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)", "-m", "trainer.learner"]
+    )
     for _ in range(500):  # until it has exec'd: before, its command line is this process's
         if b"trainer.learner" in Path(f"/proc/{child.pid}/cmdline").read_bytes():
             break
@@ -80,6 +81,7 @@ def test_a_learner_refuses_a_corrupt_file_naming_an_unknown_mode(tmp_path: Path,
 
     flag = tmp_path / "corrupt"
     flag.write_text("bitflip\n")
-    code = main(["--id", "learner-0", "--syncer", "127.0.0.1:1", "--run-dir", str(tmp_path), "--corrupt-file",
-                 str(flag)])
+    code = main(
+        ["--id", "learner-0", "--syncer", "127.0.0.1:1", "--run-dir", str(tmp_path), "--corrupt-file", str(flag)]
+    )
     assert code == 2 and f"{flag} names corrupt mode 'bitflip'; it must be one of" in capsys.readouterr().err

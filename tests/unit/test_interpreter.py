@@ -5,14 +5,21 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chaos.fault_plan import Planned, plan
 from chaos.interpreter import RUN_FINISHED, Heal, Inject, PlanInterpreter
 from chaos.scenario import parse_scenario
-from chaos.fault_plan import Planned, plan
 
 
 def planned(*faults: dict) -> list[Planned]:
-    return plan(parse_scenario({"name": "t", "cluster": {"algorithm": {"num_learners": 3}},
-                                "schedule": [{"targets": ["learner-0"], **f} for f in faults]}))
+    return plan(
+        parse_scenario(
+            {
+                "name": "t",
+                "cluster": {"algorithm": {"num_learners": 3}},
+                "schedule": [{"targets": ["learner-0"], **f} for f in faults],
+            }
+        )
+    )
 
 
 def names(steps: list) -> list[tuple[str, str]]:
@@ -30,50 +37,80 @@ def test_a_fault_starts_at_its_time_and_heals_after_its_duration() -> None:
 
 
 def test_at_merge_starts_on_the_merge_count_and_injections_come_before_heals() -> None:
-    run = PlanInterpreter(planned({"fault": "latency", "id": "a", "latency_ms": 5, "at": 0, "duration": 1},
-                                  {"fault": "pause", "id": "b", "at_merge": 4, "duration": 1}), origin=0.0)
+    run = PlanInterpreter(
+        planned(
+            {"fault": "latency", "id": "a", "latency_ms": 5, "at": 0, "duration": 1},
+            {"fault": "pause", "id": "b", "at_merge": 4, "duration": 1},
+        ),
+        origin=0.0,
+    )
     assert names(run.due(now=0.0, merges=1)) == [("Inject", "a")]
     assert names(run.due(now=1.0, merges=4)) == [("Inject", "b"), ("Heal", "a")]
 
 
 def test_no_fault_starts_once_the_result_is_fixed_but_active_ones_still_heal() -> None:
-    run = PlanInterpreter(planned({"fault": "pause", "id": "a", "at": 0, "duration": 5},
-                                  {"fault": "pause", "id": "b", "at": 1, "duration": 1}), origin=0.0)
+    run = PlanInterpreter(
+        planned(
+            {"fault": "pause", "id": "a", "at": 0, "duration": 5},
+            {"fault": "pause", "id": "b", "at": 1, "duration": 1},
+        ),
+        origin=0.0,
+    )
     assert names(run.due(now=0.0, merges=1)) == [("Inject", "a")]
     assert names(run.due(now=5.0, merges=9, result_fixed=True)) == [("Heal", "a")]
     assert run.not_run() == ["b"]
 
 
 def test_the_end_of_a_run_skips_heals_that_would_restart_a_unit() -> None:
-    run = PlanInterpreter(planned({"fault": "kill", "id": "k", "at": 0, "duration": 9},
-                                  {"fault": "partition", "id": "p", "at": 0, "duration": 9}), origin=0.0)
+    run = PlanInterpreter(
+        planned(
+            {"fault": "kill", "id": "k", "at": 0, "duration": 9},
+            {"fault": "partition", "id": "p", "at": 0, "duration": 9},
+        ),
+        origin=0.0,
+    )
     run.due(now=0.0, merges=1)
-    assert [(s.planned.fault_id, s.why, s.skip) for s in run.finish()] == [("k", RUN_FINISHED, True),
-                                                                          ("p", RUN_FINISHED, False)]
-    run = PlanInterpreter(planned({"fault": "kill", "id": "k", "at": 0, "duration": 9},
-                                  {"fault": "partition", "id": "p", "at": 0, "duration": 9}), origin=0.0)
+    assert [(s.planned.fault_id, s.why, s.skip) for s in run.finish()] == [
+        ("k", RUN_FINISHED, True),
+        ("p", RUN_FINISHED, False),
+    ]
+    run = PlanInterpreter(
+        planned(
+            {"fault": "kill", "id": "k", "at": 0, "duration": 9},
+            {"fault": "partition", "id": "p", "at": 0, "duration": 9},
+        ),
+        origin=0.0,
+    )
     run.due(now=0.0, merges=1)
-    assert [(s.planned.fault_id, s.why, s.skip) for s in run.finish("teardown")] == [("k", RUN_FINISHED, True),
-                                                                                    ("p", "teardown", False)]
+    assert [(s.planned.fault_id, s.why, s.skip) for s in run.finish("teardown")] == [
+        ("k", RUN_FINISHED, True),
+        ("p", "teardown", False),
+    ]
 
 
-FAULT = st.fixed_dictionaries({"fault": st.sampled_from(["pause", "kill", "partition", "latency"]),
-                               "duration": st.integers(0, 5)},
-                              optional={"at": st.integers(0, 10), "at_merge": st.integers(0, 10)})
+FAULT = st.fixed_dictionaries(
+    {"fault": st.sampled_from(["pause", "kill", "partition", "latency"]), "duration": st.integers(0, 5)},
+    optional={"at": st.integers(0, 10), "at_merge": st.integers(0, 10)},
+)
 
 
 @settings(max_examples=200, database=None, deadline=None)
 @given(st.lists(FAULT, max_size=6), st.lists(st.tuples(st.floats(0, 3), st.booleans()), max_size=30))
 def test_every_started_fault_heals_exactly_once_and_none_starts_twice(faults, ticks) -> None:
-    faults = [{**f, "id": f"f{i}", **({"latency_ms": 5} if f["fault"] == "latency" else {})}
-              for i, f in enumerate(faults) if ("at" in f) != ("at_merge" in f)]
+    faults = [
+        {**f, "id": f"f{i}", **({"latency_ms": 5} if f["fault"] == "latency" else {})}
+        for i, f in enumerate(faults)
+        if ("at" in f) != ("at_merge" in f)
+    ]
     run = PlanInterpreter(planned(*faults), origin=100.0)
     now, merges, fixed, steps = 100.0, 0, False, []
     for dt, merge in ticks:
         now, merges = now + dt, merges + merge
         fixed = fixed or merges > 8
         due = run.due(now, merges, fixed)
-        assert not (fixed and any(isinstance(s, Inject) for s in due)), "a fault started after the result was fixed"
+        assert not (fixed and any(isinstance(s, Inject) for s in due)), (
+            "a fault started after the result was fixed"
+        )
         steps += due
     steps += run.finish()
     injected = [s.planned.fault_id for s in steps if isinstance(s, Inject)]

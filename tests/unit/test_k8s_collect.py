@@ -4,8 +4,8 @@ gathered that way is judged by the same checkers (deterministic mode's run, its 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from chaos.sim import simulate
 
 def _stamp(ts: float) -> str:
     """As Kubernetes writes a metav1.Time: whole seconds (Chaos Mesh's event times are no finer)."""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def chaos_mesh_objects(scenario, windows: dict[str, tuple[float, float]], steady: float):
@@ -39,39 +39,79 @@ def chaos_mesh_objects(scenario, windows: dict[str, tuple[float, float]], steady
         t = templates[tname]
         start, end = windows[p.fault_id]
         # exec steps have no chaos object: their WorkflowNodes' start times tell (slow: one; else in and out)
-        steps = ({tname: start} if p.kind == "slow" else {f"{tname}-inject": start, f"{tname}-heal": end}) \
-            if p.kind in EXEC_KINDS else {tname: start}
-        nodes += [{"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "WorkflowNode",
-                   "metadata": {"name": f"{step}-x7k2p", "labels": {WORKFLOW_LABEL: name}},
-                   "spec": {"templateName": step, "workflowName": name, "type": templates[step]["templateType"],
-                            "startTime": _stamp(at)}} for step, at in steps.items()]
+        steps = (
+            ({tname: start} if p.kind == "slow" else {f"{tname}-inject": start, f"{tname}-heal": end})
+            if p.kind in EXEC_KINDS
+            else {tname: start}
+        )
+        nodes += [
+            {
+                "apiVersion": "chaos-mesh.org/v1alpha1",
+                "kind": "WorkflowNode",
+                "metadata": {"name": f"{step}-x7k2p", "labels": {WORKFLOW_LABEL: name}},
+                "spec": {
+                    "templateName": step,
+                    "workflowName": name,
+                    "type": templates[step]["templateType"],
+                    "startTime": _stamp(at),
+                },
+            }
+            for step, at in steps.items()
+        ]
         # each exec step's Tasks, finished: Chaos Mesh keeps their pods' exit code and output in the node's status
-        nodes += [{"apiVersion": "chaos-mesh.org/v1alpha1", "kind": "WorkflowNode",
-                   "metadata": {"name": f"{task}-q4m8s", "labels": {WORKFLOW_LABEL: name}},
-                   "spec": {"templateName": task, "workflowName": name, "type": "Task", "startTime": _stamp(at)},
-                   "status": {"conditionalBranchesStatus": {"branches": [], "context": [
-                       json.dumps({"exitCode": 0, "stdout": ""})]},
-                              "conditions": [{"type": "Accomplished", "status": "True", "reason": ""}]}}
-                  for step, at in steps.items() if p.kind in EXEC_KINDS
-                  for task in templates[step]["children"]]
+        nodes += [
+            {
+                "apiVersion": "chaos-mesh.org/v1alpha1",
+                "kind": "WorkflowNode",
+                "metadata": {"name": f"{task}-q4m8s", "labels": {WORKFLOW_LABEL: name}},
+                "spec": {"templateName": task, "workflowName": name, "type": "Task", "startTime": _stamp(at)},
+                "status": {
+                    "conditionalBranchesStatus": {
+                        "branches": [],
+                        "context": [json.dumps({"exitCode": 0, "stdout": ""})],
+                    },
+                    "conditions": [{"type": "Accomplished", "status": "True", "reason": ""}],
+                },
+            }
+            for step, at in steps.items()
+            if p.kind in EXEC_KINDS
+            for task in templates[step]["children"]
+        ]
         if p.kind in EXEC_KINDS:
             continue
         node = f"{tname}-x7k2p"
         field = next(k for k in t if k.endswith("Chaos"))
         pods = next(iter(t[field]["selector"]["pods"].values()))
-        records = [{"id": f"diloco-chaos/{pod}", "selectorKey": ".", "phase": "Not Injected", "injectedCount": 1,
-                    "recoveredCount": 1, "events": [
-                        {"type": "Succeeded", "operation": "Apply", "timestamp": _stamp(start)},
-                        {"type": "Succeeded", "operation": "Recover", "timestamp": _stamp(end)}]} for pod in pods]
-        chaos.append({"apiVersion": "chaos-mesh.org/v1alpha1", "kind": t["templateType"],
-                      "metadata": {"name": f"{node}-chaos", "labels": {WORKFLOW_LABEL: name, NODE_LABEL: node}},
-                      "spec": t[field], "status": {"experiment": {"containerRecords": records}}})
+        records = [
+            {
+                "id": f"diloco-chaos/{pod}",
+                "selectorKey": ".",
+                "phase": "Not Injected",
+                "injectedCount": 1,
+                "recoveredCount": 1,
+                "events": [
+                    {"type": "Succeeded", "operation": "Apply", "timestamp": _stamp(start)},
+                    {"type": "Succeeded", "operation": "Recover", "timestamp": _stamp(end)},
+                ],
+            }
+            for pod in pods
+        ]
+        chaos.append(
+            {
+                "apiVersion": "chaos-mesh.org/v1alpha1",
+                "kind": t["templateType"],
+                "metadata": {"name": f"{node}-chaos", "labels": {WORKFLOW_LABEL: name, NODE_LABEL: node}},
+                "spec": t[field],
+                "status": {"experiment": {"containerRecords": records}},
+            }
+        )
     return flow, nodes, chaos
 
 
 @pytest.mark.parametrize("name", ["kill-and-rejoin", "corrupt-learner", "straggler", "random-mix"])
-def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_verdicts(name: str,
-                                                                                       tmp_path: Path) -> None:
+def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_verdicts(
+    name: str, tmp_path: Path
+) -> None:
     """A chaos object's records (kill), exec steps' WorkflowNodes (corrupt: in and out; slow: one that runs),
     and random-mix's mix of both (reset_peer in the netfault sidecar among them)."""
     s = load_scenario(builtin_scenarios()[name])
@@ -88,7 +128,8 @@ def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_ve
     shutil.copytree(sim_dir / "audit", cluster / "audit")  # what gather copies from the syncer's volume
     (cluster / "scenario.json").write_text(s.model_dump_json())
     (cluster / "controller.jsonl").write_text(
-        "".join(r.model_dump_json() + "\n" for r in controller_records(s, flow, nodes, chaos)))
+        "".join(r.model_dump_json() + "\n" for r in controller_records(s, flow, nodes, chaos))
+    )
 
     back = {w.fault_id: w for w in History.read(cluster).fault_windows()}
     for w in h.fault_windows():  # to the second, as Chaos Mesh records them
@@ -113,8 +154,11 @@ def test_a_failed_apply_is_a_failed_inject_with_chaos_meshs_message() -> None:
     s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
     flow, nodes, chaos = chaos_mesh_objects(s, {"f0": (100.0, 108.0)}, 97.0)
     chaos[0]["status"]["experiment"]["containerRecords"][0]["events"] = [
-        {"type": "Failed", "operation": "Apply", "message": "pod not found", "timestamp": _stamp(100.0)}]
-    ops = [(r.action, r.outcome, r.error) for r in controller_records(s, flow, nodes, chaos) if isinstance(r, FaultOp)]
+        {"type": "Failed", "operation": "Apply", "message": "pod not found", "timestamp": _stamp(100.0)}
+    ]
+    ops = [
+        (r.action, r.outcome, r.error) for r in controller_records(s, flow, nodes, chaos) if isinstance(r, FaultOp)
+    ]
     assert ops == [("inject", "invoke", ""), ("inject", "fail", "pod not found")]
 
 
@@ -124,34 +168,52 @@ def _task_node(nodes: list, template: str) -> dict:
 
 def test_a_failed_exec_step_is_a_failed_inject_with_its_output_and_an_unfinished_heal_a_teardown_problem() -> None:
     """pause's exec Tasks: the inject's pod exited 1 (its output is the error); the heal's never finished."""
-    s = scenario_with("kill-one-learner", schedule=[
-        {"fault": "pause", "id": "p", "targets": ["learner-0", "learner-2"], "at": 1, "duration": 4}])
+    s = scenario_with(
+        "kill-one-learner",
+        schedule=[{"fault": "pause", "id": "p", "targets": ["learner-0", "learner-2"], "at": 1, "duration": 4}],
+    )
     flow, nodes, chaos = chaos_mesh_objects(s, {"p": (100.0, 104.0)}, 97.0)
     assert chaos == []
     failed = _task_node(nodes, "p-inject-1")["status"]
-    failed["conditionalBranchesStatus"]["context"] = [json.dumps({
-        "exitCode": 1, "stdout": "error: no trainer process here (is the pod's process namespace shared?)\n"})]
-    _task_node(nodes, "p-heal-0")["status"] = {"conditions": [{"type": "DeadlineExceed", "status": "True",
-                                                               "reason": ""}]}
+    failed["conditionalBranchesStatus"]["context"] = [
+        json.dumps(
+            {"exitCode": 1, "stdout": "error: no trainer process here (is the pod's process namespace shared?)\n"}
+        )
+    ]
+    _task_node(nodes, "p-heal-0")["status"] = {
+        "conditions": [{"type": "DeadlineExceed", "status": "True", "reason": ""}]
+    }
     records = controller_records(s, flow, nodes, chaos)
     ops = [(r.action, r.outcome, r.error) for r in records if isinstance(r, FaultOp)]
-    assert ops == [("inject", "invoke", ""),
-                   ("inject", "fail", "p-inject-1: exit 1: error: no trainer process here (is the pod's process "
-                                      "namespace shared?)"),
-                   ("heal", "invoke", ""), ("heal", "fail", "p-heal-0: no result within its deadline")]
+    assert ops == [
+        ("inject", "invoke", ""),
+        (
+            "inject",
+            "fail",
+            "p-inject-1: exit 1: error: no trainer process here (is the pod's process namespace shared?)",
+        ),
+        ("heal", "invoke", ""),
+        ("heal", "fail", "p-heal-0: no result within its deadline"),
+    ]
     assert records[-1].detail.problems == ["Chaos Mesh recorded no recovery of p"]
 
 
 def test_exec_steps_that_succeed_or_still_run_are_not_failures() -> None:
     """Negative control for the above: exit 0 everywhere is ok, and a Task still running (no result, no
     deadline passed) is not a failure yet."""
-    s = scenario_with("kill-one-learner", schedule=[
-        {"fault": "pause", "id": "p", "targets": ["learner-0"], "at": 1, "duration": 4}])
+    s = scenario_with(
+        "kill-one-learner",
+        schedule=[{"fault": "pause", "id": "p", "targets": ["learner-0"], "at": 1, "duration": 4}],
+    )
     flow, nodes, chaos = chaos_mesh_objects(s, {"p": (100.0, 104.0)}, 97.0)
     _task_node(nodes, "p-heal-0")["status"] = {}
     records = controller_records(s, flow, nodes, chaos)
     assert [(r.action, r.outcome) for r in records if isinstance(r, FaultOp)] == [
-        ("inject", "invoke"), ("inject", "ok"), ("heal", "invoke"), ("heal", "ok")]
+        ("inject", "invoke"),
+        ("inject", "ok"),
+        ("heal", "invoke"),
+        ("heal", "ok"),
+    ]
     assert records[-1].detail.problems == []
 
 
@@ -159,7 +221,9 @@ def test_a_chaos_object_of_another_workflow_is_refused_by_name() -> None:
     s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
     flow, nodes, chaos = chaos_mesh_objects(s, {"f0": (100.0, 108.0)}, 97.0)
     chaos[0]["metadata"]["labels"][NODE_LABEL] = "someone-elses-node"
-    with pytest.raises(ChaosError, match="WorkflowNode 'someone-elses-node' is not one of scenario kill-and-rejoin"):
+    with pytest.raises(
+        ChaosError, match="WorkflowNode 'someone-elses-node' is not one of scenario kill-and-rejoin"
+    ):
         controller_records(s, flow, nodes, chaos)
 
 

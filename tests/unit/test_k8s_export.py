@@ -86,18 +86,37 @@ def test_generated_schedules_survive_the_mapping(schedule) -> None:
 
 
 def test_a_fault_started_by_merge_count_is_refused() -> None:
-    s = scenario_with("kill-one-learner", schedule=[{"fault": "kill", "targets": ["learner-1"], "at_merge": 5,
-                                                     "duration": 3}])
+    s = scenario_with(
+        "kill-one-learner", schedule=[{"fault": "kill", "targets": ["learner-1"], "at_merge": 5, "duration": 3}]
+    )
     with pytest.raises(ScenarioError, match="starts at merge 5; a Workflow starts steps by time only"):
         workflow(s)
 
 
 def test_network_faults_keep_direction_and_parameters() -> None:
-    s = scenario_with("kill-one-learner", schedule=[
-        {"fault": "partition", "id": "p", "targets": ["learner-0"], "at": 1, "duration": 2, "direction": "to_syncer"},
-        {"fault": "latency", "id": "l", "targets": ["learner-1"], "at": 1, "duration": 2, "latency_ms": 100,
-         "jitter_ms": 20},
-        {"fault": "bandwidth", "id": "b", "targets": ["learner-2"], "at": 1, "duration": 2, "rate_kbps": 300}])
+    s = scenario_with(
+        "kill-one-learner",
+        schedule=[
+            {
+                "fault": "partition",
+                "id": "p",
+                "targets": ["learner-0"],
+                "at": 1,
+                "duration": 2,
+                "direction": "to_syncer",
+            },
+            {
+                "fault": "latency",
+                "id": "l",
+                "targets": ["learner-1"],
+                "at": 1,
+                "duration": 2,
+                "latency_ms": 100,
+                "jitter_ms": 20,
+            },
+            {"fault": "bandwidth", "id": "b", "targets": ["learner-2"], "at": 1, "duration": 2, "rate_kbps": 300},
+        ],
+    )
     t = {x["name"]: x for x in workflow(s).body["spec"]["templates"]}
     assert t["p"]["networkChaos"]["direction"] == "to" and t["p"]["networkChaos"]["action"] == "partition"
     assert t["p"]["networkChaos"]["target"]["selector"]["pods"] == {"diloco-chaos": [SYNCER_POD]}
@@ -108,8 +127,9 @@ def test_network_faults_keep_direction_and_parameters() -> None:
 def test_the_cluster_runs_the_scenarios_config_with_a_credential_per_learner() -> None:
     s = load_scenario(builtin_scenarios()["kill-one-learner"])
     objs = {(o.kind, o.name): o.manifest() for o in cluster_objects(s, token="t" * 32, opts=ClusterOptions("ns"))}
-    assert yaml.safe_load(objs[("ConfigMap", "diloco-config")]["data"]["config.yaml"]) == \
-        yaml.safe_load(s.cluster.to_yaml())
+    assert yaml.safe_load(objs[("ConfigMap", "diloco-config")]["data"]["config.yaml"]) == yaml.safe_load(
+        s.cluster.to_yaml()
+    )
     creds = objs[("Secret", "diloco-credentials")]["stringData"]
     assert set(creds) == {"syncer", "learner-0", "learner-1", "learner-2"} and creds["syncer"] == "t" * 32
     assert len(set(creds.values())) == 4  # each learner its own credential
@@ -119,14 +139,23 @@ def test_the_cluster_runs_the_scenarios_config_with_a_credential_per_learner() -
 
 def test_exec_faults_run_faults_in_pod_in_each_target_between_a_hold() -> None:
     """pause and corrupt: kubectl exec of faults.in_pod into every target's pod, a Suspend, the exec that heals."""
-    s = scenario_with("kill-one-learner", schedule=[
-        {"fault": "pause", "id": "p", "targets": ["learner-0", "learner-2"], "at": 1, "duration": 4},
-        {"fault": "corrupt", "id": "c", "targets": ["learner-1"], "at": 2, "duration": 6, "mode": "garbage"}])
-    t = {x["name"]: x for x in workflow(s, ClusterOptions("ns", kubectl_image="kubectl:test")).body["spec"]["templates"]}
+    s = scenario_with(
+        "kill-one-learner",
+        schedule=[
+            {"fault": "pause", "id": "p", "targets": ["learner-0", "learner-2"], "at": 1, "duration": 4},
+            {"fault": "corrupt", "id": "c", "targets": ["learner-1"], "at": 2, "duration": 6, "mode": "garbage"},
+        ],
+    )
+    t = {
+        x["name"]: x
+        for x in workflow(s, ClusterOptions("ns", kubectl_image="kubectl:test")).body["spec"]["templates"]
+    }
     assert t["p"]["children"] == ["p-inject", "p-hold", "p-heal"] and t["p-hold"]["deadline"] == "4000ms"
     cmds = [t[c]["task"]["container"]["command"] for c in t["p-inject"]["children"]]
-    assert cmds == [["kubectl", "exec", "-n", "ns", pod, "-c", "learner", "--", "python", "-m", "faults.in_pod",
-                     "stop"] for pod in ("learner-0", "learner-2")]
+    assert cmds == [
+        ["kubectl", "exec", "-n", "ns", pod, "-c", "learner", "--", "python", "-m", "faults.in_pod", "stop"]
+        for pod in ("learner-0", "learner-2")
+    ]
     assert t["p-heal-0"]["task"]["container"]["command"][-1] == "cont"
     assert t["c-inject-0"]["task"]["container"]["command"][-2:] == ["corrupt", "garbage"]
     assert t["c-heal-0"]["task"]["container"]["command"][-1] == "healthy"
@@ -136,15 +165,44 @@ def test_exec_faults_run_faults_in_pod_in_each_target_between_a_hold() -> None:
 def test_connection_faults_run_in_the_netfault_sidecar_which_only_their_learner_pods_get() -> None:
     """reset_peer and data_limit: the sidecar's commands (chaos.k8s.netfault) in each target's pod, between a hold;
     the sidecar (NET_ADMIN) is in the learner pods only when the plan has one of them."""
-    s = scenario_with("kill-one-learner", schedule=[
-        {"fault": "reset_peer", "id": "r", "targets": ["learner-1"], "at": 1, "duration": 4, "timeout_ms": 300},
-        {"fault": "data_limit", "id": "d", "targets": ["learner-0", "learner-2"], "at": 2, "duration": 6, "bytes": 5000,
-         "direction": "from_syncer"}])
+    s = scenario_with(
+        "kill-one-learner",
+        schedule=[
+            {
+                "fault": "reset_peer",
+                "id": "r",
+                "targets": ["learner-1"],
+                "at": 1,
+                "duration": 4,
+                "timeout_ms": 300,
+            },
+            {
+                "fault": "data_limit",
+                "id": "d",
+                "targets": ["learner-0", "learner-2"],
+                "at": 2,
+                "duration": 6,
+                "bytes": 5000,
+                "direction": "from_syncer",
+            },
+        ],
+    )
     t = {x["name"]: x for x in workflow(s, ClusterOptions("ns")).body["spec"]["templates"]}
     assert t["r"]["children"] == ["r-inject", "r-hold", "r-heal"] and t["r-hold"]["deadline"] == "4000ms"
     inject, heal = reset_peer_commands("r", 50051, 300, 4)
-    assert t["r-inject-0"]["task"]["container"]["command"] == ["kubectl", "exec", "-n", "ns", "learner-1", "-c",
-                                                               NETFAULT_CONTAINER, "--", "sh", "-c", inject]
+    assert t["r-inject-0"]["task"]["container"]["command"] == [
+        "kubectl",
+        "exec",
+        "-n",
+        "ns",
+        "learner-1",
+        "-c",
+        NETFAULT_CONTAINER,
+        "--",
+        "sh",
+        "-c",
+        inject,
+    ]
     assert t["r-heal-0"]["task"]["container"]["command"][-1] == heal
     inject, heal = data_limit_commands(50051, 5000, "from_syncer")
     assert _exec_pods(t, t["d-inject"]) == ["learner-0", "learner-2"]
@@ -154,9 +212,13 @@ def test_connection_faults_run_in_the_netfault_sidecar_which_only_their_learner_
     def containers(scenario) -> list[dict]:
         objs = {(o.kind, o.name): o.body for o in cluster_objects(scenario, "t" * 32)}
         return objs[("StatefulSet", "learner")]["spec"]["template"]["spec"]["containers"]
+
     sidecar = containers(s)[1]
-    assert sidecar["name"] == NETFAULT_CONTAINER and sidecar["securityContext"]["capabilities"]["add"] == [
-        "NET_ADMIN", "NET_RAW"] and sidecar["securityContext"]["allowPrivilegeEscalation"] is False
+    assert (
+        sidecar["name"] == NETFAULT_CONTAINER
+        and sidecar["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
+        and sidecar["securityContext"]["allowPrivilegeEscalation"] is False
+    )
     assert [c["name"] for c in containers(scenario_with("kill-one-learner"))] == ["learner"]
 
 

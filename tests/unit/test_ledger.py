@@ -40,13 +40,20 @@ def _drop_one(merge):
         if len(rnd.contributions) > 1:  # one contribution silently dropped from its round
             del rnd.contributions[sorted(rnd.contributions)[-1]]
         return merge(self, fragment, now)
+
     return mutated
 
 
 def _halve_counters(handle):
     def mutated(self, c, nbytes, respond, abort):  # the shell hands the core other counters than the learner sent
-        return handle(self, dataclasses.replace(c, c_tokens=c.c_tokens // 2, c_steps=max(c.c_steps // 2, 1)),
-                      nbytes, respond, abort)
+        return handle(
+            self,
+            dataclasses.replace(c, c_tokens=c.c_tokens // 2, c_steps=max(c.c_steps // 2, 1)),
+            nbytes,
+            respond,
+            abort,
+        )
+
     return mutated
 
 
@@ -57,6 +64,7 @@ def _rejoin_replays_first_stream(got_state):
             return got_state(self, values, t0)
         finally:
             self.incarnation_index = index
+
     return mutated
 
 
@@ -65,21 +73,35 @@ def _skips_a_batch(step):
         if self.step == 30:
             self.drawn += 1  # one batch drawn and dropped: the data position runs ahead of the steps
         return step(self)
+
     return mutated
 
 
 PLANTED = {
-    "a contribution dropped from its round": (mock.patch.object(ss.SyncerState, "merge", _drop_one(ss.SyncerState.merge)),
-                                              "left out"),
+    "a contribution dropped from its round": (
+        mock.patch.object(ss.SyncerState, "merge", _drop_one(ss.SyncerState.merge)),
+        "left out",
+    ),
     "counters changed between learner and syncer": (
-        mock.patch.object(SyncerNode, "handle_upload", _halve_counters(SyncerNode.handle_upload)), "the syncer counted"),
+        mock.patch.object(SyncerNode, "handle_upload", _halve_counters(SyncerNode.handle_upload)),
+        "the syncer counted",
+    ),
     "a rejoin replaying its first data stream": (
         mock.patch.object(LearnerNode, "_got_state", _rejoin_replays_first_stream(LearnerNode._got_state)),
-        "the same samples twice"),
-    "a batch skipped": (mock.patch.object(LearnerNode, "_step", _skips_a_batch(LearnerNode._step)), "batches of its"),
+        "the same samples twice",
+    ),
+    "a batch skipped": (
+        mock.patch.object(LearnerNode, "_step", _skips_a_batch(LearnerNode._step)),
+        "batches of its",
+    ),
     "the result fixed at twice the budget": (
-        mock.patch.object(ss.SyncerState, "budget_reached",
-                          property(lambda self: self.tokens_total >= 2 * self.policy.token_budget)), "the budget"),
+        mock.patch.object(
+            ss.SyncerState,
+            "budget_reached",
+            property(lambda self: self.tokens_total >= 2 * self.policy.token_budget),
+        ),
+        "the budget",
+    ),
 }
 
 

@@ -66,8 +66,9 @@ def test_the_reference_equals_the_core_on_random_merges(shape, rule: str, moment
     opt = outer_optimizer(0.7, momentum, nesterov)
     state = opt.init(base)
     for _ in range(2):  # twice: the second step reads the momentum the first left
-        before = {f"momentum/{k}": np.asarray(v) for k, v in getattr(state[0], "trace", {}).items()} \
-            if momentum else {}
+        before = (
+            {f"momentum/{k}": np.asarray(v) for k, v in getattr(state[0], "trace", {}).items()} if momentum else {}
+        )
         new, state = outer_step(opt, state, base, delta)
         want, _ = ref.outer_step(base, before, delta, lr=0.7, momentum=momentum, nesterov=nesterov, scale=1.0)
         assert ref.max_error(want, new) < 64
@@ -85,6 +86,7 @@ def _momentum_lost_on_restore(orig):
         st = orig.__func__(cls, policy, fragments, arrays, meta, version_skip)
         st.opt_states = [policy.optimizer.init(cls._frag(st.params, f)) for f in fragments]  # the field left out
         return st
+
     return classmethod(restore)
 
 
@@ -92,14 +94,17 @@ PLANTED = {
     # merge arithmetic: uniform weights instead of c_tokens²/c_steps
     "weights": lambda: mock.patch.object(ss, "token_weight", lambda t, s: 1.0),
     # a contribution dropped from the merge while still listed among the participants
-    "dropped": lambda: mock.patch.object(ss, "merge_fragment", lambda v, w, r, m=(): merge_fragment(
-        v[:-1] or v, w[:-1] or w, r, m)),
+    "dropped": lambda: mock.patch.object(
+        ss, "merge_fragment", lambda v, w, r, m=(): merge_fragment(v[:-1] or v, w[:-1] or w, r, m)
+    ),
     # the outer momentum not carried from one merge to the next
-    "momentum reset": lambda: mock.patch.object(ss, "outer_step", lambda opt, s, p, g, scale=1.0: outer_step(
-        opt, opt.init(p), p, g, scale)),
+    "momentum reset": lambda: mock.patch.object(
+        ss, "outer_step", lambda opt, s, p, g, scale=1.0: outer_step(opt, opt.init(p), p, g, scale)
+    ),
     # the restore path leaves the optimizer state out
-    "restore without momentum": lambda: mock.patch.object(ss.SyncerState, "from_checkpoint", _momentum_lost_on_restore(
-        ss.SyncerState.__dict__["from_checkpoint"])),
+    "restore without momentum": lambda: mock.patch.object(
+        ss.SyncerState, "from_checkpoint", _momentum_lost_on_restore(ss.SyncerState.__dict__["from_checkpoint"])
+    ),
 }
 
 
@@ -114,16 +119,38 @@ def test_the_audit_fails_each_planted_defect_naming_the_merge(defect: str) -> No
 def test_a_restored_state_no_checkpoint_held_is_named() -> None:
     with PLANTED["restore without momentum"]():
         v = _audit("syncer-crash")
-    assert any("restored a state no checkpoint held" in p or "optimizer state other than" in p
-               for p in v.evidence["first_problems"]), v.evidence
+    assert any(
+        "restored a state no checkpoint held" in p or "optimizer state other than" in p
+        for p in v.evidence["first_problems"]
+    ), v.evidence
 
 
-def _timed(due_wait_s: float | None, contributions: int = 1, active: int = 3) -> "ev.Merge":
-    d = ev.MergeDecision(contributions=contributions, active_learners=active, t_step=0.1, t_quorum=0.05,
-                         t_upload=0.02, t_merge=0.01, t_broadcast=0.01)
-    return ev.Merge(ts=0.0, source="syncer", fragment=0, version=3, base_version=2, participants=[], rule="rda",
-                    wait_s=0.2, quorum_wait_s=0.2, outer_grad_norm=1.0, merges_total=3, tokens_total=0,
-                    decision=d, due_wait_s=due_wait_s)
+def _timed(due_wait_s: float | None, contributions: int = 1, active: int = 3) -> ev.Merge:
+    d = ev.MergeDecision(
+        contributions=contributions,
+        active_learners=active,
+        t_step=0.1,
+        t_quorum=0.05,
+        t_upload=0.02,
+        t_merge=0.01,
+        t_broadcast=0.01,
+    )
+    return ev.Merge(
+        ts=0.0,
+        source="syncer",
+        fragment=0,
+        version=3,
+        base_version=2,
+        participants=[],
+        rule="rda",
+        wait_s=0.2,
+        quorum_wait_s=0.2,
+        outer_grad_norm=1.0,
+        merges_total=3,
+        tokens_total=0,
+        decision=d,
+        due_wait_s=due_wait_s,
+    )
 
 
 def test_a_round_kept_waiting_with_its_quorum_fails_the_timing() -> None:

@@ -45,8 +45,16 @@ def _expected_names(n_layers: int) -> set[str]:
         names |= {
             f"block{i}.{n}"
             for n in (
-                "ln1.scale", "ln1.bias", "attn.wqkv", "attn.wo",
-                "ln2.scale", "ln2.bias", "mlp.w1", "mlp.b1", "mlp.w2", "mlp.b2",
+                "ln1.scale",
+                "ln1.bias",
+                "attn.wqkv",
+                "attn.wo",
+                "ln2.scale",
+                "ln2.bias",
+                "mlp.w1",
+                "mlp.b1",
+                "mlp.w2",
+                "mlp.b2",
             )
         }
     return names

@@ -6,15 +6,22 @@ import numpy as np
 import pytest
 
 from trainer.config import build_config
-from trainer.errors import ConfigError
 from trainer.core.fragments import partition_tensors
-from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.errors import ConfigError
 
 
 def _state(outer_gradient: str) -> SyncerState:
-    policy = SyncerPolicy(num_learners=2, min_quorum=1, outer_lr=1.0, outer_momentum=0.0, max_staleness=2,
-                          outer_gradient=outer_gradient, rounds="arrival")
+    policy = SyncerPolicy(
+        num_learners=2,
+        min_quorum=1,
+        outer_lr=1.0,
+        outer_momentum=0.0,
+        max_staleness=2,
+        outer_gradient=outer_gradient,
+        rounds="arrival",
+    )
     st = SyncerState.create(policy, partition_tensors({"w": 2}, 1), {"w": np.zeros(2, np.float32)})
     st.join("a", "ia", now=0.0)
     st.join("b", "ib", now=0.0)

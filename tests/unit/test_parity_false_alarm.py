@@ -9,11 +9,15 @@ from benchmarks.parity_false_alarm import main
 
 
 def test_rejudge_counts_false_alarms_both_ways(tmp_path: Path, capsys) -> None:
-    runs = [{"run": i, "final_eval_loss": 2.43, "delta_same_seed": d, "outside_band": b, "seconds": 55.0}
-            for i, (d, b) in enumerate([(0.004, 0.0), (0.012, 0.0), (-0.03, -0.021), (0.06, 0.052)])]
+    runs = [
+        {"run": i, "final_eval_loss": 2.43, "delta_same_seed": d, "outside_band": b, "seconds": 55.0}
+        for i, (d, b) in enumerate([(0.004, 0.0), (0.012, 0.0), (-0.03, -0.021), (0.06, 0.052)])
+    ]
     band = {"low": 2.42, "high": 2.44, "losses": [2.43, 2.35, 2.41], "excess": [0.04, 0.05, 0.054]}
     src = tmp_path / "in.json"
-    src.write_text(json.dumps({"config": {"load": True, "baseline_seeds": 3}, "results": {"band": band, "runs": runs}}))
+    src.write_text(
+        json.dumps({"config": {"load": True, "baseline_seeds": 3}, "results": {"band": band, "runs": runs}})
+    )
     assert main(["--rejudge", str(src), "--out-dir", str(tmp_path / "out")]) == 0
     doc = json.loads((tmp_path / "out" / "parity_false_alarm.json").read_text())
     by = doc["results"]["by_tolerance"]

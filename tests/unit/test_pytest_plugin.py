@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-TESTS = '''
+TESTS = """
 import pytest
 from hypothesis import given, strategies as st
 from chaos.pytest_plugin import OPTIONS, chaos_examples, chaos_settings
@@ -33,7 +33,7 @@ def test_examples_used():
 def test_example_database_is_hypothesis_own():
     # left on, except where the profile derandomizes (then Hypothesis itself turns it off: nothing to replay)
     assert (chaos_settings().database is None) == chaos_settings().derandomize
-'''
+"""
 
 # Each inner session that names a Hypothesis profile or seed runs in a subprocess: Hypothesis loads them into
 # globals, which an in-process inner session would leave set for this session's later tests.
@@ -55,8 +55,15 @@ def test_the_quick_profile_halves_the_examples(pytester: pytest.Pytester) -> Non
 
 def test_chaos_nightly_runs_them_with_hypothesis_seed_and_profile(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(TESTS)
-    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chaos-nightly", "--hypothesis-seed", "42",
-                                      "--hypothesis-profile", "chaos-nightly")
+    r = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--chaos-nightly",
+        "--hypothesis-seed",
+        "42",
+        "--hypothesis-profile",
+        "chaos-nightly",
+    )
     r.assert_outcomes(passed=5)
     r.stdout.fnmatch_lines(["*diloco-chaos: nightly*Hypothesis profile chaos-nightly: 25 examples, seed 42*"])
 
@@ -66,7 +73,7 @@ def test_a_projects_own_nightly_marker_is_left_alone(pytester: pytest.Pytester) 
     `nightly` tests run, and its Hypothesis tests keep Hypothesis's own profile (no profile of ours is loaded: "default", or "ci" where
     Hypothesis sees a CI machine, as on ours)."""
     pytester.makeini("[pytest]\nmarkers =\n    nightly: this project's own slow tests\n")
-    pytester.makepyfile('''
+    pytester.makepyfile("""
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -81,13 +88,13 @@ def test_ours():
 @given(st.integers())
 def test_profile_is_theirs(x):
     assert settings.get_current_profile_name() in ("default", "ci")
-''')
+""")
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", "-v")
     r.assert_outcomes(passed=2, deselected=1)
     r.stdout.fnmatch_lines(["*test_theirs PASSED*"])
 
 
-ROTATED = '''
+ROTATED = """
 import pytest
 
 def test_per_change():
@@ -102,14 +109,15 @@ def test_member(n):
 @pytest.mark.chaos_nightly
 def test_whole():
     pass
-'''
+"""
 
 
 @pytest.mark.parametrize(("seed", "members"), [(20261203, "01"), (20261204, "23"), (20261205, "4")])
 def test_a_rotated_family_runs_tonights_slice(pytester: pytest.Pytester, seed: int, members: str) -> None:
     pytester.makepyfile(ROTATED)
-    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", "--chaos-nightly", "--hypothesis-seed",
-                                      str(seed))
+    r = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--chaos-nightly", "--hypothesis-seed", str(seed)
+    )
     r.assert_outcomes(passed=len(members) + 2, deselected=5 - len(members))
     r.stdout.fnmatch_lines([f"*test_member?{m}? PASSED*" for m in members])
 
@@ -119,7 +127,9 @@ def test_no_rotation_runs_every_member(pytester: pytest.Pytester) -> None:
     r = pytester.runpytest("-p", "no:cacheprovider", "-v", "--chaos-nightly", "--chaos-no-rotation")
     r.assert_outcomes(passed=7)
     r.stdout.fnmatch_lines(["*diloco-chaos: nightly, no rotation*"])
-    r.stdout.fnmatch_lines(["*test_member?4? PASSED*", "*test_whole PASSED*", "*test_per_change PASSED*"])  # long first
+    r.stdout.fnmatch_lines(
+        ["*test_member?4? PASSED*", "*test_whole PASSED*", "*test_per_change PASSED*"]
+    )  # long first
 
 
 def test_an_inner_session_leaves_the_outer_sessions_options_alone(pytester: pytest.Pytester, tmp_path) -> None:
@@ -127,13 +137,21 @@ def test_an_inner_session_leaves_the_outer_sessions_options_alone(pytester: pyte
 
     before = replace(OPTIONS)
     pytester.makepyfile(ROTATED)
-    pytester.runpytest("-p", "no:cacheprovider", "--chaos-nightly", "--chaos-no-rotation", "--chaos-reports",
-                       str(tmp_path), "--chaos-toxiproxy-url", "http://127.0.0.1:1")
+    pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--chaos-nightly",
+        "--chaos-no-rotation",
+        "--chaos-reports",
+        str(tmp_path),
+        "--chaos-toxiproxy-url",
+        "http://127.0.0.1:1",
+    )
     assert OPTIONS == before
 
 
 def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile('''
+    pytester.makepyfile("""
 import pytest
 @pytest.mark.chaos
 @pytest.mark.chaos_docker
@@ -141,7 +159,7 @@ import pytest
 @pytest.mark.chaos_rotate(per_night=1)
 def test_marked():
     pass
-''')
+""")
     pytester.runpytest("-p", "no:cacheprovider", "--strict-markers").assert_outcomes(passed=1)
 
 

@@ -19,16 +19,40 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _merge(ts: float, n: int, who: list[str]) -> ev.Merge:
-    parts = [ev.ParticipantInfo(learner_id=lid, incarnation=f"{lid}-a", weight=1.0, c_steps=10, c_tokens=640)
-             for lid in who]
-    return ev.Merge(ts=ts, source="syncer", fragment=n % 2, version=n, base_version=n - 1, participants=parts,
-                    rule="rda", wait_s=0.1, quorum_wait_s=0.0, outer_grad_norm=0.5, merges_total=n,
-                    tokens_total=640 * len(who) * n)
+    parts = [
+        ev.ParticipantInfo(learner_id=lid, incarnation=f"{lid}-a", weight=1.0, c_steps=10, c_tokens=640)
+        for lid in who
+    ]
+    return ev.Merge(
+        ts=ts,
+        source="syncer",
+        fragment=n % 2,
+        version=n,
+        base_version=n - 1,
+        participants=parts,
+        rule="rda",
+        wait_s=0.1,
+        quorum_wait_s=0.0,
+        outer_grad_norm=0.5,
+        merges_total=n,
+        tokens_total=640 * len(who) * n,
+    )
 
 
 def _upload(ts: float, lid: str) -> ev.Upload:
-    return ev.Upload(ts=ts, source="syncer", learner_id=lid, learner_incarnation=f"{lid}-a", fragment=0,
-                     base_version=0, bytes=1024, seconds=0.01, c_steps=10, c_tokens=640, duplicate=False)
+    return ev.Upload(
+        ts=ts,
+        source="syncer",
+        learner_id=lid,
+        learner_incarnation=f"{lid}-a",
+        fragment=0,
+        base_version=0,
+        bytes=1024,
+        seconds=0.01,
+        c_steps=10,
+        c_tokens=640,
+        duplicate=False,
+    )
 
 
 def _history() -> History:
@@ -36,37 +60,113 @@ def _history() -> History:
         Phase(ts=T0 - 8.0, name="bring_up"),
         PlanRecord(ts=T0 - 7.0, scenario="kill-one-learner", seed=0, faults=[]),
         Phase(ts=T0, name="steady"),
-        FaultOp(ts=T0 + 5.0, fault_id="f0", fault_kind="kill", action="inject", outcome="invoke",
-                targets=["learner-1"], params={"restart": True}),
-        FaultOp(ts=T0 + 5.1, fault_id="f0", fault_kind="kill", action="inject", outcome="ok",
-                targets=["learner-1"], params={"restart": True}, evidence={"killed": ["learner-1"]}),
-        FaultOp(ts=T0 + 15.2, fault_id="f0", fault_kind="kill", action="heal", outcome="ok",
-                targets=["learner-1"], params={"restart": True}),
+        FaultOp(
+            ts=T0 + 5.0,
+            fault_id="f0",
+            fault_kind="kill",
+            action="inject",
+            outcome="invoke",
+            targets=["learner-1"],
+            params={"restart": True},
+        ),
+        FaultOp(
+            ts=T0 + 5.1,
+            fault_id="f0",
+            fault_kind="kill",
+            action="inject",
+            outcome="ok",
+            targets=["learner-1"],
+            params={"restart": True},
+            evidence={"killed": ["learner-1"]},
+        ),
+        FaultOp(
+            ts=T0 + 15.2,
+            fault_id="f0",
+            fault_kind="kill",
+            action="heal",
+            outcome="ok",
+            targets=["learner-1"],
+            params={"restart": True},
+        ),
         # a network fault on the syncer's side that never healed (shades to the end)
-        FaultOp(ts=T0 + 18.0, fault_id="f1", fault_kind="partition", action="inject", outcome="ok",
-                targets=["learner-0"], params={"direction": "both"}),
+        FaultOp(
+            ts=T0 + 18.0,
+            fault_id="f1",
+            fault_kind="partition",
+            action="inject",
+            outcome="ok",
+            targets=["learner-0"],
+            params={"direction": "both"},
+        ),
         Phase(ts=T0 + 25.0, name="finished"),
     ]
     events: list[Any] = [
-        ev.SyncerStart(ts=T0 - 6.0, source="syncer", syncer_incarnation="s-a", address="127.0.0.1:1",
-                       config_hash="abc123", versions=[0, 0], restored_from_merges=-1, pid=1),
-        *(ev.LearnerStart(ts=T0 - 5.0, source=lid, learner_id=lid, learner_incarnation=f"{lid}-a", pid=2,
-                          syncer="127.0.0.1:1", config_hash="abc123") for lid in ("learner-0", "learner-1")),
-        ev.LearnerStart(ts=T0 + 16.0, source="learner-1", learner_id="learner-1", learner_incarnation="learner-1-b",
-                        pid=3, syncer="127.0.0.1:1", config_hash="abc123"),
+        ev.SyncerStart(
+            ts=T0 - 6.0,
+            source="syncer",
+            syncer_incarnation="s-a",
+            address="127.0.0.1:1",
+            config_hash="abc123",
+            versions=[0, 0],
+            restored_from_merges=-1,
+            pid=1,
+        ),
+        *(
+            ev.LearnerStart(
+                ts=T0 - 5.0,
+                source=lid,
+                learner_id=lid,
+                learner_incarnation=f"{lid}-a",
+                pid=2,
+                syncer="127.0.0.1:1",
+                config_hash="abc123",
+            )
+            for lid in ("learner-0", "learner-1")
+        ),
+        ev.LearnerStart(
+            ts=T0 + 16.0,
+            source="learner-1",
+            learner_id="learner-1",
+            learner_incarnation="learner-1-b",
+            pid=3,
+            syncer="127.0.0.1:1",
+            config_hash="abc123",
+        ),
     ]
     for k in range(12):
         t = T0 + 2.0 * k
         who = ["learner-0"] if 5 <= 2 * k <= 16 else ["learner-0", "learner-1"]
         events += [_upload(t - 0.2, lid) for lid in who]
         events.append(_merge(t, k + 1, who))
-        events.append(ev.Step(ts=t - 0.5, source="learner-0", step=10 * k, loss=3.0 - 0.02 * k, tokens=640 * k,
-                              step_time_s=0.01, blocked_s=0.0))
-    events.append(ev.Reject(ts=T0 + 17.0, source="syncer", call="Upload", reason="non_finite", detail="nan",
-                            learner_id="learner-1"))
+        events.append(
+            ev.Step(
+                ts=t - 0.5,
+                source="learner-0",
+                step=10 * k,
+                loss=3.0 - 0.02 * k,
+                tokens=640 * k,
+                step_time_s=0.01,
+                blocked_s=0.0,
+            )
+        )
+    events.append(
+        ev.Reject(
+            ts=T0 + 17.0, source="syncer", call="Upload", reason="non_finite", detail="nan", learner_id="learner-1"
+        )
+    )
     for k in range(4):
-        events.append(ev.Eval(ts=T0 + 6.0 * k + 1.0, source="syncer", merges_total=3 * k, versions=[k, k],
-                              loss=3.2 - 0.15 * k, loss_floor=2.39, tokens_total=1000 * k, final=k == 3))
+        events.append(
+            ev.Eval(
+                ts=T0 + 6.0 * k + 1.0,
+                source="syncer",
+                merges_total=3 * k,
+                versions=[k, k],
+                loss=3.2 - 0.15 * k,
+                loss_floor=2.39,
+                tokens_total=1000 * k,
+                final=k == 3,
+            )
+        )
     events.append(ev.Finished(ts=T0 + 24.0, source="syncer", tokens_total=4000, merges_total=12, versions=[6, 6]))
     return History(records=records, events=sorted(events, key=lambda e: e.ts))
 
@@ -83,21 +183,55 @@ TREE: dict[str, Any] = {
     "wall_s": 71.2,
     "verdicts": [
         {"name": "liveness", "status": "pass", "summary": "merges kept coming; longest gap 4.0 s", "evidence": {}},
-        {"name": "parity", "status": "pass", "summary": "final loss within 15% of baseline",
-         "evidence": {"ratio": 1.01}},
+        {
+            "name": "parity",
+            "status": "pass",
+            "summary": "final loss within 15% of baseline",
+            "evidence": {"ratio": 1.01},
+        },
     ],
     "plan": [
-        {"fault_id": "f0", "kind": "kill", "targets": ["learner-1"], "at": 5.0, "at_merge": None, "duration": 10.0,
-         "params": {"restart": True}},
-        {"fault_id": "f3", "kind": "pause", "targets": ["learner-2"], "at": 60.0, "at_merge": None, "duration": 5.0,
-         "params": {}},
+        {
+            "fault_id": "f0",
+            "kind": "kill",
+            "targets": ["learner-1"],
+            "at": 5.0,
+            "at_merge": None,
+            "duration": 10.0,
+            "params": {"restart": True},
+        },
+        {
+            "fault_id": "f3",
+            "kind": "pause",
+            "targets": ["learner-2"],
+            "at": 60.0,
+            "at_merge": None,
+            "duration": 5.0,
+            "params": {},
+        },
     ],
-    "faults": [{"fault_id": "f0", "kind": "kill", "targets": ["learner-1"], "start_s": 5.1, "end_s": 15.2,
-                "injected": True, "healed": True}],
+    "faults": [
+        {
+            "fault_id": "f0",
+            "kind": "kill",
+            "targets": ["learner-1"],
+            "start_s": 5.1,
+            "end_s": 15.2,
+            "injected": True,
+            "healed": True,
+        }
+    ],
     "not_run": ["f3"],
     "baseline": {"final_eval_loss": 2.71, "run_dir": "runs/baseline", "cached": True},
-    "metrics": {"final_eval_loss": 2.74, "loss_floor": 2.39, "merges": 180, "tokens_total": 400000,
-                "uploads_merged": 0.93, "rejections": {"non_finite": 3}, "wall_s": 70.0},
+    "metrics": {
+        "final_eval_loss": 2.74,
+        "loss_floor": 2.39,
+        "merges": 180,
+        "tokens_total": 400000,
+        "uploads_merged": 0.93,
+        "rejections": {"non_finite": 3},
+        "wall_s": 70.0,
+    },
     "teardown": {"proxies_left": [], "processes_left": [], "problems": []},
 }
 REPORT = RunReport.model_validate(TREE)
@@ -108,17 +242,30 @@ def _report(tree: dict[str, Any]) -> RunReport:
 
 
 # A run that tells nothing but who it was (what a report says when everything else is empty).
-BARE = {"scenario": "", "status": "pass", "exit_code": 0, "run_dir": "", "seed": 0, "config_hash": "",
-        "started_at": float("nan"), "wall_s": float("nan")}
+BARE = {
+    "scenario": "",
+    "status": "pass",
+    "exit_code": 0,
+    "run_dir": "",
+    "seed": 0,
+    "config_hash": "",
+    "started_at": float("nan"),
+    "wall_s": float("nan"),
+}
 
 
 def _failing() -> RunReport:
     r = copy.deepcopy(TREE)
     r["status"] = "fail"
     r["exit_code"] = 1
-    r["verdicts"].append({"name": "reintegration", "status": "fail",
-                          "summary": "learner-1 never uploaded after its restart",
-                          "evidence": {"learner": "learner-1", "healed_at_s": 15.2, "first_upload_after_s": None}})
+    r["verdicts"].append(
+        {
+            "name": "reintegration",
+            "status": "fail",
+            "summary": "learner-1 never uploaded after its restart",
+            "evidence": {"learner": "learner-1", "healed_at_s": 15.2, "first_upload_after_s": None},
+        }
+    )
     return _report(r)
 
 
@@ -157,8 +304,10 @@ def test_markdown_shows_the_parity_band_and_its_seeds() -> None:
     assert "| fault-free band (parity) | one baseline |" in rep.render_markdown(_report(r))
     r["baseline"]["band"] = {"seeds": [0, 1, 2], "excess": [0.32, 0.30, 0.35]}
     r["verdicts"][1]["evidence"] = {"band": {"low": 2.69, "high": 2.74}}
-    assert ("| fault-free band (parity) | 2.690 – 2.740 (this run's floor + the fault-free excess at cluster seeds "
-            "0, 1, 2) |") in rep.render_markdown(_report(r))
+    assert (
+        "| fault-free band (parity) | 2.690 – 2.740 (this run's floor + the fault-free excess at cluster seeds "
+        "0, 1, 2) |"
+    ) in rep.render_markdown(_report(r))
 
 
 def test_failing_report_says_fail_and_shows_evidence() -> None:
@@ -172,8 +321,9 @@ def test_failing_report_says_fail_and_shows_evidence() -> None:
 
 
 def test_error_report_and_missing_keys() -> None:
-    md = rep.render_markdown(_report({**BARE, "scenario": "syncer-crash", "status": "error",
-                                      "error": "toxiproxy not reachable"}))
+    md = rep.render_markdown(
+        _report({**BARE, "scenario": "syncer-crash", "status": "error", "error": "toxiproxy not reachable"})
+    )
     assert "## Result: ERROR" in md and "toxiproxy not reachable" in md
     assert "No checks ran." in md and "No fault was injected." in md and "Teardown" in md
     assert "diloco-chaos replay RUN_DIR" in md  # no run directory recorded: the reader fills it in
@@ -183,8 +333,11 @@ def test_error_report_and_missing_keys() -> None:
 def test_markdown_escapes_cells_and_reports_dirty_teardown() -> None:
     r = copy.deepcopy(TREE)
     r["verdicts"][0]["summary"] = "a | b\nc"
-    r["teardown"] = {"proxies_left": ["learner-0-link"], "processes_left": ["learner-1"],
-                     "problems": ["stopping learner-1: no such container"]}
+    r["teardown"] = {
+        "proxies_left": ["learner-0-link"],
+        "processes_left": ["learner-1"],
+        "problems": ["stopping learner-1: no such container"],
+    }
     r["baseline"] = None
     r["metrics"]["uploads_merged"] = float("nan")
     r["faults"][0].update(end_s=None, healed=False)
@@ -207,8 +360,9 @@ def test_times_are_relative_to_steady() -> None:
     h = _history()
     assert tl.timeline_origin(h) == T0
     assert tl.relative_times(h, [T0 - 8.0, T0 + 5.1]) == pytest.approx([-8.0, 5.1])
-    no_steady = History(records=[r for r in h.records if not (isinstance(r, Phase) and r.name == "steady")],
-                        events=h.events)
+    no_steady = History(
+        records=[r for r in h.records if not (isinstance(r, Phase) and r.name == "steady")], events=h.events
+    )
     assert tl.timeline_origin(no_steady) == h.start == T0 - 8.0
     assert tl.timeline_origin(History(records=[], events=[])) == 0.0
 
@@ -241,17 +395,38 @@ def test_timeline_png_empty_history(tmp_path: Path) -> None:
     tl.write_timeline(History(records=[], events=[]), None, out)
     _assert_png(out)
     out2 = tmp_path / "error.png"
-    tl.write_timeline(History(records=[Phase(ts=T0, name="bring_up")], events=[]),
-                       _report({**BARE, "scenario": "x", "status": "error", "baseline": None}), out2)
+    tl.write_timeline(
+        History(records=[Phase(ts=T0, name="bring_up")], events=[]),
+        _report({**BARE, "scenario": "x", "status": "error", "baseline": None}),
+        out2,
+    )
     _assert_png(out2)
 
 
 def test_timeline_syncer_faults_and_no_steady(tmp_path: Path) -> None:
     h = _history()
-    h.records.append(FaultOp(ts=T0 + 20.0, fault_id="f2", fault_kind="syncer_crash", action="inject", outcome="fail",
-                             targets=["syncer"], error="no such process"))
-    h.records.append(FaultOp(ts=T0 + 21.0, fault_id="f4", fault_kind="latency", action="inject", outcome="ok",
-                             targets=["syncer"], params={"ms": 100}))
+    h.records.append(
+        FaultOp(
+            ts=T0 + 20.0,
+            fault_id="f2",
+            fault_kind="syncer_crash",
+            action="inject",
+            outcome="fail",
+            targets=["syncer"],
+            error="no such process",
+        )
+    )
+    h.records.append(
+        FaultOp(
+            ts=T0 + 21.0,
+            fault_id="f4",
+            fault_kind="latency",
+            action="inject",
+            outcome="ok",
+            targets=["syncer"],
+            params={"ms": 100},
+        )
+    )
     h.records = [r for r in h.records if not (isinstance(r, Phase) and r.name == "steady")]
     out = tmp_path / "t.png"
     tl.write_timeline(h, REPORT, out)
@@ -259,7 +434,9 @@ def test_timeline_syncer_faults_and_no_steady(tmp_path: Path) -> None:
 
 
 def test_regime_warnings_lead_the_report():
-    md = rep.render_markdown(_report({**BARE, "scenario": "s", "warnings": ["outside the regime: 1.2 of 3 learners"]}))
+    md = rep.render_markdown(
+        _report({**BARE, "scenario": "s", "warnings": ["outside the regime: 1.2 of 3 learners"]})
+    )
     assert "> **Warning:** outside the regime: 1.2 of 3 learners" in md
     assert "Warning" not in rep.render_markdown(_report({**BARE, "scenario": "s", "warnings": []}))
 
@@ -268,8 +445,12 @@ def test_markdown_quotes_the_parity_false_alarm_rate_or_why_there_is_none() -> N
     r = copy.deepcopy(TREE)
     r["parity_false_alarm"] = None
     assert "| parity false-alarm rate | n/a (parity off) |" in rep.render_markdown(_report(r))
-    r["parity_false_alarm"] = {"text": "0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
-                                       "measured under load on this cluster", "measured": "2026-12-01T02:55:02+00:00"}
-    assert ("| parity false-alarm rate | 0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
-            "measured under load on this cluster, 2026-12-01T02:55:02+00:00 (benchmarks/parity_false_alarm.py) |"
-            ) in rep.render_markdown(_report(r))
+    r["parity_false_alarm"] = {
+        "text": "0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
+        "measured under load on this cluster",
+        "measured": "2026-12-01T02:55:02+00:00",
+    }
+    assert (
+        "| parity false-alarm rate | 0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
+        "measured under load on this cluster, 2026-12-01T02:55:02+00:00 (benchmarks/parity_false_alarm.py) |"
+    ) in rep.render_markdown(_report(r))

@@ -30,8 +30,11 @@ def rotated_families() -> dict[str, tuple[int, int]]:
 
 def test_the_long_nightly_families_rotate() -> None:
     assert {n.split("::")[1] for n in rotated_families()} >= {
-        "test_builtin_scenario", "test_builtin_scenario_at_four_times_the_budget", "test_parity_at_full_model_size",
-        "container faults"}
+        "test_builtin_scenario",
+        "test_builtin_scenario_at_four_times_the_budget",
+        "test_parity_at_full_model_size",
+        "container faults",
+    }
     assert rotated_families()["tests/docker/test_compose.py::container faults"][0] == 4
 
 
@@ -40,7 +43,9 @@ def test_every_member_runs_within_a_week(node: str) -> None:
     members, per_night = rotated_families()[node]
     assert nights_to_cover(members, per_night) <= WEEK, f"{node}: raise per_night so {members} members fit a week"
     ids = [f"m{i}" for i in range(members)]
-    nights = [int((date(2026, 11, 28) + timedelta(days=d)).strftime("%Y%m%d")) for d in range(WEEK)]  # over a month's end
+    nights = [
+        int((date(2026, 11, 28) + timedelta(days=d)).strftime("%Y%m%d")) for d in range(WEEK)
+    ]  # over a month's end
     seen = {i for seed in nights for i in tonight(ids, per_night, seed)}
     assert seen == set(ids)
 

@@ -32,28 +32,82 @@ OLD: dict[str, Any] = {
     "backend": "sim",
     "verdicts": [
         {"name": "liveness", "status": "pass", "summary": "575 merges", "evidence": {"merges": 575}},
-        {"name": "reintegration", "status": "fail", "summary": "learner-1 never came back",
-         "evidence": {"learners": [{"learner": "learner-1", "first_upload_after_s": None}], "bound": [1, 2.5]}},
+        {
+            "name": "reintegration",
+            "status": "fail",
+            "summary": "learner-1 never came back",
+            "evidence": {"learners": [{"learner": "learner-1", "first_upload_after_s": None}], "bound": [1, 2.5]},
+        },
     ],
     "warnings": ["outside the regime: 1.2 of 3 learners"],
-    "plan": [{"fault_id": "f0", "kind": "kill", "targets": ["learner-1"], "at": 3.0, "at_merge": None,
-              "duration": 5.0, "params": {"restart": False}},
-             {"fault_id": "f1", "kind": "pause", "targets": ["learner-2"], "at": None, "at_merge": 40,
-              "duration": 2.0, "params": {}}],
-    "faults": [{"fault_id": "f0", "kind": "kill", "targets": ["learner-1"], "start_s": 3.0, "end_s": 8.0,
-                "injected": True, "healed": True, "params": {"restart": False}}],
+    "plan": [
+        {
+            "fault_id": "f0",
+            "kind": "kill",
+            "targets": ["learner-1"],
+            "at": 3.0,
+            "at_merge": None,
+            "duration": 5.0,
+            "params": {"restart": False},
+        },
+        {
+            "fault_id": "f1",
+            "kind": "pause",
+            "targets": ["learner-2"],
+            "at": None,
+            "at_merge": 40,
+            "duration": 2.0,
+            "params": {},
+        },
+    ],
+    "faults": [
+        {
+            "fault_id": "f0",
+            "kind": "kill",
+            "targets": ["learner-1"],
+            "start_s": 3.0,
+            "end_s": 8.0,
+            "injected": True,
+            "healed": True,
+            "params": {"restart": False},
+        }
+    ],
     "not_run": ["f1"],
     "baseline": {"final_eval_loss": 2.0109243847802283, "simulated": True},
     "reference": None,
-    "parity_false_alarm": {"alarms": 0, "runs": 10, "low": 0.0, "high": 0.2775401687666166, "tolerance": 0.05,
-                           "under_load": True, "same_cluster": True, "measured": "2026-12-02T08:33:30+00:00",
-                           "text": "0 of 10 fault-free runs outside the band by more than ±0.05"},
-    "metrics": {"final_eval_loss": 2.013375452104956, "final_eval_is_final": True, "loss_floor": 2.0,
-                "gap_to_floor": 0.013375452104956054, "merges": 575, "tokens_total": 2411520, "learner_steps": 2311,
-                "uploads_merged": 1.0, "rejections": {"non_finite": 2}, "rounds_merged": 575,
-                "participants_per_merge": 2.034782608695652, "late_carried": 0, "wall_s": 92.7},
-    "teardown": {"proxies_left": ["chaos-learner-0"], "processes_left": [], "healed_on_teardown": False,
-                 "exit_codes": {"learner-0": 0, "learner-1": -9, "syncer": None}, "problems": []},
+    "parity_false_alarm": {
+        "alarms": 0,
+        "runs": 10,
+        "low": 0.0,
+        "high": 0.2775401687666166,
+        "tolerance": 0.05,
+        "under_load": True,
+        "same_cluster": True,
+        "measured": "2026-12-02T08:33:30+00:00",
+        "text": "0 of 10 fault-free runs outside the band by more than ±0.05",
+    },
+    "metrics": {
+        "final_eval_loss": 2.013375452104956,
+        "final_eval_is_final": True,
+        "loss_floor": 2.0,
+        "gap_to_floor": 0.013375452104956054,
+        "merges": 575,
+        "tokens_total": 2411520,
+        "learner_steps": 2311,
+        "uploads_merged": 1.0,
+        "rejections": {"non_finite": 2},
+        "rounds_merged": 575,
+        "participants_per_merge": 2.034782608695652,
+        "late_carried": 0,
+        "wall_s": 92.7,
+    },
+    "teardown": {
+        "proxies_left": ["chaos-learner-0"],
+        "processes_left": [],
+        "healed_on_teardown": False,
+        "exit_codes": {"learner-0": 0, "learner-1": -9, "syncer": None},
+        "problems": [],
+    },
 }
 
 
@@ -83,14 +137,30 @@ def test_nan_stays_nan_as_json_dumps_writes_it(tmp_path: Path) -> None:
 
 
 def test_records_that_producers_fill_differently_keep_each_producers_keys() -> None:
-    tree = {**OLD, "teardown": {}, "baseline": {"seed": 0, "final_eval_loss": 2.5, "loss_floor": None,
-                                                "run_dir": "cache/k", "cached": True, "config_hash": "k",
-                                                "band": {"seeds": [0, 1], "losses": [2.5, 2.6], "floors": [2.0, 2.1],
-                                                         "excess": [0.5, 0.5]},
-                                                "runs": [{"seed": 1, "final_eval_loss": 2.6, "loss_floor": 2.1,
-                                                          "run_dir": "cache/j", "cached": False,
-                                                          "config_hash": "j"}]},
-            "parity_false_alarm": {"text": "not measured here"}}
+    tree = {
+        **OLD,
+        "teardown": {},
+        "baseline": {
+            "seed": 0,
+            "final_eval_loss": 2.5,
+            "loss_floor": None,
+            "run_dir": "cache/k",
+            "cached": True,
+            "config_hash": "k",
+            "band": {"seeds": [0, 1], "losses": [2.5, 2.6], "floors": [2.0, 2.1], "excess": [0.5, 0.5]},
+            "runs": [
+                {
+                    "seed": 1,
+                    "final_eval_loss": 2.6,
+                    "loss_floor": 2.1,
+                    "run_dir": "cache/j",
+                    "cached": False,
+                    "config_hash": "j",
+                }
+            ],
+        },
+        "parity_false_alarm": {"text": "not measured here"},
+    }
     dumped = RunReport.model_validate(tree).model_dump(mode="json")
     assert dumped == tree and "error" not in dumped
 
@@ -130,10 +200,12 @@ def test_report_md_renders_from_the_typed_report(tmp_path: Path) -> None:
 
 
 def test_the_teardown_and_not_run_phases_are_typed_in_the_history_with_the_same_lines() -> None:
-    old_lines = ['{"ts":1.0,"source":"controller","kind":"phase","name":"not_run","detail":{"faults":["f1"]}}',
-                 '{"ts":2.0,"source":"controller","kind":"phase","name":"teardown","detail":{"proxies_left":[],'
-                 '"processes_left":[],"healed_on_teardown":false,"simulated":true}}',
-                 '{"ts":0.5,"source":"controller","kind":"phase","name":"steady","detail":{"merges":1}}']
+    old_lines = [
+        '{"ts":1.0,"source":"controller","kind":"phase","name":"not_run","detail":{"faults":["f1"]}}',
+        '{"ts":2.0,"source":"controller","kind":"phase","name":"teardown","detail":{"proxies_left":[],'
+        '"processes_left":[],"healed_on_teardown":false,"simulated":true}}',
+        '{"ts":0.5,"source":"controller","kind":"phase","name":"steady","detail":{"merges":1}}',
+    ]
     not_run, teardown, steady = (parse_record(line) for line in old_lines)
     assert isinstance(not_run, NotRunPhase) and not_run.detail.faults == ["f1"]
     assert isinstance(teardown, TeardownPhase) and teardown.detail.simulated and teardown.detail.exit_codes == {}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from chaos.errors import ChaosError, ScenarioError
 from chaos.scale import ScaleConfig, build_scale_config, load_scale_config
@@ -21,11 +21,25 @@ from chaos.scale.quantities import (
 
 
 # ---- parse_duration ----------------------------------------------------------------
-@pytest.mark.parametrize(("raw", "seconds"), [
-    (30, 30.0), (2.5, 2.5), ("30", 30.0), ("30s", 30.0), ("500ms", 0.5), ("2min", 120.0), ("1.5h", 5400.0),
-    ("7d", 7 * DAY), ("2w", 14 * DAY), ("1y", YEAR), (" 3 h ", 3 * 3600.0), ("1e3", 1000.0), ("1e3s", 1000.0),
-    (".5s", 0.5),
-])
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [
+        (30, 30.0),
+        (2.5, 2.5),
+        ("30", 30.0),
+        ("30s", 30.0),
+        ("500ms", 0.5),
+        ("2min", 120.0),
+        ("1.5h", 5400.0),
+        ("7d", 7 * DAY),
+        ("2w", 14 * DAY),
+        ("1y", YEAR),
+        (" 3 h ", 3 * 3600.0),
+        ("1e3", 1000.0),
+        ("1e3s", 1000.0),
+        (".5s", 0.5),
+    ],
+)
 def test_parse_duration_accepts_numbers_and_units(raw, seconds):
     """Seconds come from a bare number or a number with one of the time units (y = 365 d)."""
     assert parse_duration(raw) == pytest.approx(seconds)
@@ -49,10 +63,22 @@ def test_parse_duration_refuses_booleans(raw):
 
 
 # ---- parse_count -------------------------------------------------------------------
-@pytest.mark.parametrize(("raw", "value"), [
-    (7, 7.0), (2.5, 2.5), ("2400000", 2.4e6), ("2.4M", 2.4e6), ("150k", 1.5e5), ("150K", 1.5e5), ("12B", 12e9),
-    ("12G", 12e9), ("3T", 3e12), (" 5 k ", 5e3), ("1e6", 1e6),
-])
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        (7, 7.0),
+        (2.5, 2.5),
+        ("2400000", 2.4e6),
+        ("2.4M", 2.4e6),
+        ("150k", 1.5e5),
+        ("150K", 1.5e5),
+        ("12B", 12e9),
+        ("12G", 12e9),
+        ("3T", 3e12),
+        (" 5 k ", 5e3),
+        ("1e6", 1e6),
+    ],
+)
 def test_parse_count_accepts_numbers_and_suffixes(raw, value):
     """Counts take k/K, M, G = B, T suffixes."""
     assert parse_count(raw) == pytest.approx(value)
@@ -74,10 +100,19 @@ def test_parse_count_refuses_booleans():
 
 
 # ---- parse_gbps --------------------------------------------------------------------
-@pytest.mark.parametrize(("raw", "gbps"), [
-    (2, 2.0), (0, 0.0), (0.5, 0.5), ("3", 3.0), ("5Gbps", 5.0), ("200Mbps", 0.2), ("100Kbps", 1e-4),
-    (" 10 Gbps ", 10.0),
-])
+@pytest.mark.parametrize(
+    ("raw", "gbps"),
+    [
+        (2, 2.0),
+        (0, 0.0),
+        (0.5, 0.5),
+        ("3", 3.0),
+        ("5Gbps", 5.0),
+        ("200Mbps", 0.2),
+        ("100Kbps", 1e-4),
+        (" 10 Gbps ", 10.0),
+    ],
+)
 def test_parse_gbps_accepts_numbers_and_units(raw, gbps):
     """Bandwidth is Gbit/s, from a number or a Gbps/Mbps/Kbps quantity."""
     assert parse_gbps(raw) == pytest.approx(gbps)
@@ -93,8 +128,10 @@ def test_parse_gbps_refuses_garbage_naming_the_value(raw):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False),
-       st.sampled_from(["ms", "s", "min", "h", "d", "w", "y"]))
+@given(
+    st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False),
+    st.sampled_from(["ms", "s", "min", "h", "d", "w", "y"]),
+)
 def test_parse_duration_scales_by_the_unit(number, unit):
     """``<x><unit>`` is x times the unit's length in seconds."""
     size = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": DAY, "w": 7 * DAY, "y": YEAR}[unit]
@@ -113,12 +150,17 @@ def test_format_helpers_pick_a_readable_unit():
 # ---- build_scale_config: values ------------------------------------------------------
 def test_plan_quantities_take_units():
     """Durations, counts and bandwidths in a plan tree accept the human units."""
-    cfg = build_scale_config({
-        "duration": "2d", "token_budget": "12B", "cluster": {"chips": "2.4M"},
-        "workload": {"step_s": "500ms", "params": "70B", "tokens_per_step": "16M"},
-        "failures": {"mtbi_per_chip": "1y", "schedule": [{"at": "1h", "learner": 0, "down_s": "2min"}]},
-        "recovery": {"restart_s": "1min"}, "network": {"bandwidth": "200Mbps", "latency": "20ms"},
-    })
+    cfg = build_scale_config(
+        {
+            "duration": "2d",
+            "token_budget": "12B",
+            "cluster": {"chips": "2.4M"},
+            "workload": {"step_s": "500ms", "params": "70B", "tokens_per_step": "16M"},
+            "failures": {"mtbi_per_chip": "1y", "schedule": [{"at": "1h", "learner": 0, "down_s": "2min"}]},
+            "recovery": {"restart_s": "1min"},
+            "network": {"bandwidth": "200Mbps", "latency": "20ms"},
+        }
+    )
     assert cfg.duration == 2 * DAY
     assert cfg.token_budget == 12e9
     assert cfg.cluster.chips == 2.4e6
@@ -131,20 +173,32 @@ def test_plan_quantities_take_units():
 
 def test_derived_properties():
     """chips_per_learner, model_bytes, step times and the nominal token rate follow from the plan."""
-    cfg = build_scale_config({"cluster": {"chips": 1000},
-                              "workload": {"params": "1B", "bytes_per_param": 0.5, "tokens_per_step": 2000,
-                                           "step_s": 2, "step_s_overrides": {"3": 4}},
-                              "algorithm": {"mode": "decoupled", "num_learners": 4}})
+    cfg = build_scale_config(
+        {
+            "cluster": {"chips": 1000},
+            "workload": {
+                "params": "1B",
+                "bytes_per_param": 0.5,
+                "tokens_per_step": 2000,
+                "step_s": 2,
+                "step_s_overrides": {"3": 4},
+            },
+            "algorithm": {"mode": "decoupled", "num_learners": 4},
+        }
+    )
     assert cfg.chips_per_learner == 250.0
     assert cfg.model_bytes == 0.5e9
     assert [cfg.step_s(i) for i in range(4)] == [2, 2, 2, 4]
     assert cfg.nominal_tokens_per_s == pytest.approx(3 * 500 / 2 + 500 / 4)  # 500 tokens per learner step
 
 
-@pytest.mark.parametrize("tree, message", [
-    ({"workload": {"step_s_overrides": {4: 1}}, "algorithm": {"num_learners": 4}}, "step_s_overrides.4"),
-    ({"workload": {"step_s_overrides": {0: 2}}, "algorithm": {"mode": "data-parallel"}}, "one job stepping"),
-])
+@pytest.mark.parametrize(
+    "tree, message",
+    [
+        ({"workload": {"step_s_overrides": {4: 1}}, "algorithm": {"num_learners": 4}}, "step_s_overrides.4"),
+        ({"workload": {"step_s_overrides": {0: 2}}, "algorithm": {"mode": "data-parallel"}}, "one job stepping"),
+    ],
+)
 def test_bad_step_overrides_are_refused(tree, message):
     """A step override for a learner that does not exist, or for the one data-parallel job, is refused."""
     with pytest.raises(ScenarioError, match=message):
@@ -208,13 +262,16 @@ def test_every_bad_field_is_reported():
         assert path in msg, path
 
 
-@pytest.mark.parametrize(("tree", "path"), [
-    ({"bogus": 1}, "bogus"),
-    ({"cluster": {"chipz": 5}}, "cluster.chipz"),
-    ({"recovery": {"restart": 5}}, "recovery.restart"),
-    ({"algorithm": {"mode": "decoupled", "fragments": 4}}, "algorithm.fragments"),
-    ({"failures": {"schedule": [{"at": 1, "learner": 0, "when": 2}]}}, "failures.schedule.0.when"),
-])
+@pytest.mark.parametrize(
+    ("tree", "path"),
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"cluster": {"chipz": 5}}, "cluster.chipz"),
+        ({"recovery": {"restart": 5}}, "recovery.restart"),
+        ({"algorithm": {"mode": "decoupled", "fragments": 4}}, "algorithm.fragments"),
+        ({"failures": {"schedule": [{"at": 1, "learner": 0, "when": 2}]}}, "failures.schedule.0.when"),
+    ],
+)
 def test_unknown_keys_are_refused(tree, path):
     """A misspelt key is an error naming where it is, never silently ignored."""
     msg = _error(tree)
@@ -278,8 +335,12 @@ def test_more_learners_than_chips_is_refused():
 # ---- the failure schedule ----------------------------------------------------------------
 def test_schedule_learner_out_of_range_is_refused_naming_the_index():
     """A scheduled failure on a learner that does not exist names its index and the valid range."""
-    msg = _error({"algorithm": {"mode": "sync-diloco", "num_learners": 2},
-                  "failures": {"schedule": [{"at": 1, "learner": 1}, {"at": 5, "learner": 2}]}})
+    msg = _error(
+        {
+            "algorithm": {"mode": "sync-diloco", "num_learners": 2},
+            "failures": {"schedule": [{"at": 1, "learner": 1}, {"at": 5, "learner": 2}]},
+        }
+    )
     assert "failures.schedule[1].learner = 2" in msg
     assert "only 2 learner(s) (0..1)" in msg
     assert "schedule[0]" not in msg
@@ -293,8 +354,12 @@ def test_schedule_learner_must_be_zero_for_data_parallel():
 
 def test_schedule_defaults_down_s_to_none():
     """A scheduled failure without down_s uses the recovery defaults (down_s None)."""
-    cfg = build_scale_config({"algorithm": {"mode": "decoupled", "num_learners": 3},
-                              "failures": {"schedule": [{"at": "10min", "learner": 2}]}})
+    cfg = build_scale_config(
+        {
+            "algorithm": {"mode": "decoupled", "num_learners": 3},
+            "failures": {"schedule": [{"at": "10min", "learner": 2}]},
+        }
+    )
     (f,) = cfg.failures.schedule
     assert (f.at, f.learner, f.down_s) == (600.0, 2, None)
 
@@ -318,8 +383,9 @@ def test_override_wins_over_the_tree_and_keeps_siblings():
 
 def test_override_values_are_yaml_scalars():
     """Override values parse as YAML: false is a boolean, 3 an integer."""
-    cfg = build_scale_config({}, overrides=["elastic=false", "algorithm.num_learners=3",
-                                            "algorithm.mode=sync-diloco"])
+    cfg = build_scale_config(
+        {}, overrides=["elastic=false", "algorithm.num_learners=3", "algorithm.mode=sync-diloco"]
+    )
     assert cfg.elastic is False
     assert cfg.algorithm.num_learners == 3
     assert cfg.algorithm.min_quorum == 3
@@ -355,13 +421,16 @@ def test_load_reads_yaml_and_applies_overrides(tmp_path):
     assert cfg.algorithm.num_learners == 1
 
 
-@pytest.mark.parametrize("text, message", [
-    (None, "cannot read"),
-    ("cluster: [chips: 5\n", "not valid YAML"),
-    ("- 1\n- 2\n", "mapping"),
-    ("just a string\n", "mapping"),
-    ("42\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, "cannot read"),
+        ("cluster: [chips: 5\n", "not valid YAML"),
+        ("- 1\n- 2\n", "mapping"),
+        ("just a string\n", "mapping"),
+        ("42\n", "mapping"),
+    ],
+)
 def test_unloadable_file_names_the_path(tmp_path, text, message):
     """A missing file, broken YAML, or a top level that is not a mapping raises ScenarioError naming the file."""
     p = tmp_path / "plan.yaml"

@@ -31,8 +31,7 @@ def goodput(row: str, chips: float, duration: str = "7d") -> float:
 @pytest.mark.parametrize("row", ["data-parallel", "data-parallel-elastic"])
 def test_data_parallel_rows_match_the_paper_within_5_points(row: str) -> None:
     """Each data-parallel cell, one simulated week at the calibrated recovery times, is within 5 points."""
-    diffs = [100 * goodput(row, chips) - paper
-             for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
+    diffs = [100 * goodput(row, chips) - paper for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
     assert max(abs(d) for d in diffs) <= 5.0, diffs
 
 
@@ -40,8 +39,7 @@ def test_data_parallel_rows_match_the_paper_within_5_points(row: str) -> None:
 def test_decoupled_rows_match_the_paper_within_5_points(m: int) -> None:
     """Each Decoupled DiLoCo cell, one simulated day, is within 5 points of the paper."""
     row = f"decoupled-{m}"
-    diffs = [100 * goodput(row, chips, "1d") - paper
-             for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
+    diffs = [100 * goodput(row, chips, "1d") - paper for chips, paper in zip(CHIPS, PAPER_GOODPUT[row])]
     assert max(abs(d) for d in diffs) <= 5.0, diffs
 
 
@@ -68,22 +66,30 @@ def test_simulator_predicts_the_measured_goodput_runs() -> None:
     """
     doc = json.loads(MEASURED.read_text())
     comparisons = predict(doc, calibrate(doc, REJOIN_S))
-    assert {c.run for c in comparisons} == {f"{mode}, {kind}" for mode in ("sync DiLoCo", "decoupled (defaults)")
-                                            for kind in ("fault-free", "failures")}
+    assert {c.run for c in comparisons} == {
+        f"{mode}, {kind}"
+        for mode in ("sync DiLoCo", "decoupled (defaults)")
+        for kind in ("fault-free", "failures")
+    }
     for c in comparisons:
         assert c.simulated.failures == c.measured["failures"], c.run
         assert abs(c.merged_goodput - c.measured["merged_goodput"]) <= 0.05, (c.run, c.merged_goodput)
         assert abs(c.simulated.longest_stall_s - c.measured["longest_stall_s"]) <= 1.0, c.run
     sync = {c.run: c for c in comparisons if c.run.startswith("sync")}
     # The paper's point, in both the real runs and the prediction: failures cost sync DiLoCo long stalls.
-    assert sync["sync DiLoCo, failures"].simulated.longest_stall_s > 3 * sync["sync DiLoCo, fault-free"].simulated.longest_stall_s
+    assert (
+        sync["sync DiLoCo, failures"].simulated.longest_stall_s
+        > 3 * sync["sync DiLoCo, fault-free"].simulated.longest_stall_s
+    )
 
 
 def test_bandwidth_claim_twelve_billion_over_four_sites() -> None:
     """The paper's ">20× faster over 2–5 Gbps": at 5 Gbps Decoupled DiLoCo reaches the budget >20× sooner than
     data-parallel; with bf16 fragments at 2 Gbps the link saturates and learners skip syncs."""
-    args = argparse.Namespace(budget=2e9, params=12e9, chips=1024, sites=4, step=2.5, tokens_per_step=4e6,
-                              latency="30ms", seed=0)
+    args = argparse.Namespace(
+        budget=2e9, params=12e9, chips=1024, sites=4, step=2.5, tokens_per_step=4e6, latency="30ms", seed=0
+    )
+
     def run(gbps: float, mode: str, bpp: float) -> ScaleResult:
         return simulate_scale(build_scale_config(plan(args, gbps, mode, bpp)))
 
@@ -97,12 +103,14 @@ def test_bandwidth_claim_twelve_billion_over_four_sites() -> None:
     assert need["data-parallel (bf16)"] > 100 and need["decoupled (4-bit)"] < 1
 
 
-@pytest.mark.parametrize("p, h, tau", [(2, 2, 2), (2, 4, 2), (4, 8, 2), (3, 7, 1), (4, 4, 0), (1, 5, 3), (6, 4, 2)])
+@pytest.mark.parametrize(
+    "p, h, tau", [(2, 2, 2), (2, 4, 2), (4, 8, 2), (3, 7, 1), (4, 4, 0), (1, 5, 3), (6, 4, 2)]
+)
 def test_decoupled_counts_what_the_trainers_learner_book_counts(p: int, h: int, tau: int) -> None:
     """One learner, instant links: the simulator merges exactly the steps the trainer's own LearnerBook
     reports in its syncs (which syncs it skips, where counters reset, the τ overlap), driven step by step."""
-    from trainer.core.learner_book import LearnerBook
     from trainer.core.fragment_schedule import FragmentSchedule
+    from trainer.core.learner_book import LearnerBook
 
     steps = 240
     book = LearnerBook(FragmentSchedule(p, h, tau, staggered=True), versions=[0] * p, blocking=False)
@@ -114,8 +122,20 @@ def test_decoupled_counts_what_the_trainers_learner_book_counts(p: int, h: int, 
             versions[s.fragment] += 1
             book.offer(s.fragment, versions[s.fragment], payload=None)
         book.ready(step)
-    r = simulate_scale(build_scale_config({
-        "duration": steps + 0.5, "failures": {"mtbi_per_chip": 0}, "workload": {"step_s": 1, "tokens_per_step": p},
-        "algorithm": {"mode": "decoupled", "num_learners": 1, "num_fragments": p, "sync_every": h,
-                      "overlap_steps": tau}}))
+    r = simulate_scale(
+        build_scale_config(
+            {
+                "duration": steps + 0.5,
+                "failures": {"mtbi_per_chip": 0},
+                "workload": {"step_s": 1, "tokens_per_step": p},
+                "algorithm": {
+                    "mode": "decoupled",
+                    "num_learners": 1,
+                    "num_fragments": p,
+                    "sync_every": h,
+                    "overlap_steps": tau,
+                },
+            }
+        )
+    )
     assert r.merged_tokens == counted  # tokens_per_step = P: one merged step counts one token per fragment

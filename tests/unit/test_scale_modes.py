@@ -17,8 +17,9 @@ from chaos.scale.quantities import DAY, YEAR
 RECOVERY = {"detect_s": 10.0, "restart_s": 61.0, "reconfigure_s": 11.0, "rejoin_s": 0.0}
 
 
-def plan(mode="data-parallel", *, learners=4, fragments=4, sync_every=8, quorum=None, recovery=None, overlap=2,
-         **top):
+def plan(
+    mode="data-parallel", *, learners=4, fragments=4, sync_every=8, quorum=None, recovery=None, overlap=2, **top
+):
     """A plan tree with every algorithm and recovery knob these tests depend on written out (decoupled: τ = 2, the
     paper's, unless ``overlap`` says otherwise; the trainer's default is ``auto``)."""
     if mode == "data-parallel":
@@ -29,10 +30,18 @@ def plan(mode="data-parallel", *, learners=4, fragments=4, sync_every=8, quorum=
             alg["min_quorum"] = quorum
         if mode == "decoupled":
             alg["overlap_steps"] = overlap
-    tree = {"duration": 3600, "cluster": {"chips": 1000}, "workload": {"step_s": 1, "tokens_per_step": 1000},
-            "failures": {"mtbi_per_chip": 0}, "recovery": {**RECOVERY, **(recovery or {})}, "algorithm": alg}
+    tree = {
+        "duration": 3600,
+        "cluster": {"chips": 1000},
+        "workload": {"step_s": 1, "tokens_per_step": 1000},
+        "failures": {"mtbi_per_chip": 0},
+        "recovery": {**RECOVERY, **(recovery or {})},
+        "algorithm": alg,
+    }
     for key, value in top.items():
-        tree[key] = {**tree[key], **value} if isinstance(value, dict) and isinstance(tree.get(key), dict) else value
+        tree[key] = (
+            {**tree[key], **value} if isinstance(value, dict) and isinstance(tree.get(key), dict) else value
+        )
     return build_scale_config(tree)
 
 
@@ -90,8 +99,15 @@ def test_sync_diloco_update_times_are_spaced_by_h_steps():
 def test_sync_diloco_round_includes_the_blocking_transfer():
     """A limited link adds the model's round trip (up and down) plus round_overhead_s to every round."""
     # 1B params * 2 bytes = 16 Gbit; at 16 Gbps: 1 s up, 1 s down; plus 0.5 s overhead.
-    r = simulate_scale(plan("sync-diloco", sync_every=10, fragments=1, workload={"params": "1B"},
-                            network={"bandwidth": 16, "round_overhead_s": 0.5}))
+    r = simulate_scale(
+        plan(
+            "sync-diloco",
+            sync_every=10,
+            fragments=1,
+            workload={"params": "1B"},
+            network={"bandwidth": 16, "round_overhead_s": 0.5},
+        )
+    )
     assert r.details["round_comm_s"] == pytest.approx(2.5)
     assert r.longest_stall_s == pytest.approx(12.5)
     assert r.updates == math.floor(3600 / 12.5)
@@ -112,8 +128,13 @@ def test_decoupled_without_failures():
 @pytest.mark.parametrize("elastic", [False, True])
 def test_data_parallel_goodput_matches_the_renewal_formula(elastic):
     """150k chips for 7 days: goodput ~ 1 / (1 + lambda * D), D = the outage plus half a step lost (2 points)."""
-    cfg = plan(elastic=elastic, duration="7d", cluster={"chips": "150k"},
-               failures={"mtbi_per_chip": "1y"}, workload={"step_s": 1.0, "tokens_per_step": "4M"})
+    cfg = plan(
+        elastic=elastic,
+        duration="7d",
+        cluster={"chips": "150k"},
+        failures={"mtbi_per_chip": "1y"},
+        workload={"step_s": 1.0, "tokens_per_step": "4M"},
+    )
     r = simulate_scale(cfg)
     lam = 150_000 / YEAR
     down = RECOVERY["detect_s"] + (RECOVERY["reconfigure_s"] if elastic else RECOVERY["restart_s"])
@@ -145,8 +166,14 @@ def test_non_elastic_data_parallel_single_failure_costs_outage_and_step_in_fligh
 
 def test_checkpoint_rollback_loses_progress_since_the_checkpoint():
     """Non-elastic with checkpoints every 50 s: a failure at 125.5 s rolls back the 25 steps since 100 s."""
-    r = simulate_scale(plan(elastic=False, duration=1000, recovery={"checkpoint_every_s": 50},
-                            failures=one_failure(125.5, down_s=20)))
+    r = simulate_scale(
+        plan(
+            elastic=False,
+            duration=1000,
+            recovery={"checkpoint_every_s": 50},
+            failures=one_failure(125.5, down_s=20),
+        )
+    )
     assert r.details["rolled_back_tokens"] == 25 * 1000
     no_ckpt = simulate_scale(plan(elastic=False, duration=1000, failures=one_failure(125.5, down_s=20)))
     assert r.merged_tokens == no_ckpt.merged_tokens - 25 * 1000
@@ -155,8 +182,12 @@ def test_checkpoint_rollback_loses_progress_since_the_checkpoint():
 
 def test_elastic_replace_time_costs_the_failed_replicas_share():
     """Elastic with replace_s: the failed replica's chips sit out after the pause, lowering goodput by its share."""
-    kw = dict(elastic=True, duration=3600, cluster={"chips": 1000, "chips_per_replica": 100},
-              failures=one_failure(100, down_s=20))
+    kw = dict(
+        elastic=True,
+        duration=3600,
+        cluster={"chips": 1000, "chips_per_replica": 100},
+        failures=one_failure(100, down_s=20),
+    )
     base = simulate_scale(plan(**kw))
     slow = simulate_scale(plan(recovery={"replace_s": 600}, **kw))
     lost = base.merged_tokens - slow.merged_tokens
@@ -168,8 +199,15 @@ def test_elastic_replica_sit_out_is_bounded_by_the_run():
     """BUG CHECK: a replica failing near the end can only sit out until the run ends; goodput stays >= 0."""
     # 2 replicas of 5 chips; failure at 90 s of a 100 s run; replacement takes 1000 s. The 90 steps before the
     # failure are merged; the failed half of the job can at most idle for the remaining 10 s.
-    r = simulate_scale(plan(elastic=True, duration=100, cluster={"chips": 10, "chips_per_replica": 5},
-                            recovery={"replace_s": 1000}, failures=one_failure(90)))
+    r = simulate_scale(
+        plan(
+            elastic=True,
+            duration=100,
+            cluster={"chips": 10, "chips_per_replica": 5},
+            recovery={"replace_s": 1000},
+            failures=one_failure(90),
+        )
+    )
     assert r.merged_tokens >= 0
     assert r.goodput >= 0.85
 
@@ -184,8 +222,9 @@ def test_data_parallel_one_site_exposes_no_communication():
 
 def test_data_parallel_across_sites_on_a_slow_link_is_slower():
     """4 sites on a 10 Gbps ring: the exposed all-reduce lowers goodput and delays the token budget."""
-    common = dict(cluster={"chips": 1000, "sites": 4}, workload={"params": "1B", "tokens_per_step": "4M"},
-                  token_budget="1B")
+    common = dict(
+        cluster={"chips": 1000, "sites": 4}, workload={"params": "1B", "tokens_per_step": "4M"}, token_budget="1B"
+    )
     fast = simulate_scale(plan(network={"bandwidth": 0}, **common))
     slow = simulate_scale(plan(network={"bandwidth": 10}, **common))
     # ring: 2 * 3/4 * 16 Gbit / 10 Gbps = 2.4 s exposed per 1 s step
@@ -242,8 +281,15 @@ def test_budget_reached_with_a_rollback_at_the_same_instant():
     """BUG CHECK: if a rollback lands at the instant the budget is reached, merged tokens must not fall short of it."""
     # Steps end at 1..100 s; the failure at 100 s rolls back to the checkpoint at 90 s. The budget of 100 steps is
     # only touched for an instant, so either it is not reached then, or the reported merged tokens reach it.
-    r = simulate_scale(plan(elastic=False, duration=1000, token_budget=100 * 1000,
-                            recovery={"checkpoint_every_s": 30}, failures=one_failure(100)))
+    r = simulate_scale(
+        plan(
+            elastic=False,
+            duration=1000,
+            token_budget=100 * 1000,
+            recovery={"checkpoint_every_s": 30},
+            failures=one_failure(100),
+        )
+    )
     if r.time_to_budget_s is not None:
         assert r.merged_tokens >= 100 * 1000, (r.time_to_budget_s, r.merged_tokens)
 
@@ -259,8 +305,15 @@ def test_failures_after_the_budget_are_not_counted(mode):
 # ---- DiLoCo with a learner down ------------------------------------------------------------------------------
 def test_sync_diloco_waits_for_a_failed_learner():
     """Sync DiLoCo's round cannot merge without the failed learner: the global stall covers its outage."""
-    r = simulate_scale(plan("sync-diloco", sync_every=10, fragments=1, elastic=False,
-                            failures=one_failure(600, learner=1, down_s=300)))
+    r = simulate_scale(
+        plan(
+            "sync-diloco",
+            sync_every=10,
+            fragments=1,
+            elastic=False,
+            failures=one_failure(600, learner=1, down_s=300),
+        )
+    )
     assert r.failures == 1
     assert r.longest_stall_s >= 300
     assert 600 <= r.longest_stall_at <= 600 + 10
@@ -281,8 +334,12 @@ def test_decoupled_does_not_wait_for_a_failed_learner():
 
 def test_sync_diloco_elastic_pauses_where_non_elastic_redoes_the_round():
     """Mid-round, a non-elastic learner redoes its work after the outage; an elastic one resumes where it paused."""
-    kw = dict(duration=100, cluster={"chips": 2}, workload={"step_s": 1, "tokens_per_step": 10},
-              failures=one_failure(25, learner=1, down_s=5))
+    kw = dict(
+        duration=100,
+        cluster={"chips": 2},
+        workload={"step_s": 1, "tokens_per_step": 10},
+        failures=one_failure(25, learner=1, down_s=5),
+    )
     ne = plan("sync-diloco", learners=2, sync_every=10, fragments=1, elastic=False, **kw)
     el = plan("sync-diloco", learners=2, sync_every=10, fragments=1, elastic=True, **kw)
     t_ne = sync_diloco.run(ne, unit_outages(ne, 100.0))
@@ -358,8 +415,9 @@ def test_progress_reports_start_and_end():
 
 def test_timeline_is_kept_only_when_asked():
     """timeline=True records per-unit segments inside the run; the default keeps none."""
-    cfg = plan("sync-diloco", sync_every=8, fragments=1, duration=200, elastic=False,
-               failures=one_failure(50, learner=2))
+    cfg = plan(
+        "sync-diloco", sync_every=8, fragments=1, duration=200, elastic=False, failures=one_failure(50, learner=2)
+    )
     assert simulate_scale(cfg).timeline is None
     tl = simulate_scale(cfg, timeline=True).timeline
     assert tl is not None and tl.segments
@@ -379,19 +437,38 @@ def test_result_json_and_summary():
 
 # ---- properties --------------------------------------------------------------------------------------------------
 @settings(max_examples=30, deadline=None)
-@given(mode=st.sampled_from(["data-parallel", "sync-diloco", "decoupled"]), learners=st.integers(1, 4),
-       elastic=st.booleans(), seed=st.integers(0, 2**16), mtbi_factor=st.sampled_from([0, 300, 3000, 30000]),
-       sites=st.integers(1, 3), bandwidth=st.sampled_from([0, 1, 20]), step_s=st.sampled_from([0.5, 1.0, 2.5]),
-       checkpoint=st.sampled_from([0, 60]), rejoin=st.sampled_from([0, 20]), budget=st.sampled_from([0, 2e5, 1e12]))
-def test_figures_are_consistent_in_every_mode(mode, learners, elastic, seed, mtbi_factor, sites, bandwidth, step_s,
-                                               checkpoint, rejoin, budget):
+@given(
+    mode=st.sampled_from(["data-parallel", "sync-diloco", "decoupled"]),
+    learners=st.integers(1, 4),
+    elastic=st.booleans(),
+    seed=st.integers(0, 2**16),
+    mtbi_factor=st.sampled_from([0, 300, 3000, 30000]),
+    sites=st.integers(1, 3),
+    bandwidth=st.sampled_from([0, 1, 20]),
+    step_s=st.sampled_from([0.5, 1.0, 2.5]),
+    checkpoint=st.sampled_from([0, 60]),
+    rejoin=st.sampled_from([0, 20]),
+    budget=st.sampled_from([0, 2e5, 1e12]),
+)
+def test_figures_are_consistent_in_every_mode(
+    mode, learners, elastic, seed, mtbi_factor, sites, bandwidth, step_s, checkpoint, rejoin, budget
+):
     """For any small plan: 0 <= goodputs <= 1, merged <= trained, stall within the wall, budget bookkeeping sane."""
     chips = 40
-    cfg = plan(mode, learners=learners, quorum=1 if mode == "decoupled" else None, elastic=elastic, seed=seed,
-               duration=1800, token_budget=budget, cluster={"chips": chips, "sites": sites},
-               workload={"step_s": step_s, "params": "100M"}, network={"bandwidth": bandwidth},
-               failures={"mtbi_per_chip": chips * mtbi_factor},
-               recovery={"checkpoint_every_s": checkpoint, "rejoin_s": rejoin})
+    cfg = plan(
+        mode,
+        learners=learners,
+        quorum=1 if mode == "decoupled" else None,
+        elastic=elastic,
+        seed=seed,
+        duration=1800,
+        token_budget=budget,
+        cluster={"chips": chips, "sites": sites},
+        workload={"step_s": step_s, "params": "100M"},
+        network={"bandwidth": bandwidth},
+        failures={"mtbi_per_chip": chips * mtbi_factor},
+        recovery={"checkpoint_every_s": checkpoint, "rejoin_s": rejoin},
+    )
     r = simulate_scale(cfg)
     check_invariants(r)
     if r.time_to_budget_s is None:
@@ -404,9 +481,13 @@ def test_figures_are_consistent_in_every_mode(mode, learners, elastic, seed, mtb
 def test_a_budget_of_trained_tokens_ends_decoupled_runs_earlier_than_one_of_merged_tokens() -> None:
     """budget_counts: trained stops when the learners have trained the budget (the real syncer's count);
     merged waits until that much reached the global model, later since overlap steps are overwritten."""
-    tree = {"duration": 3600, "token_budget": 500_000, "failures": {"mtbi_per_chip": 0},
-            "workload": {"step_s": 1, "tokens_per_step": 1000},
-            "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8}}
+    tree = {
+        "duration": 3600,
+        "token_budget": 500_000,
+        "failures": {"mtbi_per_chip": 0},
+        "workload": {"step_s": 1, "tokens_per_step": 1000},
+        "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8},
+    }
     merged = simulate_scale(build_scale_config(tree))
     trained = simulate_scale(build_scale_config({**tree, "budget_counts": "trained"}))
     assert trained.time_to_budget_s == pytest.approx(500.0, abs=1e-3)  # 1000 tokens a second, exactly
@@ -418,12 +499,19 @@ def test_a_budget_of_trained_tokens_ends_decoupled_runs_earlier_than_one_of_merg
 def test_a_slow_learner_holds_back_sync_diloco_but_not_decoupled() -> None:
     """Heterogeneous hardware: one learner at half speed makes sync DiLoCo wait every round (goodput ~5/8);
     Decoupled learners each step at their own pace (goodput 1) and the grace window still merges the slow one."""
-    base = {"duration": 3600, "failures": {"mtbi_per_chip": 0},
-            "workload": {"step_s": 1, "tokens_per_step": 4000, "step_s_overrides": {3: 2}}}
-    sync = simulate_scale(build_scale_config({**base, "algorithm": {"mode": "sync-diloco", "num_learners": 4,
-                                                                     "sync_every": 8}}))
-    dec = simulate_scale(build_scale_config({**base, "algorithm": {"mode": "decoupled", "num_learners": 4,
-                                                                    "num_fragments": 4, "sync_every": 8}}))
+    base = {
+        "duration": 3600,
+        "failures": {"mtbi_per_chip": 0},
+        "workload": {"step_s": 1, "tokens_per_step": 4000, "step_s_overrides": {3: 2}},
+    }
+    sync = simulate_scale(
+        build_scale_config({**base, "algorithm": {"mode": "sync-diloco", "num_learners": 4, "sync_every": 8}})
+    )
+    dec = simulate_scale(
+        build_scale_config(
+            {**base, "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8}}
+        )
+    )
     # nominal: 3 learners at 1000 tokens/s + one at 500; sync rounds run at the slow one's pace: 4 × 500.
     assert sync.goodput == pytest.approx(2000 / 3500, abs=0.01)
     assert dec.goodput == pytest.approx(1.0, abs=0.01)
@@ -436,10 +524,14 @@ def test_a_slow_learner_holds_back_sync_diloco_but_not_decoupled() -> None:
 
 def test_replica_sit_outs_cost_decoupled_goodput_too() -> None:
     """Elastic learners with replace_s train on fewer replicas after a failure: goodput (not only merged) drops."""
-    tree = {"duration": 3600, "elastic": True, "cluster": {"chips": 400, "chips_per_replica": 10},
-            "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 100, "learner": 1, "down_s": 20}]},
-            "workload": {"step_s": 1, "tokens_per_step": 4000},
-            "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8}}
+    tree = {
+        "duration": 3600,
+        "elastic": True,
+        "cluster": {"chips": 400, "chips_per_replica": 10},
+        "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 100, "learner": 1, "down_s": 20}]},
+        "workload": {"step_s": 1, "tokens_per_step": 4000},
+        "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8},
+    }
     base = simulate_scale(build_scale_config(tree))
     slow = simulate_scale(build_scale_config({**tree, "recovery": {"replace_s": 1000}}))
     # learner 1 has 10 replicas; one sits out from the pause's end (120 s) to 1100 s: 980 s of a tenth of
@@ -453,10 +545,13 @@ def test_after_a_pause_a_decoupled_learner_is_back_on_the_shared_round_schedule(
     """The syncer's clock: a learner paused for 3.5 steps syncs at its last boundary at or before each later
     opening, so every later round gathers all four (on its own step count it would stay 3.5 steps out of phase
     and its uploads would merge apart from the others' for the rest of the run)."""
-    tree = {"duration": 3600, "elastic": True,
-            "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 100, "learner": 1, "down_s": 3.5}]},
-            "workload": {"step_s": 1, "tokens_per_step": 4000},
-            "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8}}
+    tree = {
+        "duration": 3600,
+        "elastic": True,
+        "failures": {"mtbi_per_chip": 0, "schedule": [{"at": 100, "learner": 1, "down_s": 3.5}]},
+        "workload": {"step_s": 1, "tokens_per_step": 4000},
+        "algorithm": {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8},
+    }
     r = simulate_scale(build_scale_config(tree))
     assert r.details["merges"] == pytest.approx(3600 / 2, abs=4)  # one merge per round: a fragment every 2 s
     assert r.details["participants_per_merge"] > 3.99
@@ -467,8 +562,13 @@ def test_decoupled_late_uploads_refused_or_carried():
     equal learners in step, every header makes its round: trainer.core.inflight): with ``late_uploads: refuse``
     late uploads miss their merge; with ``carry`` none is refused as late, each is carried into the next round
     (the trainer's SyncerState) and more work is merged."""
-    common = dict(workload={"params": "1B"}, sync_every=8, fragments=4, network={"bandwidth": 1},
-                  failures={"mtbi_per_chip": "3d"})
+    common = dict(
+        workload={"params": "1B"},
+        sync_every=8,
+        fragments=4,
+        network={"bandwidth": 1},
+        failures={"mtbi_per_chip": "3d"},
+    )
     refuse = simulate_scale(plan("decoupled", **common))
     alg = {"mode": "decoupled", "num_learners": 4, "num_fragments": 4, "sync_every": 8, "late_uploads": "carry"}
     carry = simulate_scale(plan("decoupled", **{**common, "algorithm": alg}))

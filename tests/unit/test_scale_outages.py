@@ -15,16 +15,36 @@ from chaos.scale.outages import Outages, unit_outages
 DETECT, RESTART, RECONFIGURE = 10.0, 61.0, 11.0
 
 
-def plan(*, elastic=False, mode="sync-diloco", learners=1, chips=100, mtbi=0, schedule=(), rejoin=0.0, seed=0,
-         duration=3600):
+def plan(
+    *,
+    elastic=False,
+    mode="sync-diloco",
+    learners=1,
+    chips=100,
+    mtbi=0,
+    schedule=(),
+    rejoin=0.0,
+    seed=0,
+    duration=3600,
+):
     """A small plan with explicit recovery times (independent of the package's calibrated defaults)."""
     alg = {"mode": mode} if mode == "data-parallel" else {"mode": mode, "num_learners": learners}
-    return build_scale_config({
-        "seed": seed, "duration": duration, "elastic": elastic, "cluster": {"chips": chips},
-        "failures": {"mtbi_per_chip": mtbi, "schedule": list(schedule)},
-        "recovery": {"detect_s": DETECT, "restart_s": RESTART, "reconfigure_s": RECONFIGURE, "rejoin_s": rejoin},
-        "algorithm": alg,
-    })
+    return build_scale_config(
+        {
+            "seed": seed,
+            "duration": duration,
+            "elastic": elastic,
+            "cluster": {"chips": chips},
+            "failures": {"mtbi_per_chip": mtbi, "schedule": list(schedule)},
+            "recovery": {
+                "detect_s": DETECT,
+                "restart_s": RESTART,
+                "reconfigure_s": RECONFIGURE,
+                "rejoin_s": rejoin,
+            },
+            "algorithm": alg,
+        }
+    )
 
 
 def manual(starts, ends, elastic=False) -> Outages:
@@ -91,8 +111,13 @@ def test_failures_spread_evenly_over_units():
 def test_failure_times_lie_within_the_horizon():
     """Random failures fall in [0, horizon); scheduled failures at or after the horizon are dropped."""
     horizon = 1e4
-    cfg = plan(learners=2, chips=1000, mtbi=1e5, seed=1,
-               schedule=[{"at": horizon, "learner": 0}, {"at": 2 * horizon, "learner": 1}])
+    cfg = plan(
+        learners=2,
+        chips=1000,
+        mtbi=1e5,
+        seed=1,
+        schedule=[{"at": horizon, "learner": 0}, {"at": 2 * horizon, "learner": 1}],
+    )
     outs = unit_outages(cfg, horizon)
     times = np.concatenate([o.failure_times for o in outs])
     assert len(times) > 0
@@ -101,8 +126,13 @@ def test_failure_times_lie_within_the_horizon():
 
 def test_failure_times_are_sorted():
     """Each unit's failure_times (random and scheduled together) are in time order."""
-    cfg = plan(learners=2, chips=1000, mtbi=1e5, seed=4,
-               schedule=[{"at": 5000, "learner": 0}, {"at": 10, "learner": 0}, {"at": 7000, "learner": 1}])
+    cfg = plan(
+        learners=2,
+        chips=1000,
+        mtbi=1e5,
+        seed=4,
+        schedule=[{"at": 5000, "learner": 0}, {"at": 10, "learner": 0}, {"at": 7000, "learner": 1}],
+    )
     for o in unit_outages(cfg, 1e4):
         assert np.all(np.diff(o.failure_times) >= 0)
     assert 10.0 in unit_outages(cfg, 1e4)[0].failure_times.tolist()
@@ -252,20 +282,36 @@ def test_work_before_is_monotone_and_flat_during_outages():
 
 # ---- properties ---------------------------------------------------------------------------------
 _schedules = st.lists(
-    st.fixed_dictionaries({"at": st.floats(0, 2000, allow_nan=False), "learner": st.integers(0, 2)},
-                          optional={"down_s": st.floats(0, 400, allow_nan=False)}),
-    max_size=8)
+    st.fixed_dictionaries(
+        {"at": st.floats(0, 2000, allow_nan=False), "learner": st.integers(0, 2)},
+        optional={"down_s": st.floats(0, 400, allow_nan=False)},
+    ),
+    max_size=8,
+)
 
 
 @settings(max_examples=30, deadline=None)
-@given(schedule=_schedules, mtbi=st.sampled_from([0, 1e5, 1e6]), elastic=st.booleans(),
-       rejoin=st.floats(0, 50), seed=st.integers(0, 2**16))
+@given(
+    schedule=_schedules,
+    mtbi=st.sampled_from([0, 1e5, 1e6]),
+    elastic=st.booleans(),
+    rejoin=st.floats(0, 50),
+    seed=st.integers(0, 2**16),
+)
 def test_outages_are_sorted_disjoint_and_queries_agree(schedule, mtbi, elastic, rejoin, seed):
     """For any plan: intervals sorted, non-empty-or-empty but disjoint, every failure accounted for, and
     down_before / is_out agree with a brute-force sum over the intervals."""
     horizon = 2000.0
-    cfg = plan(learners=3, chips=30, mtbi=mtbi, elastic=elastic, rejoin=rejoin, schedule=schedule, seed=seed,
-               duration=horizon)
+    cfg = plan(
+        learners=3,
+        chips=30,
+        mtbi=mtbi,
+        elastic=elastic,
+        rejoin=rejoin,
+        schedule=schedule,
+        seed=seed,
+        duration=horizon,
+    )
     outs = unit_outages(cfg, horizon)
     scheduled = sum(1 for f in schedule if f["at"] < horizon)
     assert sum(o.failures for o in outs) >= scheduled

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.errors import ScenarioError
-from chaos.scenario import builtin_scenarios, load_scenario, parse_scenario, resolve
 from chaos.fault_plan import plan
+from chaos.scenario import builtin_scenarios, load_scenario, parse_scenario, resolve
 from faults import network, process
 from faults.base import SYNCER
 
@@ -115,8 +115,13 @@ def test_repeat_duration_must_be_shorter_than_every(tmp_path: Path) -> None:
 
 
 def test_repeat_needs_at_not_at_merge(tmp_path: Path) -> None:
-    spec = {"fault": "pause", "targets": ["learner-0"], "at_merge": 3, "duration": 1,
-            "repeat": {"count": 2, "every": 5}}
+    spec = {
+        "fault": "pause",
+        "targets": ["learner-0"],
+        "at_merge": 3,
+        "duration": 1,
+        "repeat": {"count": 2, "every": 5},
+    }
     msg = _error(tmp_path, {"name": "t", "schedule": [spec]})
     assert "schedule.0" in msg and "repeat" in msg and "at_merge" in msg
 
@@ -180,10 +185,21 @@ def test_a_valid_file_loads(tmp_path: Path) -> None:
 
 # ---- schedules -------------------------------------------------------------------------------------------------
 def test_plan_is_deterministic() -> None:
-    data = {"name": "t", "seed": 5,
-            "schedule": [_kill(targets={"random": 2}), {"fault": "pause", "targets": {"random": 1}, "at": 4,
-                                                        "duration": 1, "repeat": {"count": 3, "every": 2}}],
-            "random": _random(count=6, min_gap_s=0.5)}
+    data = {
+        "name": "t",
+        "seed": 5,
+        "schedule": [
+            _kill(targets={"random": 2}),
+            {
+                "fault": "pause",
+                "targets": {"random": 1},
+                "at": 4,
+                "duration": 1,
+                "repeat": {"count": 3, "every": 2},
+            },
+        ],
+        "random": _random(count=6, min_gap_s=0.5),
+    }
     first = [p.record() for p in plan(parse_scenario(data))]
     again = [p.record() for p in plan(parse_scenario(data))]
     assert first == again
@@ -208,8 +224,14 @@ def test_all_targets_every_learner() -> None:
 
 
 def test_repeat_expands_into_spaced_faults() -> None:
-    spec = {"fault": "partition", "id": "flap", "targets": ["learner-0"], "at": 2, "duration": 1.5,
-            "repeat": {"count": 4, "every": 3.5}}
+    spec = {
+        "fault": "partition",
+        "id": "flap",
+        "targets": ["learner-0"],
+        "at": 2,
+        "duration": 1.5,
+        "repeat": {"count": 4, "every": 3.5},
+    }
     faults = plan(_scenario(spec))
     assert [p.fault_id for p in faults] == ["flap.0", "flap.1", "flap.2", "flap.3"]
     assert [p.at for p in faults] == [2.0, 5.5, 9.0, 12.5]
@@ -222,8 +244,9 @@ def test_repeat_without_id_uses_the_index() -> None:
 
 
 def test_random_schedule_within_window_and_bounds_sorted() -> None:
-    faults = plan(parse_scenario({"name": "t", "seed": 9, "random": _random(count=12, window=[3, 40],
-                                                                            duration=[1, 4])}))
+    faults = plan(
+        parse_scenario({"name": "t", "seed": 9, "random": _random(count=12, window=[3, 40], duration=[1, 4])})
+    )
     assert len(faults) == 12
     starts = [p.at for p in faults]
     assert starts == sorted(starts)
@@ -234,24 +257,33 @@ def test_random_schedule_within_window_and_bounds_sorted() -> None:
 
 
 def test_random_schedule_with_min_gap_never_overlaps() -> None:
-    faults = plan(parse_scenario({"name": "t", "seed": 2, "random": _random(count=8, window=[0, 10],
-                                                                            duration=[1, 3], min_gap_s=1)}))
+    faults = plan(
+        parse_scenario(
+            {"name": "t", "seed": 2, "random": _random(count=8, window=[0, 10], duration=[1, 3], min_gap_s=1)}
+        )
+    )
     assert len(faults) == 8
     for prev, nxt in zip(faults, faults[1:]):
         assert nxt.at >= prev.at + prev.duration + 1 - 0.1, (prev, nxt)
 
 
 def test_random_template_id_prefixes_fault_ids() -> None:
-    faults = plan(parse_scenario({"name": "t", "random": _random(count=3, faults=[{"fault": "pause", "id": "p"}])}))
+    faults = plan(
+        parse_scenario({"name": "t", "random": _random(count=3, faults=[{"fault": "pause", "id": "p"}])})
+    )
     assert [p.fault_id for p in faults] == ["p.r0", "p.r1", "p.r2"]
 
 
-@pytest.mark.parametrize("data", [
-    # an explicit id equal to another fault's default id f<index>
-    {"name": "t", "schedule": [_kill(id="f1"), _kill(targets=["learner-2"], at=3)]},
-    # an explicit id equal to a random fault's default id r<j>
-    {"name": "t", "schedule": [_kill(id="r0")], "random": _random(count=1)},
-], ids=["default-f-index", "default-r-index"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        # an explicit id equal to another fault's default id f<index>
+        {"name": "t", "schedule": [_kill(id="f1"), _kill(targets=["learner-2"], at=3)]},
+        # an explicit id equal to a random fault's default id r<j>
+        {"name": "t", "schedule": [_kill(id="r0")], "random": _random(count=1)},
+    ],
+    ids=["default-f-index", "default-r-index"],
+)
 def test_planned_fault_ids_clashing_with_generated_ones_are_rejected(data: dict) -> None:
     """The controller keys active faults (and Toxiproxy toxic names, and history fault windows) by fault id:
     two planned faults with one id would shadow each other's heal, so planning refuses them by name."""
@@ -260,13 +292,20 @@ def test_planned_fault_ids_clashing_with_generated_ones_are_rejected(data: dict)
 
 
 def test_build_returns_the_matching_fault_object() -> None:
-    faults = plan(_scenario(
-        _kill(restart=False),
-        {"fault": "partition", "targets": ["learner-0", "learner-2"], "at": 3, "duration": 1,
-         "direction": "to_syncer"},
-        {"fault": "syncer_crash", "at": 5, "duration": 2},
-        {"fault": "bandwidth", "targets": "all", "rate_kbps": 250, "at": 6, "duration": 2},
-    ))
+    faults = plan(
+        _scenario(
+            _kill(restart=False),
+            {
+                "fault": "partition",
+                "targets": ["learner-0", "learner-2"],
+                "at": 3,
+                "duration": 1,
+                "direction": "to_syncer",
+            },
+            {"fault": "syncer_crash", "at": 5, "duration": 2},
+            {"fault": "bandwidth", "targets": "all", "rate_kbps": 250, "at": 6, "duration": 2},
+        )
+    )
     kill, part, crash, bw = (p.build() for p in faults)
     assert isinstance(kill, process.Kill) and kill.kind == "kill" and kill.restart is False
     assert isinstance(part, network.Partition) and part.kind == "partition" and part.direction == "to_syncer"
@@ -279,15 +318,37 @@ def test_build_returns_the_matching_fault_object() -> None:
 
 
 def test_to_json_round_trips_the_params() -> None:
-    spec = {"fault": "bandwidth", "id": "bw", "targets": ["learner-1"], "rate_kbps": 123, "direction": "from_syncer",
-            "at": 2.5, "duration": 4}
+    spec = {
+        "fault": "bandwidth",
+        "id": "bw",
+        "targets": ["learner-1"],
+        "rate_kbps": 123,
+        "direction": "from_syncer",
+        "at": 2.5,
+        "duration": 4,
+    }
     (p,) = plan(_scenario(spec))
     data = json.loads(json.dumps(p.record().model_dump(mode="json")))
-    assert data == {"fault_id": "bw", "kind": "bandwidth", "targets": ["learner-1"], "at": 2.5, "at_merge": None,
-                    "duration": 4.0, "params": {"rate_kbps": 123, "direction": "from_syncer"}}
+    assert data == {
+        "fault_id": "bw",
+        "kind": "bandwidth",
+        "targets": ["learner-1"],
+        "at": 2.5,
+        "at_merge": None,
+        "duration": 4.0,
+        "params": {"rate_kbps": 123, "direction": "from_syncer"},
+    }
     # the params rebuild the same spec
-    rebuilt = _scenario({"fault": data["kind"], "id": data["fault_id"], "targets": data["targets"], "at": data["at"],
-                         "duration": data["duration"], **data["params"]}).schedule[0]
+    rebuilt = _scenario(
+        {
+            "fault": data["kind"],
+            "id": data["fault_id"],
+            "targets": data["targets"],
+            "at": data["at"],
+            "duration": data["duration"],
+            **data["params"],
+        }
+    ).schedule[0]
     assert rebuilt == p.spec
 
 
@@ -298,9 +359,13 @@ def _random_schedules(draw: st.DrawFn) -> dict:
     hi = lo + draw(st.floats(0, 100, allow_nan=False))
     dlo = draw(st.floats(0, 20, allow_nan=False))
     dhi = dlo + draw(st.floats(0, 20, allow_nan=False))
-    return {"count": draw(st.integers(1, 20)), "window": [lo, hi], "duration": [dlo, dhi],
-            "min_gap_s": draw(st.floats(0.01, 10, allow_nan=False)),
-            "faults": [{"fault": "pause", "targets": {"random": 1}}, {"fault": "partition"}]}
+    return {
+        "count": draw(st.integers(1, 20)),
+        "window": [lo, hi],
+        "duration": [dlo, dhi],
+        "min_gap_s": draw(st.floats(0.01, 10, allow_nan=False)),
+        "faults": [{"fault": "pause", "targets": {"random": 1}}, {"fault": "partition"}],
+    }
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,8 +15,14 @@ pytestmark = pytest.mark.chaos_simulation
 
 
 def scenario(*faults: dict[str, Any], budget: int = 1_200_000, **extra: Any):
-    return parse_scenario({"name": "t", "cluster": {"token_budget": budget, "syncer": {"checkpoint_every_merges": 10}},
-                           "schedule": list(faults), **extra})
+    return parse_scenario(
+        {
+            "name": "t",
+            "cluster": {"token_budget": budget, "syncer": {"checkpoint_every_merges": 10}},
+            "schedule": list(faults),
+            **extra,
+        }
+    )
 
 
 def of(r, kind: type, source: str | None = None) -> list:
@@ -48,8 +54,11 @@ def test_kill_ends_the_incarnation_and_the_restart_joins_as_a_new_one() -> None:
 
 
 def test_partition_to_syncer_stops_uploads_and_its_heal_resets_the_hung_call() -> None:
-    r = simulate(scenario({"fault": "partition", "targets": ["learner-0"], "direction": "to_syncer", "at": 1,
-                           "duration": 3}))
+    r = simulate(
+        scenario(
+            {"fault": "partition", "targets": ["learner-0"], "direction": "to_syncer", "at": 1, "duration": 3}
+        )
+    )
     t0, t1 = window(r)
     assert not [u for u in of(r, ev.Upload) if u.learner_id == "learner-0" and t0 + 0.01 < u.ts < t1]
     failed = [x for x in of(r, ev.SyncResult, "learner-0") if x.reason == "unreachable"]
@@ -80,8 +89,9 @@ def test_syncer_crash_restores_from_the_checkpoint_with_the_version_skip() -> No
 def test_bandwidth_throttle_slows_uploads() -> None:
     """112 KB fragments at 100 KB/s take over a second. (By then the others have merged that fragment more
     than max_staleness times, so every throttled upload is refused as stale: the real rule, simulated.)"""
-    r = simulate(scenario({"fault": "bandwidth", "targets": ["learner-0"], "rate_kbps": 100, "at": 1,
-                           "duration": 4}))
+    r = simulate(
+        scenario({"fault": "bandwidth", "targets": ["learner-0"], "rate_kbps": 100, "at": 1, "duration": 4})
+    )
     t0, t1 = window(r)
     syncs = of(r, ev.SyncResult, "learner-0")
     during = [x.seconds for x in syncs if t0 + 0.1 < x.ts < t1]
@@ -99,7 +109,9 @@ def test_honest_surrogate_uploads_are_not_refused() -> None:
 
 def test_corrupt_learner_is_refused_and_parameters_stay_finite() -> None:
     for mode in ("nan", "garbage"):
-        r = simulate(scenario({"fault": "corrupt", "targets": ["learner-1"], "mode": mode, "at": 1, "duration": 8}))
+        r = simulate(
+            scenario({"fault": "corrupt", "targets": ["learner-1"], "mode": mode, "at": 1, "duration": 8})
+        )
         reasons = {e.reason for e in of(r, ev.Reject)}
         assert reasons & {"non_finite", "outlier_norm"}, (mode, reasons)
         assert [v.status for v in r.verdicts if v.name == "safety"] == ["pass"]
@@ -109,18 +121,35 @@ def test_a_majority_sending_garbage_from_the_first_round_is_refused() -> None:
     """Before any merge there is no merged-norm history to compare against, and a majority of corrupt learners
     owns the median anyway: only the per-step bound the syncer derives from the config stands between their
     garbage and the model (found by the nightly search: eval loss inf from 60 merges on)."""
-    r = simulate(scenario({"fault": "corrupt", "targets": ["learner-0", "learner-1"], "mode": "garbage", "at": 0,
-                           "duration": 2.64}))
+    r = simulate(
+        scenario(
+            {
+                "fault": "corrupt",
+                "targets": ["learner-0", "learner-1"],
+                "mode": "garbage",
+                "at": 0,
+                "duration": 2.64,
+            }
+        )
+    )
     refused = [e for e in of(r, ev.Reject) if e.reason == "outlier_norm"]
     assert refused and {e.learner_id for e in refused} == {"learner-0", "learner-1"}
     assert [v.status for v in r.verdicts if v.name in ("safety", "parity")] == ["pass", "pass"]
 
+
 def test_without_the_norm_guard_finite_garbage_reaches_the_model() -> None:
     """Negative control for the guard above: safety can fail."""
-    r = simulate(parse_scenario({"name": "t", "cluster": {"token_budget": 1_200_000,
-                                                          "syncer": {"max_norm_ratio": 0}},
-                                 "schedule": [{"fault": "corrupt", "targets": ["learner-1"], "mode": "garbage",
-                                               "at": 1, "duration": 8}]}))
+    r = simulate(
+        parse_scenario(
+            {
+                "name": "t",
+                "cluster": {"token_budget": 1_200_000, "syncer": {"max_norm_ratio": 0}},
+                "schedule": [
+                    {"fault": "corrupt", "targets": ["learner-1"], "mode": "garbage", "at": 1, "duration": 8}
+                ],
+            }
+        )
+    )
     assert r.failed("safety")
 
 
@@ -132,9 +161,17 @@ def test_auto_overlap_gathers_rounds_over_slow_links() -> None:
     slow = {"fault": "bandwidth", "targets": "all", "rate_kbps": 200, "at": 0, "duration": 10_000}
 
     def per_merge(overlap: int | str) -> float:
-        s = parse_scenario({"name": "t", "cluster": {"token_budget": 600_000, "algorithm": {"overlap_steps": overlap},
-                                                     "syncer": {"checkpoint_every_merges": 10}},
-                            "schedule": [slow]})
+        s = parse_scenario(
+            {
+                "name": "t",
+                "cluster": {
+                    "token_budget": 600_000,
+                    "algorithm": {"overlap_steps": overlap},
+                    "syncer": {"checkpoint_every_merges": 10},
+                },
+                "schedule": [slow],
+            }
+        )
         merges = of(simulate(s, SimOptions(baseline=False)), ev.Merge)
         assert len(merges) >= 5, len(merges)
         return sum(len(m.participants) for m in merges) / len(merges)
@@ -149,14 +186,25 @@ def _back_after_a_partition_while_the_cluster_slowed() -> float:
     pace it last heard (0.01 s a step: the lower median of 0.005, 0.01, 0.05, 0.05); without it the syncer's pace
     is 0.05 s, so over 20 s learner-3's copy of the clock runs ~1,600 cluster steps ahead (a compose run lost
     40 s to this: docs/decisions.md)."""
-    s = parse_scenario({"name": "t", "cluster": {"token_budget": 4_000_000, "algorithm": {"num_learners": 4},
-                                                 "syncer": {"checkpoint_every_merges": 10, "settle_s": 30}},
-                        "schedule": [{"fault": "partition", "targets": ["learner-3"], "at": 3, "duration": 20}]})
-    opts = SimOptions(baseline=False, step_times={"learner-0": 0.01, "learner-1": 0.05, "learner-2": 0.05,
-                                                  "learner-3": 0.005})
+    s = parse_scenario(
+        {
+            "name": "t",
+            "cluster": {
+                "token_budget": 4_000_000,
+                "algorithm": {"num_learners": 4},
+                "syncer": {"checkpoint_every_merges": 10, "settle_s": 30},
+            },
+            "schedule": [{"fault": "partition", "targets": ["learner-3"], "at": 3, "duration": 20}],
+        }
+    )
+    opts = SimOptions(
+        baseline=False, step_times={"learner-0": 0.01, "learner-1": 0.05, "learner-2": 0.05, "learner-3": 0.005}
+    )
     r = simulate(s, opts)
     heal = window(r)[1]
-    back = [m.ts for m in of(r, ev.Merge) if m.ts > heal and any(p.learner_id == "learner-3" for p in m.participants)]
+    back = [
+        m.ts for m in of(r, ev.Merge) if m.ts > heal and any(p.learner_id == "learner-3" for p in m.participants)
+    ]
     assert back, "learner-3 never merged again"
     return back[0] - heal
 

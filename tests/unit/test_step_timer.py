@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.learner_book import LearnerBook
 from trainer.core.rounds import StepClock, sync_step
-from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.step_timer import CLIP, StepTimes
 
 PACE = 0.1
@@ -75,8 +75,13 @@ def test_deterministic_mode_looks_ahead_as_the_config_says() -> None:
     from trainer import events as ev
 
     def lookaheads(rule: str) -> list[float]:
-        s = parse_scenario({"name": "t", "cluster": {"token_budget": 300_000, "learner": {"sync_lookahead": rule}},
-                            "schedule": []})
+        s = parse_scenario(
+            {
+                "name": "t",
+                "cluster": {"token_budget": 300_000, "learner": {"sync_lookahead": rule}},
+                "schedule": [],
+            }
+        )
         r = simulate(s, SimOptions(baseline=False, step_jitter=0.5))
         starts = [e for e in r.history.events if isinstance(e, ev.SyncStartEvent)]
         margins = [e.lag_margin_steps for e in starts]

@@ -6,10 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.scenario import parse_scenario
 from chaos.fault_plan import plan
-from chaos.strategies import (FaultSchedule, GeneratedFault, fault_schedules, max_down_at_once,
-                              outer_step_seconds, to_scenario)
+from chaos.scenario import parse_scenario
+from chaos.strategies import (
+    FaultSchedule,
+    GeneratedFault,
+    fault_schedules,
+    max_down_at_once,
+    outer_step_seconds,
+    to_scenario,
+)
 from faults.kinds import LOCAL_KINDS
 
 BASE = parse_scenario({"name": "base", "cluster": {"algorithm": {"num_learners": 4, "sync_every": 8}}})
@@ -47,7 +53,9 @@ def test_every_schedule_is_a_valid_scenario_with_times_in_seconds(s: FaultSchedu
 
 def test_one_way_loss_of_replies_does_not_count_as_down() -> None:
     assert GeneratedFault("partition", ("learner-0",), 0, 1, {"direction": "from_syncer"}).removes() == ()
-    assert GeneratedFault("partition", ("learner-0",), 0, 1, {"direction": "to_syncer"}).removes() == ("learner-0",)
+    assert GeneratedFault("partition", ("learner-0",), 0, 1, {"direction": "to_syncer"}).removes() == (
+        "learner-0",
+    )
     assert GeneratedFault("latency", ("learner-0",), 0, 1, {"latency_ms": 5}).removes() == ()
     assert GeneratedFault("syncer_crash", ("syncer",), 0, 1).removes() == ()
 

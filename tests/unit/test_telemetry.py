@@ -10,51 +10,120 @@ from trainer.telemetry import EventMetrics, MetricsServer
 
 
 def _merge(n: int, fragment: int, who: list[str]) -> ev.Merge:
-    parts = [ev.ParticipantInfo(learner_id=lid, incarnation=f"{lid}.0", weight=1.0, c_steps=8, c_tokens=64,
-                                base_version=n - 1) for lid in who]
-    return ev.Merge(ts=float(n), source="syncer", fragment=fragment, version=n, base_version=n - 1,
-                    participants=parts, rule="rda", wait_s=0.2, quorum_wait_s=0.05, outer_grad_norm=1.0,
-                    merges_total=n, tokens_total=64 * n)
+    parts = [
+        ev.ParticipantInfo(
+            learner_id=lid, incarnation=f"{lid}.0", weight=1.0, c_steps=8, c_tokens=64, base_version=n - 1
+        )
+        for lid in who
+    ]
+    return ev.Merge(
+        ts=float(n),
+        source="syncer",
+        fragment=fragment,
+        version=n,
+        base_version=n - 1,
+        participants=parts,
+        rule="rda",
+        wait_s=0.2,
+        quorum_wait_s=0.05,
+        outer_grad_norm=1.0,
+        merges_total=n,
+        tokens_total=64 * n,
+    )
 
 
 def test_syncer_metrics_follow_its_events() -> None:
     m = EventMetrics(CollectorRegistry(), num_fragments=2)
-    events = [ev.SyncerStart(ts=0.0, source="syncer", syncer_incarnation="s.0", address="a", config_hash="c",
-                             versions=[0, 0], restored_from_merges=-1, pid=1),
-              _merge(1, 0, ["learner-0", "learner-1"]), _merge(2, 1, ["learner-0"]), _merge(3, 0, ["learner-1"]),
-              ev.Reject(ts=3.5, source="syncer", call="Upload", reason="late_round", detail=""),
-              ev.Reject(ts=3.6, source="syncer", call="Upload", reason="late_round", detail=""),
-              ev.Upload(ts=3.7, source="syncer", learner_id="learner-0", learner_incarnation="learner-0.0",
-                        fragment=0, base_version=3, bytes=1000, seconds=0.02, c_steps=8, c_tokens=64,
-                        duplicate=False),
-              ev.Eval(ts=4.0, source="syncer", merges_total=3, versions=[3, 2], loss=2.5, loss_floor=2.0,
-                      tokens_total=192)]
+    events = [
+        ev.SyncerStart(
+            ts=0.0,
+            source="syncer",
+            syncer_incarnation="s.0",
+            address="a",
+            config_hash="c",
+            versions=[0, 0],
+            restored_from_merges=-1,
+            pid=1,
+        ),
+        _merge(1, 0, ["learner-0", "learner-1"]),
+        _merge(2, 1, ["learner-0"]),
+        _merge(3, 0, ["learner-1"]),
+        ev.Reject(ts=3.5, source="syncer", call="Upload", reason="late_round", detail=""),
+        ev.Reject(ts=3.6, source="syncer", call="Upload", reason="late_round", detail=""),
+        ev.Upload(
+            ts=3.7,
+            source="syncer",
+            learner_id="learner-0",
+            learner_incarnation="learner-0.0",
+            fragment=0,
+            base_version=3,
+            bytes=1000,
+            seconds=0.02,
+            c_steps=8,
+            c_tokens=64,
+            duplicate=False,
+        ),
+        ev.Eval(
+            ts=4.0, source="syncer", merges_total=3, versions=[3, 2], loss=2.5, loss_floor=2.0, tokens_total=192
+        ),
+    ]
     for e in events:
         m.observe(e)
     value = m.registry.get_sample_value
-    assert value("diloco_merges_total", {"fragment": "0"}) == 2 and value("diloco_merges_total", {"fragment": "1"}) == 1
+    assert (
+        value("diloco_merges_total", {"fragment": "0"}) == 2
+        and value("diloco_merges_total", {"fragment": "1"}) == 1
+    )
     assert value("diloco_merge_participants_count") == 3 and value("diloco_merge_participants_sum") == 4
     assert value("diloco_fragment_version", {"fragment": "0"}) == 3
     assert value("diloco_rejections_total", {"call": "Upload", "reason": "late_round"}) == 2
     assert value("diloco_upload_bytes_total") == 1000 and value("diloco_uploads_total") == 1
     assert value("diloco_eval_loss") == 2.5 and value("diloco_tokens_merged") == 192
-    assert value("diloco_syncer_starts_total") == 1 and value("diloco_unit_info", {"unit": "syncer",
-                                                                                   "incarnation": "s.0"}) == 1
-    assert value("diloco_merged_tokens_total") == 64 * 4 / 2 and value("diloco_last_merge_timestamp_seconds") == 3.0
+    assert (
+        value("diloco_syncer_starts_total") == 1
+        and value("diloco_unit_info", {"unit": "syncer", "incarnation": "s.0"}) == 1
+    )
+    assert (
+        value("diloco_merged_tokens_total") == 64 * 4 / 2 and value("diloco_last_merge_timestamp_seconds") == 3.0
+    )
     assert b"diloco_grace_wait_seconds_bucket" in generate_latest(m.registry)
     assert value("diloco_quorum_wait_seconds_sum") == pytest.approx(3 * (0.2 - 0.05))
 
 
 def test_learner_metrics_follow_its_events() -> None:
     m = EventMetrics(CollectorRegistry())
-    for e in [ev.LearnerJoin(ts=0.0, source="learner-1", learner_incarnation="learner-1.2", incarnation_index=2,
-                             versions=[0], syncer_incarnation="s.0"),
-              ev.Step(ts=1.0, source="learner-1", step=10, loss=3.1, tokens=640, step_time_s=0.05, blocked_s=0.0),
-              ev.Step(ts=1.0, source="learner-1", step=12, loss=3.0, tokens=768, step_time_s=0.05, blocked_s=0.0),
-              ev.SyncResult(ts=1.1, source="learner-1", fragment=0, base_version=0, accepted=True, reason="",
-                            seconds=0.01, bytes=10),
-              ev.SyncResult(ts=1.2, source="learner-1", fragment=1, base_version=0, accepted=False,
-                            reason="late_round", seconds=0.01, bytes=10)]:
+    for e in [
+        ev.LearnerJoin(
+            ts=0.0,
+            source="learner-1",
+            learner_incarnation="learner-1.2",
+            incarnation_index=2,
+            versions=[0],
+            syncer_incarnation="s.0",
+        ),
+        ev.Step(ts=1.0, source="learner-1", step=10, loss=3.1, tokens=640, step_time_s=0.05, blocked_s=0.0),
+        ev.Step(ts=1.0, source="learner-1", step=12, loss=3.0, tokens=768, step_time_s=0.05, blocked_s=0.0),
+        ev.SyncResult(
+            ts=1.1,
+            source="learner-1",
+            fragment=0,
+            base_version=0,
+            accepted=True,
+            reason="",
+            seconds=0.01,
+            bytes=10,
+        ),
+        ev.SyncResult(
+            ts=1.2,
+            source="learner-1",
+            fragment=1,
+            base_version=0,
+            accepted=False,
+            reason="late_round",
+            seconds=0.01,
+            bytes=10,
+        ),
+    ]:
         m.observe(e)
     value = m.registry.get_sample_value
     assert value("diloco_learner_incarnation") == 2 and value("diloco_learner_steps") == 12
@@ -76,7 +145,9 @@ def test_an_event_log_feeds_its_observers(tmp_path) -> None:
     log = ev.EventLog(tmp_path / "syncer.jsonl", "syncer", observers=(m.observe,))
     log.emit(ev.Reject(ts=1.0, source="", call="Join", reason="bad_credential", detail=""))
     log.close()
-    assert m.registry.get_sample_value("diloco_rejections_total", {"call": "Join", "reason": "bad_credential"}) == 1
+    assert (
+        m.registry.get_sample_value("diloco_rejections_total", {"call": "Join", "reason": "bad_credential"}) == 1
+    )
     assert '"reason":"bad_credential"' in (tmp_path / "syncer.jsonl").read_text()
 
 
@@ -93,8 +164,11 @@ def test_the_server_serves_what_the_events_counted() -> None:
         text = urllib.request.urlopen(server.url, timeout=5).read().decode()
     finally:
         server.stop()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(text) for s in f.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
     assert samples[("diloco_rejections_total", (("call", "Upload"), ("reason", "stale_incarnation")))] == 1.0
 
 

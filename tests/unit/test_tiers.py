@@ -19,7 +19,12 @@ from faults.kinds import FAULT_KINDS
 TESTS = Path(__file__).resolve().parents[1]
 REAL = ("integration", "chaos", "docker")  # the folders whose tests touch real processes, proxies or containers
 # Each slow folder's marker: the tiers select by marker (scripts/test), the plugin's markers are namespaced.
-FOLDER_MARKERS = {"integration": "integration", "chaos": "chaos", "docker": "chaos_docker", "nightly": "chaos_nightly"}
+FOLDER_MARKERS = {
+    "integration": "integration",
+    "chaos": "chaos",
+    "docker": "chaos_docker",
+    "nightly": "chaos_nightly",
+}
 REAL_MARKERS = {FOLDER_MARKERS[f] for f in REAL}
 
 
@@ -54,8 +59,10 @@ def coverage(nightly: bool) -> dict[str, list[str]]:
 def test_every_fault_kind_and_check_runs_for_real_per_change() -> None:
     covered = coverage(nightly=False)
     missing = sorted((set(FAULT_KINDS) | set(CHECKERS)) - set(covered))
-    assert not missing, (f"no per-change test runs {missing} against real processes, Toxiproxy or containers: "
-                         "keep one such test out of the nightly tier, marked @pytest.mark.covers(...)")
+    assert not missing, (
+        f"no per-change test runs {missing} against real processes, Toxiproxy or containers: "
+        "keep one such test out of the nightly tier, marked @pytest.mark.covers(...)"
+    )
 
 
 def test_covers_names_only_real_fault_kinds_and_checks() -> None:
@@ -66,16 +73,21 @@ def test_covers_names_only_real_fault_kinds_and_checks() -> None:
 def test_the_reader_sees_nightly_marks_as_the_tiers_do() -> None:
     """Negative control: a test only in the nightly tier does not count for the per-change tier."""
     everything, per_change = coverage(nightly=True), coverage(nightly=False)
-    nightly_only = {n for nodes in everything.values() for n in nodes} - {n for nodes in per_change.values()
-                                                                          for n in nodes}
+    nightly_only = {n for nodes in everything.values() for n in nodes} - {
+        n for nodes in per_change.values() for n in nodes
+    }
     assert nightly_only, "no covering test is in the nightly tier: this reader cannot be shown to filter"
-    assert all(any(m.name == "chaos_nightly" for m in marks) for node, marks in marked_tests() if node in nightly_only)
+    assert all(
+        any(m.name == "chaos_nightly" for m in marks) for node, marks in marked_tests() if node in nightly_only
+    )
 
 
 def test_container_tests_live_in_one_module() -> None:
     """scripts/test's parallel workers keep a module on one worker (``--dist loadfile``); the container tests share
     one Docker engine and the compose project's names, so they must stay in one module."""
-    modules = {node.split("::")[0] for node, marks in marked_tests() if any(m.name == "chaos_docker" for m in marks)}
+    modules = {
+        node.split("::")[0] for node, marks in marked_tests() if any(m.name == "chaos_docker" for m in marks)
+    }
     assert len(modules) == 1, f"container tests in {sorted(modules)}: keep them in one module (see scripts/test)"
 
 
@@ -96,8 +108,11 @@ def test_folders_and_markers_match() -> None:
 def test_every_real_test_the_profile_sizes_up_runs_again_at_night() -> None:
     """scripts/nightly skips the per-change real-process tests except those marked ``nightly_sized``: a property
     test (Hypothesis) among them takes the nightly profile's examples, so it must carry the marker."""
-    unmarked = [node for node, marks in marked_tests()
-                if _is_property_test(node) and not {m.name for m in marks} & {"nightly_sized", "chaos_nightly"}]
+    unmarked = [
+        node
+        for node, marks in marked_tests()
+        if _is_property_test(node) and not {m.name for m in marks} & {"nightly_sized", "chaos_nightly"}
+    ]
     assert not unmarked, f"mark {unmarked} @pytest.mark.nightly_sized: the nightly runs it bigger"
     assert "chaos_nightly or nightly_sized or not ($REAL)" in (TESTS.parent / "scripts" / "nightly").read_text()
 
@@ -110,8 +125,12 @@ def _is_property_test(node: str) -> bool:
 
 def test_the_property_test_reader_sees_hypothesis_tests() -> None:
     """Negative control: the reader above finds the hostile-protocol property test, and not a plain test."""
-    assert _is_property_test("tests/integration/test_hostile_protocol.py::test_generated_hostile_traffic_breaks_no_invariant")
-    assert not _is_property_test("tests/chaos/test_interrupt.py::test_interrupt_mid_fault_heals_and_stops_everything")
+    assert _is_property_test(
+        "tests/integration/test_hostile_protocol.py::test_generated_hostile_traffic_breaks_no_invariant"
+    )
+    assert not _is_property_test(
+        "tests/chaos/test_interrupt.py::test_interrupt_mid_fault_heals_and_stops_everything"
+    )
 
 
 def test_the_nightly_keeps_the_plugins_longest_first_order() -> None:

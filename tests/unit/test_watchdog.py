@@ -117,8 +117,17 @@ def _with(h: History, *records) -> History:
 
 def test_liveness_fails_a_stalled_run_naming_who_was_not_taking_part_and_the_last_merge() -> None:
     # learner-1 drops out at 10 s (refused as a stale incarnation); the others upload for a round that never merges.
-    refused = [ev.Reject(ts=T0 + t, source="syncer", call="Upload", reason="stale_incarnation", detail="",
-                         learner_id="learner-1") for t in (12.0, 30.0)]
+    refused = [
+        ev.Reject(
+            ts=T0 + t,
+            source="syncer",
+            call="Upload",
+            reason="stale_incarnation",
+            detail="",
+            learner_id="learner-1",
+        )
+        for t in (12.0, 30.0)
+    ]
     pending = [upload(10.3, "learner-0"), upload(10.4, "learner-2")]
     h = _stopped_at(10.0, events=[*refused, *pending])
     h = _with(h, _stall_record(h, 10.0, T0 + 10 + BOUND + 0.5))
@@ -130,8 +139,12 @@ def test_liveness_fails_a_stalled_run_naming_who_was_not_taking_part_and_the_las
     assert one["last_seen_s"] == 30.0 and one["refused_since_last_merge"] == {"stale_incarnation": 2}
     assert v.evidence["last_merge"] == {"s": 10.0, "merges_total": 20, "fragment": 0}
     assert v.evidence["stalled"]["bound_s"] == pytest.approx(BOUND)
-    for words in ("learner-1 (last merged +10.0s", "2 call(s) refused since (stale_incarnation)",
-                  "Last merge +10.0s (merges_total 20)", "3 × start-up 5.0s + 25 × round 0.50s"):
+    for words in (
+        "learner-1 (last merged +10.0s",
+        "2 call(s) refused since (stale_incarnation)",
+        "Last merge +10.0s (merges_total 20)",
+        "3 × start-up 5.0s + 25 × round 0.50s",
+    ):
         assert words in v.summary, v.summary
 
 
@@ -139,8 +152,15 @@ def test_an_upload_of_a_replaced_incarnation_or_a_learner_out_by_a_fault_is_not_
     # Everyone uploads for the round after the last merge (10 s); then learner-1 restarts as a new incarnation that
     # the syncer never takes, and learner-2 is partitioned off and stays so (its heal failed).
     after = [upload(10.3, lid) for lid in LEARNERS]
-    restart = ev.LearnerStart(ts=T0 + 15, source="learner-1", learner_id="learner-1", learner_incarnation="learner-1-b",
-                              pid=3, syncer="127.0.0.1:1", config_hash="abc")
+    restart = ev.LearnerStart(
+        ts=T0 + 15,
+        source="learner-1",
+        learner_id="learner-1",
+        learner_incarnation="learner-1-b",
+        pid=3,
+        syncer="127.0.0.1:1",
+        config_hash="abc",
+    )
     ops = fault("p", "partition", ["learner-2"], 12.0, 13.0)
     cut = [*ops[:3], ops[3].model_copy(update={"outcome": "fail"})]
     h = _stopped_at(10.0, events=[*after, restart], records=cut)
@@ -159,15 +179,24 @@ def test_a_stalled_run_is_judged_by_liveness_even_when_the_scenario_switched_it_
     off = Checks(liveness=Liveness(enabled=False))
     verdicts = {v.name: v for v in run_checks(CheckInput(h, FACTS, off, baseline_final_loss=None))}
     assert verdicts["liveness"].status == "fail"
-    assert verdicts["liveness"].evidence["not_taking_part"] == list(LEARNERS)  # nobody uploaded after the last merge
+    assert verdicts["liveness"].evidence["not_taking_part"] == list(
+        LEARNERS
+    )  # nobody uploaded after the last merge
     assert "liveness" not in {v.name for v in run_checks(CheckInput(_stopped_at(10.0), FACTS, off, None))}
 
 
 def test_a_run_that_never_merged_fails_liveness_instead_of_being_undecided() -> None:
     h = history(steady=False, until=0, finished=False, final_loss=None)
     assert check_liveness(CheckInput(h, FACTS, Checks(), None)).status == "indeterminate"  # no watchdog record
-    s = Stalled(since=T0 - 5, quiet_s=241.0, bound_s=FIRST_MERGE_S, how="the first-merge cap", merges=0, tokens=0,
-                first_merge=False)
+    s = Stalled(
+        since=T0 - 5,
+        quiet_s=241.0,
+        bound_s=FIRST_MERGE_S,
+        how="the first-merge cap",
+        merges=0,
+        tokens=0,
+        first_merge=False,
+    )
     v = check_liveness(CheckInput(_with(h, StalledPhase(ts=T0 + 236, detail=s)), FACTS, Checks(), None))
     assert v.status == "fail" and "never reached a first merge" in v.summary
     assert v.evidence["not_taking_part"] == list(LEARNERS) and "No merge at all" in v.summary

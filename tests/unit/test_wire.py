@@ -167,12 +167,18 @@ def test_corrupted_byte_is_bad_checksum():
 def test_declared_size_mismatch_is_malformed():
     specs, payload = encode_tensors({"w": np.arange(10, dtype=np.float32)})
     for total in (len(payload) - 4, len(payload) + 4, 0):
-        assert reason_of(lambda: Assembler(specs, total, crc32(payload), max_bytes=1 << 20)) is RejectReason.MALFORMED
+        assert (
+            reason_of(lambda total=total: Assembler(specs, total, crc32(payload), max_bytes=1 << 20))
+            is RejectReason.MALFORMED
+        )
 
 
 def test_over_max_bytes_is_oversize():
     specs, payload = encode_tensors({"w": np.arange(10, dtype=np.float32)})
-    assert reason_of(lambda: Assembler(specs, len(payload), crc32(payload), max_bytes=len(payload) - 1)) is RejectReason.OVERSIZE
+    assert (
+        reason_of(lambda: Assembler(specs, len(payload), crc32(payload), max_bytes=len(payload) - 1))
+        is RejectReason.OVERSIZE
+    )
     # the tensors' size counts too, even when the declared total lies
     assert reason_of(lambda: Assembler(specs, 4, crc32(payload), max_bytes=8)) is RejectReason.OVERSIZE
     Assembler(specs, len(payload), crc32(payload), max_bytes=len(payload))  # exactly at the limit is fine
@@ -187,7 +193,10 @@ def test_only_float32_is_accepted(dtype):
 
 def test_encoded_float64_is_refused_by_the_assembler():
     specs, payload = encode_tensors({"w": np.ones(3, np.float64)})
-    assert reason_of(lambda: Assembler(specs, len(payload), crc32(payload), max_bytes=1 << 20)) is RejectReason.BAD_DTYPE
+    assert (
+        reason_of(lambda: Assembler(specs, len(payload), crc32(payload), max_bytes=1 << 20))
+        is RejectReason.BAD_DTYPE
+    )
 
 
 def test_bad_specs_are_refused():

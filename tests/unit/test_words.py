@@ -23,7 +23,11 @@ def unqualified_fragment_schedules(source: str, filename: str = "<source>") -> l
             found.append(f"{filename}:{line} {name}")
 
     for node in ast.walk(ast.parse(source, filename)):
-        if isinstance(node, ast.arg) and node.annotation is not None and "FragmentSchedule" in ast.unparse(node.annotation):
+        if (
+            isinstance(node, ast.arg)
+            and node.annotation is not None
+            and "FragmentSchedule" in ast.unparse(node.annotation)
+        ):
             check(node.arg, node.lineno)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             value = node.value
@@ -36,14 +40,20 @@ def unqualified_fragment_schedules(source: str, filename: str = "<source>") -> l
 
 
 def test_every_fragment_schedule_is_named_as_one() -> None:
-    found = [hit for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
-             for hit in unqualified_fragment_schedules(path.read_text(), str(path.relative_to(ROOT)))]
+    found = [
+        hit
+        for pkg in PACKAGES
+        for path in sorted((ROOT / pkg).rglob("*.py"))
+        for hit in unqualified_fragment_schedules(path.read_text(), str(path.relative_to(ROOT)))
+    ]
     assert not found, f"name these fragment_schedule (a bare `schedule` is a fault schedule): {found}"
 
 
 def test_the_reader_finds_an_unqualified_one() -> None:
     """Negative control: both ways of holding one under a bare name are found; qualified names are not."""
-    src = ("def f(schedule: FragmentSchedule, fragment_schedule: FragmentSchedule) -> None:\n"
-           "    sch = FragmentSchedule(2, 4, 1, staggered=True)\n"
-           "    fragment_schedule = core.FragmentSchedule(2, 4, 1)\n")
+    src = (
+        "def f(schedule: FragmentSchedule, fragment_schedule: FragmentSchedule) -> None:\n"
+        "    sch = FragmentSchedule(2, 4, 1, staggered=True)\n"
+        "    fragment_schedule = core.FragmentSchedule(2, 4, 1)\n"
+    )
     assert unqualified_fragment_schedules(src) == ["<source>:1 schedule", "<source>:2 sch"]

@@ -82,17 +82,27 @@ class MergeAudit:
 
     def digests(self) -> dict[str, Any]:
         """Every part's digest, as the ``merge`` event carries them."""
-        return {"base": digest(self.base), "uploads": [digest(u) for u in self.uploads],
-                "anchors": [None if a is None else digest(a) for a in self.anchors],
-                "opt_before": digest(self.opt_before), "opt_after": digest(self.opt_after),
-                "delta": digest(self.delta), "result": digest(self.result)}
+        return {
+            "base": digest(self.base),
+            "uploads": [digest(u) for u in self.uploads],
+            "anchors": [None if a is None else digest(a) for a in self.anchors],
+            "opt_before": digest(self.opt_before),
+            "opt_after": digest(self.opt_after),
+            "delta": digest(self.delta),
+            "result": digest(self.result),
+        }
 
     def arrays(self) -> Tensors:
         """Every tensor under one flat name (``base/w``, ``upload/0/w``, ``anchor/1/w``, ``opt_after/momentum/w`` …),
         the layout of an audit file."""
         out: Tensors = {}
-        for part, tensors in (("base", self.base), ("opt_before", self.opt_before), ("opt_after", self.opt_after),
-                              ("delta", self.delta), ("result", self.result)):
+        for part, tensors in (
+            ("base", self.base),
+            ("opt_before", self.opt_before),
+            ("opt_after", self.opt_after),
+            ("delta", self.delta),
+            ("result", self.result),
+        ):
             out.update({f"{part}/{n}": t for n, t in tensors.items()})
         for i, (u, a) in enumerate(zip(self.uploads, self.anchors)):
             out.update({f"upload/{i}/{n}": t for n, t in u.items()})

@@ -63,7 +63,7 @@ class CheckpointMeta:
         return hashlib.sha256(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
     @classmethod
-    def from_json(cls, meta: Mapping[str, Any], num_fragments: int) -> "CheckpointMeta":
+    def from_json(cls, meta: Mapping[str, Any], num_fragments: int) -> CheckpointMeta:
         """Read a checkpoint's metadata for a config of ``num_fragments`` fragments (see the module docstring)."""
         versions = tuple(int(v) for v in meta["versions"])
         if len(versions) != num_fragments:
@@ -73,7 +73,9 @@ class CheckpointMeta:
             raise ValueError(f"checkpoint has {len(last_round)} fragments' rounds, the config {num_fragments}")
         anchor_time, anchor_step, pace = meta.get("clock", [None, 0.0, 0.0])
         norms = meta.get("merged_norms")  # absent in checkpoints from before per-learner references: start empty
-        ok_norms = isinstance(norms, list) and len(norms) == num_fragments and all(isinstance(r, dict) for r in norms)
+        ok_norms = (
+            isinstance(norms, list) and len(norms) == num_fragments and all(isinstance(r, dict) for r in norms)
+        )
         return cls(
             versions=versions,
             merges_total=int(meta["merges_total"]),
@@ -81,8 +83,9 @@ class CheckpointMeta:
             tokens_by_incarnation={k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()},
             finished=bool(meta.get("finished", False)),
             merged_norms=tuple({str(k): float(x) for k, x in r.items()} for r in norms) if ok_norms else None,
-            merged_keys=frozenset((str(a), str(b), int(c), int(d), int(e))
-                                  for a, b, c, d, e in meta.get("merged_keys", [])),
+            merged_keys=frozenset(
+                (str(a), str(b), int(c), int(d), int(e)) for a, b, c, d, e in meta.get("merged_keys", [])
+            ),
             clock=(None if anchor_time is None else float(anchor_time), float(anchor_step), float(pace)),
             last_round=last_round,
             late_carried=int(meta.get("late_carried", 0)),

@@ -38,7 +38,7 @@ import math
 import statistics
 from collections.abc import Mapping
 
-from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.reasons import Rejected, RejectReason
 
 MAX_COUNT = 2**53  # every counter below this: exact in a float and JSON, and sums stay far inside int64
 MAX_NAME = 128  # characters of a learner id or incarnation: ids are names, not payloads
@@ -57,7 +57,9 @@ def check_count(name: str, value: int) -> int:
     trainer.core.reasons.Rejected: bad_counters: tokens=4611686018427387904 is out of range: a counter is an integer in 0..2^53
     """
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_COUNT:
-        raise Rejected(RejectReason.BAD_COUNTERS, f"{name}={value} is out of range: a counter is an integer in 0..2^53")
+        raise Rejected(
+            RejectReason.BAD_COUNTERS, f"{name}={value} is out of range: a counter is an integer in 0..2^53"
+        )
     return value
 
 
@@ -72,16 +74,19 @@ def check_name(name: str, value: str) -> str:
     trainer.core.reasons.Rejected: malformed: incarnation must be 1..128 printable characters, got 'a\x85b'
     """
     if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME or not value.isprintable():
-        raise Rejected(RejectReason.MALFORMED,
-                       f"{name} must be 1..{MAX_NAME} printable characters, got {value[:MAX_NAME]!r}")
+        raise Rejected(
+            RejectReason.MALFORMED, f"{name} must be 1..{MAX_NAME} printable characters, got {value[:MAX_NAME]!r}"
+        )
     return value
 
 
 def check_step_time(value: float) -> float:
     """A finite step time in 0..:data:`MAX_STEP_TIME_S` seconds (0: not measured yet)."""
     if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= MAX_STEP_TIME_S):
-        raise Rejected(RejectReason.BAD_COUNTERS,
-                       f"step_time_s={value} must be a finite number of seconds in 0..{MAX_STEP_TIME_S:g}")
+        raise Rejected(
+            RejectReason.BAD_COUNTERS,
+            f"step_time_s={value} must be a finite number of seconds in 0..{MAX_STEP_TIME_S:g}",
+        )
     return float(value)
 
 
@@ -95,9 +100,11 @@ def check_tokens(steps: int, tokens: int, tokens_per_step: int, what: str) -> No
     trainer.core.reasons.Rejected: bad_counters: upload claims 1099511627776 tokens for 3 steps; a step is 2048 tokens in this run's config (inner.batch_size × seq_len)
     """
     if tokens_per_step and tokens != steps * tokens_per_step:
-        raise Rejected(RejectReason.BAD_COUNTERS,
-                       f"{what} claims {tokens} tokens for {steps} steps; a step is {tokens_per_step} tokens in this "
-                       "run's config (inner.batch_size × seq_len)")
+        raise Rejected(
+            RejectReason.BAD_COUNTERS,
+            f"{what} claims {tokens} tokens for {steps} steps; a step is {tokens_per_step} tokens in this "
+            "run's config (inner.batch_size × seq_len)",
+        )
 
 
 def steps_possible(elapsed_s: float, pace_s: float | None, max_speedup: float, slack: int) -> int | None:

@@ -27,8 +27,12 @@ def corrupted(arrays: dict[str, np.ndarray], mode: str, rng: np.random.Generator
     if mode == "nan":
         return {n: np.full_like(a, np.nan) for n, a in arrays.items()}
     if mode == "garbage":
-        bits = {n: rng.integers(0, 256, a.nbytes, dtype=np.uint8).view(a.dtype).reshape(a.shape)
-                for n, a in arrays.items()}
-        return {n: np.where(np.isfinite(b), b, np.zeros_like(b)) if np.issubdtype(b.dtype, np.floating) else b
-                for n, b in bits.items()}
+        bits = {
+            n: rng.integers(0, 256, a.nbytes, dtype=np.uint8).view(a.dtype).reshape(a.shape)
+            for n, a in arrays.items()
+        }
+        return {
+            n: np.where(np.isfinite(b), b, np.zeros_like(b)) if np.issubdtype(b.dtype, np.floating) else b
+            for n, b in bits.items()
+        }
     raise ValueError(f"unknown corrupt mode {mode!r}; expected one of {CORRUPT_MODES}")

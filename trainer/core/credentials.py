@@ -53,7 +53,7 @@ def presented(metadata) -> str | None:  # noqa: ANN001
     got = dict(metadata or ()).get("authorization")
     if got is None:
         return None
-    return got[len("Bearer "):] if isinstance(got, str) and got.startswith("Bearer ") else ""
+    return got[len("Bearer ") :] if isinstance(got, str) and got.startswith("Bearer ") else ""
 
 
 def learner_credential(secret: str, learner_id: str) -> str:
@@ -66,7 +66,7 @@ def caller(secret: str, presented: str) -> Caller | None:
     if hmac.compare_digest(presented.encode(), secret.encode()):
         return Caller(None)
     if presented.startswith(PREFIX) and presented.count(":") >= 2:
-        learner_id, mac = presented[len(PREFIX):].rsplit(":", 1)
+        learner_id, mac = presented[len(PREFIX) :].rsplit(":", 1)
         if learner_id and hmac.compare_digest(mac.encode(), _mac(secret, learner_id).encode()):
             return Caller(learner_id)
     return None

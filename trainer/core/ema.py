@@ -18,7 +18,7 @@ class Ema:
     alpha: float = 0.2
     value: float | None = None
 
-    def update(self, sample: float) -> "Ema":
+    def update(self, sample: float) -> Ema:
         if self.value is None:
             return replace(self, value=float(sample))
         return replace(self, value=(1 - self.alpha) * self.value + self.alpha * float(sample))

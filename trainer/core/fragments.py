@@ -53,9 +53,7 @@ def partition_tensors(sizes: Mapping[str, int], num_fragments: int) -> tuple[Fra
         members[idx].append(name)
         loads[idx] = load + size
         heapq.heappush(heap, (1, loads[idx], idx))
-    return tuple(
-        Fragment(index=i, names=tuple(sorted(members[i])), size=loads[i]) for i in range(num_fragments)
-    )
+    return tuple(Fragment(index=i, names=tuple(sorted(members[i])), size=loads[i]) for i in range(num_fragments))
 
 
 def imbalance(fragments: tuple[Fragment, ...]) -> float:

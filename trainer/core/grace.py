@@ -71,7 +71,7 @@ class Timing:
     t_broadcast: Ema = field(default_factory=Ema)
 
     @classmethod
-    def with_alpha(cls, alpha: float) -> "Timing":
+    def with_alpha(cls, alpha: float) -> Timing:
         return cls(*(Ema(alpha) for _ in range(5)))
 
     @property
@@ -79,19 +79,19 @@ class Timing:
         """Upload + merge + broadcast: how long a round's result takes to reach the learners after quorum."""
         return self.t_upload.get() + self.t_merge.get() + self.t_broadcast.get()
 
-    def observe_step(self, seconds: float) -> "Timing":
+    def observe_step(self, seconds: float) -> Timing:
         return replace(self, t_step=self.t_step.update(seconds))
 
-    def observe_quorum(self, seconds: float) -> "Timing":
+    def observe_quorum(self, seconds: float) -> Timing:
         return replace(self, t_quorum=self.t_quorum.update(seconds))
 
-    def observe_upload(self, seconds: float) -> "Timing":
+    def observe_upload(self, seconds: float) -> Timing:
         return replace(self, t_upload=self.t_upload.update(seconds))
 
-    def observe_merge(self, seconds: float) -> "Timing":
+    def observe_merge(self, seconds: float) -> Timing:
         return replace(self, t_merge=self.t_merge.update(seconds))
 
-    def observe_broadcast(self, seconds: float) -> "Timing":
+    def observe_broadcast(self, seconds: float) -> Timing:
         return replace(self, t_broadcast=self.t_broadcast.update(seconds))
 
 

@@ -54,13 +54,13 @@ class HeaderLags:
     # Learners ask for the margin at every step boundary, the lags change once per upload: computed once each.
     _memo: dict[tuple[str, int], float] = field(default_factory=dict, compare=False, repr=False)
 
-    def update(self, lag_steps: float) -> "HeaderLags":
+    def update(self, lag_steps: float) -> HeaderLags:
         """Keep one more lag; a non-finite one is ignored."""
         if not math.isfinite(lag_steps):
             return self
-        return HeaderLags((*self.lags[-(WINDOW - 1):], float(lag_steps)))
+        return HeaderLags((*self.lags[-(WINDOW - 1) :], float(lag_steps)))
 
-    def heard(self, sent_step: float, header_step: float) -> "HeaderLags":
+    def heard(self, sent_step: float, header_step: float) -> HeaderLags:
         """An UploadReply's ``header_step`` for an upload that left at ``sent_step`` (0 on either side: the clock
         was idle, or the header was never read — nothing to learn)."""
         return self.update(header_step - sent_step) if header_step > 0 and sent_step > 0 else self

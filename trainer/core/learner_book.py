@@ -54,9 +54,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.core.rounds import round_at
 from trainer.core.fragment_schedule import FragmentSchedule
-
+from trainer.core.rounds import round_at
 
 # A clock heard from the syncer may be a little behind this learner's extrapolation of it (a round it has just
 # claimed by the lookahead): one round ahead is normal; more means the clock this learner followed ran ahead.
@@ -83,8 +82,14 @@ class _InFlight:
 class LearnerBook:
     """Per-fragment counters and sync state of one learner incarnation."""
 
-    def __init__(self, fragment_schedule: FragmentSchedule, versions: list[int], blocking: bool, clocked: bool = False,
-                 start_step: float = 0.0) -> None:
+    def __init__(
+        self,
+        fragment_schedule: FragmentSchedule,
+        versions: list[int],
+        blocking: bool,
+        clocked: bool = False,
+        start_step: float = 0.0,
+    ) -> None:
         """``clocked``: sync on the cluster step clock; ``start_step``: its reading at join (rounds open
         before it are not this incarnation's: it syncs from the next opening on)."""
         if len(versions) != fragment_schedule.num_fragments:
@@ -92,8 +97,10 @@ class LearnerBook:
         self.fragment_schedule = fragment_schedule
         self.blocking = blocking
         self.clocked = clocked
-        self._round = [round_at(fragment_schedule, p, start_step) if clocked else -1
-                       for p in range(fragment_schedule.num_fragments)]
+        self._round = [
+            round_at(fragment_schedule, p, start_step) if clocked else -1
+            for p in range(fragment_schedule.num_fragments)
+        ]
         self.held = list(versions)
         self._steps = [0] * fragment_schedule.num_fragments
         self._tokens = [0] * fragment_schedule.num_fragments

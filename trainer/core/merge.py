@@ -84,8 +84,12 @@ def rda(vectors: Sequence[Tensors], weights: Sequence[float]) -> Tensors:
     norms = [fragment_norm(v) for v in vectors]
     radius = float(sum(wi * ni for wi, ni in zip(w, norms)))
     # Unit vectors in float64: a norm beyond float32's range must not turn into inf (and the unit into 0).
-    units = [{n: np.asarray(t, np.float64) / ni for n, t in v.items()} if ni > 0
-             else {n: np.zeros(np.shape(t)) for n, t in v.items()} for v, ni in zip(vectors, norms)]
+    units = [
+        {n: np.asarray(t, np.float64) / ni for n, t in v.items()}
+        if ni > 0
+        else {n: np.zeros(np.shape(t)) for n, t in v.items()}
+        for v, ni in zip(vectors, norms)
+    ]
     direction = weighted_mean(units, w.tolist())
     dnorm = fragment_norm(direction)
     if dnorm == 0:
@@ -99,8 +103,9 @@ def outer_gradient(global_value: Tensors, local_value: Tensors) -> Tensors:
     return {n: global_value[n] - local_value[n] for n in global_value}
 
 
-def merge_fragment(vectors: Sequence[Tensors], weights: Sequence[float], rule: MergeRule,
-                   mean_tensors: Sequence[str] = ()) -> Tensors:
+def merge_fragment(
+    vectors: Sequence[Tensors], weights: Sequence[float], rule: MergeRule, mean_tensors: Sequence[str] = ()
+) -> Tensors:
     """Merge one fragment: tensors named in ``mean_tensors`` by weighted mean, the others by ``rule``.
 
     >>> v1 = {"embed": np.array([2.0, 0.0]), "w": np.array([1.0, 0.0])}

@@ -29,7 +29,9 @@ class MergedTokens:
 
     num_fragments: int
     per_learner: dict[str, int] = field(default_factory=dict)
-    _spans: dict[tuple[str, str, int, int], int] = field(default_factory=dict)  # (id, inc, fragment, base) -> tokens
+    _spans: dict[tuple[str, str, int, int], int] = field(
+        default_factory=dict
+    )  # (id, inc, fragment, base) -> tokens
 
     def add(self, learner_id: str, incarnation: str, fragment: int, base_version: int, c_tokens: int) -> int:
         """Count one merged contribution; returns the trained tokens it newly merged (its share of them)."""

@@ -65,8 +65,10 @@ def adamw(spec: AdamWSpec) -> optax.GradientTransformation:
     is linear in lr: scaling it is AdamW at lr × scale).
     """
     sched = optax.linear_schedule(0.0, spec.lr, max(spec.warmup_steps, 1)) if spec.warmup_steps else spec.lr
-    return optax.chain(optax.clip_by_global_norm(spec.grad_clip),
-                       optax.adamw(sched, b1=spec.b1, b2=spec.b2, weight_decay=spec.weight_decay))
+    return optax.chain(
+        optax.clip_by_global_norm(spec.grad_clip),
+        optax.adamw(sched, b1=spec.b1, b2=spec.b2, weight_decay=spec.weight_decay),
+    )
 
 
 def progress_scale(spec: AdamWSpec, progress: float) -> float:
@@ -90,10 +92,12 @@ _JITTED: dict[int, tuple[optax.GradientTransformation, Any]] = {}
 def _compiled(opt: optax.GradientTransformation) -> Any:
     """One jitted update + apply per optimizer: a merge costs one dispatch instead of dozens of small ops."""
     if id(opt) not in _JITTED:
+
         def step(state: Any, params: Tensors, grad: Tensors, scale: Any) -> tuple[Any, Any]:
             updates, new_state = opt.update(grad, state, params)
             updates = jax.tree_util.tree_map(lambda u: u * scale, updates)
             return optax.apply_updates(params, updates), new_state
+
         _JITTED[id(opt)] = (opt, jax.jit(step))  # holding opt keeps its id unique
     return _JITTED[id(opt)][1]
 

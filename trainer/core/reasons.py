@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from enum import Enum
 
-
 MAX_DETAIL = 1000  # characters of a refusal's detail, in replies and events
 
 
-class RejectReason(str, Enum):
+class RejectReason(str, Enum):  # noqa: UP042 (StrEnum would change str() of a member, which events write)
     MISSING_TOKEN = "missing_token"
     BAD_TOKEN = "bad_token"
     WRONG_LEARNER = "wrong_learner"  # a learner's credential names another learner id

@@ -65,14 +65,14 @@ class StepClock:
         assert self.anchor_time is not None
         return self.anchor_time + (step - self.anchor_step) * self.pace_s
 
-    def repaced(self, now: float, pace_s: float) -> "StepClock":
+    def repaced(self, now: float, pace_s: float) -> StepClock:
         """The same clock from ``now`` on at a new pace (starts an idle clock)."""
         if not (math.isfinite(pace_s) and pace_s > 0):
             raise ValueError(f"pace must be a finite number of seconds > 0, got {pace_s}")
         return replace(self, anchor_time=now, anchor_step=self.step_at(now), pace_s=float(pace_s))
 
     @classmethod
-    def received(cls, local_now: float, step: float, pace_s: float) -> "StepClock":
+    def received(cls, local_now: float, step: float, pace_s: float) -> StepClock:
         """A learner's copy of the syncer's clock from a reply, anchored on the learner's own clock."""
         if pace_s > 0 and math.isfinite(pace_s) and math.isfinite(step):
             return cls(local_now, float(step), float(pace_s))

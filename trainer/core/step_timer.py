@@ -61,11 +61,11 @@ class StepTimes:
 
     periods: tuple[float, ...] = ()
 
-    def update(self, period: float) -> "StepTimes":
+    def update(self, period: float) -> StepTimes:
         """Keep one more period; a non-finite or negative one is ignored."""
         if not (math.isfinite(period) and period >= 0):
             return self
-        return StepTimes((*self.periods[-(WINDOW - 1):], float(period)))
+        return StepTimes((*self.periods[-(WINDOW - 1) :], float(period)))
 
     def lookahead(self, sync_every: int, default: float = 0.0) -> float:
         """The (1 − 1/H) quantile of the periods (nearest rank), at most CLIP medians."""

@@ -97,17 +97,19 @@ import numpy as np
 from trainer.core import claims
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
 from trainer.core.checkpoint_meta import CheckpointMeta, Key
+from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import Fragment
 from trainer.core.grace import QuorumPolicy, Timing, merge_time
 from trainer.core.inflight import held_merge_time, hold_seconds
 from trainer.core.merge import MergeRule, fragment_norm, merge_fragment, merge_rule_label, token_weight
 from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, outer_step, progress_scale
-from trainer.core.reasons import RejectReason, Rejected
+from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.rounds import StepClock, cluster_pace, round_at, round_opens
-from trainer.core.fragment_schedule import FragmentSchedule
 
 Tensors = dict[str, np.ndarray]
-Specs = dict[str, tuple[tuple[int, ...], str]]  # tensor name -> (shape, dtype name): what an upload's header declares
+Specs = dict[
+    str, tuple[tuple[int, ...], str]
+]  # tensor name -> (shape, dtype name): what an upload's header declares
 
 
 @functools.cache
@@ -163,8 +165,12 @@ class SyncerPolicy:
     ema_alpha: float = 0.2
     validate_uploads: bool = True  # off only for negative-control experiments
     max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
-    checkpoint_every_merges: int = 20  # the shell checkpoints when checkpoint_due(); restores skip this many versions
-    max_norm_ratio: float = 100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
+    checkpoint_every_merges: int = (
+        20  # the shell checkpoints when checkpoint_due(); restores skip this many versions
+    )
+    max_norm_ratio: float = (
+        100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
+    )
     # What the syncer knows instead of trusting a learner (trainer.core.claims): tokens per step from the config
     # (0: take the learner's count), how much faster than the cluster's pace a learner may step, and the inner
     # AdamW's lr and weight decay that bound one step's update (lr 0: no such bound, e.g. data-parallel gradients).
@@ -172,17 +178,29 @@ class SyncerPolicy:
     max_speedup: float = 4.0
     inner_lr: float = 0.0
     inner_weight_decay: float = 0.0
-    outer_gradient: str = "base"  # rounds="arrival" only: "base" as uploaded; "current" rebased onto the current value
-    rounds: str = "clock"  # "clock": one merge per scheduled round; "arrival": a round per arrival group (see above)
-    late_uploads: str = "refuse"  # rounds="clock": an upload for a merged round is "refuse"d or "carry"ed to the next
+    outer_gradient: str = (
+        "base"  # rounds="arrival" only: "base" as uploaded; "current" rebased onto the current value
+    )
+    rounds: str = (
+        "clock"  # "clock": one merge per scheduled round; "arrival": a round per arrival group (see above)
+    )
+    late_uploads: str = (
+        "refuse"  # rounds="clock": an upload for a merged round is "refuse"d or "carry"ed to the next
+    )
     sync_every: int = 8  # H, cluster steps between two rounds of a fragment
     staggered: bool = True  # fragments' rounds spread over the H steps
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
     @property
     def quorum(self) -> QuorumPolicy:
-        return QuorumPolicy(self.min_quorum, self.grace_enabled, self.grace_gamma, self.grace_cap_steps, self.overlap_steps,
-                            self.overlap_auto)
+        return QuorumPolicy(
+            self.min_quorum,
+            self.grace_enabled,
+            self.grace_gamma,
+            self.grace_cap_steps,
+            self.overlap_steps,
+            self.overlap_auto,
+        )
 
     @property
     def optimizer(self):
@@ -266,7 +284,9 @@ class Round:
     contributions: dict[str, Contribution] = field(default_factory=dict)
     late: int = 0  # contributions carried in from rounds that had already merged
     arrived_at: dict[str, float] = field(default_factory=dict)  # learner -> when its contribution's body arrived
-    eligible_at: float | None = None  # first held its quorum with its opening passed, before a carry moved the opening
+    eligible_at: float | None = (
+        None  # first held its quorum with its opening passed, before a carry moved the opening
+    )
 
     def eligible_since(self, now: float) -> float | None:
         """Since when the round could have merged by quorum and opening (a carried round: its first such moment).
@@ -318,7 +338,9 @@ class MergeRecord:
     merges_total: int
     round: int = 0
     late: int = 0  # contributions carried in late (late_uploads="carry")
-    held: int = 0  # contributions whose body came after quorum + grace, their header before (trainer.core.inflight)
+    held: int = (
+        0  # contributions whose body came after quorum + grace, their header before (trainer.core.inflight)
+    )
     held_s: float = 0.0  # how long past quorum + grace the last of those came
     eligible_at: float | None = None  # since when it could merge by quorum and opening (Round.eligible_since)
     audit: MergeAudit | None = field(default=None, compare=False, repr=False)  # what it consumed and produced
@@ -358,13 +380,17 @@ class SyncerState:
     timing: Timing = field(default_factory=Timing)
     finished: bool = False
     restored_from_merges: int = -1
-    saved_at_merges: int | None = None  # merges_total at the last checkpoint taken (None: none since start/restore)
+    saved_at_merges: int | None = (
+        None  # merges_total at the last checkpoint taken (None: none since start/restore)
+    )
     # Rebasing: (fragment, version) -> that version's value, for the last max_staleness versions.
     # Not checkpointed: after a restore only the current versions are held (older bases are refused as stale).
     past_values: dict[tuple[int, int], Tensors] = field(default_factory=dict)
     clock: StepClock = field(default_factory=StepClock)
     step_times: dict[str, float] = field(default_factory=dict)  # learner id -> its last reported step time
-    made_at: dict[tuple[int, int], float] = field(default_factory=dict)  # (fragment, version) -> when it was merged
+    made_at: dict[tuple[int, int], float] = field(
+        default_factory=dict
+    )  # (fragment, version) -> when it was merged
     last_round: list[int] = field(default_factory=list)  # per fragment: the last round merged (-1: none)
     late_carried: int = 0
     budget_reached_at: float | None = None  # when tokens_total first reached the budget (not checkpointed)
@@ -375,7 +401,9 @@ class SyncerState:
 
     # ---- construction -------------------------------------------------
     @classmethod
-    def create(cls, policy: SyncerPolicy, fragments: tuple[Fragment, ...], params: Mapping[str, np.ndarray]) -> "SyncerState":
+    def create(
+        cls, policy: SyncerPolicy, fragments: tuple[Fragment, ...], params: Mapping[str, np.ndarray]
+    ) -> SyncerState:
         names = {n for f in fragments for n in f.names}
         if names != set(params):
             raise ValueError(f"fragments cover {sorted(names ^ set(params))} differently from the parameters")
@@ -409,14 +437,14 @@ class SyncerState:
         for key in [k for k in self.past_values if k[0] == fragment and k[1] < v - self.policy.max_staleness]:
             del self.past_values[key]
 
-    def _rebased(self, c: "Contribution", glob: Tensors) -> Tensors:
+    def _rebased(self, c: Contribution, glob: Tensors) -> Tensors:
         """The contribution as an outer gradient against the fragment's current value."""
         if not self.policy.rebases or c.base_version == self.versions[c.fragment]:
             return c.tensors
         base = self.past_values[(c.fragment, c.base_version)]
         return {n: t + (glob[n] - base[n]) for n, t in c.tensors.items()}
 
-    def _anchor(self, c: "Contribution") -> Tensors | None:
+    def _anchor(self, c: Contribution) -> Tensors | None:
         """The value a contribution was rebased from (its base version's), or None if it was not rebased."""
         if not self.policy.rebases or c.base_version == self.versions[c.fragment]:
             return None
@@ -463,7 +491,9 @@ class SyncerState:
                 f"learner {learner_id!r} incarnation {incarnation!r} was replaced by {rec.incarnation!r}",
             )
         if rec.left:
-            raise Rejected(RejectReason.LEFT_LEARNER, f"learner {learner_id!r} has left; join again with a new incarnation")
+            raise Rejected(
+                RejectReason.LEFT_LEARNER, f"learner {learner_id!r} has left; join again with a new incarnation"
+            )
         if touch:
             self._touch(rec, now)
         return rec
@@ -514,10 +544,13 @@ class SyncerState:
 
     def steps_possible(self, since: float, now: float) -> int | None:
         """The most steps a learner can have taken since ``since`` (None: the cluster has no pace yet)."""
-        return claims.steps_possible(now - since, self.pace(now), self.policy.max_speedup,
-                                     STEP_SLACK + self.policy.overlap_steps)
+        return claims.steps_possible(
+            now - since, self.pace(now), self.policy.max_speedup, STEP_SLACK + self.policy.overlap_steps
+        )
 
-    def report(self, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float, now: float) -> bool:
+    def report(
+        self, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float, now: float
+    ) -> bool:
         """Record a learner's progress; returns True when the learner should stop (budget reached).
 
         Counted toward the budget: the claimed tokens, but no more than the steps time allows since the
@@ -583,9 +616,18 @@ class SyncerState:
         return False
 
     # ---- uploads -------------------------------------------------------
-    def check_header(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
-                     specs: Mapping[str, tuple[tuple[int, ...], str]], c_steps: int, c_tokens: int, now: float,
-                     round: int = 0) -> int:
+    def check_header(
+        self,
+        learner_id: str,
+        incarnation: str,
+        fragment: int,
+        base_version: int,
+        specs: Mapping[str, tuple[tuple[int, ...], str]],
+        c_steps: int,
+        c_tokens: int,
+        now: float,
+        round: int = 0,
+    ) -> int:
         """Validate an upload before its data arrives; returns the current version.
 
         Raises :class:`Rejected` naming what is wrong. Duplicate (already
@@ -598,10 +640,13 @@ class SyncerState:
         claims.check_count("c_tokens", c_tokens)
         claims.check_tokens(c_steps, c_tokens, self.policy.tokens_per_step, "upload")
         if base_version < 0:
-            raise Rejected(RejectReason.FUTURE_VERSION, f"base version {base_version} was never issued (versions "
-                                                        "start at 0)")
+            raise Rejected(
+                RejectReason.FUTURE_VERSION, f"base version {base_version} was never issued (versions start at 0)"
+            )
         if not 0 <= fragment < len(self.fragments):
-            raise Rejected(RejectReason.UNKNOWN_FRAGMENT, f"fragment {fragment} not in 0..{len(self.fragments) - 1}")
+            raise Rejected(
+                RejectReason.UNKNOWN_FRAGMENT, f"fragment {fragment} not in 0..{len(self.fragments) - 1}"
+            )
         self._member(learner_id, incarnation, now, touch=False)  # submit() touches it once the upload is accepted
         current = self.versions[fragment]
         round = round if self.policy.clocked else 0  # arrival rounds are not the learner's to name
@@ -611,26 +656,37 @@ class SyncerState:
         if self.policy.clocked:
             self._check_round(fragment, round, now)
         if base_version < current - self.policy.max_staleness:
-            raise Rejected(RejectReason.STALE_VERSION,
-                           f"fragment {fragment} is at version {current}; base {base_version} is more than "
-                           f"{self.policy.max_staleness} versions old — fetch the current fragment")
+            raise Rejected(
+                RejectReason.STALE_VERSION,
+                f"fragment {fragment} is at version {current}; base {base_version} is more than "
+                f"{self.policy.max_staleness} versions old — fetch the current fragment",
+            )
         if base_version > current:
-            raise Rejected(RejectReason.FUTURE_VERSION,
-                           f"fragment {fragment} is at version {current}; base {base_version} was never issued")
-        if (self.policy.rebases and base_version != current
-                and (fragment, base_version) not in self.past_values):
-            raise Rejected(RejectReason.STALE_VERSION,
-                           f"fragment {fragment} is at version {current}; the syncer no longer holds base "
-                           f"{base_version} to rebase onto (it restarted) — fetch the current fragment")
+            raise Rejected(
+                RejectReason.FUTURE_VERSION,
+                f"fragment {fragment} is at version {current}; base {base_version} was never issued",
+            )
+        if self.policy.rebases and base_version != current and (fragment, base_version) not in self.past_values:
+            raise Rejected(
+                RejectReason.STALE_VERSION,
+                f"fragment {fragment} is at version {current}; the syncer no longer holds base "
+                f"{base_version} to rebase onto (it restarted) — fetch the current fragment",
+            )
         expected = tensor_specs({n: self.params[n] for n in self.fragments[fragment].names})
         if set(specs) != set(expected):
-            raise Rejected(RejectReason.BAD_SHAPE,
-                           f"fragment {fragment} holds tensors {sorted(expected)}, upload names {sorted(specs)}")
+            raise Rejected(
+                RejectReason.BAD_SHAPE,
+                f"fragment {fragment} holds tensors {sorted(expected)}, upload names {sorted(specs)}",
+            )
         for n, (shape, dtype) in specs.items():
             if tuple(shape) != expected[n][0]:
-                raise Rejected(RejectReason.BAD_SHAPE, f"tensor {n!r} has shape {tuple(shape)}, expected {expected[n][0]}")
+                raise Rejected(
+                    RejectReason.BAD_SHAPE, f"tensor {n!r} has shape {tuple(shape)}, expected {expected[n][0]}"
+                )
             if dtype != expected[n][1]:
-                raise Rejected(RejectReason.BAD_DTYPE, f"tensor {n!r} has dtype {dtype}, expected {expected[n][1]}")
+                raise Rejected(
+                    RejectReason.BAD_DTYPE, f"tensor {n!r} has dtype {dtype}, expected {expected[n][1]}"
+                )
         return current
 
     def _check_round(self, fragment: int, r: int, now: float) -> None:
@@ -638,23 +694,37 @@ class SyncerState:
             raise Rejected(RejectReason.MALFORMED, f"round {r} of fragment {fragment} must be >= 0")
         now_round = self.current_round(fragment, now)
         if r > now_round + 1:
-            raise Rejected(RejectReason.FUTURE_ROUND,
-                           f"fragment {fragment} is in round {now_round} on the syncer's clock; round {r} has not "
-                           "opened — sync on the step clock the syncer's replies carry")
+            raise Rejected(
+                RejectReason.FUTURE_ROUND,
+                f"fragment {fragment} is in round {now_round} on the syncer's clock; round {r} has not "
+                "opened — sync on the step clock the syncer's replies carry",
+            )
         if r <= self.last_round[fragment] and self.policy.late_uploads == "refuse":
-            raise Rejected(RejectReason.LATE_ROUND,
-                           f"round {r} of fragment {fragment} has merged (last merged round "
-                           f"{self.last_round[fragment]}); a late upload misses its merge — fetch the current fragment")
+            raise Rejected(
+                RejectReason.LATE_ROUND,
+                f"round {r} of fragment {fragment} has merged (last merged round "
+                f"{self.last_round[fragment]}); a late upload misses its merge — fetch the current fragment",
+            )
 
-    def announce(self, learner_id: str, incarnation: str, fragment: int, base_version: int,
-                 specs: Mapping[str, tuple[tuple[int, ...], str]], c_steps: int, c_tokens: int, now: float,
-                 round: int = 0) -> int:
+    def announce(
+        self,
+        learner_id: str,
+        incarnation: str,
+        fragment: int,
+        base_version: int,
+        specs: Mapping[str, tuple[tuple[int, ...], str]],
+        c_steps: int,
+        c_tokens: int,
+        now: float,
+        round: int = 0,
+    ) -> int:
         """An upload's header arrived: check it (:meth:`check_header`, raises :class:`Rejected`) and, on the clock,
         count it as made: its round's merge waits a bounded hold for its body (:mod:`trainer.core.inflight`).
         The shell calls :meth:`submit` with the body, or :meth:`withdraw` if the body never comes. Returns the
         fragment's current version."""
-        current = self.check_header(learner_id, incarnation, fragment, base_version, specs, c_steps, c_tokens, now,
-                                    round)
+        current = self.check_header(
+            learner_id, incarnation, fragment, base_version, specs, c_steps, c_tokens, now, round
+        )
         key = (learner_id, incarnation, fragment, base_version, round)
         if self.policy.clocked and key not in self.merged_keys and not self._pending(key):
             self.announced[key] = now
@@ -676,10 +746,13 @@ class SyncerState:
     def submit(self, c: Contribution, now: float) -> SubmitResult:
         """Add a contribution to its fragment's round (or acknowledge a duplicate)."""
         if not self.policy.clocked and c.round:
-            c = dataclasses.replace(c, round=0)  # arrival mode: an update is (learner, incarnation, fragment, base)
+            c = dataclasses.replace(
+                c, round=0
+            )  # arrival mode: an update is (learner, incarnation, fragment, base)
         specs = tensor_specs(c.tensors)
-        current = self.check_header(c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps,
-                                    c.c_tokens, now, c.round)
+        current = self.check_header(
+            c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens, now, c.round
+        )
         if c.key in self.merged_keys or self._pending(c.key):
             self._touch(self.learners[c.learner_id], now)
             return SubmitResult(True, current, duplicate=True)
@@ -688,7 +761,9 @@ class SyncerState:
         if self.policy.validate_uploads:
             for n, t in c.tensors.items():
                 if not np.all(np.isfinite(t)):
-                    raise Rejected(RejectReason.NON_FINITE, f"tensor {n!r} of fragment {c.fragment} contains NaN or Inf")
+                    raise Rejected(
+                        RejectReason.NON_FINITE, f"tensor {n!r} of fragment {c.fragment} contains NaN or Inf"
+                    )
             self._check_norm(c)
         self._touch(self.learners[c.learner_id], now)
         rnd = self.rounds.get(c.fragment)
@@ -697,7 +772,9 @@ class SyncerState:
             late = c.round <= self.last_round[c.fragment]  # carried: refused ones never get here
             target = max(c.round, self.last_round[c.fragment] + 1)
             if rnd is None:
-                rnd = self.rounds[c.fragment] = Round(c.fragment, current, self._opens_at(c.fragment, target, now), target)
+                rnd = self.rounds[c.fragment] = Round(
+                    c.fragment, current, self._opens_at(c.fragment, target, now), target
+                )
             elif target > rnd.round:  # the pending round never merged: its contributions carry on into this one
                 rnd.eligible_at = rnd.eligible_since(now)  # (with its quorum in, it was due: the audit times that)
                 rnd.round, rnd.opened_at = target, self._opens_at(c.fragment, target, now)
@@ -706,7 +783,9 @@ class SyncerState:
                 self.late_carried += 1
         elif rnd is None:
             rnd = self.rounds[c.fragment] = Round(c.fragment, current, opened_at=now, round=c.round)
-        rnd.contributions[c.learner_id] = c  # a learner's newer contribution (or incarnation's) replaces its older one
+        rnd.contributions[c.learner_id] = (
+            c  # a learner's newer contribution (or incarnation's) replaces its older one
+        )
         rnd.arrived_at[c.learner_id] = now
         if rnd.quorum_at is None and len(rnd.contributions) >= self.policy.min_quorum:
             rnd.quorum_at = now
@@ -747,19 +826,27 @@ class SyncerState:
         norm = self._per_step(c)
         if self.policy.inner_lr > 0:
             glob = self._frag(self.params, self.fragments[c.fragment])
-            bound = claims.adam_step_norm_bound(self.policy.inner_lr, sum(t.size for t in glob.values()),
-                                                self.policy.inner_weight_decay, fragment_norm(glob))
+            bound = claims.adam_step_norm_bound(
+                self.policy.inner_lr,
+                sum(t.size for t in glob.values()),
+                self.policy.inner_weight_decay,
+                fragment_norm(glob),
+            )
             if norm > bound:
-                raise Rejected(RejectReason.OUTLIER_NORM,
-                               f"update of fragment {c.fragment} has norm {norm:.3g} per step over {c.c_steps} steps; "
-                               f"one inner AdamW step (lr {self.policy.inner_lr:g}) moves it at most {bound:.3g}: a "
-                               "diverged or corrupt learner?")
+                raise Rejected(
+                    RejectReason.OUTLIER_NORM,
+                    f"update of fragment {c.fragment} has norm {norm:.3g} per step over {c.c_steps} steps; "
+                    f"one inner AdamW step (lr {self.policy.inner_lr:g}) moves it at most {bound:.3g}: a "
+                    "diverged or corrupt learner?",
+                )
         ref = claims.reference_norm(self.merged_norms[c.fragment], self.policy.num_learners)
         if ref is not None and ref > 0 and norm > ratio * ref:
-            raise Rejected(RejectReason.OUTLIER_NORM,
-                           f"update of fragment {c.fragment} has norm {norm:.3g} per step, more than {ratio:g}× "
-                           f"the learners' median merged {ref:.3g}: a diverged or corrupt learner? "
-                           "(syncer.max_norm_ratio)")
+            raise Rejected(
+                RejectReason.OUTLIER_NORM,
+                f"update of fragment {c.fragment} has norm {norm:.3g} per step, more than {ratio:g}× "
+                f"the learners' median merged {ref:.3g}: a diverged or corrupt learner? "
+                "(syncer.max_norm_ratio)",
+            )
 
     # ---- merging -------------------------------------------------------
     def merge_at(self, fragment: int, now: float) -> float | None:
@@ -776,8 +863,14 @@ class SyncerState:
         return held_merge_time(t, [self.announced[k] for k in self._in_flight(rnd)], self.hold_s)
 
     def _unheld_merge_at(self, rnd: Round, now: float) -> float | None:
-        return merge_time(self.policy.quorum, self.timing, rnd.quorum_at, len(rnd.contributions),
-                          len(self.active_learners(now)), rnd.opened_at if self.policy.clocked else None)
+        return merge_time(
+            self.policy.quorum,
+            self.timing,
+            rnd.quorum_at,
+            len(rnd.contributions),
+            len(self.active_learners(now)),
+            rnd.opened_at if self.policy.clocked else None,
+        )
 
     @property
     def hold_s(self) -> float:
@@ -797,8 +890,11 @@ class SyncerState:
         """Merge the pending round of ``fragment``: weights, outer gradient, one outer step, version + 1."""
         rnd = self.rounds.pop(fragment)
         t = self.timing
-        decision = (len(rnd.contributions), len(self.active_learners(now)),
-                    (t.t_step.get(), t.t_quorum.get(), t.t_upload.get(), t.t_merge.get(), t.t_broadcast.get()))
+        decision = (
+            len(rnd.contributions),
+            len(self.active_learners(now)),
+            (t.t_step.get(), t.t_quorum.get(), t.t_upload.get(), t.t_merge.get(), t.t_broadcast.get()),
+        )
         # Bodies that came after quorum + grace made the round only because their headers had (the hold).
         unheld = self._unheld_merge_at(rnd, now) if self.policy.clocked and not self.finished else None
         waited = [] if unheld is None else [t for t in rnd.arrived_at.values() if t > unheld]
@@ -841,16 +937,53 @@ class SyncerState:
             if rec is not None and rec.incarnation == c.incarnation:
                 rec.merged_contributions += 1
                 rec.merged_since_back = True
-            participants.append(Participant(c.learner_id, c.incarnation, w / total_w if sum(weights) else 1 / len(weights),
-                                            c.c_steps, c.c_tokens, c.base_version, c.round))
+            participants.append(
+                Participant(
+                    c.learner_id,
+                    c.incarnation,
+                    w / total_w if sum(weights) else 1 / len(weights),
+                    c.c_steps,
+                    c.c_tokens,
+                    c.base_version,
+                    c.round,
+                )
+            )
         # Keys below the previous version can never be re-sent usefully: keep the set small.
-        self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1}
-        audit = MergeAudit(fragment, start, v, glob, tuple(c.tensors for c in contribs), anchors,
-                           optimizer_leaves(opt_before), optimizer_leaves(new_state), delta, new_frag, scale)
-        return MergeRecord(fragment, self.versions[fragment], rnd.base_version, tuple(participants), rule,
-                           rnd.opened_at, rnd.quorum_at, now, fragment_norm(delta), self.merges_total, rnd.round,
-                           rnd.late, len(waited), held_s, rnd.eligible_since(now), audit,
-                           None if self.finished else decision)
+        self.merged_keys = {
+            k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1
+        }
+        audit = MergeAudit(
+            fragment,
+            start,
+            v,
+            glob,
+            tuple(c.tensors for c in contribs),
+            anchors,
+            optimizer_leaves(opt_before),
+            optimizer_leaves(new_state),
+            delta,
+            new_frag,
+            scale,
+        )
+        return MergeRecord(
+            fragment,
+            self.versions[fragment],
+            rnd.base_version,
+            tuple(participants),
+            rule,
+            rnd.opened_at,
+            rnd.quorum_at,
+            now,
+            fragment_norm(delta),
+            self.merges_total,
+            rnd.round,
+            rnd.late,
+            len(waited),
+            held_s,
+            rnd.eligible_since(now),
+            audit,
+            None if self.finished else decision,
+        )
 
     def observe_merge_seconds(self, seconds: float) -> None:
         """The shell measured how long a merge took (part of t_sync)."""
@@ -868,8 +1001,10 @@ class SyncerState:
 
     def fragment_digests(self) -> list[tuple[str, str]]:
         """Per fragment, the digests (trainer.core.audit) of its value and of its optimizer state."""
-        return [(digest(self._frag(self.params, f)), digest(optimizer_leaves(self.opt_states[p])))
-                for p, f in enumerate(self.fragments)]
+        return [
+            (digest(self._frag(self.params, f)), digest(optimizer_leaves(self.opt_states[p])))
+            for p, f in enumerate(self.fragments)
+        ]
 
     def params_all_finite(self) -> bool:
         return all(np.all(np.isfinite(t)) for t in self.params.values())
@@ -900,16 +1035,27 @@ class SyncerState:
 
     def _meta(self) -> CheckpointMeta:
         return CheckpointMeta(
-            versions=tuple(self.versions), merges_total=self.merges_total,
-            incarnation_counts=dict(self.incarnation_counts), tokens_by_incarnation=dict(self.tokens_by_incarnation),
-            finished=self.finished, merged_norms=tuple(dict(r) for r in self.merged_norms),
+            versions=tuple(self.versions),
+            merges_total=self.merges_total,
+            incarnation_counts=dict(self.incarnation_counts),
+            tokens_by_incarnation=dict(self.tokens_by_incarnation),
+            finished=self.finished,
+            merged_norms=tuple(dict(r) for r in self.merged_norms),
             merged_keys=frozenset(self.merged_keys),
             clock=(self.clock.anchor_time, self.clock.anchor_step, self.clock.pace_s),
-            last_round=tuple(self.last_round), late_carried=self.late_carried)
+            last_round=tuple(self.last_round),
+            late_carried=self.late_carried,
+        )
 
     @classmethod
-    def from_checkpoint(cls, policy: SyncerPolicy, fragments: tuple[Fragment, ...], arrays: Mapping[str, np.ndarray],
-                        meta: Mapping[str, Any], version_skip: int) -> "SyncerState":
+    def from_checkpoint(
+        cls,
+        policy: SyncerPolicy,
+        fragments: tuple[Fragment, ...],
+        arrays: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any],
+        version_skip: int,
+    ) -> SyncerState:
         """Restore; every version jumps ahead by ``version_skip`` (the checkpoint interval)."""
         m = CheckpointMeta.from_json(meta, len(fragments))
         params = {k.split("/", 1)[1]: np.array(v) for k, v in arrays.items() if k.startswith("param/")}
