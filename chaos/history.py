@@ -132,7 +132,7 @@ class FaultOp(_Record):
 
 
 ControllerRecord = PlanRecord | Phase | FaultOp
-CONTROLLER_KINDS = {"plan": PlanRecord, "phase": Phase, "fault": FaultOp}
+CONTROLLER_KINDS: dict[str, type[ControllerRecord]] = {"plan": PlanRecord, "phase": Phase, "fault": FaultOp}
 
 
 def parse_record(line: str) -> ControllerRecord | ev.Event:

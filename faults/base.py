@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from faults.errors import FaultError
 
@@ -72,9 +72,13 @@ class Cluster(Protocol):
 class Fault(Protocol):
     """One fault: idempotent ``inject`` and ``heal``, and a one-line description."""
 
-    kind: str
-    fault_id: str
-    targets: tuple[str, ...]
+    kind: ClassVar[str]  # the injector class's kind (faults.kinds.KINDS)
+
+    @property
+    def fault_id(self) -> str: ...  # read-only: the injectors are frozen dataclasses
+
+    @property
+    def targets(self) -> tuple[str, ...]: ...
 
     def inject(self, cluster: Cluster) -> Evidence: ...
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from faults.base import Cluster, Evidence, require_targets
+from faults.base import Cluster, Evidence, Fault, require_targets
 from faults.errors import FaultError
 from faults.params import FaultParams, Field
 
@@ -114,4 +114,4 @@ class Disconnect:
         return f"disconnect {', '.join(self.targets)} from the network"
 
 
-FAULTS: tuple[type, ...] = (CpuLimit, Disconnect)  # see faults.injectors
+FAULTS: tuple[type[Fault], ...] = (CpuLimit, Disconnect)  # see faults.injectors

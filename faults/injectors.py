@@ -22,6 +22,7 @@ from faults import container, network, process
 from faults.base import Fault
 from faults.params import FaultParams
 
+# type, not type[Fault]: each class's constructor takes its own kind's parameters.
 INJECTORS: Mapping[str, type] = {cls.kind: cls for cls in (*process.FAULTS, *network.FAULTS, *container.FAULTS)}
 
 

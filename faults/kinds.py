@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from faults.base import SYNCER
 
@@ -90,6 +90,9 @@ KINDS: Mapping[str, FaultKind] = {
 }
 
 
+_S = TypeVar("_S")
+
+
 class KindNames(AbstractSet[str]):
     """The names of the kinds that pass ``test``, in table order, read from :data:`KINDS` on every use: a module
     that imported the view still sees a kind registered later (:mod:`chaos.registry`).
@@ -115,7 +118,7 @@ class KindNames(AbstractSet[str]):
         return f"KindNames({list(self)})"
 
     @classmethod
-    def _from_iterable(cls, names: Iterable[str]) -> frozenset[str]:  # what &, |, - return
+    def _from_iterable(cls, names: Iterable[_S]) -> frozenset[_S]:  # what &, |, - return
         return frozenset(names)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, get_args
 
-from faults.base import SYNCER, Cluster, Evidence
+from faults.base import SYNCER, Cluster, Evidence, Fault
 from faults.errors import FaultError, TargetError
 from faults.params import Direction, FaultParams, Field, model_validator
 from faults.toxiproxy import Toxic
@@ -341,4 +341,11 @@ class DataLimit(_ToxicFault):
         return f"close connections after {self.bytes} bytes on {self._where()}"
 
 
-FAULTS: tuple[type, ...] = (Partition, LinkDown, Bandwidth, Latency, ResetPeer, DataLimit)  # see faults.injectors
+FAULTS: tuple[type[Fault], ...] = (
+    Partition,
+    LinkDown,
+    Bandwidth,
+    Latency,
+    ResetPeer,
+    DataLimit,
+)  # see faults.injectors

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from faults.base import SYNCER, Cluster, Evidence, require_targets
+from faults.base import SYNCER, Cluster, Evidence, Fault, require_targets
 from faults.errors import FaultError, TargetError
 from faults.kinds import KINDS
 from faults.params import FaultParams, Field
@@ -271,4 +271,4 @@ class Corrupt:
         return f"restart {', '.join(self.targets)} uploading {self.mode}; heal restarts healthy"
 
 
-FAULTS: tuple[type, ...] = (Kill, GracefulStop, Pause, Slow, SyncerCrash, Corrupt)  # see faults.injectors
+FAULTS: tuple[type[Fault], ...] = (Kill, GracefulStop, Pause, Slow, SyncerCrash, Corrupt)  # see faults.injectors

@@ -56,7 +56,7 @@ class AuditWriter:
                 self.dir.mkdir(parents=True, exist_ok=True)
                 tmp = self.dir / f".{name}.tmp"
                 with open(tmp, "wb") as f:
-                    np.savez(f, **arrays)
+                    np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy stub: ** may fill allow_pickle: bool
                 os.replace(tmp, self.dir / name)  # a killed syncer leaves a whole file or none
         return ev.MergeDigests(file=name, scale=audit.scale, **audit.digests())
 
@@ -66,7 +66,7 @@ class AuditWriter:
             (Path(run_dir) / AUDIT_DIR).mkdir(parents=True, exist_ok=True)
         for name, arrays in self.files.items():
             with open(Path(run_dir) / AUDIT_DIR / name, "wb") as f:
-                np.savez(f, **arrays)
+                np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy stub: ** may fill allow_pickle: bool
 
 
 def fragment_digests(pairs: list[tuple[str, str]]) -> list[ev.FragmentDigest]:

@@ -52,7 +52,8 @@ def save_checkpoint(
         raise CheckpointError("array name '__meta__' is reserved")
     buf = io.BytesIO()
     blob = np.frombuffer(json.dumps(dict(meta), sort_keys=True).encode(), dtype=np.uint8)
-    np.savez(buf, __meta__=blob, **{k: np.asarray(v) for k, v in arrays.items()})
+    named = {k: np.asarray(v) for k, v in arrays.items()}
+    np.savez(buf, __meta__=blob, **named)  # type: ignore[arg-type]  # numpy stub: ** may fill allow_pickle: bool
     final = d / f"ckpt-{merges:010d}.npz"
     tmp = d / f".{final.name}.tmp-{os.getpid()}"
     with open(tmp, "wb") as fh:

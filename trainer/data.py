@@ -104,6 +104,11 @@ class MarkovSource:
     order: int
     transition: np.ndarray = field(repr=False)
     stationary: np.ndarray = field(repr=False)
+    # Sampling caches, derived from the above in __post_init__.
+    _offset_cdf: np.ndarray = field(init=False, repr=False)
+    _u_min: float = field(init=False, repr=False)
+    _stat_cdf: np.ndarray = field(init=False, repr=False)
+    _place: np.ndarray = field(init=False, repr=False)
 
     @classmethod
     def create(

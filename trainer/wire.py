@@ -42,7 +42,7 @@ class Spec:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
-def crc32(data: bytes | memoryview) -> int:
+def crc32(data: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
@@ -51,7 +51,7 @@ def encode_tensors(
 ) -> tuple[list[Spec], bytes]:
     """Specs and the concatenated little-endian bytes of ``tensors`` (sorted names by default)."""
     names = list(order) if order is not None else sorted(tensors)
-    arrays = []
+    arrays: list[np.ndarray] = []
     for n in names:
         x = np.asarray(tensors[n])
         # ascontiguousarray promotes 0-d to 1-d: reshape keeps scalars scalar.

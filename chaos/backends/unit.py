@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if run is not None and cmd is not None and (Path(run.run_dir) / "config.yaml").exists():
             break
         time.sleep(0.5)
+    assert unit is not None  # cmd is built only for a unit
     # A learner gets its own credential (it can act as this id only); the syncer the shared secret.
     os.environ["DILOCO_TOKEN"] = run.token if unit == "syncer" else learner_credential(run.token, unit)
     print(f"{unit}: {' '.join(cmd)}", flush=True)  # stdout is the container log; the backend collects it

@@ -73,8 +73,10 @@ class CheckpointMeta:
             raise ValueError(f"checkpoint has {len(last_round)} fragments' rounds, the config {num_fragments}")
         anchor_time, anchor_step, pace = meta.get("clock", [None, 0.0, 0.0])
         norms = meta.get("merged_norms")  # absent in checkpoints from before per-learner references: start empty
-        ok_norms = (
-            isinstance(norms, list) and len(norms) == num_fragments and all(isinstance(r, dict) for r in norms)
+        merged_norms = (
+            tuple({str(k): float(x) for k, x in r.items()} for r in norms)
+            if isinstance(norms, list) and len(norms) == num_fragments and all(isinstance(r, dict) for r in norms)
+            else None
         )
         return cls(
             versions=versions,
@@ -82,7 +84,7 @@ class CheckpointMeta:
             incarnation_counts={k: int(v) for k, v in meta.get("incarnation_counts", {}).items()},
             tokens_by_incarnation={k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()},
             finished=bool(meta.get("finished", False)),
-            merged_norms=tuple({str(k): float(x) for k, x in r.items()} for r in norms) if ok_norms else None,
+            merged_norms=merged_norms,
             merged_keys=frozenset(
                 (str(a), str(b), int(c), int(d), int(e)) for a, b, c, d, e in meta.get("merged_keys", [])
             ),

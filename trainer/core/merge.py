@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -72,8 +72,11 @@ def weighted_mean(vectors: Sequence[Tensors], weights: Sequence[float]) -> Tenso
     """Σ w·v / Σ w, tensor by tensor."""
     w = _normalised(weights)
     names = vectors[0].keys()
+    # vectors is not empty (names come from its first): each sum is an array, never sum()'s start 0.
     return {
-        n: sum(float(wi) * v[n].astype(np.float64) for wi, v in zip(w, vectors)).astype(vectors[0][n].dtype)
+        n: cast(np.ndarray, sum(float(wi) * v[n].astype(np.float64) for wi, v in zip(w, vectors))).astype(
+            vectors[0][n].dtype
+        )
         for n in names
     }
 
@@ -118,7 +121,8 @@ def merge_fragment(
     mean_part = [n for n in names if n in mean_tensors]
     rest = [n for n in names if n not in mean_tensors]
     out: Tensors = {}
-    for part, part_rule in ((mean_part, "mean"), (rest, rule)):
+    parts: tuple[tuple[list[str], MergeRule], ...] = ((mean_part, "mean"), (rest, rule))
+    for part, part_rule in parts:
         if part:
             out.update(merge_outer_gradients([{n: v[n] for n in part} for v in vectors], weights, part_rule))
     return {n: out[n] for n in names}
