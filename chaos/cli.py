@@ -284,7 +284,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         kinds=kinds,
         max_faults=args.max_faults,
         max_down=args.max_down,
-        min_quorum=a.min_quorum or 1,
+        min_quorum=a.min_quorum,
     )
     print(
         f"searching {args.examples} schedules of up to {args.max_faults} fault(s) ({', '.join(kinds)}) "

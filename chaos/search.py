@@ -85,7 +85,7 @@ def find_failure(
         schedules
         if schedules is not None
         else fault_schedules(
-            learners=template.cluster.algorithm.num_learners, min_quorum=template.cluster.algorithm.min_quorum or 1
+            learners=template.cluster.algorithm.num_learners, min_quorum=template.cluster.algorithm.min_quorum
         )
     )
     count = [0]

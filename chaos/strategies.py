@@ -169,4 +169,4 @@ def to_scenario(
 
 def outer_step_seconds(scenario: Scenario, step_time_s: float) -> float:
     """Seconds per outer step for a learner taking ``step_time_s`` per inner step."""
-    return (scenario.cluster.algorithm.sync_every or 1) * step_time_s
+    return scenario.cluster.algorithm.sync_every * step_time_s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socketserver
 import time
 from collections.abc import Callable, Iterator
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from trainer.config import RunConfig, build_config
+from trainer.core.algorithm import Algorithm
+from trainer.core.syncer_state import SyncerPolicy
 
 T = TypeVar("T")
 
@@ -68,3 +71,18 @@ def assert_result_at_budget(verdicts: Any) -> None:
     """The ledger check judged the run's result at the budget (fixed within its allowance beyond it) and passed."""
     ledger = next(v for v in verdicts if v.name == "ledger")
     assert ledger.status == "pass" and ledger.evidence["budget"], ledger
+
+
+def syncer_policy(num_fragments: int = 1, **settings: Any) -> SyncerPolicy:
+    """A :class:`SyncerPolicy` for the core's unit and property tests, from one flat list of settings: the
+    algorithm's (by their config names) and the syncer's own. Algorithm settings not given keep the small fixed
+    values these tests were written for (one fragment, no grace, τ 2, no staleness), not the decoupled preset.
+
+    >>> p = syncer_policy(num_learners=2, min_quorum=2, token_budget=10)
+    >>> (p.algorithm.min_quorum, p.algorithm.grace, p.token_budget)
+    (2, False, 10)
+    """
+    own = {f.name for f in dataclasses.fields(SyncerPolicy)} - {"algorithm"}
+    algorithm = {"grace": False, "overlap_steps": 2, "max_staleness": 0, "num_fragments": num_fragments}
+    algorithm.update({k: v for k, v in settings.items() if k not in own})
+    return SyncerPolicy(algorithm=Algorithm(**algorithm), **{k: v for k, v in settings.items() if k in own})

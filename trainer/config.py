@@ -1,29 +1,10 @@
 """Typed run configuration: one file shared by the syncer and every learner.
 
 A run is described by :class:`RunConfig` (YAML or JSON file, plus ``--set
-a.b=value`` overrides). The ``algorithm.mode`` preset fills the fields left
-unset and refuses contradictions:
-
-=============  ===========  ============  ==========  =========  =========  ========  =======
-mode           min_quorum   grace         staggered   overlap τ  blocking   H         rounds
-=============  ===========  ============  ==========  =========  =========  ========  =======
-decoupled      1 (any)      on            yes         2          no         any       clock
-sync-diloco    M            off           no          0          yes        any       arrival
-data-parallel  M            off           no          0          yes        1         arrival
-=============  ===========  ============  ==========  =========  =========  ========  =======
-
-Every DiLoCo mode uses DiLoCo's outer optimizer: Nesterov, lr 0.7, momentum 0.9.
-Decoupled mode runs its rounds on the syncer's step clock (one merge per
-scheduled round, contributions anchored at the round's start; see
-:mod:`trainer.core.syncer_state`) and accepts contributions whose base is up
-to ``max_staleness`` versions old (default M); the synchronous modes only the
-current version. ``rounds: arrival`` with ``outer_gradient: base`` and outer
-momentum 0.5 is the decoupled trainer before rounds existed, kept as a
-negative control. data-parallel is gradient averaging: every step each learner
-uploads its gradient, the syncer applies one AdamW update (the ``inner``
-settings) to their mean and every learner receives the same parameters; it
-has one fragment unless ``num_fragments`` says otherwise (then each fragment
-is clipped by its own norm).
+a.b=value`` overrides). Its ``algorithm`` section is
+:class:`trainer.core.algorithm.Algorithm`: the ``algorithm.mode`` preset fills
+the settings left unset and refuses contradictions, once, while the file is
+read (the modes' table is there).
 
 Example:
     >>> cfg = RunConfig.model_validate({"algorithm": {"mode": "sync-diloco", "num_learners": 3}})
@@ -41,17 +22,13 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainer.core.fragment_schedule import FragmentSchedule
-from trainer.core.grace import QuorumPolicy
+from trainer.core.algorithm import Algorithm
 from trainer.errors import ConfigError
-
-Mode = Literal["decoupled", "sync-diloco", "data-parallel"]
-MODES: tuple[str, ...] = ("decoupled", "sync-diloco", "data-parallel")
 
 
 class _Strict(BaseModel):
@@ -127,176 +104,6 @@ class InnerSection(_Strict):
         "cosine", description="cosine: lr decays with the run's global token progress (from the syncer)"
     )
     final_lr_fraction: float = Field(0.1, ge=0, le=1, description="cosine decay ends at lr × this")
-
-
-AUTO_OVERLAP_FLOOR = 2  # overlap_steps: auto never assumes a round trip shorter than the paper's τ
-
-
-class AlgorithmSection(_Strict):
-    mode: Mode = "decoupled"
-    num_learners: int = Field(3, ge=1, description="M, learners the run is sized for")
-    num_fragments: int | None = Field(None, ge=1, description="P (default 4; data-parallel 1)")
-    sync_every: int | None = Field(
-        None, ge=1, description="H, inner steps between two syncs of a fragment (default 8)"
-    )
-    overlap_steps: Annotated[int, Field(ge=0)] | Literal["auto"] | None = Field(
-        None,
-        description="tau, steps a merged fragment may take to come back; decoupled default 'auto': sized to "
-        "the measured round trip (trainer.core.grace.effective_overlap), at least 2 (the paper's)",
-    )
-    min_quorum: int | None = Field(None, ge=1, description="K")
-    grace: bool | None = None
-    grace_gamma: float = Field(0.5, ge=0, lt=1)
-    grace_cap_steps: float = Field(
-        1.0,
-        ge=0,
-        description="the grace window's cap in steps of the cluster's pace (the paper: at most about one step)",
-    )
-    staggered: bool | None = None
-    merge_rule: Literal["rda", "mean"] | None = Field(
-        None,
-        description="rda | mean for every tensor but embedding tables (always mean); decoupled default rda, "
-        "sync-diloco default mean (DiLoCo's), data-parallel mean",
-    )
-    outer_lr: float | None = Field(None, gt=0)
-    outer_momentum: float | None = Field(None, ge=0, lt=1)
-    nesterov: bool = True
-    mix_alpha: float | None = Field(
-        None, ge=0, lt=1, description="None: overwrite on receipt; else keep alpha of local"
-    )
-    blocking: bool | None = None
-    max_staleness: int | None = Field(
-        None, ge=0, description="versions a contribution's base may lag; decoupled default M"
-    )
-    rounds: Literal["clock", "arrival"] | None = Field(
-        None,
-        description="clock (decoupled default): round r of fragment p opens at offset(p) + r*H steps of the "
-        "syncer's step clock and merges exactly once; arrival: the first upload after a merge opens "
-        "a round (the synchronous modes, and the negative control for decoupled)",
-    )
-    late_uploads: Literal["refuse", "carry"] = Field(
-        "refuse",
-        description="rounds=clock: an upload for a round that has merged is refused (the paper: it misses "
-        "that merge) or carried into the fragment's next round, anchored at its start value",
-    )
-    outer_gradient: Literal["base", "current"] | None = Field(
-        None,
-        description="rounds=arrival only (rounds=clock always anchors at the round's start value): base "
-        "(default) merges uploads as computed, against the global value the learner last received; "
-        "current rebases a late upload onto the fragment's current value",
-    )
-
-    @model_validator(mode="after")
-    def _apply_mode(self) -> AlgorithmSection:
-        m = self.num_learners
-        preset: dict[str, Any]
-        if self.mode == "decoupled":
-            preset = dict(
-                min_quorum=1,
-                grace=True,
-                staggered=True,
-                overlap_steps="auto",
-                blocking=False,
-                outer_lr=0.7,
-                outer_momentum=0.9,
-                max_staleness=m,
-                rounds="clock",
-            )
-            required: dict[str, Any] = {}
-            if self.rounds == "clock" or self.rounds is None:
-                if self.outer_gradient == "base":
-                    raise ValueError(
-                        "rounds 'clock' anchors every contribution at its round's start value "
-                        "(outer_gradient current); outer_gradient 'base' needs rounds 'arrival'"
-                    )
-                required["outer_gradient"] = "current"
-        elif self.mode == "sync-diloco":
-            preset = dict(
-                outer_lr=0.7, outer_momentum=0.9, merge_rule="mean"
-            )  # DiLoCo's plain mean; rda: a variant
-            required = dict(
-                min_quorum=m,
-                grace=False,
-                staggered=False,
-                overlap_steps=0,
-                blocking=True,
-                max_staleness=0,
-                rounds="arrival",
-            )
-        else:
-            # Gradients averaged every step, one AdamW update at the syncer: the outer optimizer is the inner one.
-            if self.outer_lr is not None or self.outer_momentum is not None:
-                raise ValueError(
-                    "mode 'data-parallel' applies the inner AdamW (inner.*) to the mean gradient at the "
-                    "syncer: outer_lr and outer_momentum do not apply, leave them unset"
-                )
-            preset = dict(
-                num_fragments=1
-            )  # one fragment: clipping by the gradient's global norm, as one AdamW does
-            required = dict(
-                min_quorum=m,
-                grace=False,
-                staggered=False,
-                overlap_steps=0,
-                blocking=True,
-                sync_every=1,
-                max_staleness=0,
-                merge_rule="mean",
-                rounds="arrival",
-                mix_alpha=None,
-            )
-        for name, value in required.items():
-            given = getattr(self, name)
-            if given is not None and given != value:
-                raise ValueError(f"mode {self.mode!r} requires {name} = {value}, got {given}")
-            object.__setattr__(self, name, value)
-        preset.setdefault("num_fragments", 4)
-        preset.setdefault("sync_every", 8)
-        preset.setdefault("merge_rule", "rda")
-        preset.setdefault("outer_gradient", "base")
-        for name, value in preset.items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-        if self.min_quorum > m:
-            raise ValueError(f"min_quorum ({self.min_quorum}) cannot exceed num_learners ({m})")
-        return self
-
-    @property
-    def overlap_auto(self) -> bool:
-        """τ follows the measured round trip (``overlap_steps: auto``)."""
-        return self.overlap_steps == "auto"
-
-    def quorum_policy(self) -> QuorumPolicy:
-        """Minimum quorum and the grace window's parameters, as the syncer and both simulators use them.
-
-        >>> AlgorithmSection(mode="decoupled", num_learners=4).quorum_policy().min_quorum
-        1
-        """
-        return QuorumPolicy(
-            self.min_quorum,
-            bool(self.grace),
-            self.grace_gamma,
-            self.grace_cap_steps,
-            self.overlap_floor,
-            self.overlap_auto,
-        )
-
-    @property
-    def overlap_floor(self) -> int:
-        """τ in steps as the schedule uses it: the configured one, or with ``auto`` its floor, the paper's 2 (a
-        learner applies a result when it arrives, and never before this many steps after its sync started)."""
-        return AUTO_OVERLAP_FLOOR if self.overlap_steps == "auto" else int(self.overlap_steps or 0)
-
-    def fragment_schedule(self) -> FragmentSchedule:
-        """When each fragment syncs and may apply its result: the one schedule the learner, the syncer's policy and
-        the scale simulator all read (P fragments every H steps, staggered or not, τ its floor).
-
-        >>> build_config({"algorithm": {"num_fragments": 2, "sync_every": 4}}).algorithm.fragment_schedule().offset(0)
-        2
-        """
-        return FragmentSchedule(
-            int(self.num_fragments or 1), int(self.sync_every or 1), self.overlap_floor, bool(self.staggered)
-        )
 
 
 class SyncerSection(_Strict):
@@ -392,7 +199,7 @@ class RunConfig(_Strict):
     model: ModelSection = ModelSection()
     data: DataSection = DataSection()
     inner: InnerSection = InnerSection()
-    algorithm: AlgorithmSection = AlgorithmSection()
+    algorithm: Algorithm = Algorithm()
     syncer: SyncerSection = SyncerSection()
     learner: LearnerSection = LearnerSection()
 

@@ -363,8 +363,8 @@ class Learner:
             self.book = LearnerBook(
                 a.fragment_schedule(),
                 versions,
-                blocking=bool(a.blocking),
-                clocked=a.rounds == "clock",
+                blocking=a.blocking,
+                clocked=a.clocked,
                 start_step=self.clock.step_at(time.monotonic()),
             )
             self._held = self.book.held

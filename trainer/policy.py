@@ -18,36 +18,20 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         outer: dict[str, Any] = dict(outer_adamw=adamw_spec(cfg.inner))
     else:  # the learners step AdamW themselves: its lr bounds what one step can move a fragment
         outer = dict(
-            outer_lr=a.outer_lr,
-            outer_momentum=a.outer_momentum,
             inner_lr=cfg.inner.lr,
             inner_weight_decay=cfg.inner.weight_decay,
         )
     return SyncerPolicy(
-        num_learners=a.num_learners,
-        min_quorum=a.min_quorum,
-        grace_enabled=bool(a.grace),
-        grace_gamma=a.grace_gamma,
-        grace_cap_steps=a.grace_cap_steps,
-        overlap_steps=a.overlap_floor,
-        overlap_auto=a.overlap_auto,
-        merge_rule=a.merge_rule,
+        algorithm=a,
         mean_tensors=EMBEDDING_TENSORS,
         **outer,
-        nesterov=a.nesterov,
         token_budget=cfg.token_budget,
         settle_s=cfg.syncer.settle_s,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s,
         validate_uploads=cfg.syncer.validate_uploads,
-        max_staleness=a.max_staleness,
         checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
         max_norm_ratio=cfg.syncer.max_norm_ratio,
         planted_bug=cfg.syncer.planted_bug,
-        outer_gradient=str(a.outer_gradient),
-        rounds=str(a.rounds),
-        late_uploads=a.late_uploads,
-        sync_every=int(a.sync_every),
-        staggered=bool(a.staggered),
         tokens_per_step=cfg.inner.batch_size * MODEL_SIZES[cfg.model.size].seq_len,
         max_speedup=cfg.syncer.max_speedup,
     )

@@ -61,22 +61,22 @@ class MergeFacts:
 
     @classmethod
     def of(cls, cfg: RunConfig) -> MergeFacts:
-        p = policy_from_config(cfg)
+        p, a = policy_from_config(cfg), cfg.algorithm
         return cls(
-            p.merge_rule,
+            a.merge_rule,
             tuple(p.mean_tensors),
-            p.outer_lr,
-            p.outer_momentum,
-            p.nesterov,
+            a.outer_lr,
+            a.outer_momentum,
+            a.nesterov,
             p.outer_adamw is not None,
-            p.clocked,
-            p.late_uploads == "carry",
-            p.min_quorum,
-            p.grace_enabled,
-            p.grace_gamma,
-            p.grace_cap_steps,
-            p.overlap_steps,
-            p.overlap_auto,
+            a.clocked,
+            a.late_uploads == "carry",
+            a.min_quorum,
+            a.grace,
+            a.grace_gamma,
+            a.grace_cap_steps,
+            a.overlap_floor,
+            a.overlap_auto,
         )
 
 
@@ -105,13 +105,13 @@ class RunFacts:
         p = policy_from_config(cfg)
         return cls(
             learners,
-            cfg.algorithm.min_quorum or 1,
+            cfg.algorithm.min_quorum,
             cfg.syncer.checkpoint_every_merges,
             cfg.algorithm.num_fragments,
             MergeFacts.of(cfg),
             cfg.token_budget,
-            cfg.algorithm.num_learners * p.sync_every * p.tokens_per_step,
-            p.sync_every,
+            cfg.algorithm.num_learners * cfg.algorithm.sync_every * p.tokens_per_step,
+            cfg.algorithm.sync_every,
             cfg.learner.long_poll_s,
         )
 

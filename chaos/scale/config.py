@@ -1,6 +1,6 @@
 """The scale simulator's plan: chips, failures, recovery, links and the algorithm, as one typed file.
 
-The ``algorithm`` section *is* the trainer's :class:`~trainer.config.AlgorithmSection`
+The ``algorithm`` section *is* the trainer's :class:`~trainer.core.algorithm.Algorithm`
 (same modes, presets and checks), so a plan names H, P, τ, K and the grace
 window exactly as a run config does; only the defaults differ, to the paper's
 scale (decoupled, M = 8, P = H = 24). Durations and counts take units
@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from chaos.errors import ScenarioError
 from chaos.scale.quantities import DAY, YEAR, Count, Gbps, Seconds
-from trainer.config import AlgorithmSection, format_validation_error, merge_trees, parse_overrides
+from trainer.config import format_validation_error, merge_trees, parse_overrides
+from trainer.core.algorithm import Algorithm
 from trainer.errors import ConfigError
 
 SCALE_ALGORITHM_DEFAULTS: dict[str, Any] = {"num_learners": 8, "num_fragments": 24, "sync_every": 24}
@@ -139,7 +140,7 @@ class ScaleConfig(_Strict):
     failures: FailureSection = FailureSection()
     recovery: RecoverySection = RecoverySection()
     network: NetworkSection = NetworkSection()
-    algorithm: AlgorithmSection = AlgorithmSection()
+    algorithm: Algorithm = Algorithm()
 
     @model_validator(mode="before")
     @classmethod

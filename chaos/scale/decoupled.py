@@ -298,7 +298,7 @@ class _Syncer:
         a = cfg.algorithm
         self.a, self.outages, self.down, self.timing = a, outages, down, timing
         self.fragment_schedule, self.pace = fragment_schedule, pace
-        self.policy = a.quorum_policy()
+        self.policy = a.quorum
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
         self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments

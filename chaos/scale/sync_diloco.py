@@ -64,7 +64,7 @@ def run(
     fragment_schedule = a.fragment_schedule()
     sync_step = max(fragment_schedule.offset(p) for p in range(a.num_fragments))  # = H: every fragment at once
     work = [sync_step * cfg.step_s(i) for i in range(m)]
-    policy = a.quorum_policy()
+    policy = a.quorum
     timing = Timing(t_step=Ema(value=w.step_s))
     up = transfer_s(cfg.model_bytes, cfg.network.bandwidth, cfg.network.latency)
     down = comm_times(cfg).round_s - up

@@ -17,7 +17,6 @@ from chaos.sim.host import SMALL_MESSAGE, Respond, SimHost
 from trainer import events as ev
 from trainer.core.audit import digest
 from trainer.core.corruption import corrupted
-from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.header_lag import HeaderLags
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
@@ -222,10 +221,10 @@ class LearnerNode:
         self.params = {n: t.copy() for n, t in self.base.items()}
         versions = [v for v, _ in values]
         self.book = LearnerBook(
-            FragmentSchedule(a.num_fragments, a.sync_every, a.overlap_floor, bool(a.staggered)),
+            a.fragment_schedule(),
             versions,
-            blocking=bool(a.blocking),
-            clocked=a.rounds == "clock",
+            blocking=a.blocking,
+            clocked=a.clocked,
             start_step=self.clock.step_at(self.sim.loop.now),
         )
         self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])  # its "data"

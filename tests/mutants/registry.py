@@ -348,7 +348,7 @@ def _not_rebased(rebased: Callable[..., Any]) -> Callable[..., Any]:
 
 def _no_grace(merge_time: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(policy: Any, *args: Any, **kw: Any) -> Any:
-        return merge_time(dataclasses.replace(policy, grace_enabled=False), *args, **kw)  # BUG: grace ignored
+        return merge_time(dataclasses.replace(policy, grace=False), *args, **kw)  # BUG: grace ignored
 
     return mutant
 

@@ -23,11 +23,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from tests.support import syncer_policy
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import round_opens
-from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.core.syncer_state import Contribution, SyncerState
 
 LEARNERS = ("a", "b", "c")
 PACE = 0.25  # seconds per cluster step; H = 4, so a fragment's rounds are 1 s apart
@@ -42,10 +43,11 @@ class ClockRounds(RuleBasedStateMachine):
         fragments=st.integers(1, 2),
     )
     def setup(self, min_quorum: int, grace: bool, late: str, momentum: float, fragments: int) -> None:
-        policy = SyncerPolicy(
+        policy = syncer_policy(
+            fragments,
             num_learners=len(LEARNERS),
             min_quorum=min_quorum,
-            grace_enabled=grace,
+            grace=grace,
             grace_cap_steps=1.6,
             outer_lr=0.7,
             outer_momentum=momentum,
@@ -214,7 +216,7 @@ class ClockRounds(RuleBasedStateMachine):
             res = self.st.submit(c, self.now)
         except Rejected as err:
             assert self._fingerprint() == before, "a refused upload changed the state"
-            if r <= last and self.st.policy.late_uploads == "refuse":
+            if r <= last and self.st.policy.algorithm.late_uploads == "refuse":
                 assert err.reason in (RejectReason.LATE_ROUND, RejectReason.STALE_VERSION), err
             return
         if res.duplicate:  # the same (learner, incarnation, fragment, base, round) again: acknowledged only
@@ -222,7 +224,9 @@ class ClockRounds(RuleBasedStateMachine):
             return
         late = r <= last
         assert res.late == late
-        assert not late or self.st.policy.late_uploads == "carry", "a late upload was accepted under refuse"
+        assert not late or self.st.policy.algorithm.late_uploads == "carry", (
+            "a late upload was accepted under refuse"
+        )
         rnd = self.st.rounds[p]
         assert rnd.round > last, "a pending round is never one that has merged"
         opens = self.st.clock.time_of(round_opens(self.st.fragment_schedule, p, rnd.round))

@@ -52,12 +52,13 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from tests.support import syncer_policy
 from trainer.core.fragments import partition_tensors
 from trainer.core.grace import Timing, merge_time
 from trainer.core.merge import fragment_norm
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_driver import Action, Merged, MergeRefused, ResultFixed, tick
-from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.core.syncer_state import Contribution, SyncerState
 
 EXAMPLES = int(os.environ.get("SYNCER_MACHINE_EXAMPLES", "200"))
 STEPS = int(os.environ.get("SYNCER_MACHINE_STEPS", "40"))
@@ -203,10 +204,11 @@ class SyncerMachine(RuleBasedStateMachine):
         """A small cluster: 3 learners, 2 fragments over 2 tiny float32 tensors."""
         # The outlier-norm guard refuses huge finite uploads; switch it off in half the runs so huge values
         # reach a merge and the refused-merge (FloatingPointError) path is exercised too.
-        self.policy = SyncerPolicy(
+        self.policy = syncer_policy(
+            len(FRAGMENTS),
             num_learners=len(LEARNERS),
             min_quorum=min_quorum,
-            grace_enabled=grace,
+            grace=grace,
             grace_gamma=0.5,
             grace_cap_steps=GRACE_CAP_STEPS,
             overlap_steps=2,
@@ -307,7 +309,9 @@ class SyncerMachine(RuleBasedStateMachine):
             return None
         if self.finished:
             return rnd.opened_at
-        return merge_time(self.policy.quorum, self.timing, rnd.quorum_at, len(rnd.contribs), self._active_count())
+        return merge_time(
+            self.policy.algorithm.quorum, self.timing, rnd.quorum_at, len(rnd.contribs), self._active_count()
+        )
 
     def _due(self) -> list[int]:
         return sorted(p for p in self.rounds if (t := self._merge_time(p)) is not None and t <= self.now)
@@ -331,7 +335,7 @@ class SyncerMachine(RuleBasedStateMachine):
         v = self.versions[c.fragment]
         if c.key in self.merged_keys or self._pending(c.key):
             return None, True
-        if c.base_version < v - self.policy.max_staleness:
+        if c.base_version < v - self.policy.algorithm.max_staleness:
             return RejectReason.STALE_VERSION, False
         if c.base_version > v:
             return RejectReason.FUTURE_VERSION, False
@@ -543,7 +547,7 @@ class SyncerMachine(RuleBasedStateMachine):
         else:
             inc = self._incarnation_for(learner, old_incarnation)
             v = self.versions[fragment] if fragment < len(FRAGMENTS) else 0
-            s = self.policy.max_staleness
+            s = self.policy.algorithm.max_staleness
             base_version = {
                 "current": v,
                 "lag": v - (pick % (s + 1)),
@@ -612,7 +616,7 @@ class SyncerMachine(RuleBasedStateMachine):
             event("an upload replaces the same learner's pending one")
             rnd.contribs[learner].status = "replaced"
         rnd.contribs[learner] = sub
-        if rnd.quorum_at is None and len(rnd.contribs) >= self.policy.min_quorum:
+        if rnd.quorum_at is None and len(rnd.contribs) >= self.policy.algorithm.min_quorum:
             rnd.quorum_at = self.now
             self.timing = self.timing.observe_quorum(self.now - rnd.opened_at)
         if upload_seconds > 0:
@@ -699,7 +703,7 @@ class SyncerMachine(RuleBasedStateMachine):
         self.versions[p] += 1
         self.merges_since_restore += 1
         # Keys too old to be accepted again are forgotten (they would be stale anyway).
-        s_ = self.policy.max_staleness
+        s_ = self.policy.algorithm.max_staleness
         self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - s_ - 1}
         for n in SIZES:
             if n not in FRAGMENTS[p].names:
@@ -825,9 +829,9 @@ class SyncerMachine(RuleBasedStateMachine):
         assert due == self._due()
         times = [t for p in self.rounds if (t := self._merge_time(p)) is not None]
         assert self.state.next_deadline(self.now) == (min(times) if times else None)
-        cap = GRACE_CAP_STEPS * self.timing.t_step.get() if self.policy.grace_enabled else 0.0
+        cap = GRACE_CAP_STEPS * self.timing.t_step.get() if self.policy.algorithm.grace else 0.0
         for p, rnd in self.state.rounds.items():
-            quorate = rnd.quorum_at is not None and len(rnd.contributions) >= self.policy.min_quorum
+            quorate = rnd.quorum_at is not None and len(rnd.contributions) >= self.policy.algorithm.min_quorum
             if self.state.finished or (quorate and self.now >= rnd.quorum_at + cap):
                 assert p in due, f"fragment {p} should merge by now"
             if p in due and not self.state.finished:

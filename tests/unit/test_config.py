@@ -108,7 +108,7 @@ def test_data_parallel_preset_fills_h_1(m):
     assert (a.min_quorum, a.grace, a.staggered, a.overlap_steps, a.blocking) == (m, False, False, 0, True)
     assert (a.sync_every, a.num_fragments, a.max_staleness) == (1, 1, 0)
     # No outer SGD: the syncer applies the inner AdamW to the mean gradient.
-    assert (a.outer_lr, a.outer_momentum) == (None, None)
+    assert (a.outer_lr, a.outer_momentum) == (0.0, 0.0)
 
 
 def test_num_fragments_defaults_to_4_outside_data_parallel_and_stays_as_given():

@@ -20,7 +20,7 @@ def _timing(t_step: float, t_quorum: float, t_sync: float) -> Timing:
 
 
 def _policy(**kw) -> QuorumPolicy:
-    base = dict(min_quorum=2, grace_enabled=True, gamma=0.5, cap_steps=1.0, overlap_steps=2)
+    base = dict(min_quorum=2, grace=True, grace_gamma=0.5, grace_cap_steps=1.0, overlap_steps=2)
     base.update(kw)
     return QuorumPolicy(**base)
 
@@ -29,7 +29,7 @@ def test_slack_formula():
     # slack = 2 * 0.3 - (0.1 + 0.05) = 0.45; grace = 0.5 * 0.45
     assert grace_seconds(_policy(), _timing(0.3, 0.1, 0.05)) == pytest.approx(0.225)
     # tau enters linearly
-    assert grace_seconds(_policy(overlap_steps=4, cap_steps=2.0), _timing(0.3, 0.1, 0.05)) == pytest.approx(
+    assert grace_seconds(_policy(overlap_steps=4, grace_cap_steps=2.0), _timing(0.3, 0.1, 0.05)) == pytest.approx(
         0.5 * (1.2 - 0.15)
     )
 
@@ -44,7 +44,7 @@ def test_slack_formula():
     st.integers(min_value=0, max_value=8),
 )
 def test_grace_is_clamped_gamma_times_slack(t_step, t_quorum, t_sync, gamma, cap, tau):
-    p = _policy(gamma=gamma, cap_steps=cap, overlap_steps=tau)
+    p = _policy(grace_gamma=gamma, grace_cap_steps=cap, overlap_steps=tau)
     g = grace_seconds(p, _timing(t_step, t_quorum, t_sync))
     slack = tau * t_step - (t_quorum + t_sync)
     assert 0.0 <= g <= cap * t_step
@@ -57,14 +57,14 @@ def test_negative_slack_gives_zero():
 
 def test_grace_is_capped_in_steps():
     # slack 20 s would give 10 s; the cap is a quarter of the 10 s step
-    assert grace_seconds(_policy(cap_steps=0.25), _timing(10.0, 0.0, 0.0)) == 2.5
+    assert grace_seconds(_policy(grace_cap_steps=0.25), _timing(10.0, 0.0, 0.0)) == 2.5
     # 2.5 s steps, 1.6 s fragment uploads: γ·slack = 0.5 × (5 − 1.6) = 1.7 s, under the default cap of one step
     # (a cap of 1 s would cut it to 1.0 and leave out every learner whose upload takes 1.6 s)
     assert grace_seconds(_policy(), _timing(2.5, 0.0, 1.6)) == pytest.approx(1.7)
 
 
 def test_disabled_grace_is_zero():
-    assert grace_seconds(_policy(grace_enabled=False), _timing(10.0, 0.0, 0.0)) == 0.0
+    assert grace_seconds(_policy(grace=False), _timing(10.0, 0.0, 0.0)) == 0.0
 
 
 def test_no_samples_yet_means_no_slack():
@@ -80,26 +80,26 @@ def test_merge_time_is_none_before_quorum():
 
 
 def test_merge_time_is_quorum_plus_grace_after_quorum():
-    p, t = _policy(min_quorum=2, cap_steps=10.0), _timing(1.0, 0.2, 0.2)
+    p, t = _policy(min_quorum=2, grace_cap_steps=10.0), _timing(1.0, 0.2, 0.2)
     grace = grace_seconds(p, t)
     assert grace == pytest.approx(0.8)
     assert merge_time(p, t, quorum_at=10.0, contributions=2, active_learners=4) == pytest.approx(10.8)
 
 
 def test_merge_is_immediate_when_every_active_learner_contributed():
-    p, t = _policy(min_quorum=2, cap_steps=10.0), _timing(1.0, 0.0, 0.0)
+    p, t = _policy(min_quorum=2, grace_cap_steps=10.0), _timing(1.0, 0.0, 0.0)
     assert grace_seconds(p, t) > 0
     assert merge_time(p, t, quorum_at=7.0, contributions=3, active_learners=3) == 7.0
     assert merge_time(p, t, quorum_at=7.0, contributions=3, active_learners=2) == 7.0
 
 
 def test_merge_time_without_grace_is_quorum_time():
-    p, t = _policy(grace_enabled=False), _timing(1.0, 0.0, 0.0)
+    p, t = _policy(grace=False), _timing(1.0, 0.0, 0.0)
     assert merge_time(p, t, quorum_at=3.5, contributions=2, active_learners=5) == 3.5
 
 
 def test_docstring_example():
-    p = QuorumPolicy(min_quorum=1, grace_enabled=True, gamma=0.5, cap_steps=1.0, overlap_steps=2)
+    p = QuorumPolicy(min_quorum=1, grace=True, grace_gamma=0.5, grace_cap_steps=1.0, overlap_steps=2)
     t = _timing(0.1, 0.0, 0.05)
     assert grace_seconds(p, t) == pytest.approx(0.075)
     assert merge_time(p, t, quorum_at=10.0, contributions=1, active_learners=3) == pytest.approx(10.075)
@@ -129,9 +129,9 @@ def test_ema():
     [
         (dict(min_quorum=0), "min_quorum"),
         (dict(min_quorum=-1), "min_quorum"),
-        (dict(gamma=1.0), "gamma"),
-        (dict(gamma=-0.1), "gamma"),
-        (dict(cap_steps=-0.5), "cap_steps"),
+        (dict(grace_gamma=1.0), "gamma"),
+        (dict(grace_gamma=-0.1), "gamma"),
+        (dict(grace_cap_steps=-0.5), "grace_cap_steps"),
     ],
 )
 def test_quorum_policy_validation(kwargs, match):
@@ -140,7 +140,7 @@ def test_quorum_policy_validation(kwargs, match):
 
 
 def test_quorum_policy_accepts_boundaries():
-    p = _policy(min_quorum=1, gamma=0.0, cap_steps=0.0)
+    p = _policy(min_quorum=1, grace_gamma=0.0, grace_cap_steps=0.0)
     assert grace_seconds(p, _timing(10.0, 0.0, 0.0)) == 0.0
 
 

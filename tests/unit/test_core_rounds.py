@@ -10,13 +10,14 @@ import jax
 import numpy as np
 import pytest
 
+from tests.support import syncer_policy
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import partition_tensors
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import StepClock, cluster_pace, round_at, sync_step
-from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.core.syncer_state import Contribution, SyncerState
 
 IDS = ("a", "b", "c")
 
@@ -24,10 +25,10 @@ IDS = ("a", "b", "c")
 def clocked(
     min_quorum: int = 1, late: str = "refuse", grace: bool = True, momentum: float = 0.9, num_learners: int = 3
 ) -> SyncerState:
-    policy = SyncerPolicy(
+    policy = syncer_policy(
         num_learners=num_learners,
         min_quorum=min_quorum,
-        grace_enabled=grace,
+        grace=grace,
         grace_cap_steps=2.0,
         outer_lr=0.7,
         outer_momentum=momentum,

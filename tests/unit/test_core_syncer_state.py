@@ -19,10 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import syncer_policy
 from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_state import STEP_SLACK, Contribution, SyncerPolicy, SyncerState
+from trainer.core.syncer_state import STEP_SLACK, Contribution, SyncerState
 
 SIZES = {"w": 4}
 
@@ -30,7 +31,7 @@ SIZES = {"w": 4}
 def make_state(num_learners=3, min_quorum=1, sizes=None, num_fragments=1, params=None, **policy_kw) -> SyncerState:
     sizes = dict(SIZES if sizes is None else sizes)
     policy_kw.setdefault("rounds", "arrival")
-    policy = SyncerPolicy(num_learners=num_learners, min_quorum=min_quorum, **policy_kw)
+    policy = syncer_policy(num_fragments, num_learners=num_learners, min_quorum=min_quorum, **policy_kw)
     frags = partition_tensors(sizes, num_fragments)
     if params is None:
         params = {n: np.zeros(s, np.float32) for n, s in sizes.items()}
@@ -95,12 +96,12 @@ def test_docstring_example():
 
 def test_create_copies_params_and_checks_coverage():
     params = {"w": np.zeros(4, np.float32)}
-    s = SyncerState.create(SyncerPolicy(num_learners=1, min_quorum=1), partition_tensors({"w": 4}, 1), params)
+    s = SyncerState.create(syncer_policy(num_learners=1, min_quorum=1), partition_tensors({"w": 4}, 1), params)
     s.params["w"][0] = 5.0
     assert params["w"][0] == 0.0
     with pytest.raises(ValueError, match="differently"):
         SyncerState.create(
-            SyncerPolicy(num_learners=1, min_quorum=1),
+            syncer_policy(num_learners=1, min_quorum=1),
             partition_tensors({"w": 4}, 1),
             {"w": np.zeros(4, np.float32), "extra": np.zeros(1, np.float32)},
         )
@@ -382,7 +383,7 @@ def test_due_at_once_when_all_active_learners_are_in_even_with_grace():
     s = make_state(
         num_learners=3,
         min_quorum=2,
-        grace_enabled=True,
+        grace=True,
         grace_gamma=0.5,
         grace_cap_steps=10.0,
         overlap_steps=2,
@@ -401,7 +402,7 @@ def test_grace_deadline_with_fake_clock():
     s = make_state(
         num_learners=3,
         min_quorum=1,
-        grace_enabled=True,
+        grace=True,
         grace_gamma=0.5,
         grace_cap_steps=10.0,
         overlap_steps=2,
@@ -419,7 +420,7 @@ def test_grace_deadline_with_fake_clock():
 
 
 def test_without_grace_a_quorum_merges_at_once():
-    s = make_state(num_learners=3, min_quorum=1, grace_enabled=False, liveness_timeout_s=100.0)
+    s = make_state(num_learners=3, min_quorum=1, grace=False, liveness_timeout_s=100.0)
     ids = join_all(s, 3)
     s.report(ids[0], "inc-1", 1, 64, step_time_s=1.0, now=0.0)
     s.submit(contrib(ids[0], "inc-1", 0, 0, grad(s, 0, 1.0)), now=3.0)
@@ -427,7 +428,7 @@ def test_without_grace_a_quorum_merges_at_once():
 
 
 def test_timed_out_learners_are_not_waited_for():
-    s = make_state(num_learners=3, min_quorum=1, grace_enabled=True, grace_cap_steps=10.0, liveness_timeout_s=5.0)
+    s = make_state(num_learners=3, min_quorum=1, grace=True, grace_cap_steps=10.0, liveness_timeout_s=5.0)
     ids = join_all(s, 3, now=0.0)
     s.report(ids[0], "inc-1", 1, 64, step_time_s=1.0, now=9.0)
     s.submit(contrib(ids[0], "inc-1", 0, 0, grad(s, 0, 1.0)), now=10.0)
@@ -578,7 +579,7 @@ def _merge_all(s: SyncerState, learners: dict[str, str], now: float) -> None:
 
 def _settling(**kw) -> SyncerState:
     kw.setdefault("liveness_timeout_s", 5.0)
-    return make_state(num_learners=2, min_quorum=1, grace_enabled=False, token_budget=100, settle_s=30.0, **kw)
+    return make_state(num_learners=2, min_quorum=1, grace=False, token_budget=100, settle_s=30.0, **kw)
 
 
 def test_settle_ends_at_once_when_everyone_seen_was_merged_since_it_joined():

@@ -5,15 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support import syncer_policy
 from trainer.config import build_config
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_state import Contribution, SyncerPolicy, SyncerState
+from trainer.core.syncer_state import Contribution, SyncerState
 from trainer.errors import ConfigError
 
 
 def _state(outer_gradient: str) -> SyncerState:
-    policy = SyncerPolicy(
+    policy = syncer_policy(
         num_learners=2,
         min_quorum=1,
         outer_lr=1.0,

@@ -21,7 +21,7 @@ once: there is no one left to wait for.
 
 Example:
     >>> from trainer.core.ema import Ema
-    >>> p = QuorumPolicy(min_quorum=1, grace_enabled=True, gamma=0.5, cap_steps=1.0, overlap_steps=2)
+    >>> p = QuorumPolicy(min_quorum=1, grace=True, grace_gamma=0.5, grace_cap_steps=1.0, overlap_steps=2)
     >>> t = Timing(t_step=Ema(value=0.1), t_quorum=Ema(value=0.0), t_upload=Ema(value=0.03),
     ...            t_merge=Ema(value=0.01), t_broadcast=Ema(value=0.01))
     >>> round(grace_seconds(p, t), 3)
@@ -45,19 +45,19 @@ class QuorumPolicy:
     """How long a round waits: minimum quorum K and the grace window parameters."""
 
     min_quorum: int
-    grace_enabled: bool
-    gamma: float = 0.5
-    cap_steps: float = 1.0  # the grace window's cap, in steps of the cluster (t_step)
+    grace: bool
+    grace_gamma: float = 0.5
+    grace_cap_steps: float = 1.0  # the grace window's cap, in steps of the cluster (t_step)
     overlap_steps: int = 2  # τ; with overlap_auto, its floor
     overlap_auto: bool = False  # τ follows the measured round trip (effective_overlap)
 
     def __post_init__(self) -> None:
         if self.min_quorum < 1:
             raise ValueError(f"min_quorum must be >= 1, got {self.min_quorum}")
-        if not 0.0 <= self.gamma < 1.0:
-            raise ValueError(f"grace gamma must be in [0, 1), got {self.gamma}")
-        if self.cap_steps < 0:
-            raise ValueError(f"grace cap_steps must be >= 0, got {self.cap_steps}")
+        if not 0.0 <= self.grace_gamma < 1.0:
+            raise ValueError(f"grace_gamma must be in [0, 1), got {self.grace_gamma}")
+        if self.grace_cap_steps < 0:
+            raise ValueError(f"grace_cap_steps must be >= 0, got {self.grace_cap_steps}")
 
 
 @dataclass(frozen=True)
@@ -121,10 +121,10 @@ def effective_overlap(policy: QuorumPolicy, timing: Timing) -> int:
 
 def grace_seconds(policy: QuorumPolicy, timing: Timing) -> float:
     """The grace window after quorum; 0 when disabled or when there is no slack."""
-    if not policy.grace_enabled:
+    if not policy.grace:
         return 0.0
     slack = effective_overlap(policy, timing) * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync)
-    return min(max(policy.gamma * slack, 0.0), policy.cap_steps * timing.t_step.get())
+    return min(max(policy.grace_gamma * slack, 0.0), policy.grace_cap_steps * timing.t_step.get())
 
 
 def merge_time(
@@ -140,7 +140,7 @@ def merge_time(
     ``quorum_at`` is when the K-th contribution arrived (None before); a round
     never merges before it opens (``opened_at``), however early its uploads came.
 
-    >>> p = QuorumPolicy(min_quorum=1, grace_enabled=False)
+    >>> p = QuorumPolicy(min_quorum=1, grace=False)
     >>> merge_time(p, Timing(), quorum_at=4.0, contributions=1, active_learners=2, opened_at=5.0)
     5.0
     """

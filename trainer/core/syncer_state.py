@@ -65,9 +65,9 @@ Example (one learner, one fragment, K = 1):
     >>> import numpy as np
     >>> from trainer.core.fragments import partition_tensors
     >>> params = {"w": np.zeros(2, np.float32)}
-    >>> st = SyncerState.create(
-    ...     SyncerPolicy(num_learners=1, min_quorum=1, outer_lr=1.0, outer_momentum=0.0, sync_every=4),
-    ...     partition_tensors({"w": 2}, 1), params)
+    >>> from trainer.core.algorithm import Algorithm
+    >>> algorithm = Algorithm(num_learners=1, num_fragments=1, sync_every=4, outer_lr=1.0, outer_momentum=0.0)
+    >>> st = SyncerState.create(SyncerPolicy(algorithm), partition_tensors({"w": 2}, 1), params)
     >>> _ = st.join("a", "inc-1", now=0.0)
     >>> _ = st.report("a", "inc-1", step=2, tokens=128, step_time_s=0.25, now=0.0)  # starts the clock
     >>> round(st.cluster_step(now=1.0), 6)                                 # round 0 of fragment 0 opens at step 4
@@ -95,13 +95,14 @@ import jax
 import numpy as np
 
 from trainer.core import claims
+from trainer.core.algorithm import Algorithm
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
 from trainer.core.checkpoint_meta import CheckpointMeta, Key
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import Fragment
-from trainer.core.grace import QuorumPolicy, Timing, merge_time
+from trainer.core.grace import Timing, merge_time
 from trainer.core.inflight import held_merge_time, hold_seconds
-from trainer.core.merge import MergeRule, fragment_norm, merge_fragment, merge_rule_label, token_weight
+from trainer.core.merge import fragment_norm, merge_fragment, merge_rule_label, token_weight
 from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, outer_step, progress_scale
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.rounds import StepClock, cluster_pace, round_at, round_opens
@@ -139,20 +140,11 @@ def restore_version_skip(checkpoint_every_merges: int, unreadable_newer: int = 0
 
 @dataclass(frozen=True)
 class SyncerPolicy:
-    """Everything that decides the syncer's behaviour (see the run config for meanings)."""
+    """Everything that decides the syncer's behaviour: the algorithm (resolved once:
+    :class:`~trainer.core.algorithm.Algorithm`, its settings under their config names) and the syncer's own."""
 
-    num_learners: int
-    min_quorum: int
-    grace_enabled: bool = False
-    grace_gamma: float = 0.5
-    grace_cap_steps: float = 1.0
-    overlap_steps: int = 2  # τ; with overlap_auto, its floor (the round trip decides: grace.effective_overlap)
-    overlap_auto: bool = False
-    merge_rule: MergeRule = "rda"
+    algorithm: Algorithm
     mean_tensors: tuple[str, ...] = ("embed",)
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
-    nesterov: bool = True
     # Data-parallel: the merged mean gradient goes through this AdamW (lr scaled by token progress) instead
     # of the Nesterov outer step above; the learners only compute gradients.
     outer_adamw: AdamWSpec | None = None
@@ -164,10 +156,7 @@ class SyncerPolicy:
     liveness_timeout_s: float = 5.0
     ema_alpha: float = 0.2
     validate_uploads: bool = True  # off only for negative-control experiments
-    max_staleness: int = 0  # accepted base versions: current - max_staleness .. current
-    checkpoint_every_merges: int = (
-        20  # the shell checkpoints when checkpoint_due(); restores skip this many versions
-    )
+    checkpoint_every_merges: int = 20  # the shell checkpoints when checkpoint_due(); restores skip this many
     max_norm_ratio: float = (
         100.0  # refuse an update this many times larger than the fragment's recent ones (0: off)
     )
@@ -178,54 +167,21 @@ class SyncerPolicy:
     max_speedup: float = 4.0
     inner_lr: float = 0.0
     inner_weight_decay: float = 0.0
-    outer_gradient: str = (
-        "base"  # rounds="arrival" only: "base" as uploaded; "current" rebased onto the current value
-    )
-    rounds: str = (
-        "clock"  # "clock": one merge per scheduled round; "arrival": a round per arrival group (see above)
-    )
-    late_uploads: str = (
-        "refuse"  # rounds="clock": an upload for a merged round is "refuse"d or "carry"ed to the next
-    )
-    sync_every: int = 8  # H, cluster steps between two rounds of a fragment
-    staggered: bool = True  # fragments' rounds spread over the H steps
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
-
-    @property
-    def quorum(self) -> QuorumPolicy:
-        return QuorumPolicy(
-            self.min_quorum,
-            self.grace_enabled,
-            self.grace_gamma,
-            self.grace_cap_steps,
-            self.overlap_steps,
-            self.overlap_auto,
-        )
 
     @property
     def optimizer(self):
         """The syncer's optimizer: Nesterov SGD on outer gradients, or (data-parallel) AdamW on gradients."""
         if self.outer_adamw is not None:
             return adamw(self.outer_adamw)
-        return outer_optimizer(self.outer_lr, self.outer_momentum, self.nesterov)
+        a = self.algorithm
+        return outer_optimizer(a.outer_lr, a.outer_momentum, a.nesterov)
 
     def step_scale(self, tokens_total: int) -> float:
         """The update's multiplier: AdamW's lr decay at the run's token progress; 1 for the Nesterov step."""
         if self.outer_adamw is None:
             return 1.0
         return progress_scale(self.outer_adamw, tokens_total / self.token_budget if self.token_budget else 0.0)
-
-    @property
-    def clocked(self) -> bool:
-        return self.rounds == "clock"
-
-    @property
-    def rebases(self) -> bool:
-        """Contributions are anchored at the value the merge applies to (always, on the clock)."""
-        return self.clocked or self.outer_gradient == "current"
-
-    def fragment_schedule(self, num_fragments: int) -> FragmentSchedule:
-        return FragmentSchedule(num_fragments, self.sync_every, self.overlap_steps, self.staggered)
 
 
 # Deliberate defects a test can switch on to prove the chaos search finds and shrinks real bugs.
@@ -407,8 +363,8 @@ class SyncerState:
         names = {n for f in fragments for n in f.names}
         if names != set(params):
             raise ValueError(f"fragments cover {sorted(names ^ set(params))} differently from the parameters")
-        if policy.min_quorum > policy.num_learners:
-            raise ValueError(f"min_quorum {policy.min_quorum} > num_learners {policy.num_learners}")
+        if len(fragments) != policy.algorithm.num_fragments:
+            raise ValueError(f"{len(fragments)} fragments, but the algorithm has {policy.algorithm.num_fragments}")
         p = {n: np.array(v, copy=True) for n, v in params.items()}
         opt = policy.optimizer
         a = policy.ema_alpha
@@ -423,30 +379,33 @@ class SyncerState:
             timing=Timing.with_alpha(a),
             last_round=[-1] * len(fragments),
         )
-        policy.fragment_schedule(len(fragments))  # refuses an impossible one now, not at the first upload
         for fragment in range(len(fragments)):
             st._remember(fragment)
         return st
 
+    @property
+    def algorithm(self) -> Algorithm:
+        return self.policy.algorithm
+
     def _remember(self, fragment: int) -> None:
         """Keep the fragment's current value for rebasing contributions against older bases."""
-        if not self.policy.rebases:
+        if not self.algorithm.rebases:
             return
         v = self.versions[fragment]
         self.past_values[(fragment, v)] = {n: self.params[n].copy() for n in self.fragments[fragment].names}
-        for key in [k for k in self.past_values if k[0] == fragment and k[1] < v - self.policy.max_staleness]:
+        for key in [k for k in self.past_values if k[0] == fragment and k[1] < v - self.algorithm.max_staleness]:
             del self.past_values[key]
 
     def _rebased(self, c: Contribution, glob: Tensors) -> Tensors:
         """The contribution as an outer gradient against the fragment's current value."""
-        if not self.policy.rebases or c.base_version == self.versions[c.fragment]:
+        if not self.algorithm.rebases or c.base_version == self.versions[c.fragment]:
             return c.tensors
         base = self.past_values[(c.fragment, c.base_version)]
         return {n: t + (glob[n] - base[n]) for n, t in c.tensors.items()}
 
     def _anchor(self, c: Contribution) -> Tensors | None:
         """The value a contribution was rebased from (its base version's), or None if it was not rebased."""
-        if not self.policy.rebases or c.base_version == self.versions[c.fragment]:
+        if not self.algorithm.rebases or c.base_version == self.versions[c.fragment]:
             return None
         return self.past_values[(c.fragment, c.base_version)]
 
@@ -517,7 +476,7 @@ class SyncerState:
     @functools.cached_property
     def fragment_schedule(self) -> FragmentSchedule:
         """The fragment schedule, built once: the policy and the fragments never change."""
-        return self.policy.fragment_schedule(len(self.fragments))
+        return self.algorithm.fragment_schedule()
 
     def current_round(self, fragment: int, now: float) -> int:
         return round_at(self.fragment_schedule, fragment, self.clock.step_at(now))
@@ -545,7 +504,7 @@ class SyncerState:
     def steps_possible(self, since: float, now: float) -> int | None:
         """The most steps a learner can have taken since ``since`` (None: the cluster has no pace yet)."""
         return claims.steps_possible(
-            now - since, self.pace(now), self.policy.max_speedup, STEP_SLACK + self.policy.overlap_steps
+            now - since, self.pace(now), self.policy.max_speedup, STEP_SLACK + self.algorithm.overlap_floor
         )
 
     def report(
@@ -564,7 +523,7 @@ class SyncerState:
         rec.step, rec.tokens = step, tokens
         if step_time_s > 0:
             self.step_times[learner_id] = float(step_time_s)
-            if self.policy.clocked:
+            if self.algorithm.clocked:
                 self._repace(now)
                 self.timing = self.timing.observe_step(self.clock.pace_s)
             else:
@@ -649,24 +608,24 @@ class SyncerState:
             )
         self._member(learner_id, incarnation, now, touch=False)  # submit() touches it once the upload is accepted
         current = self.versions[fragment]
-        round = round if self.policy.clocked else 0  # arrival rounds are not the learner's to name
+        round = round if self.algorithm.clocked else 0  # arrival rounds are not the learner's to name
         key = (learner_id, incarnation, fragment, base_version, round)
         if key in self.merged_keys or self._pending(key):
             return current
-        if self.policy.clocked:
+        if self.algorithm.clocked:
             self._check_round(fragment, round, now)
-        if base_version < current - self.policy.max_staleness:
+        if base_version < current - self.algorithm.max_staleness:
             raise Rejected(
                 RejectReason.STALE_VERSION,
                 f"fragment {fragment} is at version {current}; base {base_version} is more than "
-                f"{self.policy.max_staleness} versions old — fetch the current fragment",
+                f"{self.algorithm.max_staleness} versions old — fetch the current fragment",
             )
         if base_version > current:
             raise Rejected(
                 RejectReason.FUTURE_VERSION,
                 f"fragment {fragment} is at version {current}; base {base_version} was never issued",
             )
-        if self.policy.rebases and base_version != current and (fragment, base_version) not in self.past_values:
+        if self.algorithm.rebases and base_version != current and (fragment, base_version) not in self.past_values:
             raise Rejected(
                 RejectReason.STALE_VERSION,
                 f"fragment {fragment} is at version {current}; the syncer no longer holds base "
@@ -699,7 +658,7 @@ class SyncerState:
                 f"fragment {fragment} is in round {now_round} on the syncer's clock; round {r} has not "
                 "opened — sync on the step clock the syncer's replies carry",
             )
-        if r <= self.last_round[fragment] and self.policy.late_uploads == "refuse":
+        if r <= self.last_round[fragment] and self.algorithm.late_uploads == "refuse":
             raise Rejected(
                 RejectReason.LATE_ROUND,
                 f"round {r} of fragment {fragment} has merged (last merged round "
@@ -726,7 +685,7 @@ class SyncerState:
             learner_id, incarnation, fragment, base_version, specs, c_steps, c_tokens, now, round
         )
         key = (learner_id, incarnation, fragment, base_version, round)
-        if self.policy.clocked and key not in self.merged_keys and not self._pending(key):
+        if self.algorithm.clocked and key not in self.merged_keys and not self._pending(key):
             self.announced[key] = now
         return current
 
@@ -745,7 +704,7 @@ class SyncerState:
 
     def submit(self, c: Contribution, now: float) -> SubmitResult:
         """Add a contribution to its fragment's round (or acknowledge a duplicate)."""
-        if not self.policy.clocked and c.round:
+        if not self.algorithm.clocked and c.round:
             c = dataclasses.replace(
                 c, round=0
             )  # arrival mode: an update is (learner, incarnation, fragment, base)
@@ -768,7 +727,7 @@ class SyncerState:
         self._touch(self.learners[c.learner_id], now)
         rnd = self.rounds.get(c.fragment)
         late = False
-        if self.policy.clocked:
+        if self.algorithm.clocked:
             late = c.round <= self.last_round[c.fragment]  # carried: refused ones never get here
             target = max(c.round, self.last_round[c.fragment] + 1)
             if rnd is None:
@@ -787,7 +746,7 @@ class SyncerState:
             c  # a learner's newer contribution (or incarnation's) replaces its older one
         )
         rnd.arrived_at[c.learner_id] = now
-        if rnd.quorum_at is None and len(rnd.contributions) >= self.policy.min_quorum:
+        if rnd.quorum_at is None and len(rnd.contributions) >= self.algorithm.min_quorum:
             rnd.quorum_at = now
             self.timing = self.timing.observe_quorum(max(now - rnd.opened_at, 0.0))
         if c.upload_seconds > 0:
@@ -839,7 +798,7 @@ class SyncerState:
                     f"one inner AdamW step (lr {self.policy.inner_lr:g}) moves it at most {bound:.3g}: a "
                     "diverged or corrupt learner?",
                 )
-        ref = claims.reference_norm(self.merged_norms[c.fragment], self.policy.num_learners)
+        ref = claims.reference_norm(self.merged_norms[c.fragment], self.algorithm.num_learners)
         if ref is not None and ref > 0 and norm > ratio * ref:
             raise Rejected(
                 RejectReason.OUTLIER_NORM,
@@ -858,18 +817,18 @@ class SyncerState:
         if self.finished:
             return min(rnd.opened_at, now)  # flush whatever arrived before the budget was reached
         t = self._unheld_merge_at(rnd, now)
-        if t is None or not self.policy.clocked:
+        if t is None or not self.algorithm.clocked:
             return t
         return held_merge_time(t, [self.announced[k] for k in self._in_flight(rnd)], self.hold_s)
 
     def _unheld_merge_at(self, rnd: Round, now: float) -> float | None:
         return merge_time(
-            self.policy.quorum,
+            self.algorithm.quorum,
             self.timing,
             rnd.quorum_at,
             len(rnd.contributions),
             len(self.active_learners(now)),
-            rnd.opened_at if self.policy.clocked else None,
+            rnd.opened_at if self.algorithm.clocked else None,
         )
 
     @property
@@ -896,7 +855,7 @@ class SyncerState:
             (t.t_step.get(), t.t_quorum.get(), t.t_upload.get(), t.t_merge.get(), t.t_broadcast.get()),
         )
         # Bodies that came after quorum + grace made the round only because their headers had (the hold).
-        unheld = self._unheld_merge_at(rnd, now) if self.policy.clocked and not self.finished else None
+        unheld = self._unheld_merge_at(rnd, now) if self.algorithm.clocked and not self.finished else None
         waited = [] if unheld is None else [t for t in rnd.arrived_at.values() if t > unheld]
         held_s = max(waited) - unheld if waited else 0.0
         # Bodies announced for this round or an earlier one that are still out missed it: nobody waits for them now.
@@ -908,8 +867,8 @@ class SyncerState:
         vectors = [self._rebased(c, glob) for c in contribs]
         anchors, start = tuple(self._anchor(c) for c in contribs), self.versions[fragment]
         weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
-        rule = merge_rule_label(frag.names, self.policy.merge_rule, self.policy.mean_tensors)
-        delta = merge_fragment(vectors, weights, self.policy.merge_rule, self.policy.mean_tensors)
+        rule = merge_rule_label(frag.names, self.algorithm.merge_rule, self.policy.mean_tensors)
+        delta = merge_fragment(vectors, weights, self.algorithm.merge_rule, self.policy.mean_tensors)
         scale = self.policy.step_scale(self.tokens_total)
         opt_before = self.opt_states[fragment]
         new_frag, new_state = outer_step(self.optimizer, opt_before, glob, delta, scale)
@@ -919,13 +878,13 @@ class SyncerState:
         self.opt_states[fragment] = new_state
         self.params.update(new_frag)
         self.versions[fragment] += 1
-        if self.policy.clocked:
+        if self.algorithm.clocked:
             self.last_round[fragment] = rnd.round
         self._remember(fragment)
         self.last_merge_at[fragment] = now
         v = self.versions[fragment]
         self.made_at[(fragment, v)] = now
-        for key in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.policy.max_staleness]:
+        for key in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.algorithm.max_staleness]:
             del self.made_at[key]
         self.merged_norms[fragment].update({c.learner_id: self._per_step(c) for c in contribs})
         self.merges_total += 1
@@ -950,7 +909,7 @@ class SyncerState:
             )
         # Keys below the previous version can never be re-sent usefully: keep the set small.
         self.merged_keys = {
-            k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.policy.max_staleness - 1
+            k for k in self.merged_keys if k[3] >= self.versions[k[2]] - self.algorithm.max_staleness - 1
         }
         audit = MergeAudit(
             fragment,
