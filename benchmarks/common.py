@@ -59,11 +59,8 @@ def git_commit() -> str | None:
 
 
 def command_line() -> str:
-    return (
-        " ".join([".venv/bin/python -m " + sys.modules["__main__"].__spec__.name] + sys.argv[1:])
-        if getattr(sys.modules.get("__main__"), "__spec__", None)
-        else " ".join(sys.argv)
-    )
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return " ".join([".venv/bin/python -m " + spec.name] + sys.argv[1:]) if spec else " ".join(sys.argv)
 
 
 def fmt(value: Any, digits: int = 3) -> str:

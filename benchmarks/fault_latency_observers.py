@@ -173,6 +173,8 @@ class Observer:
 class _Prober:
     """One gRPC channel to ``address`` and the call a probe makes on it (``rpc``: "health" or "status")."""
 
+    channel: Any  # a grpc.Channel (grpc is imported where it is used); set by reset
+
     def __init__(self, address: str, rpc: str, metadata: tuple[tuple[str, str], ...]) -> None:
         self.address, self.rpc, self.metadata = address, rpc, metadata
         self.reset()

@@ -123,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{plan.dropped} dropped; first: " + ", ".join(f"{f.learner}@{f.at:.1f}s" for f in plan.failures[:6]),
         flush=True,
     )
-    variants = [("sync DiLoCo", "sync-diloco", {}, "sync"), ("decoupled (defaults)", "decoupled", {}, "decoupled")]
+    variants: list[tuple[str, str, dict[str, Any], str]] = [
+        ("sync DiLoCo", "sync-diloco", {}, "sync"),
+        ("decoupled (defaults)", "decoupled", {}, "decoupled"),
+    ]
     rows_json: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)

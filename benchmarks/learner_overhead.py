@@ -32,6 +32,7 @@ WARMUP = 30
 
 def bare_loop(size: str, steps: int, seed: int) -> float:
     """Steps per second of plain jitted AdamW steps (run in this process)."""
+    import jax
     import jax.numpy as jnp
 
     from trainer.training import TrainingSetup
@@ -42,6 +43,7 @@ def bare_loop(size: str, steps: int, seed: int) -> float:
     batches = setup.batches("learner-0", 0)
     step = setup.train_step
     t0 = 0.0
+    loss: jax.Array  # bound by the first step (WARMUP > 0) before it is read
     for i in range(WARMUP + steps):
         if i == WARMUP:
             float(loss)  # noqa: F821 - drain the async queue before timing

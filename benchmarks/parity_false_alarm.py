@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             args.out_dir,
             doc["results"].get("cluster"),
         )
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")  # the band and the median _judge prints need a run
     scenario = no_op_scenario(args.baseline_seeds)
     rows_runs, band = [], None
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,9 +77,11 @@ def main(argv: list[str] | None = None) -> int:
                     scenario, RunOptions(root / f"run-{i}", baseline_cache=root / "baselines", progress=None)
                 )
             p = next(v for v in r.verdicts if v.name == "parity").evidence
+            run_band = p["band"]
+            assert isinstance(run_band, dict)  # the parity checker's evidence: where the run lies in the band
             seeds = r.report.baseline.band if r.report.baseline else None  # parity ran: its baseline has a band
             band = {
-                **p["band"],
+                **run_band,
                 **(seeds.model_dump() if seeds else {}),
             }  # where it lies; the seeds' losses, floors
             rows_runs.append(
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(f"  run {i}: {rows_runs[-1]}", flush=True)
+    assert band is not None  # set by every run, and there is at least one
     return _judge(band, rows_runs, vars(args), args.out_dir, cluster_key(scenario.cluster))
 
 
@@ -97,12 +102,13 @@ def _judge(band: dict, runs: list[dict], config: dict, out_dir: Path, cluster: s
     single = [r["delta_same_seed"] for r in runs]
     banded = [r["outside_band"] for r in runs]
     # the cluster measured (chaos.checkers.false_alarm.cluster_key): a report on another says the rate is not its own
-    rows, results = [], {"band": band, "runs": runs, "by_tolerance": {}, "cluster": cluster}
+    by_tolerance: dict[str, dict[str, int]] = {}
+    rows, results = [], {"band": band, "runs": runs, "by_tolerance": by_tolerance, "cluster": cluster}
     n = len(single)
     for tol in TOLERANCES:
         a1, a2 = alarms(single, tol), alarms(banded, tol)
         (l1, h1), (l2, h2) = wilson(a1, n), wilson(a2, n)
-        results["by_tolerance"][str(tol)] = {"one_baseline": a1, "band": a2, "runs": n}
+        by_tolerance[str(tol)] = {"one_baseline": a1, "band": a2, "runs": n}
         rows.append([f"±{tol}", f"{a1}/{n} ({l1:.0%}–{h1:.0%})", f"{a2}/{n} ({l2:.0%}–{h2:.0%})"])
     table = markdown_table(
         ["tolerance", "false alarms, one baseline (95% CI)", "false alarms, band (95% CI)"], rows

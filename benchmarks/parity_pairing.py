@@ -49,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
                 baseline_loss(scenario_with(name, seed=seed + REPLICATE_STRIDE * k, cluster={"seed": seed}), opts)
                 for k in range(1, args.replicates + 1)
             ]
-            tol = derived_tolerance([float(x) for x in reps if x is not None])
-            assert tol is not None, f"{name} seed {seed}: a replicate did not finish"
-            out = band_distance(loss, (min(reps), max(reps)))
+            done = [x for x in reps if x is not None]
+            assert len(done) == len(reps), f"{name} seed {seed}: a replicate did not finish"
+            tol = derived_tolerance([float(x) for x in done])
+            assert tol is not None, f"{name} seed {seed}: fewer than 3 replicates"
+            out = band_distance(loss, (min(done), max(done)))
             rows.append(
                 {
                     "scenario": name,
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                     "paired_tolerance": tol,
                     "paired_outside": out,
                     "paired_ratio": abs(out) / tol,
-                    "paired_mde": max(reps) + tol - min(reps),
+                    "paired_mde": max(done) + tol - min(done),
                     "band_status": band.status,
                     "band_mde": band.evidence["min_detectable_increase"],
                 }

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import TypedDict
 
 from benchmarks.common import RESULTS, markdown_table, write_results
 from chaos.scale import simulate_scale
@@ -25,17 +26,30 @@ from chaos.scale.plots import plot_goodput_sweep
 from chaos.scale.quantities import format_count
 
 
+class Cell(TypedDict):
+    """One cell of the table, as the results file records it."""
+
+    row: str
+    chips: float
+    paper: int
+    simulated: float
+    diff: float
+    seeds: list[float]
+    sim_seconds: list[float]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=1, help="seeds per cell (the cell is their median)")
     ap.add_argument("--duration", default="7d", help="simulated time per cell")
     args = ap.parse_args(argv)
     sim: dict[str, list[float]] = {}
-    cells: list[dict[str, object]] = []
+    cells: list[Cell] = []
     for row, paper_row in PAPER_GOODPUT.items():
         sim[row] = []
         for chips, paper in zip(CHIPS, paper_row):
-            values, seconds = [], []
+            values: list[float] = []
+            seconds: list[float] = []
             for seed in range(args.seeds):
                 t0 = time.perf_counter()
                 r = simulate_scale(paper_plan(row, chips, seed=seed, duration=args.duration))
@@ -65,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         for row in PAPER_GOODPUT
     ]
     table = "Cells: simulated goodput % (paper %, difference in points)\n\n" + markdown_table(header, rows)
-    worst = max(cells, key=lambda c: abs(float(c["diff"])))  # type: ignore[arg-type]
-    slowest = max(max(c["sim_seconds"]) for c in cells)  # type: ignore[type-var]
+    worst = max(cells, key=lambda c: abs(c["diff"]))
+    slowest = max(max(c["sim_seconds"]) for c in cells)
     print()
     print(table)
     print(
-        f"\nlargest difference: {worst['diff']:+} points ({ROW_LABELS[str(worst['row'])]}, "
-        f"{format_count(float(worst['chips']))} chips); slowest cell took {slowest:.1f} s to simulate"
-    )  # type: ignore[arg-type]
+        f"\nlargest difference: {worst['diff']:+} points ({ROW_LABELS[worst['row']]}, "
+        f"{format_count(worst['chips'])} chips); slowest cell took {slowest:.1f} s to simulate"
+    )
     write_results(
         "scale_paper_table",
         config={

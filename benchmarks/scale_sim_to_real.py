@@ -153,19 +153,30 @@ def predict(doc: dict[str, Any], cal: dict[str, float]) -> list[Comparison]:
     m = cfg["learners"]
     out = []
     for label, mode in MODES.items():
-        kw = dict(
-            overhead_s=cal["sync_round_overhead_s"] if mode == "sync-diloco" else 0.0, rejoin_s=cal["rejoin_s"]
-        )
+        overhead_s = cal["sync_round_overhead_s"] if mode == "sync-diloco" else 0.0
+        rejoin_s = cal["rejoin_s"]
         per_step = m * cal["tokens_per_learner_step"]
         free = simulate_scale(
-            build_scale_config(plan(cfg, mode, cal["step_s"], per_step, **kw), f"{label}, fault-free"),
+            build_scale_config(
+                plan(cfg, mode, cal["step_s"], per_step, overhead_s=overhead_s, rejoin_s=rejoin_s),
+                f"{label}, fault-free",
+            ),
             timeline=True,
         )
         # The real controller starts the failure schedule at the first merge: so does the simulated one.
         first_merge = min(free.timeline.updates) if free.timeline and free.timeline.updates else 0.0
         failed = simulate_scale(
             build_scale_config(
-                plan(cfg, mode, cal["step_s"], per_step, kills=cfg["failure_plan"], shift_s=first_merge, **kw),
+                plan(
+                    cfg,
+                    mode,
+                    cal["step_s"],
+                    per_step,
+                    overhead_s=overhead_s,
+                    rejoin_s=rejoin_s,
+                    kills=cfg["failure_plan"],
+                    shift_s=first_merge,
+                ),
                 f"{label}, failures",
             ),
             timeline=True,

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import markdown_table, write_results
 from chaos.exit_codes import ExitCode
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     args = ap.parse_args(argv)
     names = args.only or sorted(builtin_scenarios())
-    rows, results = [], {}
+    rows: list[list[object]] = []
+    results: dict[str, dict[str, Any]] = {}  # per scenario or control: its tally and outcomes (the JSON record)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
         cache = root / "baselines"

@@ -341,11 +341,5 @@ class DataLimit(_ToxicFault):
         return f"close connections after {self.bytes} bytes on {self._where()}"
 
 
-FAULTS: tuple[type[Fault], ...] = (
-    Partition,
-    LinkDown,
-    Bandwidth,
-    Latency,
-    ResetPeer,
-    DataLimit,
-)  # see faults.injectors
+# see faults.injectors
+FAULTS: tuple[type[Fault], ...] = (Partition, LinkDown, Bandwidth, Latency, ResetPeer, DataLimit)
