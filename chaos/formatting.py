@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "indeterminate": "INDETERMINATE", "error": "ERROR"}
 STATUS_COLOURS = {"pass": "tab:green", "fail": "tab:red", "indeterminate": "tab:orange", "error": "tab:purple"}
@@ -25,7 +25,8 @@ def status_word(status: str | None) -> str:
     return STATUS_WORDS.get(s, s.upper())
 
 
-def finite(x: Any) -> bool:
+def finite(x: object) -> TypeGuard[float]:
+    """A finite number (an int or a float, not a bool): what a table can do arithmetic with."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 

@@ -63,7 +63,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -84,7 +84,12 @@ MARKERS = {
 TOXIPROXY_URL_ENV = "DILOCO_TOXIPROXY_URL"
 
 # Hypothesis profiles for chaos property tests; registered here, loaded only by --hypothesis-profile.
-_CHAOS_SETTINGS = dict(
+class _ChaosSettings(TypedDict):
+    deadline: None
+    suppress_health_check: list[HealthCheck]
+
+
+_CHAOS_SETTINGS = _ChaosSettings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
 )
@@ -195,11 +200,13 @@ def _rotate(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         mark = item.get_closest_marker(ROTATE)
         if mark is not None:
-            family = mark.kwargs.get("family") or getattr(item, "originalname", item.name)
+            family = str(mark.kwargs.get("family") or getattr(item, "originalname", item.name))
             families.setdefault((item.path.as_posix(), family), []).append(item)
     dropped: list[pytest.Item] = []
     for members in families.values():
-        per_night = int(members[0].get_closest_marker(ROTATE).kwargs["per_night"])
+        mark = members[0].get_closest_marker(ROTATE)
+        assert mark is not None  # a family holds marked items only
+        per_night = int(mark.kwargs["per_night"])
         keep = set(tonight([i.nodeid for i in members], per_night, OPTIONS.seed))
         dropped += [i for i in members if i.nodeid not in keep]
     if dropped:
@@ -211,7 +218,9 @@ def _rotate(config: pytest.Config, items: list[pytest.Item]) -> None:
 def chaos_examples() -> int:
     """How many examples the loaded Hypothesis profile asks for (``chaos``: 10, ``chaos-quick``: 5,
     ``chaos-nightly``: 25)."""
-    return settings.default.max_examples
+    profile = settings.default
+    assert profile is not None  # hypothesis loads its default profile on import
+    return profile.max_examples
 
 
 def chaos_settings(examples: int | None = None, **kwargs: Any) -> settings:

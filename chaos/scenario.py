@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 from pydantic import (
     BaseModel,
@@ -121,14 +121,16 @@ def _entry_class(kind: FaultKind, injector: type) -> type[_FaultSpec]:
         )
     where = " Containers only (--backend docker)." if kind.containers else ""
     extra: dict[str, Any] = {"targets": (Targets, [SYNCER])} if kind.syncer_only else {}
-    return create_model(
+    bases: tuple[type[BaseModel], ...] = (params, _FaultSpec)
+    fields: dict[str, Any] = {"fault": (Literal[kind.name], ...), **extra}  # the kind's tag: a Literal made here
+    entry = create_model(
         f"{_title(kind.name)}Spec",
-        __base__=(params, _FaultSpec),
+        __base__=bases,
         __module__=__name__,
         __doc__=f"A {kind.name} fault's scenario entry.{where}",
-        fault=(Literal[kind.name], ...),
-        **extra,
+        **fields,
     )
+    return cast(type[_FaultSpec], entry)  # a subclass of its base _FaultSpec
 
 
 def entry_classes() -> dict[str, type[_FaultSpec]]:

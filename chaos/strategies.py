@@ -27,7 +27,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,7 @@ def fault_schedules(
     draw: Any,
     *,
     learners: int | Sequence[str] = 3,
-    kinds: Sequence[str] = LOCAL_KINDS,
+    kinds: Collection[str] = LOCAL_KINDS,
     max_faults: int = 4,
     min_faults: int = 1,
     horizon: float = 40.0,

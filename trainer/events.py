@@ -408,9 +408,14 @@ class EventLog:
     """Thread-safe JSON-lines writer; each line is flushed so a SIGKILL loses at most one."""
 
     def __init__(
-        self, path: str | Path | None, source: str, observers: tuple[Callable[[_Event], None], ...] = ()
+        self,
+        path: str | Path | None,
+        source: str,
+        observers: tuple[Callable[[Event], None], ...] = (),
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.source = source
+        self.clock = clock  # None: an event keeps the time it was made at; else stamped with clock() as written
         self.observers = observers  # e.g. trainer.telemetry.EventMetrics.observe: metrics follow the events
         self._lock = threading.Lock()
         self._fh: TextIO | None = None
@@ -418,9 +423,11 @@ class EventLog:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(path, "a", buffering=1)
 
-    def emit(self, event: _Event) -> None:
+    def emit(self, event: Event) -> None:
         if not event.source:
             event.source = self.source
+        if self.clock is not None:
+            event.ts = self.clock()
         line = event.model_dump_json()
         with self._lock:
             if self._fh is not None:

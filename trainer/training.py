@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -97,11 +98,9 @@ class TrainingSetup:
         return {k: np.asarray(v) for k, v in model_mod.init_params(self.model, self.config.seed).items()}
 
     def batches(self, learner_id: str, incarnation_index: int) -> data_mod.LearnerBatches:
+        seed, learner_key, incarnation = self.data_stream(learner_id, incarnation_index)
         return data_mod.learner_batches(
-            self.source,
-            *self.data_stream(learner_id, incarnation_index),
-            self.config.inner.batch_size,
-            self.model.seq_len,
+            self.source, seed, learner_key, incarnation, self.config.inner.batch_size, self.model.seq_len
         )
 
     def data_stream(self, learner_id: str, incarnation_index: int) -> list[int]:
@@ -138,7 +137,7 @@ class TrainingSetup:
         return float(np.mean([float(fn(jparams, jnp.asarray(b))) for b in batches]))
 
 
-_STEP_CACHE: dict[tuple, object] = {}
+_STEP_CACHE: dict[tuple, Any] = {}  # jitted functions (jax is untyped); for a train step, (tx, step)
 
 
 def _train_step(mcfg: model_mod.ModelConfig, tx: optax.GradientTransformation):

@@ -62,8 +62,8 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
         "delta": a.delta,
         "result": a.result,
     }
-    for part, want in recorded.items():
-        if ref.digest(parts[part]) != want:
+    for part, digest in recorded.items():
+        if ref.digest(parts[part]) != digest:
             problems.append(f"its file's {part} is not what the event digested")
     for i, (u, anc) in enumerate(zip(uploads, anchors)):
         if ref.digest(u) != a.uploads[i] or (None if anc is None else ref.digest(anc)) != a.anchors[i]:
@@ -291,14 +291,14 @@ def check_audit(inp: CheckInput) -> Verdict:
             pairs, doing = list(zip(range(len(e.digests)), e.versions, e.digests)), "after fetching"
         else:  # the base its outer gradient is computed against must be the syncer's value of the version it names
             pairs, doing = [(e.fragment, e.base_version, e.base_digest)], "as the base of a sync of"
-        for p, v, d in pairs:
+        for frag, v, d in pairs:
             if not d:
                 continue
             held += 1
-            known = chain.values.get((p, v))
+            known = chain.values.get((frag, v))
             if known is not None and d not in known:
                 problems.append(
-                    f"{e.source} holds a fragment {p} v{v} other than the syncer's {doing} it (t={e.ts - t0:.1f}s)"
+                    f"{e.source} holds a fragment {frag} v{v} other than the syncer's {doing} it (t={e.ts - t0:.1f}s)"
                 )
     kept = [m for m in audited if m.audit is not None and m.audit.file]
     recomputed, missing = 0, 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from chaos.checkers.base import CheckInput, Verdict, first_upload_after, uncovered_seconds
+from chaos.checkers.base import CheckInput, Status, Verdict, first_upload_after, uncovered_seconds
 from faults.base import SYNCER
 from trainer import events as ev
 from trainer.core.merged_tokens import MergedTokens
@@ -143,5 +143,5 @@ def check_goodput(inp: CheckInput) -> Verdict:
         )
     else:
         why = f"minimum {need:.0%}"
-    status = "pass" if frac >= need else "fail"
+    status: Status = "pass" if frac >= need else "fail"
     return Verdict("goodput", status, f"compute goodput {frac:.1%}: merged ÷ trained tokens ({why})", evidence)

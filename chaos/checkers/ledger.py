@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
+from chaos.records import JsonObject
 from trainer import events as ev
 from trainer.core.checkpoint_meta import Key  # one upload: learner, incarnation, fragment, base version, round
 
@@ -68,8 +69,8 @@ class SyncerBook:
             # The restored syncer's rounds: those its checkpoint held (merges after it were lost and may merge again).
             self.rounds = [x for x in self.rounds if x[0] <= e.restored_from_merges]
             self.last_round = {}
-            for _, frag, r in self.rounds:
-                self.last_round[frag] = max(self.last_round.get(frag, -1), r)
+            for _, fragment, r in self.rounds:
+                self.last_round[fragment] = max(self.last_round.get(fragment, -1), r)
 
     def upload(self, e: ev.Upload) -> None:
         key = (e.learner_id, e.learner_incarnation, e.fragment, e.base_version, e.round)
@@ -283,7 +284,7 @@ def check_ledger(inp: CheckInput) -> Verdict:
     data, data_problems = _data_book(inp)
     problems = book.problems + learner_problems + ([late] if late else []) + data_problems
     accepted = sum(book.accepted.values())
-    evidence = {
+    evidence: JsonObject = {
         "syncer": {"accepted": accepted, **dict(book.bins)},
         "learners": dict(learner_bins),
         "budget": budget,

@@ -19,6 +19,7 @@ and how it was derived.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Required, TypedDict
 
 from chaos.checkers.base import CheckInput, Verdict, covered, unavailable_intervals
 from chaos.checkers.bounds import derive_bound
@@ -154,7 +155,18 @@ LATE_APPLY_SHARE = 0.5  # more late applies than this, outside faults: results a
 MIN_APPLIES = 20
 
 
-def broadcast(inp: CheckInput) -> JsonObject:
+class Broadcast(TypedDict, total=False):
+    """:func:`broadcast`'s evidence: judged, and why not or what was counted."""
+
+    judged: Required[bool]
+    why: str
+    applies: int
+    late: int
+    late_after_s: float
+    median_lag_s: float
+
+
+def broadcast(inp: CheckInput) -> Broadcast:
     """How promptly merged fragments reach the learners waiting for them, outside faults: the share of ``apply``
     events later than half a round and a quarter of a long poll after the merge that made their version (a
     broadcast that leaves long polls to time out instead of waking them applies up to a whole poll late; a slow
@@ -177,7 +189,7 @@ def broadcast(inp: CheckInput) -> JsonObject:
     ]
     after = max(LATE_APPLY_ROUNDS * round_s, LATE_APPLY_POLLS * inp.facts.long_poll_s)
     late = sum(lag > after for lag in lags)
-    out: JsonObject = {
+    out: Broadcast = {
         "applies": len(lags),
         "late": late,
         "late_after_s": round(after, 3),
@@ -216,7 +228,7 @@ def check_liveness(inp: CheckInput) -> Verdict:
     pace = inp.pace
     bound = derive_bound(cfg.max_gap_s, pace, startups=0, rounds=cfg.rounds)
     limit = bound.seconds
-    evidence = {
+    evidence: JsonObject = {
         "merges": len(merges),
         "longest_gap_s": round(worst_raw, 3),
         "longest_gap_while_reachable_s": round(worst_eff, 3),

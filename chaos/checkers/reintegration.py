@@ -56,7 +56,7 @@ def check_reintegration(inp: CheckInput) -> Verdict:
         else:
             continue
         for lid in who:
-            row = {"fault_id": w.fault_id, "kind": w.kind, "learner": lid}
+            row: dict[str, object] = {"fault_id": w.fault_id, "kind": w.kind, "learner": lid}
             if w.end is None or not w.healed or w.params.get("restart") is False:
                 row.update(status="fail", why="never healed: the learner was not brought back")
                 rows.append(row)

@@ -107,6 +107,18 @@ def _chaos(name: str, duration: float, field: str, spec: Body) -> list[Body]:
     return [{"name": name, "templateType": _TEMPLATE_TYPE[field], "deadline": _ms(duration), field: spec}]
 
 
+def _int(value: object) -> int:
+    """A planned fault's whole-number parameter (its kind's Params validated it)."""
+    assert isinstance(value, int | float | str), f"not a number: {value!r}"
+    return int(value)
+
+
+def _float(value: object) -> float:
+    """A planned fault's numeric parameter (its kind's Params validated it)."""
+    assert isinstance(value, int | float | str), f"not a number: {value!r}"
+    return float(value)
+
+
 def _pod_failure(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
     return _chaos(name, duration, "podChaos", {"action": "pod-failure", **w.pods([pod_of(t) for t in p.targets])})
 
@@ -128,7 +140,7 @@ def _network(
 
 
 def _bandwidth(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
-    rate = int(p.params["rate_kbps"])
+    rate = _int(p.params["rate_kbps"])
     # limit: bytes queued before drops; buffer: the bucket's burst. tc wants both; these are Chaos Mesh's examples.
     return _network(
         p, w, name, duration, "bandwidth", bandwidth={"rate": f"{rate}kbps", "limit": 20971520, "buffer": 10000}
@@ -143,15 +155,15 @@ def _delay(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
         duration,
         "delay",
         delay={
-            "latency": f"{int(p.params['latency_ms'])}ms",
-            "jitter": f"{int(p.params.get('jitter_ms', 0))}ms",
+            "latency": f"{_int(p.params['latency_ms'])}ms",
+            "jitter": f"{_int(p.params.get('jitter_ms', 0))}ms",
             "correlation": "0",
         },
     )
 
 
 def _cpu_stress(p: Planned, w: _Where, name: str, duration: float) -> list[Body]:
-    taken = 1.0 - min(float(p.params["cpus"]), 1.0)  # the CPU share the limit takes away
+    taken = 1.0 - min(_float(p.params["cpus"]), 1.0)  # the CPU share the limit takes away
     return _chaos(
         name,
         duration,
@@ -270,12 +282,12 @@ MAPPING: dict[str, Callable[[Planned, _Where, str, float], list[Body]]] = {
     "slow": _slow,
     "reset_peer": _held(
         lambda p, name, duration: _sidecar_steps(
-            reset_peer_commands(name, SYNCER_PORT, int(p.params.get("timeout_ms", 0)), duration)
+            reset_peer_commands(name, SYNCER_PORT, _int(p.params.get("timeout_ms", 0)), duration)
         )
     ),
     "data_limit": _held(
         lambda p, name, duration: _sidecar_steps(
-            data_limit_commands(SYNCER_PORT, int(p.params["bytes"]), str(p.params.get("direction", "both")))
+            data_limit_commands(SYNCER_PORT, _int(p.params["bytes"]), str(p.params.get("direction", "both")))
         )
     ),
 }

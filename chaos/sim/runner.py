@@ -327,18 +327,25 @@ class Simulation:
     def _heal(self, step: Heal) -> None:
         p = step.planned
         self._op(p, "heal", "invoke", {"why": step.why} if step.why else {})
-        skipped = {"skipped": "training finished; teardown stops every process"}
+        skipped: JsonObject = {"skipped": "training finished; teardown stops every process"}
         self._op(p, "heal", "ok", skipped if step.skip else play(self, p, inject=False))
 
     def restart_learner(self, lid: str, corrupt: str = "") -> None:
         node = self.learners[lid]
         node.kill()
-        self.loop.after(self.opts.restart_delay_s, lambda: self.done or node.start(corrupt))
+
+        def restart() -> None:
+            if not self.done:
+                node.start(corrupt)
+
+        self.loop.after(self.opts.restart_delay_s, restart)
 
     def restart_syncer(self) -> None:
-        self.loop.after(
-            self.opts.syncer_restart_delay_s, lambda: self.done or self.syncer.up or self.syncer.start()
-        )
+        def restart() -> None:
+            if not self.done and not self.syncer.up:
+                self.syncer.start()
+
+        self.loop.after(self.opts.syncer_restart_delay_s, restart)
 
     def _watch(self) -> None:
         """Poll the syncer's progress as the controller does; end and judge a run that stopped (chaos.watchdog)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from chaos.sim.clock import Timer
 from chaos.sim.host import SMALL_MESSAGE, Respond, SimHost
 from trainer import events as ev
 from trainer.audit_log import fragment_digests
@@ -42,7 +43,7 @@ class SyncerNode:
         self.checkpoint: tuple[dict[str, np.ndarray], dict[str, Any]] | None = None
         self.waiters: list[_Waiter] = []
         self.header_steps: dict[tuple[str, str, int, int, int], float] = {}  # upload key -> clock at its header
-        self._merge_timer = None
+        self._merge_timer: Timer | None = None
         self.finalized = False
         self.exited = False
         self._finished_at: float | None = None

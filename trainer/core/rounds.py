@@ -36,8 +36,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, overload
 
 from trainer.core.fragment_schedule import FragmentSchedule
+
+if TYPE_CHECKING:
+    import numpy as np  # round_opens also takes an array of rounds (the scale simulator); core needs no numpy
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,12 @@ def cluster_pace(step_times: Iterable[float]) -> float | None:
     return ts[(len(ts) - 1) // 2] if ts else None
 
 
-def round_opens(fragment_schedule: FragmentSchedule, fragment: int, r: int) -> int:
-    """The cluster step at which round ``r`` of ``fragment`` opens."""
+@overload
+def round_opens(fragment_schedule: FragmentSchedule, fragment: int, r: int) -> int: ...
+@overload
+def round_opens(fragment_schedule: FragmentSchedule, fragment: int, r: np.ndarray) -> np.ndarray: ...
+def round_opens(fragment_schedule: FragmentSchedule, fragment: int, r: int | np.ndarray) -> int | np.ndarray:
+    """The cluster step at which round ``r`` of ``fragment`` opens (elementwise for an array of rounds)."""
     return fragment_schedule.offset(fragment) + r * fragment_schedule.sync_every
 
 
