@@ -34,7 +34,7 @@ DEFAULT_CHECKS: tuple[str, ...] = ("liveness", "reintegration", "durability", "s
 # Every phase but `explain`: once an example fails, Hypothesis traces each later run and re-runs variations of the
 # failing one for an explanation that `find` never prints; the planted-bug search took 3.1x as long with it
 # (medians of 3 seeds, same shrunk schedule: `python -m benchmarks.search_phases`).
-SEARCH_PHASES = tuple(p for p in Phase if p is not Phase.explain)
+SEARCH_PHASES: tuple[Phase, ...] = tuple(p for p in Phase if p is not Phase.explain)
 
 
 @dataclass

@@ -857,7 +857,7 @@ class SyncerState:
         # Bodies that came after quorum + grace made the round only because their headers had (the hold).
         unheld = self._unheld_merge_at(rnd, now) if self.algorithm.clocked and not self.finished else None
         waited = [] if unheld is None else [t for t in rnd.arrived_at.values() if t > unheld]
-        held_s = max(waited) - unheld if waited else 0.0
+        held_s = max(waited) - unheld if waited and unheld is not None else 0.0
         # Bodies announced for this round or an earlier one that are still out missed it: nobody waits for them now.
         for key in self._in_flight(rnd):
             del self.announced[key]
@@ -884,8 +884,8 @@ class SyncerState:
         self.last_merge_at[fragment] = now
         v = self.versions[fragment]
         self.made_at[(fragment, v)] = now
-        for key in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.algorithm.max_staleness]:
-            del self.made_at[key]
+        for stale in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.algorithm.max_staleness]:
+            del self.made_at[stale]
         self.merged_norms[fragment].update({c.learner_id: self._per_step(c) for c in contribs})
         self.merges_total += 1
         total_w = sum(weights) or float(len(weights))
