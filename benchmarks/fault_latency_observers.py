@@ -12,6 +12,7 @@ from typing import Any
 from benchmarks.fault_latency_plan import KINDS, PROBE_DEADLINE_S, Slot
 from benchmarks.fault_latency_reading import ProbeSample, ProcState, StatusSample, proc_class
 from chaos.history import FaultOp, Phase, parse_record
+from faults import procfs
 from faults.base import SYNCER
 
 PROC_POLL_S = 0.002
@@ -73,7 +74,7 @@ class Observer:
             for unit in self.changes:
                 p = procs.get(unit)
                 pid = p.pid if p is not None else None
-                key = (pid, proc_class(_read_stat(pid)) if pid is not None else "dead")
+                key = (pid, proc_class(procfs.stat_text(pid)) if pid is not None else "dead")
                 if last.get(unit) != key:
                     last[unit] = key
                     self.changes[unit].append(ProcState(t, *key))
@@ -204,11 +205,3 @@ class _Prober:
 
     def close(self) -> None:
         self.channel.close()
-
-
-def _read_stat(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None

@@ -11,6 +11,7 @@ from typing import Any
 
 from benchmarks.common import median_or_none
 from chaos.history import ControllerRecord, FaultOp, Phase, PlanRecord
+from faults import procfs
 
 # ---- observations and their reading (pure) ----------------------------------------------------------------
 
@@ -73,8 +74,8 @@ def proc_class(stat: str | None) -> str:
     """
     if stat is None:
         return "dead"
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    if state in ("Z", "X", "x"):
+    state = procfs.state_letter(stat)
+    if state in procfs.DEAD:
         return "dead"
     return "stopped" if state in ("T", "t") else "running"
 

@@ -11,8 +11,9 @@ in a pod: on a host it would signal every trainer the host can see (a compose de
     python -m faults.in_pod corrupt MODE | healthy               restart it corrupt (MODE) / healthy again
 
 ``corrupt`` writes MODE to the learner's ``--corrupt-file`` and SIGKILLs it: the kubelet restarts the container,
-and the new learner reads the file; ``healthy`` removes the file and does the same. Standard library only: it
-runs in the trainer's image, beside the trainer, and must start in milliseconds.
+and the new learner reads the file; ``healthy`` removes the file and does the same. Standard library only (and
+:mod:`faults.procfs`, which is too): it runs in the trainer's image, beside the trainer, and must start in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -24,26 +25,18 @@ import sys
 import time
 from pathlib import Path
 
-TRAINERS = (b"trainer.learner", b"trainer.syncer")
+from faults import procfs
+
+TRAINERS = ("trainer.learner", "trainer.syncer")
 CORRUPT_FILE = Path("/data/corrupt")  # on the pod's volume: it outlives the container restart
 
 
-def trainer_pids(proc: Path = Path("/proc")) -> list[int]:
+def trainer_pids(proc: Path = procfs.PROC) -> list[int]:
     """The trainer processes visible here (their command line runs trainer.learner or trainer.syncer)."""
-    pids = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue  # it exited while we looked
-        if any(a in TRAINERS for a in argv):
-            pids.append(int(entry.name))
-    return pids
+    return list(procfs.find(lambda argv: any(a in TRAINERS for a in argv), proc))
 
 
-def signal_trainer(sig: int, proc: Path = Path("/proc")) -> list[int]:
+def signal_trainer(sig: int, proc: Path = procfs.PROC) -> list[int]:
     pids = trainer_pids(proc)
     if not pids:
         raise SystemExit("error: no trainer process here (is the pod's process namespace shared?)")
@@ -52,7 +45,7 @@ def signal_trainer(sig: int, proc: Path = Path("/proc")) -> list[int]:
     return pids
 
 
-def slow(fraction: float, period_s: float, seconds: float, proc: Path = Path("/proc")) -> None:
+def slow(fraction: float, period_s: float, seconds: float, proc: Path = procfs.PROC) -> None:
     """Freeze the trainer ``fraction`` of every ``period_s`` for ``seconds``; it always ends running."""
     end = time.monotonic() + seconds
     try:
@@ -65,7 +58,7 @@ def slow(fraction: float, period_s: float, seconds: float, proc: Path = Path("/p
         signal_trainer(signal.SIGCONT, proc)
 
 
-def restart(mode: str | None, flag: Path = CORRUPT_FILE, proc: Path = Path("/proc")) -> None:
+def restart(mode: str | None, flag: Path = CORRUPT_FILE, proc: Path = procfs.PROC) -> None:
     """Restart the learner corrupt (``mode``) or healthy (None): the flag its next start reads, then SIGKILL."""
     if mode is None:
         flag.unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""Helpers for tests: polling with a deadline, free ports, small run configs, a syncer served in-process."""
+"""Helpers for tests: polling with a deadline, a run's processes, free ports, small run configs, a syncer served
+in-process."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from faults import procfs
 from trainer.config import RunConfig, build_config
 from trainer.core.algorithm import Algorithm
 from trainer.core.syncer_state import SyncerPolicy
@@ -32,6 +34,16 @@ def wait_until(pred: Callable[[], T], timeout_s: float, what: str, interval_s: f
     raise AssertionError(
         f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_err})" if last_err else "")
     )
+
+
+def run_processes(run_dir: Path) -> dict[int, str]:
+    """The live processes started with ``--run-dir run_dir``, by pid: which unit each is (``--id``, else the syncer).
+
+    Read from /proc (:mod:`faults.procfs`), not from the run's own records: a learner frozen while it sets up JAX
+    has written no LearnerStart yet, and a check that found processes only by their events would not see it.
+    """
+    found = procfs.find(lambda argv: any(a == "--run-dir" and b == str(run_dir) for a, b in zip(argv, argv[1:])))
+    return {pid: argv[argv.index("--id") + 1] if "--id" in argv else "syncer" for pid, argv in found.items()}
 
 
 @contextmanager

@@ -8,17 +8,16 @@ recorded, and the exit code is 2.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from chaos.history import FaultOp, History
-from tests.support import wait_until
+from faults import procfs
+from tests.support import run_processes, wait_until
 from trainer import events as ev
 
 pytestmark = pytest.mark.chaos
@@ -35,38 +34,6 @@ schedule:
   - {fault: pause, id: frozen, targets: [learner-2], at: 0.5, duration: 600}
   - {fault: link_down, id: down, targets: [learner-1], at: 0.5, duration: 600}
 """
-
-
-def _run_processes(run_dir: Path) -> dict[int, str]:
-    """Live processes started with ``--run-dir run_dir``, by pid: which unit each is (``--id``, else the syncer).
-
-    Read from /proc, not from the run's own records: a learner frozen while it sets up JAX has written no
-    LearnerStart yet, and a check that found processes only by their events would not see it.
-    """
-    found: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(a == "--run-dir" and b == str(run_dir) for a, b in zip(argv, argv[1:])) and _pid_alive(
-            int(entry.name)
-        ):
-            found[int(entry.name)] = argv[argv.index("--id") + 1] if "--id" in argv else "syncer"
-    return found
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
@@ -107,7 +74,7 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
 
         wait_until(all_injected, 240, "all four faults injected")
         time.sleep(1.0)
-        running = _run_processes(out)
+        running = run_processes(out)
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=120)
     finally:
@@ -123,8 +90,8 @@ def test_interrupt_mid_fault_heals_and_stops_everything(sig, chaos_toxiproxy, tm
     assert [n for n in chaos_toxiproxy.client().proxies() if n.startswith(prefix)] == []
     assert sorted(running.values()) == ["learner-0", "learner-1", "learner-2", "syncer"], running
     pids = [e.pid for e in history.events if isinstance(e, (ev.LearnerStart, ev.SyncerStart))]
-    assert [p for p in [*running, *pids] if _pid_alive(p)] == []
-    assert _run_processes(out) == {}
+    assert [p for p in [*running, *pids] if procfs.alive(p)] == []
+    assert run_processes(out) == {}
     heals = {
         r.fault_id: r.outcome
         for r in history.records

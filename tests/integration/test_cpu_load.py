@@ -10,32 +10,20 @@ import sys
 import pytest
 
 from chaos.load import CpuLoad
+from faults import procfs
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def test_hogs_burn_cpu_and_stop_on_exit():
     with CpuLoad(seed=3, hogs=2) as load:
         assert load.running() == 2
         pids = [p.pid for p in load.procs]
-        wait_until(lambda: all(_cpu_s(p) > 0.2 for p in pids), 30, "each hog to use 0.2 s of CPU")
+        wait_until(lambda: all(procfs.cpu_seconds(p) > 0.2 for p in pids), 30, "each hog to use 0.2 s of CPU")
     assert load.running() == 0
-    assert all(_gone(p) for p in pids)
+    assert not any(procfs.alive(p) for p in pids)
 
 
 def test_one_hog_per_core_by_default():
@@ -53,4 +41,4 @@ def test_hogs_die_with_a_killed_parent():
     assert len(pids) == 2
     parent.send_signal(signal.SIGKILL)  # no cleanup code runs: only PR_SET_PDEATHSIG can stop the hogs
     parent.wait(10)
-    wait_until(lambda: all(_gone(p) for p in pids), 10, "the hogs to die with their parent")
+    wait_until(lambda: not any(procfs.alive(p) for p in pids), 10, "the hogs to die with their parent")

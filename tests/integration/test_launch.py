@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from faults import procfs
 from tests.support import wait_until
 from trainer.events import read_events
 
@@ -33,11 +34,6 @@ def _launch(run_dir, *sets):
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _pids_of(run_dir):
-    out = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
-
-
 def test_launch_trains_to_budget_and_writes_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     proc = _launch(run_dir)  # the config's own budget
@@ -54,30 +50,30 @@ def test_launch_trains_to_budget_and_writes_run_directory(tmp_path):
     assert m["exit_codes"] == {"syncer": 0, "learner-0": 0, "learner-1": 0, "learner-2": 0}, logs
     for f in ("syncer", "learner-0", "learner-1", "learner-2"):
         assert read_events(run_dir / "events" / f"{f}.jsonl"), f
-    assert not _pids_of(run_dir)
+    assert not procfs.matching(str(run_dir))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupting_the_launcher_stops_every_process(tmp_path, sig):
     run_dir = tmp_path / "run"
     proc = _launch(run_dir, "token_budget=1000000000")
-    wait_until(lambda: len(_pids_of(run_dir)) >= 4, 120, "the syncer and three learners to start")
+    wait_until(lambda: len(procfs.matching(str(run_dir))) >= 4, 120, "the syncer and three learners to start")
     wait_until(lambda: (run_dir / "events" / "learner-0.jsonl").exists(), 120, "learner-0 to write events")
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert "interrupted" in out
     time.sleep(0.5)
-    assert not _pids_of(run_dir), "a child process outlived the launcher"
+    assert not procfs.matching(str(run_dir)), "a child process outlived the launcher"
 
 
 def test_launcher_sigkill_orphans_nothing(tmp_path):
     run_dir = tmp_path / "run"
     proc = _launch(run_dir, "token_budget=1000000000")
-    wait_until(lambda: len(_pids_of(run_dir)) >= 4, 120, "the syncer and three learners to start")
+    wait_until(lambda: len(procfs.matching(str(run_dir))) >= 4, 120, "the syncer and three learners to start")
     proc.kill()
     proc.communicate(timeout=30)
-    wait_until(lambda: not _pids_of(run_dir), 30, "children to exit after the launcher was SIGKILLed")
+    wait_until(lambda: not procfs.matching(str(run_dir)), 30, "children to exit after the launcher was SIGKILLed")
 
 
 @pytest.mark.parametrize("mode,sets", [("sync-diloco", []), ("data-parallel", ["algorithm.sync_every=1"])])

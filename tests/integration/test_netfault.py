@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from chaos.k8s.netfault import data_limit_commands, reset_peer_commands
+from faults import procfs
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -129,9 +130,7 @@ def test_reset_peer_resets_every_connection_until_the_heal_and_none_after(server
     _sh(inject)
     try:
         _sh(inject)  # a retried step starts no second loop
-        loops = subprocess.run(
-            ["pgrep", "-f", "diloco-reset-t-reset"], capture_output=True, text=True
-        ).stdout.split()
+        loops = procfs.matching("diloco-reset-t-reset")
         assert len(loops) == 1, loops
         for _ in range(2):  # the first connection, and the reconnection after it
             err = _held_open(server.port, 3.0)
@@ -140,7 +139,7 @@ def test_reset_peer_resets_every_connection_until_the_heal_and_none_after(server
         _sh(heal)
     assert _held_open(server.port, 1.0) is None  # healed: nothing resets it now
     wait_until(
-        lambda: subprocess.run(["pgrep", "-f", "diloco-reset-t-reset"]).returncode == 1,
+        lambda: not procfs.matching("diloco-reset-t-reset"),
         5,
         "the reset loop gone after the heal",
     )

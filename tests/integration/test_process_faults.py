@@ -5,7 +5,7 @@ The cluster here is test plumbing only: its units ("syncer", "learner-0",
 real backend's, appending ``tick <n> <pid> corrupt=<CORRUPT>`` to its own file
 every ~10 ms and writing ``bye <pid>`` then exiting 0 on SIGTERM. Progress is
 measured as lines written by one pid in a window of time; "stopped" is read
-from ``/proc/<pid>/stat``.
+from ``/proc/<pid>/stat`` (:func:`faults.procfs.state`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import pytest
 
+from faults import procfs
 from faults.base import SYNCER, Cluster
 from faults.errors import FaultError, TargetError
 from faults.process import Corrupt, GracefulStop, Kill, Pause, Slow, SyncerCrash
@@ -199,15 +200,6 @@ class ProcCluster:
         return [f"{u} (pid {p.pid})" for u, p in self.spawned if p.poll() is None]
 
 
-def proc_state(pid: int) -> str:
-    """The one-letter state of ``pid`` from /proc ('T' = stopped); '' when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
 def progress(cluster: ProcCluster, window_s: float, *units: str) -> dict[str, int]:
     """Lines written by each unit's current process during one common window of ``window_s``."""
     pids = {u: cluster.pid(u) for u in units}
@@ -336,7 +328,7 @@ def test_graceful_stop_of_a_paused_unit_still_exits_gracefully(cluster: ProcClus
     pid = cluster.pid("learner-0")
     pause = Pause(fault_id="p0", targets=("learner-0",))
     pause.inject(cluster)
-    wait_for(lambda: proc_state(pid) == "T", 2.0, "learner-0 to be stopped")
+    wait_for(lambda: procfs.state(pid) == "T", 2.0, "learner-0 to be stopped")
     assert GracefulStop(fault_id="g0", targets=("learner-0",), timeout_s=5.0).inject(cluster) == {
         "stopped": ["learner-0"]
     }
@@ -353,7 +345,7 @@ def test_pause_stops_progress_and_heal_resumes_it(cluster: ProcCluster) -> None:
     pause = Pause(fault_id="p1", targets=("learner-1",))
 
     assert pause.inject(cluster) == {"paused": ["learner-1"]}
-    wait_for(lambda: proc_state(pid) == "T", 2.0, "learner-1 to be stopped")
+    wait_for(lambda: procfs.state(pid) == "T", 2.0, "learner-1 to be stopped")
     made = progress(cluster, 0.5, "learner-1", "learner-0")
     assert made["learner-1"] == 0, f"a paused process wrote {made['learner-1']} lines"
     assert made["learner-0"] > 0, "the other learner keeps going"
@@ -362,7 +354,7 @@ def test_pause_stops_progress_and_heal_resumes_it(cluster: ProcCluster) -> None:
 
     assert pause.heal(cluster) == {"resumed": ["learner-1"]}
     assert progress(cluster, 0.3, "learner-1")["learner-1"] > 0
-    assert proc_state(pid) != "T"
+    assert procfs.state(pid) != "T"
     assert pause.heal(cluster) == {"resumed": ["learner-1"]}  # twice: harmless
     assert progress(cluster, 0.3, "learner-1")["learner-1"] > 0
     assert cluster.pid("learner-1") == pid and cluster.spawn_count("learner-1") == 1
@@ -401,7 +393,7 @@ def test_slow_lowers_the_rate_and_heal_restores_it(cluster: ProcCluster) -> None
     assert cluster.alive("learner-0") and cluster.pid("learner-0") == pid
 
     for _ in range(5):  # never left stopped after heal
-        assert proc_state(pid) not in ("T", ""), f"learner-0 state {proc_state(pid)!r} after heal"
+        assert procfs.state(pid) not in ("T", ""), f"learner-0 state {procfs.state(pid)!r} after heal"
         time.sleep(0.04)
     after = progress(cluster, 0.8, "learner-0", "learner-1")
     assert after["learner-0"] > 0.7 * after["learner-1"], f"rate not restored: before {before}, after {after}"
@@ -412,7 +404,7 @@ def test_slow_heal_without_inject_is_harmless(cluster: ProcCluster) -> None:
     slow = Slow(fault_id="s2", targets=("learner-1",), fraction=0.5)
     assert slow.heal(cluster) == {"resumed": ["learner-1"]}
     assert slow.heal(cluster) == {"resumed": ["learner-1"]}
-    assert proc_state(pid) not in ("T", "")
+    assert procfs.state(pid) not in ("T", "")
     assert progress(cluster, 0.3, "learner-1")["learner-1"] > 0
     assert cluster.pid("learner-1") == pid
 
@@ -529,7 +521,7 @@ def test_unknown_target_is_rejected_before_anything_is_done(cluster: ProcCluster
         assert SYNCER in msg
     time.sleep(0.05)
     assert {u: cluster.pid(u) for u in UNITS} == pids and all(cluster.alive(u) for u in UNITS)
-    assert proc_state(pids["learner-0"]) != "T", "learner-0 was touched although the fault was rejected"
+    assert procfs.state(pids["learner-0"]) != "T", "learner-0 was touched although the fault was rejected"
 
 
 @pytest.mark.parametrize("kind", sorted(TARGETED))

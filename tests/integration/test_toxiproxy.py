@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import faults.toxiproxy_server as toxiproxy_server_module
+from faults import procfs
 from faults.errors import ToxiproxyError, ToxiproxyNotInstalled
 from faults.toxiproxy import ProxySpec, Toxic, Toxiproxy, ToxiproxyApiError
 from faults.toxiproxy_server import ToxiproxyServer
@@ -253,14 +254,6 @@ def test_find_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_pa
         ToxiproxyServer.find_binary()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is dead, just not reaped
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_server_dies_with_its_parent_even_on_sigkill() -> None:
     code = (
@@ -277,11 +270,11 @@ def test_server_dies_with_its_parent_even_on_sigkill() -> None:
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
-        assert not _gone(child)
+        assert procfs.alive(child)
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
-    wait_until(lambda: _gone(child), 10, f"toxiproxy-server pid {child} to die with its parent")
+    wait_until(lambda: not procfs.alive(child), 10, f"toxiproxy-server pid {child} to die with its parent")
 
 
 # -- why not toxiproxy-python: verified gaps ------------------------------------------------------------------
