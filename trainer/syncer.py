@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -45,7 +45,7 @@ from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_driver import Merged, MergeRefused, ResultFixed, next_wake, tick
+from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
 from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip
 from trainer.errors import AddressInUse, ConfigError
 from trainer.policy import merge_fields, policy_from_config
@@ -107,8 +107,14 @@ class SyncerService(pbg.SyncerServicer):
         exit_on_finish: bool = True,
         secret: str | None = None,
         metrics: EventMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg = cfg
+        # The wall time the core's decisions take as ``now``, and the timer of the durations it learns from
+        # (uploads, merges, broadcasts). A test passes fake ones to drive this service and deterministic mode
+        # through the same schedule (tests/unit/test_syncer_shells_agree.py).
+        self.clock, self.timer = clock, timer
         self.secret = secret  # None: no auth (tests only); else who may act as which learner (_act_as)
         self.run_dir = run_dir
         self.setup = TrainingSetup.from_config(cfg)
@@ -117,6 +123,7 @@ class SyncerService(pbg.SyncerServicer):
             run_dir / "events" / "syncer.jsonl",
             "syncer",
             observers=(metrics.observe,) if metrics is not None else (),
+            clock=clock,
         )
         self.ckpt_dir = run_dir / "checkpoints"
         self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed)
@@ -230,7 +237,7 @@ class SyncerService(pbg.SyncerServicer):
                     "start every process from the same config file",
                 )
             with self.cond:
-                res = self.state.join(request.learner_id, request.incarnation, time.time())
+                res = self.state.join(request.learner_id, request.incarnation, self.clock())
         except Rejected as r:
             self.record_reject("Join", r.reason, r.detail, request.learner_id)
             return pb.JoinReply(ok=False, reason=r.reason.value, detail=r.detail)
@@ -257,7 +264,7 @@ class SyncerService(pbg.SyncerServicer):
         try:
             self._act_as(context, request.learner_id)
             with self.cond:
-                self.state.leave(request.learner_id, request.incarnation, time.time())
+                self.state.leave(request.learner_id, request.incarnation, self.clock())
                 self.cond.notify_all()
         except Rejected as r:
             self.record_reject("Leave", r.reason, r.detail, request.learner_id)
@@ -278,11 +285,11 @@ class SyncerService(pbg.SyncerServicer):
                     request.step,
                     request.tokens,
                     request.step_time_s,
-                    time.time(),
+                    self.clock(),
                 )
                 versions = list(self.state.versions)
                 progress = self._progress_locked()
-                step, pace = self.state.clock_reading(time.time())
+                step, pace = self.state.clock_reading(self.clock())
                 if stop and not was_finished:
                     self.cond.notify_all()
         except Rejected as r:
@@ -310,7 +317,7 @@ class SyncerService(pbg.SyncerServicer):
             return self._progress_locked()
 
     def Upload(self, request_iterator: Iterator[pb.UploadChunk], context) -> pb.UploadReply:  # noqa: N802, ANN001
-        t0 = time.monotonic()
+        t0 = self.timer()
         h = None
         announced: tuple[str, str, int, int, int] | None = None
         header_step = 0.0  # the step clock when the header was read: the learner's lag (trainer.core.header_lag)
@@ -324,7 +331,7 @@ class SyncerService(pbg.SyncerServicer):
             asm = Assembler(specs, h.total_bytes, h.crc32, self.cfg.syncer.max_upload_bytes)
             spec_map = {s.name: (s.shape, s.dtype) for s in specs}
             with self.cond:
-                now = time.time()
+                now = self.clock()
                 header_step = self.state.cluster_step(now)
                 # The header made it: its round waits (a bounded hold) for the body (trainer.core.inflight).
                 self.state.announce(
@@ -344,7 +351,7 @@ class SyncerService(pbg.SyncerServicer):
                     raise Rejected(RejectReason.MALFORMED, "a second header arrived inside one upload")
                 asm.add(msg.data.offset, msg.data.data)
             tensors = decode_tensors(specs, asm.finish())
-            seconds = time.monotonic() - t0
+            seconds = self.timer() - t0
             contribution = Contribution(
                 h.learner_id,
                 h.incarnation,
@@ -357,7 +364,7 @@ class SyncerService(pbg.SyncerServicer):
                 round=h.round,
             )
             with self.cond:
-                res = self.state.submit(contribution, time.time())
+                res = self.state.submit(contribution, self.clock())
                 # Logged inside the lock: the history then shows every upload before the merge that used it.
                 self.log.emit(
                     ev.Upload(
@@ -375,7 +382,7 @@ class SyncerService(pbg.SyncerServicer):
                         digest=digest(tensors),
                     )
                 )
-                step, pace = self.state.clock_reading(time.time())
+                step, pace = self.state.clock_reading(self.clock())
                 announced = None  # submit took it off the in-flight list
                 self.cond.notify_all()
         except Rejected as r:
@@ -383,7 +390,7 @@ class SyncerService(pbg.SyncerServicer):
             self.record_reject("Upload", r.reason, r.detail, lid, frag, base)
             with self.cond:
                 current = self.state.versions[frag] if 0 <= frag < len(self.state.versions) else -1
-                step, pace = self.state.clock_reading(time.time())
+                step, pace = self.state.clock_reading(self.clock())
             return pb.UploadReply(
                 accepted=False,
                 reason=r.reason.value,
@@ -441,11 +448,11 @@ class SyncerService(pbg.SyncerServicer):
                     break
                 self.cond.wait(min(left, 0.5))
             version, tensors = self.state.fragment_value(p)
-        t0 = time.monotonic()
+        t0 = self.timer()
         yield from self._fragment_messages(p, version, tensors)
         if 0 < request.min_version <= version:  # a merge's result going out: part of t_sync
             with self.cond:
-                self.state.observe_broadcast_seconds(time.monotonic() - t0)
+                self.state.observe_broadcast_seconds(self.timer() - t0)
 
     def GetState(self, request: pb.StateRequest, context) -> Iterator[pb.FragmentChunk]:  # noqa: N802, ANN001
         with self.cond:
@@ -454,7 +461,7 @@ class SyncerService(pbg.SyncerServicer):
             yield from self._fragment_messages(p, version, tensors)
 
     def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:  # noqa: N802, ANN001
-        now = time.time()
+        now = self.clock()
         with self.cond:
             st = self.state
             learners = [
@@ -510,45 +517,52 @@ class SyncerService(pbg.SyncerServicer):
         return path
 
     def _merge_loop(self) -> None:
-        """Carry out what the driver says is due (trainer.core.syncer_driver.tick), then sleep to its next wake-up
-        or until an upload or a shutdown wakes the condition."""
-        every_eval = self.cfg.syncer.eval_every_merges
+        """Carry out what is due (:meth:`run_due`), then sleep to the driver's next wake-up or until an upload or a
+        shutdown wakes the condition."""
         while not self.stopping.is_set():
             with self.cond:
-                now = time.time()
-                actions = tick(self.state, now, eval_every=every_eval, result_fixed=self._finalized)
-                # Merge times are observed after the batch, so that each merge is timed by what decided it due (audit).
-                took, acted = [], False
-                while True:
-                    t0 = time.monotonic()
-                    a = next(actions, None)
-                    if a is None:
-                        break
-                    acted = True
-                    if isinstance(a, Merged):
-                        took.append(time.monotonic() - t0)
-                        rec = a.record
-                        audit = self.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
-                        self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total, audit)))
-                        if a.checkpoint:
-                            self._checkpoint_locked()
-                        if a.evaluate:
-                            self._request_eval_locked(final=False)
-                    elif isinstance(a, MergeRefused):
-                        self.record_reject("merge", RejectReason.NON_FINITE, a.why, fragment=a.fragment)
-                    elif isinstance(a, ResultFixed):
-                        self._finalize_locked()
-                    else:
-                        self.log.emit(
-                            ev.Settled(seconds=a.seconds, awaited=list(a.awaited), merges_total=a.merges_total)
-                        )
-                for seconds in took:
-                    self.state.observe_merge_seconds(seconds)
-                if acted:
+                now = self.clock()
+                if self.run_due(now):
                     self.cond.notify_all()
                     continue
                 wake = next_wake(self.state, now, result_fixed=self._finalized)
                 self.cond.wait(0.5 if wake is None else min(max(wake - now, 0.001), 0.5))
+
+    def run_due(self, now: float) -> bool:
+        """Carry out what the driver says is due at ``now`` (trainer.core.syncer_driver.tick): merges with their
+        events, checkpoints and evals, the fixed result, the settle phase's end. True if anything was."""
+        with self.cond:
+            actions = tick(
+                self.state, now, eval_every=self.cfg.syncer.eval_every_merges, result_fixed=self._finalized
+            )
+            # Merge times are observed after the batch, so that each merge is timed by what decided it due (audit).
+            took, acted = [], False
+            while True:
+                t0 = self.timer()
+                a = next(actions, None)
+                if a is None:
+                    break
+                acted = True
+                if isinstance(a, Merged):
+                    took.append(self.timer() - t0)
+                    rec = a.record
+                    audit = self.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
+                    self.log.emit(ev.Merge(**merge_fields(rec, self.state.tokens_total, audit)))
+                    if a.checkpoint:
+                        self._checkpoint_locked()
+                    if a.evaluate:
+                        self._request_eval_locked(final=False)
+                elif isinstance(a, MergeRefused):
+                    self.record_reject("merge", RejectReason.NON_FINITE, a.why, fragment=a.fragment)
+                elif isinstance(a, ResultFixed):
+                    self._finalize_locked()
+                else:
+                    self.log.emit(
+                        ev.Settled(seconds=a.seconds, awaited=list(a.awaited), merges_total=a.merges_total)
+                    )
+            for seconds in took:
+                self.state.observe_merge_seconds(seconds)
+            return acted
 
     def training_over(self) -> bool:
         """Learners are told to stop: the budget is reached and any settle phase is over."""
@@ -596,12 +610,10 @@ class SyncerService(pbg.SyncerServicer):
             if final:
                 self.done.set()
 
-    def all_left(self) -> bool:
+    def exit_due(self, over_since: float) -> bool:
+        """Training is over since ``over_since`` (this service's clock): whether to exit now (syncer_driver.exit_due)."""
         with self.cond:
-            return all(
-                r.left or not r.active(time.time(), self.state.policy.liveness_timeout_s)
-                for r in self.state.learners.values()
-            )
+            return exit_due(self.state, self.clock(), over_since)
 
     def shutdown(self, why: str) -> None:
         """Stop background work and write a final checkpoint (also on SIGTERM)."""
@@ -742,12 +754,11 @@ def main(argv: list[str] | None = None) -> int:
     why = ["signal"]
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    finished_at: float | None = None
-    while not stop.wait(0.2):
+    over_since: float | None = None  # the result is fixed (final eval written) and training is over
+    while not stop.wait(EXIT_POLL_S):
         if svc.done.is_set() and svc.training_over() and not args.no_exit_on_finish:
-            finished_at = finished_at or time.monotonic()
-            # Let learners collect their stop signal and leave; don't wait forever for dead ones.
-            if svc.all_left() or time.monotonic() - finished_at > 2 * cfg.syncer.liveness_timeout_s:
+            over_since = over_since if over_since is not None else svc.clock()
+            if svc.exit_due(over_since):  # learners collected their stop signal and left, or are dead
                 why[0] = "finished"
                 break
     svc.shutdown(why[0])

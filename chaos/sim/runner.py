@@ -234,6 +234,7 @@ class Simulation:
         self.inflight: dict[str, dict[_Call, None]] = {lid: {} for lid in learners}
         self.steady_at: float | None = None
         self.merges_total = 0
+        self.result_fixed = False  # the syncer fixed the result (its finalized): no new fault starts
         self.interp = PlanInterpreter(planned, origin=0.0)  # re-made with the steady time as its origin
         self._wakes: set[float] = set()  # times a _tick is scheduled for
         self.progress = Progress()  # the syncer's counters at the watchdog's last poll
@@ -300,8 +301,10 @@ class Simulation:
         """Take the fault plan's steps that are due now (chaos.interpreter), and wake when the next one is."""
         if self.done:
             return
-        st = self.syncer.state
-        for step in self.interp.due(self.loop.now, self.merges_total, st is not None and st.budget_reached):
+        # As the controller: no new fault starts once the syncer has fixed the result (StatusReply.finished),
+        # latched across a later restart of the syncer.
+        self.result_fixed = self.result_fixed or self.syncer.finalized
+        for step in self.interp.due(self.loop.now, self.merges_total, self.result_fixed):
             self._inject(step.planned) if isinstance(step, Inject) else self._heal(step)
         t = self.interp.next_time()
         if t is not None and t not in self._wakes:

@@ -17,7 +17,7 @@ from trainer import events as ev
 from trainer.audit_log import fragment_digests
 from trainer.core.audit import digest
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_driver import Merged, MergeRefused, ResultFixed, next_wake, tick
+from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
 from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip, tensor_specs
 from trainer.policy import merge_fields
 
@@ -74,8 +74,6 @@ class SyncerNode:
             )
         self.up, self.paused, self.finalized = True, False, False  # a restored finished run finalizes again
         self._finished_at = None
-        if self.state.checkpoint_due():  # as the real syncer: at start and right after a restore
-            self._checkpoint()
         sim.emit(
             "syncer",
             ev.SyncerStart,
@@ -87,6 +85,8 @@ class SyncerNode:
             pid=0,
             digests=fragment_digests(self.state.fragment_digests()),
         )
+        if self.state.checkpoint_due():  # as the real syncer: at start and right after a restore, once started
+            self._checkpoint()
         self._eval(final=False)
         self.arm()
 
@@ -331,7 +331,7 @@ class SyncerNode:
                 )
         if self.finalized and st.finished and self._finished_at is None:
             self._finished_at = now
-            self.sim.loop.after(0.2, self._maybe_exit)
+            self.sim.loop.after(EXIT_POLL_S, self._maybe_exit)
         self.arm()
 
     def _wake(self, fragment: int) -> None:
@@ -342,16 +342,16 @@ class SyncerNode:
             self._send_fragment(fragment, w.respond)
 
     def _maybe_exit(self) -> None:
-        """As the real syncer: exit once every learner left, or after 2 × liveness timeout."""
+        """As the real syncer: exit when training is over and the driver says so (syncer_driver.exit_due),
+        writing a last checkpoint as its shutdown does."""
         if not self.up or self.exited:
             return
         st = self.state
         assert st is not None and self._finished_at is not None
-        now = self.sim.loop.now
-        all_left = all(r.left or not r.active(now, st.policy.liveness_timeout_s) for r in st.learners.values())
-        if self.paused or not (all_left or now - self._finished_at > 2 * st.policy.liveness_timeout_s):
-            self.sim.loop.after(0.2, self._maybe_exit)
+        if self.paused or not exit_due(st, self.sim.loop.now, self._finished_at):
+            self.sim.loop.after(EXIT_POLL_S, self._maybe_exit)
             return
+        self._checkpoint()
         self.sim.emit(
             "syncer", ev.SyncerStop, why="finished", versions=list(st.versions), merges_total=st.merges_total
         )

@@ -88,3 +88,26 @@ def next_wake(state: Any, now: float, *, result_fixed: bool) -> float | None:
     if state.budget_reached and not result_fixed:
         return now
     return state.next_deadline(now)
+
+
+EXIT_POLL_S = 0.2  # how often a syncer whose training is over checks whether it may exit
+
+
+def exit_due(state: Any, now: float, over_since: float) -> bool:
+    """Whether a syncer whose result is fixed and whose training is over (``state.finished``, since
+    ``over_since``) exits now: once every learner has left or gone silent — they collected their stop signal —
+    or 2 × the liveness timeout after, not to wait forever for dead ones.
+
+    >>> class Rec:
+    ...     left = False
+    ...     def active(self, now, timeout): return now - 0.0 <= timeout
+    >>> class State:
+    ...     class policy: liveness_timeout_s = 5.0
+    ...     learners = {"a": Rec()}
+    >>> exit_due(State(), 3.0, over_since=2.0), exit_due(State(), 5.5, over_since=2.0), exit_due(State(), 13.0, 2.0)
+    (False, True, True)
+    """
+    timeout = state.policy.liveness_timeout_s
+    if now - over_since > 2 * timeout:
+        return True
+    return all(r.left or not r.active(now, timeout) for r in state.learners.values())
