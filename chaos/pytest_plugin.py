@@ -83,12 +83,13 @@ MARKERS = {
 }
 TOXIPROXY_URL_ENV = "DILOCO_TOXIPROXY_URL"
 
-# Hypothesis profiles for chaos property tests; registered here, loaded only by --hypothesis-profile.
+
 class _ChaosSettings(TypedDict):
     deadline: None
     suppress_health_check: list[HealthCheck]
 
 
+# Hypothesis profiles for chaos property tests; registered here, loaded only by --hypothesis-profile.
 _CHAOS_SETTINGS = _ChaosSettings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
