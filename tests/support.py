@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from faults import procfs
 from trainer.config import RunConfig, build_config
 from trainer.core.algorithm import Algorithm
-from trainer.core.syncer_state import SyncerPolicy
+from trainer.core.syncer_policy import SyncerPolicy
 
 T = TypeVar("T")
 

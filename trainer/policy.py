@@ -7,7 +7,8 @@ from typing import Any
 
 from trainer import events as ev
 from trainer.config import RunConfig
-from trainer.core.syncer_state import MergeRecord, SyncerPolicy
+from trainer.core.syncer_policy import SyncerPolicy
+from trainer.core.syncer_records import MergeRecord
 from trainer.model import EMBEDDING_TENSORS, MODEL_SIZES
 from trainer.training import adamw_spec
 

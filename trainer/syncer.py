@@ -46,7 +46,9 @@ from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
-from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip
+from trainer.core.syncer_policy import restore_version_skip
+from trainer.core.syncer_records import Contribution
+from trainer.core.syncer_state import SyncerState
 from trainer.errors import AddressInUse, ConfigError
 from trainer.policy import merge_fields, policy_from_config
 from trainer.proto import diloco_pb2 as pb

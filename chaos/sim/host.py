@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from trainer.audit_log import AuditWriter
     from trainer.config import RunConfig
     from trainer.core.fragments import Fragment
-    from trainer.core.syncer_state import SyncerPolicy
+    from trainer.core.syncer_policy import SyncerPolicy
 
 Respond = Callable[[Any, int], None]  # (reply, reply bytes)
 

@@ -18,7 +18,9 @@ from trainer.audit_log import fragment_digests
 from trainer.core.audit import digest
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
-from trainer.core.syncer_state import Contribution, SyncerState, restore_version_skip, tensor_specs
+from trainer.core.syncer_policy import restore_version_skip
+from trainer.core.syncer_records import Contribution, tensor_specs
+from trainer.core.syncer_state import SyncerState
 from trainer.policy import merge_fields
 
 

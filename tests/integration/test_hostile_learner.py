@@ -25,7 +25,7 @@ from trainer.admission import RESERVED_WORKERS
 from trainer.client import SyncClient, specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
-from trainer.core.syncer_state import STEP_SLACK
+from trainer.core.syncer_policy import STEP_SLACK
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg

@@ -28,7 +28,8 @@ from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import round_opens
-from trainer.core.syncer_state import Contribution, SyncerState
+from trainer.core.syncer_records import Contribution
+from trainer.core.syncer_state import SyncerState
 
 LEARNERS = ("a", "b", "c")
 PACE = 0.25  # seconds per cluster step; H = 4, so a fragment's rounds are 1 s apart

@@ -58,7 +58,8 @@ from trainer.core.grace import Timing, merge_time
 from trainer.core.merge import fragment_norm
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_driver import Action, Merged, MergeRefused, ResultFixed, tick
-from trainer.core.syncer_state import Contribution, SyncerState
+from trainer.core.syncer_records import Contribution
+from trainer.core.syncer_state import SyncerState
 
 EXAMPLES = int(os.environ.get("SYNCER_MACHINE_EXAMPLES", "200"))
 STEPS = int(os.environ.get("SYNCER_MACHINE_STEPS", "40"))

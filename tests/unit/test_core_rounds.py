@@ -17,7 +17,8 @@ from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import StepClock, cluster_pace, round_at, sync_step
-from trainer.core.syncer_state import Contribution, SyncerState
+from trainer.core.syncer_records import Contribution
+from trainer.core.syncer_state import SyncerState
 
 IDS = ("a", "b", "c")
 

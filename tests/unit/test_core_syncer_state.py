@@ -23,7 +23,9 @@ from tests.support import syncer_policy
 from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_state import STEP_SLACK, Contribution, SyncerState
+from trainer.core.syncer_policy import STEP_SLACK
+from trainer.core.syncer_records import Contribution
+from trainer.core.syncer_state import SyncerState
 
 SIZES = {"w": 4}
 

@@ -9,7 +9,8 @@ from tests.support import syncer_policy
 from trainer.config import build_config
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
-from trainer.core.syncer_state import Contribution, SyncerState
+from trainer.core.syncer_records import Contribution
+from trainer.core.syncer_state import SyncerState
 from trainer.errors import ConfigError
 
 

@@ -28,7 +28,7 @@ from trainer.config import RunConfig
 from trainer.core.fragments import partition_tensors
 from trainer.core.rounds import round_at
 from trainer.core.syncer_driver import EXIT_POLL_S
-from trainer.core.syncer_state import Contribution
+from trainer.core.syncer_records import Contribution
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.syncer import SyncerService

@@ -36,7 +36,7 @@ class Merged:
     """A round merged: its record; a checkpoint is due after it; an eval is due (every ``eval_every`` merges)."""
 
     fragment: int
-    record: Any  # trainer.core.syncer_state.MergeRecord
+    record: Any  # trainer.core.syncer_records.MergeRecord
     checkpoint: bool
     evaluate: bool
 
