@@ -20,6 +20,8 @@ Exit codes (chaos.exit_codes): 0 every check passed; 1 a check failed;
 the run timed out, or it was interrupted (everything is healed and stopped),
 or the reader of stdout went away (``| head``);
 3 no check failed but one could not decide (the report says which and why).
+
+Why one module: the subcommands' parsers and their thin handlers, the one place ``--help`` is written.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ not decide.
 Example:
     result = run_scenario(load_scenario("chaos/scenarios/kill-one-learner.yaml"), RunOptions(Path("runs/k1")))
     print(result.exit_code, [v.status for v in result.verdicts])
+
+Why one module: it is the run's lifecycle in order, a phase a method; what the phases call lives apart
+(:mod:`chaos.backends`, :mod:`chaos.fault_plan`, :mod:`chaos.interpreter`, :mod:`chaos.checkers`, :mod:`chaos.report`).
 """
 
 from __future__ import annotations

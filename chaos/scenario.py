@@ -26,6 +26,8 @@ duration, repeat, fault) plus its kind's own parameters, which its injector
 declares (:mod:`faults.params`); each kind's entry class is built from the
 kind table and the injectors when a scenario is validated, so there is no
 per-kind code here (docs/scenarios-and-checks.md, "Adding a fault kind").
+
+Why one module: it is the scenario file's whole schema, the one place a user's YAML is read against.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ Example:
     >>> a = cfg.algorithm
     >>> (a.min_quorum, a.grace, a.staggered, a.overlap_steps, a.blocking)
     (3, False, False, 0, True)
+
+Why one module: it is the run config's whole schema and its loading (files, ``--set``, error messages).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ Run it:
 
 The shared token comes from ``--token-file`` or the ``DILOCO_TOKEN``
 environment variable; calls without it are refused (UNAUTHENTICATED).
+
+Why one module: it is the process, whole: the gRPC handlers, the threads around the core, ``serve`` and ``main``.
+Every decision in it is the core's (:mod:`trainer.core.syncer_state`, :mod:`trainer.core.syncer_driver`).
 """
 
 from __future__ import annotations

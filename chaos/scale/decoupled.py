@@ -49,6 +49,9 @@ Example:
     [5.0, 10.0, 15.0, 20.0]
     >>> round(float(t.update_tokens.sum()) / t.trained_at(200.0), 2)  # τ = 2 of every H = 10 steps overwritten
     0.78
+
+Why one module: it is one event-driven model (learners, the syncer's rounds, recovery) whose parts share
+one event queue and clock.
 """
 
 from __future__ import annotations

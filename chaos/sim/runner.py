@@ -32,6 +32,9 @@ Example:
     ('pass', [])
     >>> simulate(s).history_json() == r.history_json()      # bit-for-bit replay
     True
+
+Why one module: it is the simulation's host, the one object its nodes call back into (:mod:`chaos.sim.host`):
+the network model, the controller's part and the run's lifecycle.
 """
 
 from __future__ import annotations

@@ -79,6 +79,11 @@ Example (one learner, one fragment, K = 1):
     >>> rec = st.merge(0, now=1.0)
     >>> st.versions, [round(x, 6) for x in st.params["w"].tolist()], rec.round
     ([1], [1.0, 1.0], 0)
+
+Why one module: it is one state machine. Membership, the step clock, the budget, uploads, merging and
+checkpoints read and write the same fields under the shell's one lock, and every refusal must leave all of them
+unchanged; its policy, records and checkpoint metadata live apart (:mod:`trainer.core.syncer_policy`,
+:mod:`trainer.core.syncer_records`, :mod:`trainer.core.checkpoint_meta`).
 """
 
 from __future__ import annotations
