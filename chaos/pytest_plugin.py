@@ -70,6 +70,22 @@ from hypothesis import HealthCheck, settings
 
 from chaos.rotation import night_of, tonight
 
+__all__ = [
+    "ChaosOptions",
+    "MARKERS",
+    "TOXIPROXY_URL_ENV",
+    "chaos_settings",
+    "chaos_examples",
+    "seed_number",
+    "chaos_seed",
+    "chaos_toxiproxy",
+    "chaos_baseline_cache",
+    "chaos_run_dir",
+    "chaos_cluster",
+    "run_chaos",
+    "simulate_chaos",
+]
+
 NIGHTLY, ROTATE = "chaos_nightly", "chaos_rotate"
 MARKERS = {
     "chaos": "whole chaos scenarios on local processes with the real Toxiproxy (minutes)",

@@ -63,6 +63,32 @@ from trainer.config import (
     read_yaml_mapping,
 )
 
+__all__ = [
+    "Scenario",
+    "Checks",
+    "Liveness",
+    "Reintegration",
+    "Parity",
+    "Reference",
+    "Durability",
+    "Safety",
+    "Goodput",
+    "Audit",
+    "Ledger",
+    "RandomSchedule",
+    "RandomTargets",
+    "Repeat",
+    "Targets",
+    "FaultEntry",
+    "entry_classes",
+    "parse_scenario",
+    "load_scenario",
+    "builtin_scenarios",
+    "scenario_with",
+    "resolve",
+    "BUILTIN_DIR",
+]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinite numbers

@@ -38,6 +38,15 @@ from faults.base import SYNCER
 from faults.injectors import INJECTORS, params_of
 from faults.kinds import LOCAL_KINDS, removed_learners, syncer_only
 
+__all__ = [
+    "GeneratedFault",
+    "FaultSchedule",
+    "fault_schedules",
+    "max_down_at_once",
+    "to_scenario",
+    "outer_step_seconds",
+]
+
 
 @dataclass(frozen=True)
 class GeneratedFault:

@@ -32,6 +32,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from trainer.core.algorithm import Algorithm
 from trainer.errors import ConfigError
 
+__all__ = [
+    "RunConfig",
+    "ModelSection",
+    "DataSection",
+    "InnerSection",
+    "SyncerSection",
+    "LearnerSection",
+    "learner_ids",
+    "build_config",
+    "load_config",
+    "parse_overrides",
+    "merge_trees",
+    "format_validation_error",
+    "did_you_mean",
+    "read_yaml_mapping",
+    "parse_yaml_mapping",
+    "add_config_arguments",
+    "config_from_arguments",
+    "MAX_FILE_BYTES",
+    "MAX_DEPTH",
+    "MAX_VALUES",
+    "MAX_TRANSITION_ENTRIES",
+]
+
 
 class _Strict(BaseModel):
     # No NaN or infinity anywhere: a duration, bound or rate of inf/nan is never what a user meant.

@@ -6,13 +6,19 @@ virtual clock in tests, and inside the discrete-event simulator.
 
 Modules, one concept each:
 
-- :mod:`trainer.core.fragments` — balanced tensor fragmentation.
-- :mod:`trainer.core.fragment_schedule` — the staggered fragment schedule (H, τ).
-- :mod:`trainer.core.ema` — exponential moving averages.
-- :mod:`trainer.core.grace` — minimum quorum and the adaptive grace window.
-- :mod:`trainer.core.merge` — token weights and merge rules (mean, RDA).
-- :mod:`trainer.core.outer` — the outer Nesterov optimizer (optax).
-- :mod:`trainer.core.reasons` — why a contribution can be refused.
-- :mod:`trainer.core.syncer_state` — the syncer state machine.
-- :mod:`trainer.core.learner_book` — a learner's per-fragment bookkeeping.
+- the algorithm: :mod:`~trainer.core.algorithm` (its settings, resolved once),
+  :mod:`~trainer.core.fragments` (balanced fragmentation),
+  :mod:`~trainer.core.fragment_schedule` (the staggered schedule: H, τ), :mod:`~trainer.core.rounds` (rounds on
+  the syncer's step clock), :mod:`~trainer.core.grace` (minimum quorum, the adaptive grace window),
+  :mod:`~trainer.core.inflight` (uploads in flight), :mod:`~trainer.core.merge` (token weights, merge rules),
+  :mod:`~trainer.core.outer` (the outer Nesterov step), :mod:`~trainer.core.ema` (moving averages);
+- the syncer: :mod:`~trainer.core.syncer_state` (the state machine), :mod:`~trainer.core.syncer_driver` (its
+  driving loop, once), :mod:`~trainer.core.syncer_policy`, :mod:`~trainer.core.syncer_records`,
+  :mod:`~trainer.core.checkpoint_meta` (what a checkpoint holds), :mod:`~trainer.core.merged_tokens`;
+- a learner: :mod:`~trainer.core.learner_protocol` (its step protocol, once), :mod:`~trainer.core.learner_book`
+  (per-fragment bookkeeping), :mod:`~trainer.core.replies` (reacting to the syncer's answers),
+  :mod:`~trainer.core.step_timer`, :mod:`~trainer.core.header_lag`;
+- trust: :mod:`~trainer.core.claims` (what a learner claims, bounded), :mod:`~trainer.core.reasons` (why
+  something is refused), :mod:`~trainer.core.credentials`, :mod:`~trainer.core.audit` (the merge audit's
+  record), :mod:`~trainer.core.corruption` (the ``corrupt`` fault's payloads).
 """

@@ -42,6 +42,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.grace import QuorumPolicy
 
+__all__ = [
+    "Algorithm",
+    "Mode",
+    "MODES",
+    "AUTO_OVERLAP_FLOOR",
+    "presets",
+]
+
 Mode = Literal["decoupled", "sync-diloco", "data-parallel"]
 MODES: tuple[str, ...] = ("decoupled", "sync-diloco", "data-parallel")
 AUTO_OVERLAP_FLOOR = 2  # overlap_steps: auto never assumes a round trip shorter than the paper's τ

@@ -30,6 +30,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "Action",
+    "Merged",
+    "MergeRefused",
+    "ResultFixed",
+    "SettleOver",
+    "tick",
+    "next_wake",
+    "exit_due",
+    "EXIT_POLL_S",
+]
+
 
 @dataclass(frozen=True)
 class Merged:

@@ -8,6 +8,13 @@ from dataclasses import dataclass
 from trainer.core.algorithm import Algorithm
 from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, progress_scale
 
+__all__ = [
+    "SyncerPolicy",
+    "PLANTED_BUGS",
+    "STEP_SLACK",
+    "restore_version_skip",
+]
+
 
 @dataclass(frozen=True)
 class SyncerPolicy:

@@ -13,6 +13,19 @@ import numpy as np
 from trainer.core.audit import MergeAudit
 from trainer.core.checkpoint_meta import Key
 
+__all__ = [
+    "Tensors",
+    "Specs",
+    "tensor_specs",
+    "LearnerRecord",
+    "Contribution",
+    "Round",
+    "SubmitResult",
+    "Participant",
+    "MergeRecord",
+    "JoinResult",
+]
+
 Tensors = dict[str, np.ndarray]
 Specs = dict[
     str, tuple[tuple[int, ...], str]

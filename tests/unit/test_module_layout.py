@@ -1,4 +1,5 @@
-"""No module in trainer/ or chaos/ runs much past 450 lines unless its docstring says why it is one module."""
+"""How trainer/ and chaos/ read: no module runs much past 450 lines unless its docstring says why it is one module,
+and the core package names every module it holds."""
 
 from __future__ import annotations
 
@@ -33,3 +34,12 @@ def test_a_long_module_without_a_reason_is_named(tmp_path):
     bare.write_text('"""A module."""\n' + long_body)
     explained.write_text(f'"""A module.\n\n{REASON} it is one table.\n"""\n' + long_body)
     assert unexplained([bare, explained]) == [f"{bare}: {LIMIT + 6} lines"]
+
+
+def test_the_core_package_names_every_module_it_holds():
+    """trainer/core/__init__.py is the core's map: a module missing from it is one a reader will not find."""
+    import trainer.core
+
+    doc = trainer.core.__doc__ or ""
+    modules = [p.stem for p in sorted((ROOT / "trainer" / "core").glob("*.py")) if p.stem != "__init__"]
+    assert [m for m in modules if f"trainer.core.{m}`" not in doc] == []
