@@ -30,7 +30,6 @@ from faults.network import (
     toxic_name,
 )
 from faults.toxiproxy import Toxiproxy
-from faults.toxiproxy_server import ToxiproxyServer
 from tests.support import EchoHandler, wait_until
 
 pytestmark = pytest.mark.integration
@@ -117,27 +116,23 @@ class FakeCluster:
 
 @pytest.fixture
 def make_cluster(
-    toxiproxy_server: ToxiproxyServer,
+    toxiproxy: Toxiproxy,
     servers: dict[str, socketserver.ThreadingTCPServer],
     request: pytest.FixtureRequest,
-) -> Iterator[Callable[[str], FakeCluster]]:
-    """``make_cluster("echo")``: two learners whose proxies forward to that server; deleted after the test."""
-    tp = toxiproxy_server.client(timeout_s=5.0)
-    made: list[str] = []
+) -> Callable[[str], FakeCluster]:
+    """``make_cluster("echo")``: two learners whose proxies forward to that server (deleted after the test, with
+    every other proxy on the module's server: the ``toxiproxy`` fixture)."""
 
     def make(upstream: str) -> FakeCluster:
         port = servers[upstream].server_address[1]
         proxies, ports = {}, {}
         for lid in (L0, L1):
             name = f"{request.node.name[:40]}-{lid}"
-            ports[lid] = tp.create_proxy(name, "127.0.0.1:0", f"127.0.0.1:{port}").port
+            ports[lid] = toxiproxy.create_proxy(name, "127.0.0.1:0", f"127.0.0.1:{port}").port
             proxies[lid] = name
-            made.append(name)
-        return FakeCluster(tp, proxies, ports)
+        return FakeCluster(toxiproxy, proxies, ports)
 
-    yield make
-    for name in made:
-        tp.delete_proxy(name)
+    return make
 
 
 def _connect(cluster: FakeCluster, lid: str, timeout_s: float = 2.0) -> socket.socket:

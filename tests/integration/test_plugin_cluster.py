@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from faults import procfs
 from faults.network import Partition
 from tests.support import wait_until
 
@@ -70,3 +71,36 @@ def test_same_server(chaos_toxiproxy):
     )
     monkeypatch.setenv("DILOCO_TOXIPROXY_URL", toxiproxy_server.url)
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_chaos_toxiproxy_starts_one_server_for_the_session_and_stops_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No URL: the plugin's fixture starts one server that every module of the session shares, and stops it when
+    the session ends. (This suite's conftest gives its own tests their module's server instead: this inner session
+    is where the plugin's fixture starts one.)"""
+    monkeypatch.delenv("DILOCO_TOXIPROXY_URL", raising=False)
+    record = pytester.path / "server.json"
+    pytester.makepyfile(
+        test_a=f"""
+import json
+
+from faults.toxiproxy_server import ToxiproxyServer
+
+
+def test_started(chaos_toxiproxy):
+    assert isinstance(chaos_toxiproxy, ToxiproxyServer) and chaos_toxiproxy.running()
+    assert chaos_toxiproxy.client().version()
+    open({str(record)!r}, "w").write(json.dumps({{"url": chaos_toxiproxy.url, "pid": chaos_toxiproxy.pid}}))
+""",
+        test_b=f"""
+import json
+
+
+def test_the_same_server_in_another_module(chaos_toxiproxy):
+    seen = json.loads(open({str(record)!r}).read())
+    assert (chaos_toxiproxy.url, chaos_toxiproxy.pid) == (seen["url"], seen["pid"])
+""",
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    assert not procfs.alive(json.loads(record.read_text())["pid"])

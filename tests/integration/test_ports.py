@@ -8,7 +8,6 @@ import pytest
 
 from chaos.backends.local import LocalBackend
 from faults.base import SYNCER
-from faults.toxiproxy_server import ToxiproxyServer
 from tests.support import tiny_config, wait_until
 from trainer.client import SyncClient
 from trainer.errors import AddressInUse
@@ -51,25 +50,23 @@ def test_a_syncer_started_on_a_taken_port_says_so(tmp_path):
     assert codes["syncer"] == AddressInUse.EXIT_CODE
 
 
-def test_a_restarted_syncer_whose_port_was_taken_moves_and_the_proxies_follow(tmp_path):
-    with ToxiproxyServer(log_path=tmp_path / "toxiproxy.log") as server:
-        tp = server.client()
-        backend = LocalBackend(_cfg(), tmp_path / "run", tp)
-        try:
-            backend.bring_up()
-            first = backend.port
-            assert first > 0 and all(p > 0 for p in backend.proxy_ports.values())
-            backend.procs.kill(SYNCER)
-            with socket.socket() as squatter:
-                # Someone took the port while the syncer was down. (Bound, not listening: one that listens and
-                # never accepts stalls Toxiproxy's dials, and with them its DELETE, past the API timeout.)
-                squatter.bind(("127.0.0.1", first))
-                backend.start(SYNCER)
-                assert backend.port not in (0, first)
-                for lid, port in backend.proxy_ports.items():
-                    assert tp.get_proxy(backend.proxy(lid)).upstream == f"127.0.0.1:{backend.port}"
-                    with SyncClient(f"127.0.0.1:{port}", backend.procs.token, timeout_s=5.0) as via_proxy:
-                        assert wait_until(lambda: via_proxy.status(), 60, f"the syncer through {lid}'s proxy")
-        finally:
-            result = backend.teardown()
+def test_a_restarted_syncer_whose_port_was_taken_moves_and_the_proxies_follow(tmp_path, toxiproxy):
+    backend = LocalBackend(_cfg(), tmp_path / "run", toxiproxy)
+    try:
+        backend.bring_up()
+        first = backend.port
+        assert first > 0 and all(p > 0 for p in backend.proxy_ports.values())
+        backend.procs.kill(SYNCER)
+        with socket.socket() as squatter:
+            # Someone took the port while the syncer was down. (Bound, not listening: one that listens and
+            # never accepts stalls Toxiproxy's dials, and with them its DELETE, past the API timeout.)
+            squatter.bind(("127.0.0.1", first))
+            backend.start(SYNCER)
+            assert backend.port not in (0, first)
+            for lid, port in backend.proxy_ports.items():
+                assert toxiproxy.get_proxy(backend.proxy(lid)).upstream == f"127.0.0.1:{backend.port}"
+                with SyncClient(f"127.0.0.1:{port}", backend.procs.token, timeout_s=5.0) as via_proxy:
+                    assert wait_until(lambda: via_proxy.status(), 60, f"the syncer through {lid}'s proxy")
+    finally:
+        result = backend.teardown()
     assert all(code is not None for code in result.exit_codes.values())

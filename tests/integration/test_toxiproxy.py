@@ -38,14 +38,6 @@ def echo_addr() -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture
-def tp(toxiproxy_server: ToxiproxyServer) -> Iterator[Toxiproxy]:
-    client = toxiproxy_server.client(timeout_s=5.0)
-    yield client
-    for name in client.proxies():  # leave the shared server empty for the next test
-        client.delete_proxy(name)
-
-
 def _roundtrip(port: int, payload: bytes = b"ping") -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=2.0) as s:
         s.sendall(payload)
@@ -62,29 +54,29 @@ def silent_port() -> Iterator[int]:
     s.close()  # pending connections get a reset, which unblocks any client still waiting
 
 
-def test_version(tp: Toxiproxy) -> None:
-    assert re.fullmatch(r"\d+\.\d+\.\d+|git", tp.version())
+def test_version(toxiproxy: Toxiproxy) -> None:
+    assert re.fullmatch(r"\d+\.\d+\.\d+|git", toxiproxy.version())
 
 
-def test_create_get_list_delete_proxy(tp: Toxiproxy, echo_addr: str) -> None:
-    info = tp.create_proxy("c1", "127.0.0.1:0", echo_addr)
+def test_create_get_list_delete_proxy(toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    info = toxiproxy.create_proxy("c1", "127.0.0.1:0", echo_addr)
     assert info.name == "c1" and info.upstream == echo_addr and info.enabled and info.port != 0
-    assert tp.get_proxy("c1") == info
-    assert tp.proxies() == {"c1": info}
+    assert toxiproxy.get_proxy("c1") == info
+    assert toxiproxy.proxies() == {"c1": info}
     assert _roundtrip(info.port) == b"ping"  # it really forwards
 
     with pytest.raises(ToxiproxyApiError, match="proxy already exists") as dup:
-        tp.create_proxy("c1", "127.0.0.1:0", echo_addr)
+        toxiproxy.create_proxy("c1", "127.0.0.1:0", echo_addr)
     assert dup.value.status == 409
 
-    assert tp.delete_proxy("c1") is True
-    assert tp.delete_proxy("c1") is False  # idempotent
+    assert toxiproxy.delete_proxy("c1") is True
+    assert toxiproxy.delete_proxy("c1") is False  # idempotent
     with pytest.raises(ToxiproxyApiError, match="GET /proxies/c1 failed with HTTP 404: proxy not found"):
-        tp.get_proxy("c1")
+        toxiproxy.get_proxy("c1")
 
 
-def test_populate_is_idempotent_and_keeps_live_connections(tp: Toxiproxy, echo_addr: str) -> None:
-    (first,) = tp.populate([ProxySpec("pop", "127.0.0.1:0", echo_addr)])  # the server picks the port
+def test_populate_is_idempotent_and_keeps_live_connections(toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    (first,) = toxiproxy.populate([ProxySpec("pop", "127.0.0.1:0", echo_addr)])  # the server picks the port
     port = first.port
     spec = ProxySpec("pop", f"127.0.0.1:{port}", echo_addr)
     assert first.listen == f"127.0.0.1:{port}" and first.enabled and port > 0
@@ -93,105 +85,107 @@ def test_populate_is_idempotent_and_keeps_live_connections(tp: Toxiproxy, echo_a
         live.sendall(b"a")
         assert live.recv(1) == b"a"
         # Same proxy again, even spelled with a hostname: the server resolves and keeps it (and the connection).
-        assert tp.populate([spec]) == [first]
-        assert tp.populate([ProxySpec("pop", f"localhost:{port}", echo_addr)]) == [first]
+        assert toxiproxy.populate([spec]) == [first]
+        assert toxiproxy.populate([ProxySpec("pop", f"localhost:{port}", echo_addr)]) == [first]
         live.sendall(b"b")
         assert live.recv(1) == b"b"
 
     # The server ignores ``enabled`` for a proxy it keeps; our populate applies it.
-    tp.set_enabled("pop", False)
-    (again,) = tp.populate([spec])
-    assert again.enabled and tp.get_proxy("pop").enabled
+    toxiproxy.set_enabled("pop", False)
+    (again,) = toxiproxy.populate([spec])
+    assert again.enabled and toxiproxy.get_proxy("pop").enabled
 
     # A differing upstream replaces the proxy.
-    (replaced,) = tp.populate([ProxySpec("pop", f"127.0.0.1:{port}", "127.0.0.1:9")])
+    (replaced,) = toxiproxy.populate([ProxySpec("pop", f"127.0.0.1:{port}", "127.0.0.1:9")])
     assert replaced.upstream == "127.0.0.1:9"
 
 
-def test_set_upstream_repoints_a_proxy_on_the_same_port(tp: Toxiproxy, echo_addr: str) -> None:
-    info = tp.create_proxy("up", "127.0.0.1:0", "127.0.0.1:9")
-    tp.add_toxic("up", Toxic("lat", "latency", "downstream", attributes={"latency": 10, "jitter": 0}))
-    moved = tp.set_upstream("up", echo_addr)
+def test_set_upstream_repoints_a_proxy_on_the_same_port(toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    info = toxiproxy.create_proxy("up", "127.0.0.1:0", "127.0.0.1:9")
+    toxiproxy.add_toxic("up", Toxic("lat", "latency", "downstream", attributes={"latency": 10, "jitter": 0}))
+    moved = toxiproxy.set_upstream("up", echo_addr)
     assert moved.upstream == echo_addr and moved.port == info.port and moved.enabled
     assert [(t.name, t.type, t.attributes["latency"]) for t in moved.toxics] == [("lat", "latency", 10)]
     assert _roundtrip(info.port) == b"ping"
-    tp.set_enabled("up", False)  # an active link-down stays down
-    assert tp.set_upstream("up", "127.0.0.1:9").enabled is False
+    toxiproxy.set_enabled("up", False)  # an active link-down stays down
+    assert toxiproxy.set_upstream("up", "127.0.0.1:9").enabled is False
 
 
-def test_reenabling_waits_out_a_port_held_for_a_moment(tp: Toxiproxy, echo_addr: str) -> None:
-    info = tp.create_proxy("hold", "127.0.0.1:0", echo_addr)
-    tp.set_enabled("hold", False)
+def test_reenabling_waits_out_a_port_held_for_a_moment(toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    info = toxiproxy.create_proxy("hold", "127.0.0.1:0", echo_addr)
+    toxiproxy.set_enabled("hold", False)
     squatter = socket.socket()  # e.g. another process probing for a free port
     squatter.bind(("127.0.0.1", info.port))
     squatter.listen(1)
     release = threading.Timer(0.5, squatter.close)
     release.start()
     try:
-        assert tp.set_enabled("hold", True, rebind_s=5.0).enabled
+        assert toxiproxy.set_enabled("hold", True, rebind_s=5.0).enabled
     finally:
         release.cancel()
         squatter.close()
     assert _roundtrip(info.port) == b"ping"
 
 
-def test_set_enabled_uses_patch_and_really_closes_the_listener(tp: Toxiproxy, echo_addr: str) -> None:
-    info = tp.create_proxy("en", "127.0.0.1:0", echo_addr)
-    assert tp.set_enabled("en", False).enabled is False
-    assert tp.set_enabled("en", False).enabled is False  # idempotent
+def test_set_enabled_uses_patch_and_really_closes_the_listener(toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    info = toxiproxy.create_proxy("en", "127.0.0.1:0", echo_addr)
+    assert toxiproxy.set_enabled("en", False).enabled is False
+    assert toxiproxy.set_enabled("en", False).enabled is False  # idempotent
     with pytest.raises(ConnectionRefusedError):
         _roundtrip(info.port)
-    assert tp.set_enabled("en", True).enabled is True
+    assert toxiproxy.set_enabled("en", True).enabled is True
     assert _roundtrip(info.port) == b"ping"
 
 
-def test_toxic_add_update_remove(tp: Toxiproxy, echo_addr: str) -> None:
-    tp.create_proxy("tx", "127.0.0.1:0", echo_addr)
+def test_toxic_add_update_remove(toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    toxiproxy.create_proxy("tx", "127.0.0.1:0", echo_addr)
     lat = Toxic("lat", "latency", "downstream", attributes={"latency": 5})
-    added = tp.add_toxic("tx", lat)
+    added = toxiproxy.add_toxic("tx", lat)
     assert (added.type, added.stream, added.toxicity) == ("latency", "downstream", 1.0)
     assert added.attributes == {"latency": 5, "jitter": 0}  # the server fills in defaults
 
-    assert tp.add_toxic("tx", lat) == added  # duplicate add: idempotent
-    assert tp.toxics("tx") == [added]
+    assert toxiproxy.add_toxic("tx", lat) == added  # duplicate add: idempotent
+    assert toxiproxy.toxics("tx") == [added]
 
-    changed = tp.add_toxic("tx", Toxic("lat", "latency", "downstream", attributes={"latency": 9, "jitter": 2}))
-    assert changed.attributes == {"latency": 9, "jitter": 2} and len(tp.toxics("tx")) == 1
+    changed = toxiproxy.add_toxic(
+        "tx", Toxic("lat", "latency", "downstream", attributes={"latency": 9, "jitter": 2})
+    )
+    assert changed.attributes == {"latency": 9, "jitter": 2} and len(toxiproxy.toxics("tx")) == 1
 
-    patched = tp.update_toxic("tx", "lat", {"latency": 20})
+    patched = toxiproxy.update_toxic("tx", "lat", {"latency": 20})
     assert patched.attributes == {"latency": 20, "jitter": 2}  # PATCH keeps attributes not named
 
-    other = tp.add_toxic("tx", Toxic("lat", "timeout", "upstream", attributes={"timeout": 0}))
-    assert (other.type, other.stream) == ("timeout", "upstream") and tp.toxics("tx") == [other]
+    other = toxiproxy.add_toxic("tx", Toxic("lat", "timeout", "upstream", attributes={"timeout": 0}))
+    assert (other.type, other.stream) == ("timeout", "upstream") and toxiproxy.toxics("tx") == [other]
 
-    assert tp.remove_toxic("tx", "lat") is True
-    assert tp.remove_toxic("tx", "lat") is False  # idempotent
-    assert tp.remove_toxic("no-such-proxy", "lat") is False
-    assert tp.toxics("tx") == []
+    assert toxiproxy.remove_toxic("tx", "lat") is True
+    assert toxiproxy.remove_toxic("tx", "lat") is False  # idempotent
+    assert toxiproxy.remove_toxic("no-such-proxy", "lat") is False
+    assert toxiproxy.toxics("tx") == []
 
 
-def test_server_errors_become_toxiproxy_errors_with_the_server_message(tp: Toxiproxy) -> None:
+def test_server_errors_become_toxiproxy_errors_with_the_server_message(toxiproxy: Toxiproxy) -> None:
     with pytest.raises(ToxiproxyApiError) as err:
-        tp.add_toxic("nope", Toxic("t", "latency", "upstream", attributes={"latency": 1}))
+        toxiproxy.add_toxic("nope", Toxic("t", "latency", "upstream", attributes={"latency": 1}))
     assert err.value.status == 404
     assert "POST /proxies/nope/toxics" in str(err.value) and "proxy not found" in str(err.value)
     assert isinstance(err.value, ToxiproxyError)
 
-    tp.create_proxy("bad", "127.0.0.1:0", "127.0.0.1:9")
+    toxiproxy.create_proxy("bad", "127.0.0.1:0", "127.0.0.1:9")
     with pytest.raises(ToxiproxyApiError, match="invalid toxic type"):
-        tp.add_toxic("bad", Toxic("t", "no_such_toxic", "upstream"))
+        toxiproxy.add_toxic("bad", Toxic("t", "no_such_toxic", "upstream"))
     with pytest.raises(ToxiproxyApiError, match="stream was invalid"):
-        tp.add_toxic("bad", Toxic("t", "latency", "sideways"))
+        toxiproxy.add_toxic("bad", Toxic("t", "latency", "sideways"))
 
 
-def test_a_negative_bandwidth_rate_is_refused_before_it_crashes_the_server(tp: Toxiproxy) -> None:
-    tp.create_proxy("neg", "127.0.0.1:0", "127.0.0.1:9")
+def test_a_negative_bandwidth_rate_is_refused_before_it_crashes_the_server(toxiproxy: Toxiproxy) -> None:
+    toxiproxy.create_proxy("neg", "127.0.0.1:0", "127.0.0.1:9")
     with pytest.raises(ToxiproxyError, match="crashes toxiproxy-server"):
-        tp.add_toxic("neg", Toxic("bw", "bandwidth", "downstream", attributes={"rate": -5}))
-    tp.add_toxic("neg", Toxic("bw", "bandwidth", "downstream", attributes={"rate": 5}))
+        toxiproxy.add_toxic("neg", Toxic("bw", "bandwidth", "downstream", attributes={"rate": -5}))
+    toxiproxy.add_toxic("neg", Toxic("bw", "bandwidth", "downstream", attributes={"rate": 5}))
     with pytest.raises(ToxiproxyError, match="crashes toxiproxy-server"):
-        tp.update_toxic("neg", "bw", {"rate": -1})
-    assert tp.toxics("neg")[0].attributes == {"rate": 5}
+        toxiproxy.update_toxic("neg", "bw", {"rate": -1})
+    assert toxiproxy.toxics("neg")[0].attributes == {"rate": 5}
 
 
 def test_a_server_that_never_answers_times_out(silent_port: int) -> None:
@@ -209,14 +203,14 @@ def test_no_server_fails_fast_and_says_how_to_start_one() -> None:
     assert "not answering" in str(err.value) and "scripts/install-toxiproxy" in str(err.value)
 
 
-def test_reset_removes_every_toxic_and_enables_every_proxy(tp: Toxiproxy, echo_addr: str) -> None:
-    a = tp.create_proxy("ra", "127.0.0.1:0", echo_addr)
-    tp.create_proxy("rb", "127.0.0.1:0", echo_addr)
-    tp.add_toxic("ra", Toxic("cut", "timeout", "upstream", attributes={"timeout": 0}))
-    tp.add_toxic("rb", Toxic("slow", "latency", "downstream", attributes={"latency": 50}))
-    tp.set_enabled("rb", False)
-    tp.reset()
-    assert all(p.enabled and not p.toxics for p in tp.proxies().values())
+def test_reset_removes_every_toxic_and_enables_every_proxy(toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    a = toxiproxy.create_proxy("ra", "127.0.0.1:0", echo_addr)
+    toxiproxy.create_proxy("rb", "127.0.0.1:0", echo_addr)
+    toxiproxy.add_toxic("ra", Toxic("cut", "timeout", "upstream", attributes={"timeout": 0}))
+    toxiproxy.add_toxic("rb", Toxic("slow", "latency", "downstream", attributes={"latency": 50}))
+    toxiproxy.set_enabled("rb", False)
+    toxiproxy.reset()
+    assert all(p.enabled and not p.toxics for p in toxiproxy.proxies().values())
     assert _roundtrip(a.port) == b"ping"
 
 
@@ -293,8 +287,8 @@ def py_client(toxiproxy_server: ToxiproxyServer) -> Iterator[object]:
     APIConsumer.host, APIConsumer.port = saved
 
 
-def test_gap_toxiproxy_python_swallows_a_server_500(py_client, tp: Toxiproxy, echo_addr: str) -> None:
-    port = tp.create_proxy("gap", "127.0.0.1:0", echo_addr).port
+def test_gap_toxiproxy_python_swallows_a_server_500(py_client, toxiproxy: Toxiproxy, echo_addr: str) -> None:
+    port = toxiproxy.create_proxy("gap", "127.0.0.1:0", echo_addr).port
     proxy = py_client.get_proxy("gap")
     proxy.disable()
     with socket.socket() as squatter:  # take the proxy's port while it is down: re-enabling must fail
@@ -302,9 +296,9 @@ def test_gap_toxiproxy_python_swallows_a_server_500(py_client, tp: Toxiproxy, ec
         squatter.listen(1)
         proxy.enable()  # the server answers 500 ... and toxiproxy-python returns normally
         assert proxy.enabled is True  # it even believes the proxy is up
-        assert tp.get_proxy("gap").enabled is False  # the server says otherwise
+        assert toxiproxy.get_proxy("gap").enabled is False  # the server says otherwise
         with pytest.raises(ToxiproxyApiError, match="address already in use") as err:
-            tp.set_enabled("gap", True)  # ours raises, with the server's reason
+            toxiproxy.set_enabled("gap", True)  # ours raises, with the server's reason
         assert err.value.status == 500
 
 
