@@ -293,7 +293,7 @@ class SyncerService(pbg.SyncerServicer):
                     self.clock(),
                 )
                 versions = list(self.state.versions)
-                progress = self._progress_locked()
+                progress = self.state.progress()
                 step, pace = self.state.clock_reading(self.clock())
                 if stop and not was_finished:
                     self.cond.notify_all()
@@ -312,14 +312,9 @@ class SyncerService(pbg.SyncerServicer):
             step_pace_s=pace,
         )
 
-    def _progress_locked(self) -> float:
-        """Fraction of the token budget trained so far: learners decay their inner LR by it."""
-        budget = self.state.policy.token_budget
-        return min(self.state.tokens_total / budget, 1.0) if budget else 0.0
-
     def _progress(self) -> float:
         with self.cond:
-            return self._progress_locked()
+            return self.state.progress()
 
     def Upload(self, request_iterator: Iterator[pb.UploadChunk], context) -> pb.UploadReply:  # noqa: N802, ANN001
         t0 = self.timer()

@@ -144,8 +144,7 @@ class SyncerNode:
 
     def progress(self) -> float:
         assert self.state is not None
-        budget = self.state.policy.token_budget
-        return min(self.state.tokens_total / budget, 1.0) if budget else 0.0
+        return self.state.progress()
 
     def handle_join(self, learner_id: str, incarnation: str, respond: Respond, abort: Callable[[], None]) -> None:
         assert self.state is not None

@@ -303,6 +303,12 @@ class SyncerState:
             self.clock = self.clock.repaced(now, pace)
 
     # ---- reports and budget -------------------------------------------
+    def progress(self) -> float:
+        """The fraction of the token budget trained so far (0 without a budget): learners decay their inner lr
+        by it, and it is in every reply that carries it."""
+        budget = self.policy.token_budget
+        return min(self.tokens_total / budget, 1.0) if budget else 0.0
+
     @property
     def tokens_total(self) -> int:
         return sum(self.tokens_by_incarnation.values())
