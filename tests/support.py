@@ -1,5 +1,5 @@
-"""Helpers for tests: polling with a deadline, a run's processes, free ports, small run configs, a syncer served
-in-process."""
+"""Helpers for tests: polling with a deadline, a run's processes, a fake cluster for fault tests, free ports, small
+run configs, a syncer served in-process."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import socketserver
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from faults import procfs
+from faults.toxiproxy import Toxiproxy
 from trainer.config import RunConfig, build_config
 from trainer.core.algorithm import Algorithm
 from trainer.core.syncer_policy import SyncerPolicy
@@ -37,7 +39,8 @@ def wait_until(pred: Callable[[], T], timeout_s: float, what: str, interval_s: f
 
 
 def run_processes(run_dir: Path) -> dict[int, str]:
-    """The live processes started with ``--run-dir run_dir``, by pid: which unit each is (``--id``, else the syncer).
+    """The live processes started with ``--run-dir run_dir``, by pid: which unit each is (``--id``, else the
+    syncer).
 
     Read from /proc (:mod:`faults.procfs`), not from the run's own records: a learner frozen while it sets up JAX
     has written no LearnerStart yet, and a check that found processes only by their events would not see it.
@@ -63,6 +66,55 @@ def tiny_config(**overrides: object) -> RunConfig:
     """A tiny-model config; ``overrides`` are dotted keys, e.g. ``{"algorithm.num_learners": 1}``."""
     sets = [f"{k}={v}" for k, v in overrides.items()]
     return build_config({"model": {"size": "tiny"}}, "<test>", sets)
+
+
+class _NoToxiproxy:
+    """The ``toxiproxy`` of a :class:`FakeCluster` given none: a fault that uses it fails the test (a process fault
+    must never touch the network side)."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"a fault used toxiproxy.{name} of a cluster that has no network side")
+
+
+@dataclass(eq=False)
+class FakeCluster:
+    """A :class:`faults.base.Cluster` for fault tests: what a test gives it works; any other use fails the test.
+
+    ``client`` (a real Toxiproxy client) with each learner's proxy name in ``proxies`` (and its listen port in
+    ``ports``): network faults. ``sent`` (a list): every signal a fault sends is recorded there. Processes: none
+    here; tests/integration/test_process_faults.py's ProcCluster extends it with real ones.
+    """
+
+    learner_ids: list[str]
+    client: Toxiproxy | None = None
+    proxies: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    sent: list[tuple[str, int]] | None = None
+
+    def learners(self) -> list[str]:
+        return list(self.learner_ids)
+
+    @property
+    def toxiproxy(self) -> Toxiproxy:
+        return self.client if self.client is not None else cast(Toxiproxy, _NoToxiproxy())
+
+    def proxy(self, learner_id: str) -> str:
+        assert learner_id in self.proxies, f"proxy() asked for unknown learner {learner_id!r}"
+        return self.proxies[learner_id]
+
+    def alive(self, unit: str) -> bool:
+        raise AssertionError(f"a fault asked whether {unit} is alive, of a cluster that has no processes")
+
+    def signal(self, unit: str, sig: int) -> bool:
+        assert self.sent is not None, f"a fault sent signal {sig} to {unit}, in a cluster that has no processes"
+        self.sent.append((unit, sig))
+        return True
+
+    def start(self, unit: str, *, corrupt: str | None = None) -> None:
+        raise AssertionError(f"a fault started {unit}, in a cluster that has no processes")
+
+    def stop(self, unit: str, timeout_s: float = 10.0) -> None:
+        raise AssertionError(f"a fault stopped {unit}, in a cluster that has no processes")
 
 
 class EchoHandler(socketserver.BaseRequestHandler):

@@ -1,7 +1,7 @@
 """Every network fault through a real Toxiproxy over real sockets: its effect, and that heal fully undoes it.
 
-A tiny fake cluster (just ``learners()``, ``toxiproxy`` and ``proxy()``) maps two "learners" to two proxies
-in front of small local TCP servers written here: an echo server, a length-prefixed sink that answers
+The tests' fake cluster (:class:`tests.support.FakeCluster`: its network side only) maps two "learners" to two
+proxies in front of small local TCP servers written here: an echo server, a length-prefixed sink that answers
 with the byte count, and a recorder that logs what it receives while it sends ticks on its own.
 """
 
@@ -13,7 +13,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import pytest
 
@@ -30,7 +29,7 @@ from faults.network import (
     toxic_name,
 )
 from faults.toxiproxy import Toxiproxy
-from tests.support import EchoHandler, wait_until
+from tests.support import EchoHandler, FakeCluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -99,21 +98,6 @@ def servers() -> Iterator[dict[str, socketserver.ThreadingTCPServer]]:
 # -- the fake cluster -----------------------------------------------------------------------------------------
 
 
-@dataclass
-class FakeCluster:
-    """Just the network part of the Cluster protocol: learner ids → proxy names on one Toxiproxy."""
-
-    toxiproxy: Toxiproxy
-    proxies: dict[str, str]
-    ports: dict[str, int]
-
-    def learners(self) -> list[str]:
-        return list(self.proxies)
-
-    def proxy(self, learner_id: str) -> str:
-        return self.proxies[learner_id]
-
-
 @pytest.fixture
 def make_cluster(
     toxiproxy: Toxiproxy,
@@ -130,7 +114,7 @@ def make_cluster(
             name = f"{request.node.name[:40]}-{lid}"
             ports[lid] = toxiproxy.create_proxy(name, "127.0.0.1:0", f"127.0.0.1:{port}").port
             proxies[lid] = name
-        return FakeCluster(toxiproxy, proxies, ports)
+        return FakeCluster([L0, L1], client=toxiproxy, proxies=proxies, ports=ports)
 
     return make
 

@@ -25,6 +25,7 @@ from faults import procfs
 from faults.base import SYNCER, Cluster
 from faults.errors import FaultError, TargetError
 from faults.process import Corrupt, GracefulStop, Kill, Pause, Slow, SyncerCrash
+from tests.support import FakeCluster
 
 pytestmark = pytest.mark.integration
 
@@ -63,34 +64,18 @@ def wait_for(pred: Callable[[], T], timeout_s: float, what: str, interval_s: flo
         time.sleep(interval_s)
 
 
-class _NoToxiproxy:
-    """Process faults must never touch the network side."""
-
-    def __getattr__(self, name: str) -> object:
-        raise AssertionError(f"a process fault used toxiproxy.{name}")
-
-
-class ProcCluster:
-    """A :class:`faults.base.Cluster` of real child processes (no training, just a heartbeat file each)."""
+class ProcCluster(FakeCluster):
+    """A :class:`faults.base.Cluster` of real child processes (no training, just a heartbeat file each): the tests'
+    :class:`~tests.support.FakeCluster`, whose network side fails any test that uses it, with real processes."""
 
     def __init__(self, root: Path) -> None:
+        super().__init__(list(LEARNERS), proxies={lid: f"test-{lid}" for lid in LEARNERS})
         self.root = root
         self.procs: dict[str, subprocess.Popen] = {}
         self.spawned: list[tuple[str, subprocess.Popen]] = []
         self._dying: set[int] = set()  # pids sent SIGKILL / SIGTERM
 
-    # ---- faults.base.Cluster ------------------------------------------------
-    def learners(self) -> list[str]:
-        return list(LEARNERS)
-
-    @property
-    def toxiproxy(self) -> _NoToxiproxy:
-        return _NoToxiproxy()
-
-    def proxy(self, learner_id: str) -> str:
-        assert learner_id in LEARNERS, f"proxy() asked for unknown learner {learner_id!r}"
-        return f"test-{learner_id}"
-
+    # ---- faults.base.Cluster: the processes (learners, proxy and toxiproxy: FakeCluster's) ----------------
     def alive(self, unit: str) -> bool:
         self._known(unit)
         p = self.procs.get(unit)

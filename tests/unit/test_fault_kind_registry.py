@@ -27,6 +27,7 @@ from chaos.timeline import fault_family
 from faults.injectors import INJECTORS
 from faults.kinds import CONTAINER_KINDS, FAULT_KINDS, KINDS, LOCAL_KINDS, FaultKind
 from faults.params import FaultParams
+from tests.support import FakeCluster
 from trainer import events as ev
 
 # ---- the three pieces of a kind: the docs' worked example, run ------------------------------------------------
@@ -105,23 +106,10 @@ def test_the_plan_builds_its_injector(registered: None) -> None:
     fault = planned.build()
     assert isinstance(fault, Hiccup) and fault.stall_ms == 20 and planned.params == {"stall_ms": 20}
     assert fault.describe() == "hiccup learner-1: stopped 20 ms of every 100 ms"
-    cluster = SignalLog()
+    cluster = FakeCluster(["learner-0", "learner-1"], sent=[])  # just the signals an injector sends
     assert fault.inject(cluster) == {"slowed": ["learner-1"], "fraction": 0.8}
-    assert fault.heal(cluster) == {"resumed": ["learner-1"]} and cluster.sent[-1] == ("learner-1", signal.SIGCONT)
-
-
-class SignalLog:
-    """Just enough of a cluster for a signal-driven injector: the signals it sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, int]] = []
-
-    def learners(self) -> list[str]:
-        return ["learner-0", "learner-1"]
-
-    def signal(self, unit: str, sig: int) -> bool:
-        self.sent.append((unit, sig))
-        return True
+    assert fault.heal(cluster) == {"resumed": ["learner-1"]}
+    assert cluster.sent and cluster.sent[-1] == ("learner-1", signal.SIGCONT)
 
 
 def test_deterministic_mode_plays_its_effect(registered: None) -> None:
