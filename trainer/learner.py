@@ -4,11 +4,14 @@ In data-parallel mode a step computes the gradient only; it is uploaded as the f
 contribution and the syncer applies one AdamW update to the learners' mean gradient.
 
 The step loop never waits on the network in decoupled mode: uploads,
-long-polling downloads and progress reports run on background threads and
-talk to the loop through queues. The loop applies a received global fragment
-τ steps after its sync started (overwrite, or α-mixing when configured). In
-blocking modes (sync-diloco, data-parallel) the loop waits for the merged
-fragments, as synchronous training does.
+long-polling downloads and progress reports run on background threads. What
+the learner decides — which fragments sync after a step, when a received
+global fragment is applied (τ steps after its sync started; overwrite, or
+α-mixing when configured), what to do with the syncer's replies — is the
+learner's step protocol (:mod:`trainer.core.learner_protocol`, which
+deterministic mode drives too); the loop and the threads share it under one
+lock. In blocking modes (sync-diloco, data-parallel) the loop waits for the
+merged fragments, as synchronous training does.
 
 If the syncer is unreachable the learner keeps stepping, retries, and catches
 up when it is back: a refused stale upload triggers a download of the current
@@ -28,6 +31,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,15 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from trainer import events as ev
-from trainer.client import FragmentValue, SyncClient
+from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core.audit import digest
 from trainer.core.corruption import CORRUPT_MODES, corrupted
-from trainer.core.header_lag import HeaderLags
-from trainer.core.learner_book import LearnerBook, SyncStart
-from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
-from trainer.core.rounds import StepClock, sync_step
-from trainer.core.step_timer import StepTimes, lookahead_s, reported_step_time
+from trainer.core.learner_book import SyncStart
+from trainer.core.learner_protocol import Action, LearnerProtocol, Note, Rejoin, take, upload_arrays
+from trainer.core.replies import UNREACHABLE
+from trainer.core.step_timer import reported_step_time
 from trainer.errors import SyncerUnavailable, TrainerError
 from trainer.proto import diloco_pb2 as pb
 from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
@@ -61,29 +64,20 @@ class _UploadJob:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What is uploaded: the outer gradient Θ(base) − θ (computed here, off the step loop), or the gradient."""
-        if self.base is None:
-            return {n: np.asarray(v) for n, v in self.local.items()}
-        return {n: self.base[n] - np.asarray(v) for n, v in self.local.items()}
+        return upload_arrays({n: np.asarray(v) for n, v in self.local.items()}, self.base)
 
 
 class Comm:
-    """Background communication of one learner incarnation."""
+    """Background communication of one learner incarnation: upload, report and download threads, each taking the
+    protocol's decisions on what came back (:meth:`Learner.act`) and doing the I/O they ask for."""
 
     def __init__(self, learner: Learner, fragments: list[list[str]]) -> None:
         self.l = learner
         self.client = learner.client
         self.fragments = fragments
         self.uploads: queue.Queue[_UploadJob | None] = queue.Queue()
-        self.received: queue.Queue[FragmentValue] = queue.Queue()
-        self.failed: queue.Queue[tuple[int, int]] = queue.Queue()
-        self.stop = threading.Event()  # the learner should stop (budget reached or asked to)
         self.closing = threading.Event()  # threads should exit
-        self._want = [0] * len(fragments)  # fragment -> min version wanted (0: nothing)
-        self._want_cv = threading.Condition()
-        self.need_rejoin = threading.Event()
         self._corrupt_rng = np.random.default_rng(learner.cfg.seed + learner_seed_index(learner.learner_id))
-        self._down_since: float | None = None
-        self._down_lock = threading.Lock()
         self.threads = [self._thread(self._upload_loop, "upload"), self._thread(self._report_loop, "report")]
         self.threads += [self._thread(self._download_loop, f"download-{p}", p) for p in range(len(fragments))]
         for t in self.threads:
@@ -101,24 +95,8 @@ class Comm:
 
         return threading.Thread(target=run, name=name, daemon=True)
 
-    # ---- reachability bookkeeping (for events) --------------------------------
     def _down(self, err: Exception) -> None:
-        with self._down_lock:
-            if self._down_since is None:
-                self._down_since = time.monotonic()
-                self.l.log.emit(ev.Unreachable(error=str(err)[:300]))
-
-    def _up(self) -> None:
-        with self._down_lock:
-            if self._down_since is not None:
-                self.l.log.emit(ev.Reconnected(down_s=time.monotonic() - self._down_since))
-                self._down_since = None
-
-    def want(self, fragment: int, min_version: int) -> None:
-        with self._want_cv:
-            if min_version > self._want[fragment]:
-                self._want[fragment] = min_version
-                self._want_cv.notify_all()
+        self.l.act(self.l.proto.down, time.monotonic(), str(err)[:300])
 
     def close(self) -> None:
         """Ask the threads to exit; queued uploads are dropped (the learner has stopped, they are moot)."""
@@ -129,8 +107,8 @@ class Comm:
         except queue.Empty:
             pass
         self.uploads.put(None)
-        with self._want_cv:
-            self._want_cv.notify_all()
+        with self.l.cv:
+            self.l.cv.notify_all()
 
     def join(self, timeout_s: float) -> list[str]:
         """Wait for the threads to exit; returns the names of any still running.
@@ -155,7 +133,7 @@ class Comm:
             if self.l.corrupt:
                 arrays = corrupted(arrays, self.l.corrupt, self._corrupt_rng)
             nbytes = sum(a.nbytes for a in arrays.values())
-            sent_step = self.l.clock.step_at(time.monotonic())
+            sent_step = self.l.proto.clock.step_at(time.monotonic())
             try:
                 reply = self.client.upload(
                     self.l.learner_id,
@@ -168,97 +146,91 @@ class Comm:
                     s.step,
                     round=s.round,
                 )
-                self._up()
             except (SyncerUnavailable, TrainerError) as err:
-                self._down(err)
-                self.failed.put((s.fragment, s.base_version))
-                self.l.log.emit(
-                    ev.SyncResult(
-                        fragment=s.fragment,
-                        base_version=s.base_version,
-                        round=s.round,
-                        accepted=False,
-                        reason=UNREACHABLE,
-                        seconds=time.monotonic() - t0,
-                        bytes=nbytes,
-                    )
+                seconds = time.monotonic() - t0
+                self.l.act(
+                    self.l.proto.uploaded,
+                    s,
+                    time.monotonic(),
+                    accepted=False,
+                    reason=UNREACHABLE,
+                    seconds=seconds,
+                    nbytes=nbytes,
+                    error=str(err)[:300],
                 )
                 continue
-            self.l.heard_header(sent_step, reply.header_step)
-            self.l.heard_clock(reply.cluster_step, reply.step_pace_s)
-            self.l.log.emit(
-                ev.SyncResult(
-                    fragment=s.fragment,
-                    base_version=s.base_version,
-                    round=s.round,
-                    accepted=reply.accepted,
-                    reason=reply.reason,
-                    seconds=time.monotonic() - t0,
-                    bytes=nbytes,
-                )
+            self.l.act(
+                self.l.proto.uploaded,
+                s,
+                time.monotonic(),
+                accepted=reply.accepted,
+                reason=reply.reason,
+                seconds=time.monotonic() - t0,
+                nbytes=nbytes,
+                current_version=reply.current_version,
+                clock=(reply.cluster_step, reply.step_pace_s),
+                header_step=reply.header_step,
+                sent_step=sent_step,
             )
-            out = upload_outcome(reply.accepted, reply.reason, s.base_version, reply.current_version)
-            if out.failed:
-                self.failed.put((s.fragment, s.base_version))
-            if out.want is not None:
-                self.want(s.fragment, out.want)
-            if out.rejoin:
-                self.need_rejoin.set()
-            if out.stop:
-                self.stop.set()
 
     def _download_loop(self, p: int) -> None:
-        got = -1
+        proto, cv = self.l.proto, self.l.cv
         while not self.closing.is_set():
-            with self._want_cv:
-                while not self.closing.is_set() and self._want[p] <= max(got, self.l.held_version(p)):
-                    self._want_cv.wait(1.0)
-                want = self._want[p]
-            if self.closing.is_set():
+            with cv:
+                while not self.closing.is_set() and proto.fetch_due(p) is None:
+                    cv.wait(1.0)
+                want = proto.fetch_due(p)
+            if self.closing.is_set() or want is None:
                 return
             try:
                 val = self.client.get_fragment(self.l.learner_id, p, want, self.l.cfg.learner.long_poll_s)
-                self._up()
             except (SyncerUnavailable, TrainerError) as err:
                 self._down(err)
                 self.closing.wait(0.5)
                 continue
-            if val.version > max(got, self.l.held_version(p)):
-                got = val.version
-                self.received.put(val)
+            with cv:
+                self.l.act(proto.up, time.monotonic())
+                proto.fetched(p, val.version, val.tensors)
+                cv.notify_all()  # a waiting step loop may apply it
 
     def _report_loop(self) -> None:
         interval = self.l.cfg.learner.report_interval_s
+        proto, cv = self.l.proto, self.l.cv
         while not self.closing.wait(interval):
-            if self.need_rejoin.is_set():
+            with cv:
+                r = proto.report()
+            if isinstance(r, Rejoin):
                 try:
                     self.l.join(fetch_state=False)
-                    self.need_rejoin.clear()
                 except (SyncerUnavailable, TrainerError) as err:
                     self._down(err)
+                    continue
+                with cv:
+                    r = proto.report()
+                if isinstance(r, Rejoin):  # refused again meanwhile: rejoin at the next tick
                     continue
             req = pb.ReportRequest(
                 learner_id=self.l.learner_id,
                 incarnation=self.l.incarnation,
-                step=self.l.step,
-                tokens=self.l.tokens,
-                step_time_s=self.l.step_time_ema,
+                step=r.step,
+                tokens=r.tokens,
+                step_time_s=r.step_time_s,
                 loss=self.l.last_loss,
             )
             try:
                 reply = self.client.report(req)
-                self._up()
             except (SyncerUnavailable, TrainerError) as err:
                 self._down(err)
                 continue
-            self.l.progress = max(self.l.progress, reply.progress)
-            if reply.ok:
-                self.l.heard_clock(reply.cluster_step, reply.step_pace_s)
-            stop, rejoin = report_outcome(reply.ok, reply.stop, reply.reason)
-            if stop:
-                self.stop.set()
-            if rejoin:
-                self.need_rejoin.set()
+            self.l.act(
+                proto.reported,
+                time.monotonic(),
+                ok=reply.ok,
+                stop=reply.stop,
+                reason=reply.reason,
+                progress=reply.progress,
+                clock=(reply.cluster_step, reply.step_pace_s),
+            )
 
 
 class Learner:
@@ -286,20 +258,16 @@ class Learner:
             observers=(metrics.observe,) if metrics is not None else (),
         )
         self.client = SyncClient(syncer, token, timeout_s=cfg.learner.rpc_timeout_s, tls_ca=tls_ca)
-        self.step = 0
-        self.tokens = 0
-        self.step_time_ema = 0.0  # reported, paces the cluster's clock (step_timer.reported_step_time)
-        self.boundaries = StepTimes()  # boundary-to-boundary periods (learner.sync_lookahead: quantile)
-        self.header_lags = HeaderLags()  # how late its uploads' headers were counted (set by the upload thread)
+        # The step protocol (counters, the book, the syncer's clock on this process's monotonic clock, downloads
+        # wanted, rejoin, stop), shared by the step loop and the threads under cv. Its step time is the one
+        # reported, which paces the cluster's clock (step_timer.reported_step_time).
+        self.proto = LearnerProtocol.for_run(cfg.algorithm, cfg.learner, self.setup.tokens_per_step)
+        self.cv = threading.Condition()
         self.last_loss = float("nan")
-        self.progress = 0.0  # the run's global token progress, as last reported by the syncer
-        self.clock = StepClock()  # the syncer's step clock, on this process's monotonic clock (rounds: clock)
         self.incarnation_index = 0
-        self.book: LearnerBook | None = None
         self.params: dict | None = None
         self.base: dict[str, np.ndarray] = {}  # global value of each tensor as last received
         self.fragments: list[list[str]] = []
-        self._held: list[int] = []
         self.log.emit(
             ev.LearnerStart(
                 learner_id=learner_id,
@@ -311,39 +279,25 @@ class Learner:
             )
         )
 
-    def heard_clock(self, cluster_step: float, pace_s: float) -> None:
-        """A reply carried the syncer's step clock: extrapolate from it until the next one (one reference swap)."""
-        self.clock = StepClock.received(time.monotonic(), cluster_step, pace_s)
+    def act(self, decide: Callable[..., Sequence[Action]], *args: Any, **kw: Any) -> None:
+        """Take one of the protocol's decisions under its lock, emit its events in order, and wake the threads that
+        wait on the protocol (a download thread on a Fetch, the step loop on a Halt)."""
+        with self.cv:
+            for a in decide(*args, **kw):
+                if isinstance(a, Note):
+                    self._emit(a)
+            self.cv.notify_all()
 
-    def lookahead_s(self) -> float:
-        """How far ahead this learner looks for its next step boundary (:mod:`trainer.core.step_timer`), and for
-        its upload's header to be counted (:mod:`trainer.core.header_lag`)."""
-        return (
-            lookahead_s(
-                self.cfg.learner.sync_lookahead, self.boundaries, self.cfg.algorithm.sync_every, self.step_time_ema
-            )
-            + self.lag_margin() * self.clock.pace_s
-        )
-
-    def lag_margin(self) -> float:
-        """How many cluster steps ahead of an opening this learner aims its upload's header."""
-        return self.header_lags.margin(self.cfg.learner.sync_lookahead, self.cfg.algorithm.sync_every)
-
-    def heard_header(self, sent_step: float, header_step: float) -> None:
-        """An UploadReply said when its header arrived on the syncer's clock; ``sent_step`` was this learner's
-        reading when the upload left (both 0 while the clock is idle: nothing to learn)."""
-        self.header_lags = self.header_lags.heard(sent_step, header_step)
-
-    def held_version(self, p: int) -> int:
-        return self._held[p] if p < len(self._held) else -1
+    def _emit(self, note: Note) -> None:
+        self.log.emit(note.kind(**note.fields))
 
     def join(self, fetch_state: bool) -> None:
         reply = self.client.join(self.learner_id, self.incarnation, self.cfg.config_hash())
         if not reply.ok:
             raise TrainerError(f"syncer refused Join: {reply.reason}: {reply.detail}")
         self.incarnation_index = reply.incarnation_index
-        self.progress = max(self.progress, reply.progress)
-        self.heard_clock(reply.cluster_step, reply.step_pace_s)
+        with self.cv:
+            self.proto.joined(time.monotonic(), reply.progress, (reply.cluster_step, reply.step_pace_s))
         self.fragments = [list(f.tensors) for f in sorted(reply.fragments, key=lambda f: f.fragment)]
         self.log.emit(
             ev.LearnerJoin(
@@ -359,15 +313,8 @@ class Learner:
             self.base = {n: t for v in values for n, t in v.tensors.items()}
             self.params = {n: jnp.asarray(t) for n, t in self.base.items()}
             versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]
-            a = self.cfg.algorithm
-            self.book = LearnerBook(
-                a.fragment_schedule(),
-                versions,
-                blocking=a.blocking,
-                clocked=a.clocked,
-                start_step=self.clock.step_at(time.monotonic()),
-            )
-            self._held = self.book.held
+            with self.cv:
+                self.proto.start(versions, time.monotonic())
             self.log.emit(
                 ev.StateFetch(
                     versions=versions,
@@ -379,34 +326,22 @@ class Learner:
                 )
             )
 
-    def _apply(self, fragment: int, version: int, tensors: dict[str, np.ndarray]) -> None:
+    def _apply_ready(self, wait_s: float = 0.0) -> None:
+        """Apply the merged fragments the protocol has ready (waiting up to ``wait_s`` for one if none is)."""
+        with self.cv:
+            ready = self.proto.ready()
+            if not ready and wait_s > 0:
+                self.cv.wait(wait_s)
+                ready = self.proto.ready()
         alpha = self.cfg.algorithm.mix_alpha
         assert self.params is not None
-        for n, t in tensors.items():
-            self.base[n] = t
-            g = jnp.asarray(t)
-            self.params[n] = g if alpha is None else alpha * self.params[n] + (1 - alpha) * g
-        held = self.params if alpha is None else self.base  # what must now be the syncer's bits (merge audit)
-        self.log.emit(
-            ev.Apply(
-                fragment=fragment, version=version, step=self.step, digest=digest({n: held[n] for n in tensors})
-            )
-        )
+        for p, version, tensors in ready:
+            held = take(self.params, self.base, tensors, alpha, jnp.asarray)
+            self.log.emit(ev.Apply(fragment=p, version=version, step=self.proto.step, digest=digest(held)))
 
-    def _drain(self, comm: Comm, block_s: float = 0.0) -> None:
-        assert self.book is not None
-        while not comm.failed.empty():
-            self.book.sync_failed(*comm.failed.get_nowait())
-        try:
-            val = comm.received.get(timeout=block_s) if block_s > 0 else comm.received.get_nowait()
-            self.book.offer(val.fragment, val.version, val.tensors)
-            while True:
-                val = comm.received.get_nowait()
-                self.book.offer(val.fragment, val.version, val.tensors)
-        except queue.Empty:
-            pass
-        for p, version, tensors in self.book.ready(self.step):
-            self._apply(p, version, tensors)
+    def _waiting(self, stop_flag: threading.Event) -> bool:
+        with self.cv:
+            return self.proto.waiting() and not stop_flag.is_set()
 
     def _start_together(self, train_step: Any, opt_state: Any, stop_flag: threading.Event) -> None:
         """Compile, then wait until every learner has joined (or ``start_together_s`` passed).
@@ -445,7 +380,8 @@ class Learner:
                 self.log.emit(ev.Unreachable(error=str(err)[:300]))
                 if stop_flag.wait(1.0):
                     return "signal"
-        assert self.params is not None and self.book is not None
+        proto = self.proto
+        assert self.params is not None and proto.book is not None
         comm = Comm(self, self.fragments)
         # Data-parallel: the learner computes the gradient and the syncer applies the one AdamW update
         # (trainer.core.outer), so the learner holds no optimizer state and its parameters only change on receipt.
@@ -456,16 +392,14 @@ class Learner:
         batches = self.setup.batches(self.learner_id, self.incarnation_index)
         if self.incarnation_index == 0 and self.cfg.learner.start_together_s > 0:
             self._start_together(train_step, opt_state, stop_flag)
-        per_step = self.setup.tokens_per_step
         every = self.cfg.learner.step_event_every
         delay = self.cfg.learner.step_delay_for(self.learner_id)
-        blocked = 0.0
         boundary_at: float | None = None  # the previous step boundary (perf_counter) and the wait since it
         waited = 0.0
         why = "finished"
         try:
             while True:
-                if comm.stop.is_set():
+                if proto.stop:
                     break
                 if stop_flag.is_set():
                     why = "signal"
@@ -475,66 +409,43 @@ class Learner:
                 if data_parallel:
                     loss, grads = grad_step(self.params, batch)
                 else:
-                    scale = lr_scale(self.cfg.inner, self.progress)
+                    scale = lr_scale(self.cfg.inner, proto.progress)
                     self.params, opt_state, loss = train_step(self.params, opt_state, batch, scale)
                 if delay:
                     time.sleep(delay)  # an emulated accelerator: JAX computes inside the sleep
                 # Wait for the step itself: the step boundary is when the syncer's clock is compared with the round
                 # schedule, and the step time sets the cluster's pace; async dispatch would run ahead of both.
                 jax.block_until_ready(loss)
-                self.step += 1
-                self.tokens += per_step
-                if self.step % every == 0 or self.step == 1:
+                step = proto.step + 1  # the step just taken
+                if step % every == 0 or step == 1:
                     self.last_loss = float(loss)
                 now_b = time.perf_counter()  # this step boundary
-                if self.step == 2:  # step 1 includes JIT compilation: not a step time
-                    self.step_time_ema = now_b - t0
-                elif boundary_at is not None and self.step > 2:
+                step_time, period = proto.step_time_s, None
+                if step == 2:  # step 1 includes JIT compilation: not a step time
+                    step_time = now_b - t0
+                elif boundary_at is not None and step > 2:
                     period = now_b - boundary_at - waited
-                    self.step_time_ema = reported_step_time(self.step_time_ema, period)
-                    self.boundaries = self.boundaries.update(period)
+                    step_time = reported_step_time(step_time, period)
                 boundary_at, waited = now_b, 0.0
-                now_m, ahead = time.monotonic(), self.lookahead_s()
-                for s in self.book.on_step(self.step, per_step, sync_step(self.clock, now_m, ahead)):
-                    names = self.fragments[s.fragment]
-                    self.log.emit(
-                        ev.SyncStartEvent(
-                            fragment=s.fragment,
-                            base_version=s.base_version,
-                            c_steps=s.c_steps,
-                            c_tokens=s.c_tokens,
-                            step=s.step,
-                            round=s.round,
-                            clock_step=self.clock.step_at(now_m),
-                            lookahead_s=ahead,
-                            lag_margin_steps=self.lag_margin(),
-                            base_digest=digest({n: self.base[n] for n in names}),
-                        )
-                    )
+                with self.cv:
+                    started = proto.stepped(time.monotonic(), step_time_s=step_time, period=period)
+                for u in started:
+                    names = self.fragments[u.start.fragment]
+                    self._emit(u.note(digest({n: self.base[n] for n in names})))
                     if data_parallel:
-                        comm.uploads.put(_UploadJob(s, {n: grads[n] for n in names}, None))
+                        comm.uploads.put(_UploadJob(u.start, {n: grads[n] for n in names}, None))
                     else:
-                        comm.uploads.put(
-                            _UploadJob(s, {n: self.params[n] for n in names}, {n: self.base[n] for n in names})
-                        )
-                self._drain(comm)
+                        local, base = {n: self.params[n] for n in names}, {n: self.base[n] for n in names}
+                        comm.uploads.put(_UploadJob(u.start, local, base))
+                self._apply_ready()
                 tb = time.perf_counter()
-                while self.book.waiting_for(self.step) and not comm.stop.is_set() and not stop_flag.is_set():
-                    self._drain(comm, block_s=0.05)
+                while self._waiting(stop_flag):
+                    self._apply_ready(wait_s=0.05)
                 waited = time.perf_counter() - tb
-                blocked += waited
-                if self.step % every == 0:
-                    self.log.emit(
-                        ev.Step(
-                            step=self.step,
-                            loss=self.last_loss,
-                            tokens=self.tokens,
-                            step_time_s=self.step_time_ema,
-                            blocked_s=blocked,
-                            data=ev.DataPosition(stream=batches.stream, batches=batches.drawn),
-                        )
-                    )
-                    blocked = 0.0
+                proto.waited(waited)
+                if proto.summary_due:
+                    data = ev.DataPosition(stream=batches.stream, batches=batches.drawn)
+                    self._emit(proto.summary(self.last_loss, proto.step_time_s, data))
         finally:
             comm.close()
             try:
@@ -543,7 +454,7 @@ class Learner:
                 pass
             self.client.close()  # cancels the long polls and any upload still in flight
             running = comm.join(timeout_s=10.0)
-            self.log.emit(ev.LearnerStop(why=why, step=self.step, tokens=self.tokens))
+            self._emit(proto.stopped(why))
             if running:
                 print(f"warning: threads still running at exit: {', '.join(running)}", file=sys.stderr)
             self.log.close()

@@ -1,13 +1,13 @@
-"""The simulated learner: :class:`~trainer.core.learner_book.LearnerBook` and
-:func:`~trainer.core.replies.upload_outcome` driven by the event loop exactly as the learner process drives them —
-one upload at a time, a long poll per fragment, periodic reports, rejoin, stop. Only the inner step is a surrogate
-(:mod:`chaos.sim.problem`) and only time is virtual.
+"""The simulated learner: :class:`~trainer.core.learner_protocol.LearnerProtocol`, the learner's step protocol,
+driven by the event loop exactly as the learner process drives it — one upload at a time, a long poll per
+fragment, periodic reports, rejoin, stop. Only the inner step is a surrogate (:mod:`chaos.sim.problem`) and only
+time is virtual.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +17,13 @@ from chaos.sim.host import SMALL_MESSAGE, Respond, SimHost
 from trainer import events as ev
 from trainer.core.audit import digest
 from trainer.core.corruption import corrupted
-from trainer.core.header_lag import HeaderLags
-from trainer.core.learner_book import LearnerBook, SyncStart
-from trainer.core.replies import UNREACHABLE, report_outcome, upload_outcome
-from trainer.core.rounds import StepClock, sync_step
-from trainer.core.step_timer import StepTimes, lookahead_s
-from trainer.core.syncer_state import Contribution
+from trainer.core.learner_book import SyncStart
+from trainer.core.learner_protocol import Action, Fetch, LearnerProtocol, Note, Rejoin, take, upload_arrays
+from trainer.core.replies import UNREACHABLE
+from trainer.core.syncer_records import Contribution
 from trainer.training import lr_scale
+
+NO_REPLY = "simulated: no reply before the RPC deadline"  # a simulated call's error: it only ever times out
 
 
 @dataclass
@@ -51,39 +51,45 @@ class LearnerNode:
 
     def _reset(self) -> None:
         cfg = self.sim.cfg
-        n = cfg.algorithm.num_fragments
-        self.book: LearnerBook | None = None
+        # The protocol (counters, book, clock as heard, downloads wanted, rejoin, stop) on virtual time; it
+        # reports and looks ahead by this learner's nominal step time.
+        self.proto = LearnerProtocol.for_run(
+            cfg.algorithm, cfg.learner, self.sim.tokens_per_step, step_time_s=self.nominal_step_time()
+        )
         self.params: dict[str, np.ndarray] = {}
         self.base: dict[str, np.ndarray] = {}
-        self.step = 0
-        self.tokens = 0
-        self.progress = 0.0
-        self.clock = StepClock()  # the syncer's step clock as last heard, on virtual time
         self.incarnation_index = 0
         self.drawn = 0
-        self.want = [0] * n
-        self.got = [-1] * n
-        self.fetching = [False] * n
+        self.fetching = [False] * cfg.algorithm.num_fragments
         self.uploads: deque[_Job] = deque()
         self.uploading = False
-        self.need_rejoin = False
-        self.stop_requested = False
         self.waiting_since: float | None = None
-        self.blocked_s = 0.0
-        self.boundaries = StepTimes()  # as the trainer's learner: how far ahead to look when it syncs
-        self.header_lags = HeaderLags()  # ... and how late its uploads' headers were counted
         self.stepping_s = 0.0  # the duration of the step under way
         self.step_pending = False
-        self.down_since: float | None = None
         self.timers: list[Any] = []
         self._deferred = []
+
+    @property
+    def step(self) -> int:
+        return self.proto.step
+
+    @property
+    def tokens(self) -> int:
+        return self.proto.tokens
 
     # ---- plumbing -----------------------------------------------------------------
     def emit(self, kind: type, **fields: Any) -> None:
         self.sim.emit(self.lid, kind, **fields)
 
-    def _heard_clock(self, reading: tuple[float, float]) -> None:
-        self.clock = StepClock.received(self.sim.loop.now, *reading)
+    def _act(self, actions: Iterable[Action]) -> None:
+        """Carry out the protocol's actions, in order: emit, long-poll, or end a wait the syncer's stop ends."""
+        for a in actions:
+            if isinstance(a, Note):
+                self.emit(a.kind, **a.fields)
+            elif isinstance(a, Fetch):
+                self._fetch(a.fragment)
+            else:  # Halt
+                self._maybe_unblock()
 
     def deliver(self, incarnation: str, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn`` if this incarnation still lives; a paused process handles it on resume."""
@@ -111,14 +117,10 @@ class LearnerNode:
         self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header)
 
     def _down(self) -> None:
-        if self.down_since is None:
-            self.down_since = self.sim.loop.now
-            self.emit(ev.Unreachable, error="simulated: no reply before the RPC deadline")
+        self._act(self.proto.down(self.sim.loop.now, NO_REPLY))
 
     def _up(self) -> None:
-        if self.down_since is not None:
-            self.emit(ev.Reconnected, down_s=self.sim.loop.now - self.down_since)
-            self.down_since = None
+        self._act(self.proto.up(self.sim.loop.now))
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self, corrupt: str = "") -> None:
@@ -165,7 +167,7 @@ class LearnerNode:
         self.rpc(
             SMALL_MESSAGE, lambda r, a: syncer.handle_leave(lid, inc, why, r, a), lambda _: None, lambda: None
         )
-        self.emit(ev.LearnerStop, why=why, step=self.step, tokens=self.tokens)
+        self._act([self.proto.stopped(why)])
         self.kill()
         self.exited = True
 
@@ -187,17 +189,13 @@ class LearnerNode:
     def _joined(self, reply: tuple, fetch_state: bool) -> None:
         ok, reason, res, progress = reply
         if not ok:
-            self.emit(
-                ev.LearnerStop, why=f"error: syncer refused Join: {reason}", step=self.step, tokens=self.tokens
-            )
+            self._act([self.proto.stopped(f"error: syncer refused Join: {reason}")])
             self.kill()
             self.exited = True
             return
         self._up()
-        self.need_rejoin = False
         self.incarnation_index = res.incarnation_index
-        self.progress = max(self.progress, progress)
-        self._heard_clock(res.clock)
+        self.proto.joined(self.sim.loop.now, progress, res.clock)
         self.emit(
             ev.LearnerJoin,
             learner_incarnation=self.incarnation,
@@ -216,17 +214,10 @@ class LearnerNode:
             )
 
     def _got_state(self, values: list[tuple[int, dict[str, np.ndarray]]], t0: float) -> None:
-        a = self.sim.cfg.algorithm
         self.base = {n: t for _, tensors in values for n, t in tensors.items()}
         self.params = {n: t.copy() for n, t in self.base.items()}
         versions = [v for v, _ in values]
-        self.book = LearnerBook(
-            a.fragment_schedule(),
-            versions,
-            blocking=a.blocking,
-            clocked=a.clocked,
-            start_step=self.clock.step_at(self.sim.loop.now),
-        )
+        self.proto.start(versions, self.sim.loop.now)
         self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])  # its "data"
         self.drawn = 0
         self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
@@ -264,86 +255,52 @@ class LearnerNode:
         if self.paused:
             self.step_pending = True
             return
-        if self.stop_requested:
+        proto, cfg = self.proto, self.sim.cfg
+        if proto.stop:
             self._shutdown("finished")
             return
-        book = self.book
-        assert book is not None
-        cfg = self.sim.cfg
         grads = None
         if cfg.algorithm.mode == "data-parallel":  # as the trainer: upload the gradient, the syncer runs AdamW
             grads = self.sim.problem.gradient(self.params, self.index, self.rng)
         else:
-            lr = self.sim.opts.inner_lr * lr_scale(cfg.inner, self.progress)
+            lr = self.sim.opts.inner_lr * lr_scale(cfg.inner, proto.progress)
             self.params = self.sim.problem.sgd_step(self.params, self.index, lr, self.rng)
         self.drawn += 1
-        self.step += 1
-        per = self.sim.tokens_per_step
-        self.tokens += per
-        self.boundaries = self.boundaries.update(self.stepping_s)
-        rule, h = cfg.learner.sync_lookahead, cfg.algorithm.sync_every
-        margin = self.header_lags.margin(rule, h)
-        ahead = lookahead_s(rule, self.boundaries, h, self.nominal_step_time()) + margin * self.clock.pace_s
-        for s in book.on_step(self.step, per, sync_step(self.clock, self.sim.loop.now, ahead)):
-            names = self.sim.fragment_names[s.fragment]
-            self.emit(
-                ev.SyncStartEvent,
-                fragment=s.fragment,
-                base_version=s.base_version,
-                c_steps=s.c_steps,
-                c_tokens=s.c_tokens,
-                step=s.step,
-                round=s.round,
-                clock_step=self.clock.step_at(self.sim.loop.now),
-                lookahead_s=ahead,
-                lag_margin_steps=margin,
-                base_digest=digest({n: self.base[n] for n in names}),
-            )
-            arrays = {n: grads[n] if grads is not None else self.base[n] - self.params[n] for n in names}
+        for u in proto.stepped(self.sim.loop.now, period=self.stepping_s):
+            names = self.sim.fragment_names[u.start.fragment]
+            self._act([u.note(digest({n: self.base[n] for n in names}))])
+            local = self.params if grads is None else grads
+            arrays = upload_arrays({n: local[n] for n in names}, self.base if grads is None else None)
             if self.corrupt:
                 arrays = corrupted(arrays, self.corrupt, self.corrupt_rng)
-            self.uploads.append(_Job(s, arrays))
+            self.uploads.append(_Job(u.start, arrays))
         self._pump_uploads()
         self._apply_ready()
-        if self.step % cfg.learner.step_event_every == 0:
-            self.emit(
-                ev.Step,
-                step=self.step,
-                loss=self.sim.problem.loss(self.params),
-                tokens=self.tokens,
-                step_time_s=self.step_time(),
-                blocked_s=self.blocked_s,
-                data=ev.DataPosition(stream=self.data_stream, batches=self.drawn),
-            )
-            self.blocked_s = 0.0
-        if book.waiting_for(self.step):
+        if proto.summary_due:
+            data = ev.DataPosition(stream=self.data_stream, batches=self.drawn)
+            self._act([proto.summary(self.sim.problem.loss(self.params), self.step_time(), data)])
+        if proto.waiting():
             self.waiting_since = self.sim.loop.now  # blocking modes: wait for the merged fragments
             return
         self._schedule_step()
 
     def _apply_ready(self) -> None:
-        assert self.book is not None
         alpha = self.sim.cfg.algorithm.mix_alpha
-        for p, version, tensors in self.book.ready(self.step):
-            for n, t in tensors.items():
-                self.base[n] = t
-                self.params[n] = t.copy() if alpha is None else (alpha * self.params[n] + (1 - alpha) * t)
-            held = self.params if alpha is None else self.base  # what must now be the syncer's bits (merge audit)
-            self.emit(
-                ev.Apply, fragment=p, version=version, step=self.step, digest=digest({n: held[n] for n in tensors})
-            )
+        for p, version, tensors in self.proto.ready():
+            held = take(self.params, self.base, tensors, alpha, lambda t: t.copy())
+            self.emit(ev.Apply, fragment=p, version=version, step=self.step, digest=digest(held))
 
     def _maybe_unblock(self) -> None:
         """Something arrived: a blocked step loop may go on."""
-        if self.waiting_since is None or self.book is None:
+        if self.waiting_since is None or self.proto.book is None:
             return
-        if self.stop_requested:
+        if self.proto.stop:
             self.waiting_since = None
             self._shutdown("finished")
             return
         self._apply_ready()
-        if not self.book.waiting_for(self.step):
-            self.blocked_s += self.sim.loop.now - self.waiting_since
+        if not self.proto.waiting():
+            self.proto.waited(self.sim.loop.now - self.waiting_since)
             self.waiting_since = None
             self._schedule_step()
 
@@ -356,7 +313,7 @@ class LearnerNode:
         s, syncer = job.start, self.sim.syncer
         nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[s.fragment])
         t0 = self.sim.loop.now
-        sent_step = self.clock.step_at(t0)
+        sent_step = self.proto.clock.step_at(t0)
         c = Contribution(
             self.lid,
             self.incarnation,
@@ -389,45 +346,33 @@ class LearnerNode:
         header_step: float,
     ) -> None:
         self.uploading = False
-        self.header_lags = self.header_lags.heard(sent_step, header_step)  # as the trainer's learner
-        if reason == UNREACHABLE:
-            self._down()
-        else:
-            self._up()
-        if clock is not None:
-            self._heard_clock(clock)
-        self.emit(
-            ev.SyncResult,
-            fragment=s.fragment,
-            base_version=s.base_version,
-            round=s.round,
-            accepted=accepted,
-            reason=reason,
-            seconds=self.sim.loop.now - t0,
-            bytes=nbytes,
+        now = self.sim.loop.now
+        self._act(
+            self.proto.uploaded(
+                s,
+                now,
+                accepted=accepted,
+                reason=reason,
+                seconds=now - t0,
+                nbytes=nbytes,
+                current_version=current,
+                clock=clock,
+                header_step=header_step,
+                sent_step=sent_step,
+                error=NO_REPLY,
+            )
         )
-        out = upload_outcome(accepted, reason, s.base_version, current)
-        assert self.book is not None
-        if out.failed:
-            self.book.sync_failed(s.fragment, s.base_version)
-        if out.want is not None and out.want > self.want[s.fragment]:
-            self.want[s.fragment] = out.want
-            self._fetch(s.fragment)
-        if out.rejoin:
-            self.need_rejoin = True
-        if out.stop:
-            self.stop_requested = True
         self._maybe_unblock()
         if self.alive:
             self._pump_uploads()
 
     # ---- downloads (a long poll per fragment) -----------------------------------------
     def _fetch(self, p: int) -> None:
-        assert self.book is not None
-        if self.fetching[p] or self.want[p] <= max(self.got[p], self.book.held[p]):
+        want = self.proto.fetch_due(p)
+        if self.fetching[p] or want is None:
             return
         self.fetching[p] = True
-        syncer, want = self.sim.syncer, self.want[p]
+        syncer = self.sim.syncer
         self.rpc(
             SMALL_MESSAGE,
             lambda r, a: syncer.handle_fragment(p, want, r, a),
@@ -436,12 +381,9 @@ class LearnerNode:
         )
 
     def _fetched(self, p: int, version: int, tensors: dict[str, np.ndarray]) -> None:
-        assert self.book is not None
         self._up()
         self.fetching[p] = False
-        if version > max(self.got[p], self.book.held[p]):
-            self.got[p] = version
-            self.book.offer(p, version, tensors)
+        if self.proto.fetched(p, version, tensors):
             self._maybe_unblock()
         if self.alive:
             self._fetch(p)
@@ -454,26 +396,19 @@ class LearnerNode:
     # ---- progress reports ---------------------------------------------------------------
     def _report_tick(self) -> None:
         self.later(self.sim.cfg.learner.report_interval_s, self._report_tick)
-        if self.need_rejoin:
+        r = self.proto.report()
+        if isinstance(r, Rejoin):
             self._join(fetch_state=False)
             return
         syncer, lid, inc = self.sim.syncer, self.lid, self.incarnation
-        step, tokens, st = self.step, self.tokens, self.nominal_step_time()
         self.rpc(
             SMALL_MESSAGE,
-            lambda r, a: syncer.handle_report(lid, inc, step, tokens, st, r, a),
+            lambda reply, a: syncer.handle_report(lid, inc, r.step, r.tokens, r.step_time_s, reply, a),
             lambda reply: self._reported(*reply),
             self._down,
         )
 
     def _reported(self, ok: bool, stop: bool, reason: str, progress: float, clock: tuple[float, float]) -> None:
-        self._up()
-        self.progress = max(self.progress, progress)
-        if ok:
-            self._heard_clock(clock)
-        stop_now, rejoin = report_outcome(ok, stop, reason)
-        if stop_now:
-            self.stop_requested = True
-            self._maybe_unblock()
-        if rejoin:
-            self.need_rejoin = True
+        self._act(
+            self.proto.reported(self.sim.loop.now, ok=ok, stop=stop, reason=reason, progress=progress, clock=clock)
+        )
