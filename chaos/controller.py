@@ -51,7 +51,6 @@ from chaos.fault_metrics import FaultMetrics
 from chaos.fault_plan import Planned, plan
 from chaos.history import (
     EventTail,
-    FaultOp,
     History,
     NotRun,
     NotRunPhase,
@@ -62,7 +61,7 @@ from chaos.history import (
     Teardown,
     TeardownPhase,
 )
-from chaos.interpreter import Heal, Inject, PlanInterpreter
+from chaos.interpreter import Heal, Inject, PlanInterpreter, carry_out
 from chaos.run_report import Band, Baseline
 from chaos.scenario import Scenario
 from chaos.watchdog import FIRST_MERGE_S, POLL_S, Progress, stalled
@@ -78,6 +77,7 @@ from trainer.metrics import RunMetrics, summarize_run
 from trainer.telemetry import MetricsServer, announce
 
 DEFAULT_CACHE = Path(".cache/diloco-chaos/baselines")
+STEP_ERRORS = (FaultError, TrainerError, ChaosError)  # a fault step that raises one of these is recorded as failed
 
 
 BackendFactory = Callable[[RunConfig, Path, Toxiproxy, str], Backend]
@@ -187,54 +187,38 @@ class _Execution:
         if self.opts.progress:
             self.opts.progress(f"[{self.label}] {msg}")
 
-    # ---- fault steps, each recorded as invoke then ok / fail -----------------------
-    def _record(
-        self, p: Planned, fault: Fault, action: str, outcome: str, evidence: dict | None = None, error: str = ""
-    ) -> None:
-        self.recorder.add(
-            FaultOp(
-                fault_id=p.fault_id,
-                fault_kind=p.kind,
-                action=action,
-                outcome=outcome,
-                targets=list(p.targets),
-                params=p.params,
-                evidence=evidence or {},
-                error=error,
-                description=fault.describe(),
-            )
-        )
-
+    # ---- fault steps, each recorded as invoke then ok / fail (chaos.interpreter.carry_out) ---------------
     def inject(self, p: Planned, rel: float) -> None:
         fault = p.build()
-        self._record(p, fault, "inject", "invoke")
         self.faults[p.fault_id] = fault
-        try:
-            evidence = fault.inject(self.backend)
-        except (FaultError, TrainerError, ChaosError) as err:
-            self._record(p, fault, "inject", "fail", error=str(err))
+        err = carry_out(
+            Inject(p),
+            lambda: fault.inject(self.backend),
+            self.recorder.add,
+            errors=STEP_ERRORS,
+            description=fault.describe(),
+        )
+        if err is not None:
             self.say(f"inject {p.fault_id} failed: {err}")
-            return
-        self._record(p, fault, "inject", "ok", evidence)
-        self.say(f"+{rel:.1f}s inject {p.fault_id}: {fault.describe()}")
+        else:
+            self.say(f"+{rel:.1f}s inject {p.fault_id}: {fault.describe()}")
 
     def heal(self, step: Heal) -> None:
         p, why = step.planned, step.why
         fault = self.faults.pop(p.fault_id, None)
         if fault is None:  # its injector could not even be built: nothing was injected, nothing to heal
             return
-        self._record(p, fault, "heal", "invoke", {"why": why} if why else None)
-        if step.skip:
-            self._record(p, fault, "heal", "ok", {"skipped": "training finished; teardown stops every process"})
-            return
-        try:
-            evidence = fault.heal(self.backend)
-        except (FaultError, TrainerError, ChaosError) as err:
-            self._record(p, fault, "heal", "fail", error=str(err))
+        err = carry_out(
+            step,
+            lambda: fault.heal(self.backend),
+            self.recorder.add,
+            errors=STEP_ERRORS,
+            description=fault.describe(),
+        )
+        if err is not None:
             self.say(f"heal {p.fault_id} failed: {err}")
-            return
-        self._record(p, fault, "heal", "ok", evidence)
-        self.say(f"heal {p.fault_id}" + (f" ({why})" if why else ""))
+        elif not step.skip:
+            self.say(f"heal {p.fault_id}" + (f" ({why})" if why else ""))
 
     # ---- the run -------------------------------------------------------------------
     def _serve_metrics(self) -> None:

@@ -13,7 +13,8 @@ into.
 
 Times are in the driver's clock; the origin is added to ``at`` exactly as the
 driver would add it, so a driver that wakes at :meth:`PlanInterpreter.next_time`
-finds the fault due.
+finds the fault due. Both drivers take a step and record it with :func:`carry_out`
+(``invoke``, then ``ok`` with the evidence or ``fail`` with the error).
 
 Example:
     >>> from chaos.scenario import parse_scenario
@@ -31,12 +32,16 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos.fault_plan import Planned
+from chaos.history import FaultOp
+from chaos.records import JsonObject
 from faults.kinds import KINDS
 
 RUN_FINISHED = "run finished"
+SKIPPED: JsonObject = {"skipped": "training finished; teardown stops every process"}  # a skipped heal's evidence
 
 
 @dataclass(frozen=True)
@@ -100,3 +105,57 @@ class PlanInterpreter:
     def not_run(self) -> list[str]:
         """The fault ids that never started."""
         return [p.fault_id for p in self.pending]
+
+
+def carry_out(
+    step: Step,
+    act: Callable[[], JsonObject | None],
+    record: Callable[[FaultOp], object],
+    *,
+    errors: tuple[type[Exception], ...] = (),
+    description: str = "",
+    clock: Callable[[], float] | None = None,
+) -> str | None:
+    """Take one step of the plan and record it, as the controller and deterministic mode both do: ``invoke`` (a
+    heal with its ``why``), then ``act()`` and ``ok`` with its evidence, or ``fail`` with the message of one of
+    ``errors`` it raised (returned; None when it did not fail). A skipped heal is recorded, not acted on.
+    ``description``: the injector's; ``clock``: the records' time (default: the wall clock).
+
+    >>> from chaos.fault_plan import plan
+    >>> from chaos.scenario import parse_scenario
+    >>> [p] = plan(parse_scenario({"name": "x", "schedule": [{"fault": "pause", "targets": ["learner-0"], "at": 1,
+    ...                                                          "duration": 2}]}))
+    >>> ops = []
+    >>> carry_out(Heal(p, why="teardown"), lambda: {"resumed": ["learner-0"]}, ops.append, clock=lambda: 5.0)
+    >>> [(o.action, o.outcome, o.evidence, o.ts) for o in ops]
+    [('heal', 'invoke', {'why': 'teardown'}, 5.0), ('heal', 'ok', {'resumed': ['learner-0']}, 5.0)]
+    """
+    p = step.planned
+    action = "inject" if isinstance(step, Inject) else "heal"
+
+    def op(outcome: str, evidence: JsonObject | None = None, error: str = "") -> None:
+        fields = dict(
+            fault_id=p.fault_id,
+            fault_kind=p.kind,
+            action=action,
+            outcome=outcome,
+            targets=list(p.targets),
+            params=p.params,
+            evidence=evidence or {},
+            error=error,
+            description=description,
+        )
+        record(FaultOp(**fields) if clock is None else FaultOp(ts=clock(), **fields))
+
+    why = step.why if isinstance(step, Heal) else ""
+    op("invoke", {"why": why} if why else None)
+    if isinstance(step, Heal) and step.skip:
+        op("ok", SKIPPED)
+        return None
+    try:
+        evidence = act()
+    except errors as err:
+        op("fail", error=str(err))
+        return str(err)
+    op("ok", evidence)
+    return None

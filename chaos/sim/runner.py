@@ -51,7 +51,6 @@ from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.goodput import compute_goodput
 from chaos.fault_plan import Planned, plan
 from chaos.history import (
-    FaultOp,
     History,
     NotRun,
     NotRunPhase,
@@ -62,8 +61,7 @@ from chaos.history import (
     Teardown,
     TeardownPhase,
 )
-from chaos.interpreter import Heal, Inject, PlanInterpreter
-from chaos.records import JsonObject
+from chaos.interpreter import Inject, PlanInterpreter, Step, carry_out
 from chaos.run_report import Band
 from chaos.scenario import Scenario
 from chaos.sim.clock import EventLoop
@@ -308,33 +306,16 @@ class Simulation:
         # latched across a later restart of the syncer.
         self.result_fixed = self.result_fixed or self.syncer.finalized
         for step in self.interp.due(self.loop.now, self.merges_total, self.result_fixed):
-            self._inject(step.planned) if isinstance(step, Inject) else self._heal(step)
+            self._take(step)
         t = self.interp.next_time()
         if t is not None and t not in self._wakes:
             self._wakes.add(t)
             self.loop.at(t, self._tick)
 
-    def _op(self, p: Planned, action: str, outcome: str, evidence: JsonObject) -> None:
-        self.record(
-            FaultOp,
-            fault_id=p.fault_id,
-            fault_kind=p.kind,
-            action=action,
-            outcome=outcome,
-            targets=list(p.targets),
-            params=p.params,
-            evidence=evidence,
-        )
-
-    def _inject(self, p: Planned) -> None:
-        self._op(p, "inject", "invoke", {})
-        self._op(p, "inject", "ok", play(self, p, inject=True))
-
-    def _heal(self, step: Heal) -> None:
-        p = step.planned
-        self._op(p, "heal", "invoke", {"why": step.why} if step.why else {})
-        skipped: JsonObject = {"skipped": "training finished; teardown stops every process"}
-        self._op(p, "heal", "ok", skipped if step.skip else play(self, p, inject=False))
+    def _take(self, step: Step) -> None:
+        """Play one step of the fault plan (chaos.sim.effects) and record it as the controller does."""
+        inject = isinstance(step, Inject)
+        carry_out(step, lambda: play(self, step.planned, inject), self.records.append, clock=lambda: self.ts)
 
     def restart_learner(self, lid: str, corrupt: str = "") -> None:
         node = self.learners[lid]
@@ -383,7 +364,7 @@ class Simulation:
         if self.interp.not_run():
             self.record(NotRunPhase, detail=NotRun(faults=self.interp.not_run()))
         for heal in self.interp.finish():
-            self._heal(heal)
+            self._take(heal)
         self._teardown()
 
     def _merges(self) -> list[ev.Merge]:
@@ -422,7 +403,7 @@ class Simulation:
         self.loop.run(until=self.scenario.timeout_s)
         if not self.done:
             for heal in self.interp.finish(why="teardown"):
-                self._heal(heal)
+                self._take(heal)
             self._teardown()
             return True
         return False

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.fault_plan import Planned, plan
-from chaos.interpreter import RUN_FINISHED, Heal, Inject, PlanInterpreter
+from chaos.interpreter import RUN_FINISHED, SKIPPED, Heal, Inject, PlanInterpreter, carry_out
 from chaos.scenario import parse_scenario
 
 
@@ -117,3 +121,58 @@ def test_every_started_fault_heals_exactly_once_and_none_starts_twice(faults, ti
     healed = [s.planned.fault_id for s in steps if isinstance(s, Heal)]
     assert len(injected) == len(set(injected)) and sorted(injected) == sorted(healed)
     assert sorted(injected + run.not_run()) == sorted(f["id"] for f in faults)
+
+
+# ---- recording a step (carry_out: the controller's and deterministic mode's one record builder) ------------
+def _ops(step, act, **kw) -> tuple[list, str | None]:
+    ops: list = []
+    return ops, carry_out(step, act, ops.append, clock=lambda: 7.0, **kw)
+
+
+def test_a_step_is_recorded_as_invoke_then_ok_with_its_evidence() -> None:
+    [p] = planned({"fault": "pause", "id": "p", "at": 1, "duration": 2})
+    ops, err = _ops(Inject(p), lambda: {"paused": ["learner-0"]}, description="SIGSTOP learner-0")
+    assert err is None
+    assert [(o.action, o.outcome, o.evidence, o.description, o.ts) for o in ops] == [
+        ("inject", "invoke", {}, "SIGSTOP learner-0", 7.0),
+        ("inject", "ok", {"paused": ["learner-0"]}, "SIGSTOP learner-0", 7.0),
+    ]
+    assert all((o.fault_id, o.fault_kind, o.targets) == ("p", "pause", ["learner-0"]) for o in ops)
+
+
+def test_a_failed_step_is_recorded_with_its_error_and_other_errors_propagate() -> None:
+    [p] = planned({"fault": "pause", "id": "p", "at": 1, "duration": 2})
+
+    def boom() -> None:
+        raise KeyError("no such unit")
+
+    ops, err = _ops(Heal(p, why="teardown"), boom, errors=(KeyError,))
+    assert err == "'no such unit'"
+    assert [(o.outcome, o.evidence, o.error) for o in ops] == [
+        ("invoke", {"why": "teardown"}, ""),
+        ("fail", {}, "'no such unit'"),
+    ]
+    with pytest.raises(KeyError):
+        _ops(Heal(p), boom)  # not one of the step's errors: a bug, not a failed step
+
+
+def test_a_skipped_heal_is_recorded_and_not_acted_on() -> None:
+    [p] = planned({"fault": "kill", "id": "k", "at": 1, "duration": 2})
+
+    def restart() -> None:
+        raise AssertionError("a skipped heal must not run")
+
+    ops, err = _ops(Heal(p, RUN_FINISHED, skip=True), restart)
+    assert err is None and [(o.outcome, o.evidence) for o in ops] == [
+        ("invoke", {"why": RUN_FINISHED}),
+        ("ok", SKIPPED),
+    ]
+
+
+@pytest.mark.parametrize("driver", ["chaos/controller.py", "chaos/sim/runner.py"])
+def test_both_drivers_record_fault_steps_through_carry_out_only(driver: str) -> None:
+    """The controller and deterministic mode record fault steps with one builder; neither makes FaultOps itself
+    (the copies they had differed in what a skipped or failed step recorded)."""
+    tree = ast.parse((Path(__file__).resolve().parents[2] / driver).read_text())
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "carry_out" in called and "FaultOp" not in called
