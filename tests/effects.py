@@ -8,12 +8,24 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from typing import Protocol
 
-from chaos.controller import RunResult
+from chaos.checkers.base import Verdict
 from chaos.fault_plan import plan
 from chaos.history import History
+from chaos.run_report import RunReport
 from chaos.scenario import builtin_scenarios, load_scenario
 from trainer import events as ev
+
+
+class Outcome(Protocol):
+    """What an effect check reads of a run: a chaos.controller.RunResult, or the slice of one a report rebuilds."""
+
+    @property
+    def verdicts(self) -> list[Verdict]: ...
+
+    @property
+    def report(self) -> RunReport: ...
 
 
 def _window(h: History, fault_id: str) -> tuple[float, float]:
@@ -26,7 +38,7 @@ def _uploads(h: History, learner: str, a: float, b: float) -> list[ev.Upload]:
     return [u for u in h.of(ev.Upload) if u.learner_id == learner and a <= u.ts <= b]
 
 
-def partition_stops_uploads(h: History, r: RunResult) -> None:
+def partition_stops_uploads(h: History, r: Outcome) -> None:
     w = next(w for w in h.fault_windows() if w.kind == "partition")
     (lid,) = w.targets
     a, b = _window(h, w.fault_id)
@@ -34,14 +46,14 @@ def partition_stops_uploads(h: History, r: RunResult) -> None:
     assert _uploads(h, lid, b, h.end), f"{lid} never uploaded again after the heal"
 
 
-def partition_majority_keeps_merging(h: History, r: RunResult) -> None:
+def partition_majority_keeps_merging(h: History, r: Outcome) -> None:
     a, b = _window(h, "f0")
     merges = [m for m in h.of(ev.Merge) if a + 1.0 <= m.ts <= b]
     assert merges, "no merge while two of three learners were partitioned"
     assert {p.learner_id for m in merges for p in m.participants} == {"learner-2"}
 
 
-def kill_one_keeps_training(h: History, r: RunResult) -> None:
+def kill_one_keeps_training(h: History, r: Outcome) -> None:
     a, _ = _window(h, "f0")
     assert [m for m in h.of(ev.Merge) if m.ts > a + 1.0], "no merges after the kill"
     starts = [e for e in h.of(ev.LearnerStart) if e.learner_id == "learner-1"]
@@ -49,7 +61,7 @@ def kill_one_keeps_training(h: History, r: RunResult) -> None:
     assert r.report.teardown.exit_codes["learner-1"] == -9
 
 
-def throttle_slows_uploads(h: History, r: RunResult) -> None:
+def throttle_slows_uploads(h: History, r: Outcome) -> None:
     a, b = _window(h, "f0")
     slow = [s.seconds for s in h.of(ev.SyncResult) if a + 1.0 <= s.ts <= b and s.accepted]
     fast = [s.seconds for s in h.of(ev.SyncResult) if (s.ts < a or s.ts > b + 3.0) and s.accepted]
@@ -60,13 +72,13 @@ def throttle_slows_uploads(h: History, r: RunResult) -> None:
     )
 
 
-def latency_delays_syncs(h: History, r: RunResult) -> None:
+def latency_delays_syncs(h: History, r: Outcome) -> None:
     a, b = _window(h, "f0")
     during = [s.seconds for s in h.of(ev.SyncResult) if a + 1.0 <= s.ts <= b and s.accepted]
     assert during and statistics.median(during) >= 0.2, "a 200 ms round trip should show in every sync"
 
 
-def straggler_is_slower(h: History, r: RunResult) -> None:
+def straggler_is_slower(h: History, r: Outcome) -> None:
     a, b = _window(h, "f0")
 
     def rate(lid: str) -> float:
@@ -76,12 +88,13 @@ def straggler_is_slower(h: History, r: RunResult) -> None:
     assert rate("learner-2") < 0.7 * rate("learner-0")
 
 
-def syncer_restored(h: History, r: RunResult) -> None:
+def syncer_restored(h: History, r: Outcome) -> None:
     restarts = next(v for v in r.verdicts if v.name == "durability").evidence["restarts"]
+    assert isinstance(restarts, list)
     assert len(restarts) == 1 and restarts[0]["restored_from_merges"] > 0
 
 
-def corrupt_rejected(h: History, r: RunResult) -> None:
+def corrupt_rejected(h: History, r: Outcome) -> None:
     """The corrupt incarnation started, uploaded, and the syncer took none of it. (CI under load once saw no
     non_finite refusal at all: the 15 s window ended before the corrupt process had started.)"""
     corrupt = {(e.learner_id, e.learner_incarnation) for e in h.of(ev.LearnerStart) if e.corrupt}
@@ -95,23 +108,24 @@ def corrupt_rejected(h: History, r: RunResult) -> None:
     assert refused, "the corrupt learner's uploads never reached the syncer"
 
 
-def every_repeat_healed(h: History, r: RunResult) -> None:
+def every_repeat_healed(h: History, r: Outcome) -> None:
     windows = [w for w in h.fault_windows() if w.fault_id.startswith("flap.")]
     assert len(windows) == 5 and all(w.injected and w.healed for w in windows)
 
 
-def rolling_reintegrates_all(h: History, r: RunResult) -> None:
+def rolling_reintegrates_all(h: History, r: Outcome) -> None:
     rows = next(v for v in r.verdicts if v.name == "reintegration").evidence["learners"]
+    assert isinstance(rows, list)
     assert sorted(x["learner"] for x in rows) == ["learner-0", "learner-1", "learner-2"]
 
 
-def plan_is_replayable(h: History, r: RunResult) -> None:
+def plan_is_replayable(h: History, r: Outcome) -> None:
     recorded = h.plan()
     assert recorded is not None
     assert recorded.faults == [p.record() for p in plan(load_scenario(builtin_scenarios()["random-mix"]))]
 
 
-EFFECTS: dict[str, Callable[[History, RunResult], None]] = {
+EFFECTS: dict[str, Callable[[History, Outcome], None]] = {
     "asymmetric-partition": partition_stops_uploads,
     "partition-one": partition_stops_uploads,
     "partition-minority": partition_stops_uploads,

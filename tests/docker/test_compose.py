@@ -210,7 +210,7 @@ def test_compose_up_runs_a_scenario_file_with_container_faults_end_to_end() -> N
         return (steps[-1].step - steps[0].step) / (steps[-1].ts - steps[0].ts)
 
     w = windows["slow-box"]
-    assert w.injected and w.healed
+    assert w.injected and w.healed and w.end is not None
     assert rate("learner-1", w.start + 1, w.end) < 0.6 * rate("learner-0", w.start + 1, w.end)
     w = windows["unplugged"]
     assert w.injected and w.healed

@@ -72,8 +72,10 @@ def test_the_ledgers_of_a_real_run_balance(decoupled_run: Path) -> None:
     facts = RunFacts.of_config(load_config(CONFIG), LEARNERS)
     v = check_ledger(CheckInput(History.read(decoupled_run), facts, Checks(), None))
     assert v.status == "pass", v
-    assert v.evidence["data"]["streams"] == 3 and v.evidence["data"]["positions"] > 10, v.evidence
-    assert v.evidence["syncer"]["merged"] > 0 and v.evidence["budget"], v.evidence
+    data, syncer = v.evidence["data"], v.evidence["syncer"]
+    assert isinstance(data, dict) and isinstance(syncer, dict), v.evidence
+    assert data["streams"] == 3 and data["positions"] > 10, v.evidence
+    assert syncer["merged"] > 0 and v.evidence["budget"], v.evidence
 
 
 def _corrupted(run_dir: Path, tmp_path: Path, part: str) -> tuple[Path, str]:

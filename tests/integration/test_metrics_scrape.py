@@ -95,7 +95,11 @@ def test_scrapes_of_a_training_syncer_and_learner_agree_with_their_events(tmp_pa
             assert lr[("diloco_learner_incarnation", ())] == 0
             with cluster.client() as c:
                 merges = c.status().merges
-                wait_until(lambda merges=merges: c.status().merges > merges, 60, "another merge")
+
+                def another_merge(merges: int = merges) -> bool:
+                    return c.status().merges > merges
+
+                wait_until(another_merge, 60, "another merge")
         assert seen_merges >= 2
         assert s[("diloco_merge_participants_count", ())] == seen_merges
     finally:

@@ -405,7 +405,7 @@ def test_unknown_target_is_a_target_error_naming_it(make_cluster, fault) -> None
     ("make", "field"),
     [
         (lambda: Partition("f", ()), "targets"),
-        (lambda: Partition("f", "learner-0"), "targets"),
+        (lambda: Partition("f", "learner-0"), "targets"),  # type: ignore[arg-type]  # the check under test
         (lambda: Partition("", ("learner-0",)), "fault_id"),
         (lambda: Partition("f", ("learner-0",), direction="sideways"), "direction"),
         (lambda: Bandwidth("f", ("learner-0",), rate_kbps=0), "rate_kbps"),
@@ -413,7 +413,7 @@ def test_unknown_target_is_a_target_error_naming_it(make_cluster, fault) -> None
         (lambda: Latency("f", ("learner-0",), latency_ms=-1), "latency_ms"),
         (lambda: Latency("f", ("learner-0",), latency_ms=10, jitter_ms=-1), "jitter_ms"),
         (lambda: Latency("f", ("learner-0",), latency_ms=10, jitter_ms=20), "jitter_ms"),
-        (lambda: Latency("f", ("learner-0",), latency_ms=1.5), "latency_ms"),
+        (lambda: Latency("f", ("learner-0",), latency_ms=1.5), "latency_ms"),  # type: ignore[arg-type]  # as above
         (lambda: ResetPeer("f", ("learner-0",), timeout_ms=-1), "timeout_ms"),
         (lambda: DataLimit("f", ("learner-0",), bytes=0), "bytes"),
         (lambda: LinkDown("f", ()), "targets"),

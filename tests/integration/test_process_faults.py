@@ -22,7 +22,7 @@ from typing import TypeVar
 import pytest
 
 from faults import procfs
-from faults.base import SYNCER, Cluster
+from faults.base import SYNCER, Cluster, Fault
 from faults.errors import FaultError, TargetError
 from faults.process import Corrupt, GracefulStop, Kill, Pause, Slow, SyncerCrash
 from tests.support import FakeCluster
@@ -484,7 +484,7 @@ def test_corrupt_rejects_the_syncer(targets: tuple[str, ...]) -> None:
 
 # ---- targets and descriptions -----------------------------------------------------------
 
-TARGETED = {
+TARGETED: dict[str, Callable[[tuple[str, ...]], Fault]] = {
     "kill": lambda t: Kill(fault_id="t", targets=t),
     "stop": lambda t: GracefulStop(fault_id="t", targets=t, timeout_s=5.0),
     "pause": lambda t: Pause(fault_id="t", targets=t),

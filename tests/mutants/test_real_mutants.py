@@ -144,8 +144,10 @@ def test_restore_mutants_leave_a_fresh_start_alone_and_change_a_restore(tmp_path
             {"param/w": np.full(1, merges, np.float32)},
             {"versions": [merges], "merged_keys": [["a", "b", 1, 2, 3]]},
         )
-    assert previous(tmp_path)[2].name == "ckpt-0000000020.npz" != load_latest(tmp_path)[2].name
-    assert "merged_keys" not in dropped(tmp_path)[1] and "merged_keys" in load_latest(tmp_path)[1]
+    found, kept, latest = previous(tmp_path), dropped(tmp_path), load_latest(tmp_path)
+    assert found is not None and kept is not None and latest is not None
+    assert found[2].name == "ckpt-0000000020.npz" != latest[2].name
+    assert "merged_keys" not in kept[1] and "merged_keys" in latest[1]
 
 
 # ---- the hook in a child process (plant and watch) ----------------------------------------------------------------

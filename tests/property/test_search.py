@@ -80,7 +80,9 @@ def test_replay_of_a_run_directory_reuses_its_recorded_plan(tmp_path: Path) -> N
     first.write(tmp_path / "run")
     assert RunReport.read(tmp_path / "run" / "report.json").schema_version == REPORT_SCHEMA_VERSION
     again = replay_scenario(tmp_path / "run")
-    assert [f.id for f in again.schedule] == [f.fault_id for f in first.history.plan().faults]
+    recorded = first.history.plan()
+    assert recorded is not None
+    assert [f.id for f in again.schedule] == [f.fault_id for f in recorded.faults]
     assert again.random is None
     assert simulate(again).history_json().count('"action":"inject"') == first.history_json().count(
         '"action":"inject"'

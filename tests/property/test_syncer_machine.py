@@ -75,7 +75,8 @@ NO_EVALS = 1 << 30  # evals are not modelled: the driver's eval flag never comes
 HUGE = 3.0e38  # finite in float32, but an outer step on it overflows: provokes FloatingPointError
 
 Key = tuple[str, str, int, int, int]
-SUBMIT_ARGS: dict[str, st.SearchStrategy[Any]] = dict(
+# Strategies by argument; typed Any for rule(**...): mypy would match a **dict of strategies to its targets= too.
+SUBMIT_ARGS: dict[str, Any] = dict(
     learner=st.sampled_from(LEARNERS * 3 + (STRANGER,)),
     old_incarnation=st.sampled_from([False] * 5 + [True]),
     fragment=st.integers(0, len(FRAGMENTS) - 1),
@@ -91,7 +92,7 @@ SUBMIT_ARGS: dict[str, st.SearchStrategy[Any]] = dict(
     seed=st.integers(0, 2**16),
     merge_after=st.sampled_from([True, True, False]),
 )
-UPLOAD_ARGS: dict[str, st.SearchStrategy[Any]] = dict(
+UPLOAD_ARGS: dict[str, Any] = dict(
     learner=st.sampled_from(LEARNERS),
     fragment=st.integers(0, len(FRAGMENTS) - 1),
     base=st.sampled_from(["current", "current", "lag"]),
@@ -169,6 +170,12 @@ class SyncerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.state: SyncerState | None = None
+
+    @property
+    def live(self) -> SyncerState:
+        """The state under test in a rule (setup, which Hypothesis runs before any rule, made it)."""
+        assert self.state is not None
+        return self.state
 
     # ---- setup ------------------------------------------------------------
     @initialize(
@@ -359,20 +366,20 @@ class SyncerMachine(RuleBasedStateMachine):
 
     def _checkpoint_if_due(self) -> None:
         """What the shell does at start, after a restore and after each merge."""
-        assert self.state.checkpoint_due() == self._checkpoint_due()
+        assert self.live.checkpoint_due() == self._checkpoint_due()
         if self._checkpoint_due():
             self._take_checkpoint()
 
     def _take_checkpoint(self) -> None:
-        arrays, meta = self.state.to_checkpoint()
+        arrays, meta = self.live.to_checkpoint()
         self.checkpoint = Checkpoint(
             {k: np.array(v, copy=True) for k, v in arrays.items()},
             copy.deepcopy(meta),
             frozenset(self.effective_keys),
             frozenset(self.merged_keys),
         )
-        self.saved_at = self.state.merges_total
-        assert meta["versions"] == self.versions and meta["merges_total"] == self.state.merges_total
+        self.saved_at = self.live.merges_total
+        assert meta["versions"] == self.versions and meta["merges_total"] == self.live.merges_total
         assert meta["finished"] == self.finished and meta["tokens_by_incarnation"] == self.tokens
         assert {tuple(k) for k in meta["merged_keys"]} == self.merged_keys
 
@@ -389,7 +396,7 @@ class SyncerMachine(RuleBasedStateMachine):
         if kind == "fresh" or (kind == "same" and not incs):
             incs.append(f"{learner}#{len(incs)}")
         inc = "" if kind == "empty" else incs[-1] if incs else ""
-        result, reason = _call(lambda: self.state.join(learner, inc, now=self.now))
+        result, reason = _call(lambda: self.live.join(learner, inc, now=self.now))
         if not inc:
             assert reason is RejectReason.MALFORMED
             return
@@ -412,7 +419,7 @@ class SyncerMachine(RuleBasedStateMachine):
         if self._cut(learner):
             return
         inc = self._incarnation_for(learner, old_incarnation)
-        _, reason = _call(lambda: self.state.leave(learner, inc, now=self.now))
+        _, reason = _call(lambda: self.live.leave(learner, inc, now=self.now))
         expected = self._member_reason(learner, inc)
         assert reason == expected
         if expected is None:
@@ -456,7 +463,7 @@ class SyncerMachine(RuleBasedStateMachine):
         if self._cut(learner):
             return
         inc = self._incarnation_for(learner, False)
-        result, reason = _call(lambda: self.state.report(learner, inc, step, tokens, step_time, now=self.now))
+        result, reason = _call(lambda: self.live.report(learner, inc, step, tokens, step_time, now=self.now))
         if step < 0 or tokens < 0:
             assert reason is RejectReason.BAD_COUNTERS
             return
@@ -579,7 +586,7 @@ class SyncerMachine(RuleBasedStateMachine):
         c = Contribution(learner, inc, fragment, base_version, tensors, c_steps, c_tokens, upload_seconds)
         specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in tensors.items()}
         expected, duplicate = self._predict_submit(c, specs)
-        result, reason = _call(lambda: self.state.submit(c, now=self.now))
+        result, reason = _call(lambda: self.live.submit(c, now=self.now))
         norm = fragment_norm(c.tensors) / max(c.c_steps, 1) if fragment < len(FRAGMENTS) else 0.0
         if reason is RejectReason.OUTLIER_NORM and expected is None and not duplicate:
             # A syncer with max_norm_ratio refuses an update far above a moving average of the accepted
@@ -607,9 +614,8 @@ class SyncerMachine(RuleBasedStateMachine):
         sub = Sub(c, "pending")
         self.subs.append(sub)
         if self.policy.validate_uploads:
-            self.min_norm[fragment] = (
-                norm if self.min_norm[fragment] is None else min(norm, self.min_norm[fragment])
-            )
+            least = self.min_norm[fragment]
+            self.min_norm[fragment] = norm if least is None else min(norm, least)
         rnd = self.rounds.get(fragment)
         if rnd is None:
             rnd = self.rounds[fragment] = ModelRound(self.versions[fragment], self.now)
@@ -635,9 +641,9 @@ class SyncerMachine(RuleBasedStateMachine):
         """One tick of the syncer's driver (trainer.core.syncer_driver), as both shells carry it out: every due round
         merged in order, a checkpoint after each that makes one due, the result fixed once the budget is reached
         and nothing more is due (no settle phase here: settle_s is 0, so the budget finishes the syncer at once)."""
-        due = self.state.due_merges(self.now)
+        due = self.live.due_merges(self.now)
         assert due == self._due()
-        actions = tick(self.state, self.now, eval_every=NO_EVALS, result_fixed=self.finalized)
+        actions = tick(self.live, self.now, eval_every=NO_EVALS, result_fixed=self.finalized)
         for p in due:
             self._merge_one(p, actions)
         rest = list(actions)
@@ -647,27 +653,27 @@ class SyncerMachine(RuleBasedStateMachine):
             self.finalized = True
             self._take_checkpoint()  # the shells checkpoint the result (trainer/syncer.py _finalize_locked)
         else:
-            assert self.finalized or not self.finished or self.state.due_merges(self.now), (
+            assert self.finalized or not self.finished or self.live.due_merges(self.now), (
                 "the result was not fixed"
             )
 
     def _merge_one(self, p: int, actions: Iterator[Action]) -> None:
         rnd = self.rounds[p]
-        live = self.state.rounds[p].contributions
+        live = self.live.rounds[p].contributions
         assert all(live[lid] is sub.contribution for lid, sub in rnd.contribs.items())  # by identity
-        params0 = {n: v.copy() for n, v in self.state.params.items()}
-        opt0 = _opt_leaves(self.state)
-        merges0 = self.state.merges_total
+        params0 = {n: v.copy() for n, v in self.live.params.items()}
+        opt0 = _opt_leaves(self.live)
+        merges0 = self.live.merges_total
         a = next(actions)  # the driver merges p now
         assert isinstance(a, (Merged, MergeRefused)) and a.fragment == p, a
         if isinstance(a, MergeRefused):
             # Refused merge: the round is dropped; parameters, versions and momentum stay as they were.
             assert self.policy.validate_uploads, "FloatingPointError with validate_uploads off"
             event("merge: refused (non-finite)")
-            assert p not in self.state.rounds
-            assert self.state.versions == self.versions and self.state.merges_total == merges0
-            assert _same_arrays([params0[n] for n in SIZES], [self.state.params[n] for n in SIZES])
-            assert all(_same_arrays(a, b) for a, b in zip(opt0, _opt_leaves(self.state)))
+            assert p not in self.live.rounds
+            assert self.live.versions == self.versions and self.live.merges_total == merges0
+            assert _same_arrays([params0[n] for n in SIZES], [self.live.params[n] for n in SIZES])
+            assert all(_same_arrays(a, b) for a, b in zip(opt0, _opt_leaves(self.live)))
             for sub in self.rounds.pop(p).contribs.values():
                 sub.status = "dropped"
             return
@@ -691,7 +697,7 @@ class SyncerMachine(RuleBasedStateMachine):
         assert all(s.status == "pending" for s in subs), "a rejected/replaced upload took part in a merge"
         assert abs(sum(x.weight for x in rec.participants) - 1.0) < 1e-9
         assert (rec.fragment, rec.base_version, rec.version) == (p, rnd.base_version, self.versions[p] + 1)
-        assert rec.merges_total == merges0 + 1 == self.state.merges_total
+        assert rec.merges_total == merges0 + 1 == self.live.merges_total
         for s in subs:
             key = s.contribution.key
             assert key not in self.effective_keys, f"contribution {key} merged twice into the surviving params"
@@ -708,8 +714,8 @@ class SyncerMachine(RuleBasedStateMachine):
         self.merged_keys = {k for k in self.merged_keys if k[3] >= self.versions[k[2]] - s_ - 1}
         for n in SIZES:
             if n not in FRAGMENTS[p].names:
-                assert np.array_equal(self.state.params[n], params0[n], equal_nan=True), "other fragment changed"
-        self.state.observe_merge_seconds(MERGE_SECONDS)
+                assert np.array_equal(self.live.params[n], params0[n], equal_nan=True), "other fragment changed"
+        self.live.observe_merge_seconds(MERGE_SECONDS)
         self.timing = self.timing.observe_merge(MERGE_SECONDS)
         assert a.checkpoint == self._checkpoint_due(), "the driver's checkpoint flag is not the model's"
         self._checkpoint_if_due()
@@ -746,10 +752,10 @@ class SyncerMachine(RuleBasedStateMachine):
         self.finalized = False
         for k, v in ck.arrays.items():
             if k.startswith("param/"):
-                assert np.array_equal(self.state.params[k.split("/", 1)[1]], v, equal_nan=True)
-        for p, leaves in enumerate(_opt_leaves(self.state)):
+                assert np.array_equal(self.live.params[k.split("/", 1)[1]], v, equal_nan=True)
+        for p, leaves in enumerate(_opt_leaves(self.live)):
             assert _same_arrays(leaves, [ck.arrays[f"opt/{p}/{i}"] for i in range(len(leaves))])
-        assert self.state.checkpoint_due(), "a second crash would restore these versions again"
+        assert self.live.checkpoint_due(), "a second crash would restore these versions again"
         self._checkpoint_if_due()
 
     # ---- invariants -------------------------------------------------------
@@ -833,7 +839,7 @@ class SyncerMachine(RuleBasedStateMachine):
         cap = GRACE_CAP_STEPS * self.timing.t_step.get() if self.policy.algorithm.grace else 0.0
         for p, rnd in self.state.rounds.items():
             quorate = rnd.quorum_at is not None and len(rnd.contributions) >= self.policy.algorithm.min_quorum
-            if self.state.finished or (quorate and self.now >= rnd.quorum_at + cap):
+            if self.state.finished or (quorate and rnd.quorum_at is not None and self.now >= rnd.quorum_at + cap):
                 assert p in due, f"fragment {p} should merge by now"
             if p in due and not self.state.finished:
                 assert quorate, f"fragment {p} due without quorum"

@@ -18,6 +18,12 @@ def _run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=30, env=env)
 
 
+def _which(tool: str) -> str:
+    path = shutil.which(tool)
+    assert path is not None, f"{tool} is not on PATH"
+    return path
+
+
 def _as_nobody(bin_dir: Path, *argv: str) -> subprocess.CompletedProcess:
     """``scripts/as-root ARGV`` as user nobody, with only ``bin_dir`` on PATH (a copy of the script there: the
     checkout may sit where nobody cannot read)."""
@@ -47,7 +53,7 @@ def test_root_runs_it_directly_and_another_user_without_sudo_is_told_why(bin_dir
     assert _run(str(AS_ROOT), "id", "-u").stdout.strip() == "0"
     # A user with no sudo on PATH: a clear error naming the command, nothing run.
     for tool in ("id", "sh"):
-        (bin_dir / tool).symlink_to(shutil.which(tool))
+        (bin_dir / tool).symlink_to(_which(tool))
     r = _as_nobody(bin_dir, "apt-get", "install", "x")
     assert r.returncode == 1 and "'apt-get' needs root" in r.stderr and "sudo" in r.stderr, r
 
@@ -56,7 +62,7 @@ def test_root_runs_it_directly_and_another_user_without_sudo_is_told_why(bin_dir
 def test_another_user_goes_through_sudo(bin_dir: Path) -> None:
     """A stand-in `sudo` on PATH says that it was asked, with the command and its arguments."""
     for tool in ("id", "sh"):
-        (bin_dir / tool).symlink_to(shutil.which(tool))
+        (bin_dir / tool).symlink_to(_which(tool))
     fake = bin_dir / "sudo"
     fake.write_text('#!/bin/sh\necho "sudo $*"\n')
     fake.chmod(0o755)

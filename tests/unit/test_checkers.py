@@ -720,7 +720,11 @@ def stop(t: float, lid: str, tokens: int) -> ev.LearnerStop:
 def _goodput_history(merged_each: int, num_merges: int = 1) -> History:
     """learner-0 trains 1000 tokens (steps then stop); ``num_merges`` merges each carrying ``merged_each`` of it,
     each from the version the one before made (disjoint spans of its training)."""
-    evs = [learner_start(-3, "learner-0", "learner-0-a"), step(1, "learner-0", 500), stop(9, "learner-0", 1000)]
+    evs: list[ev.Event] = [
+        learner_start(-3, "learner-0", "learner-0-a"),
+        step(1, "learner-0", 500),
+        stop(9, "learner-0", 1000),
+    ]
     for n in range(1, num_merges + 1):
         evs += [upload(n - 0.1, "learner-0"), merge(n, n, ["learner-0"], c_tokens=merged_each, base=n - 1)]
     return History(records=[Phase(ts=T0, name="steady")], events=sorted(evs, key=lambda e: e.ts))
@@ -757,7 +761,7 @@ def test_goodput_divides_contributions_by_fragments() -> None:
 
 
 def test_goodput_sums_incarnations() -> None:
-    evs = [
+    evs: list[ev.Event] = [
         learner_start(-3, "learner-0", "learner-0-a"),
         step(1, "learner-0", 600),
         step(2, "learner-0", 1000),
@@ -779,7 +783,7 @@ def test_goodput_sums_incarnations() -> None:
 def test_goodput_counts_a_span_re_sent_from_one_base_once() -> None:
     """A learner that missed a round's result syncs again from the same base: the second contribution holds the
     first's tokens and more; merged tokens count the span once, so goodput stays ≤ 100%."""
-    evs = [learner_start(-3, "learner-0", "learner-0-a"), stop(9, "learner-0", 1000)]
+    evs: list[ev.Event] = [learner_start(-3, "learner-0", "learner-0-a"), stop(9, "learner-0", 1000)]
     for n, tokens in ((1, 600), (2, 900)):
         evs += [upload(n - 0.1, "learner-0"), merge(n, n, ["learner-0"], c_tokens=tokens, base=0)]
     v = check(
@@ -912,7 +916,7 @@ def test_goodput_bound_forgives_what_a_fault_exposed() -> None:
     bound falls to 80% × (1 − ½) × 0.7 = 28%, and 40% passes."""
     h = _goodput_history(400, num_merges=1)
     h = History(
-        records=sorted(h.records + fault("f1", "partition", ["learner-0"], 3.0, 6.0), key=lambda r: r.ts),
+        records=sorted([*h.records, *fault("f1", "partition", ["learner-0"], 3.0, 6.0)], key=lambda r: r.ts),
         events=h.events,
     )
     v = _judged(h, (0.8,))

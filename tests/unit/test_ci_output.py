@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from junitparser import Error, Failure, JUnitXml
+from junitparser import TestCase as JUnitCase  # not TestCase here: pytest would try to collect it
 
 from chaos.checkers.base import Verdict
 from chaos.ci_output import append_step_summary, junit_xml, write_junit
@@ -40,7 +41,7 @@ def _report(**kw: object) -> RunReport:
     return RunReport.model_validate({**base, **kw})
 
 
-def _cases(path: Path) -> dict[str, object]:
+def _cases(path: Path) -> dict[str, JUnitCase]:
     (suite,) = list(JUnitXml.fromfile(str(path)))
     return {case.name: case for case in suite}
 

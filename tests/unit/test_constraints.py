@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _pins(text: str) -> dict[str, str]:
-    pins = {}
+    pins: dict[str, str] = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if line:

@@ -29,7 +29,8 @@ def test_every_unit_serves_metrics_on_the_probed_port() -> None:
         cmd = command(unit, run)
         assert cmd is not None and cmd[cmd.index("--metrics-port") + 1] == str(METRICS_PORT)
         assert cmd[cmd.index("--metrics-host") + 1] == "0.0.0.0"
-    assert command("learner-1", run)[-2:] == ["--corrupt", "nan"]
+    corrupt = command("learner-1", run)
+    assert corrupt is not None and corrupt[-2:] == ["--corrupt", "nan"]
     assert command("learner-2", run) is None
 
 

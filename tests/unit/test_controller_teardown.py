@@ -27,7 +27,7 @@ class _FlakyToxiproxy:
 
 def _execution(toxi: _FlakyToxiproxy) -> _Execution:
     ex = _Execution.__new__(_Execution)  # only the attributes _proxies_left reads
-    ex.toxi = toxi
+    ex.toxi = toxi  # type: ignore[assignment]  # a stand-in: proxies(), all _proxies_left calls
     ex.backend = SimpleNamespace(tag="run-a")
     return ex
 

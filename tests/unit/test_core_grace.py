@@ -5,6 +5,8 @@ Times are plain floats: a fake clock.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +22,7 @@ def _timing(t_step: float, t_quorum: float, t_sync: float) -> Timing:
 
 
 def _policy(**kw) -> QuorumPolicy:
-    base = dict(min_quorum=2, grace=True, grace_gamma=0.5, grace_cap_steps=1.0, overlap_steps=2)
+    base: dict[str, Any] = dict(min_quorum=2, grace=True, grace_gamma=0.5, grace_cap_steps=1.0, overlap_steps=2)
     base.update(kw)
     return QuorumPolicy(**base)
 

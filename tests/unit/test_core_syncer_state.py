@@ -755,7 +755,7 @@ def test_checkpoint_is_due_at_start_after_restore_and_after_each_interval():
     assert r.checkpoint_due()  # else a second crash restores the same versions again
 
 
-def test_second_crash_never_restores_versions_below_those_served():
+def test_second_crash_never_restores_versions_below_those_served() -> None:
     s = make_state(checkpoint_every_merges=3)
     s.join("L0", "inc-0", now=0.0)
     served: list[int] = []

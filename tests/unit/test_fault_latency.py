@@ -39,7 +39,7 @@ from benchmarks.fault_latency_reading import (
     state_at,
     summarize,
 )
-from chaos.history import FaultOp, Phase, PlannedFault, PlanRecord, Recorder
+from chaos.history import ControllerRecord, FaultOp, Phase, PlannedFault, PlanRecord, Recorder
 
 
 @pytest.mark.parametrize("module", [fl, fl_plan, fl_reading, fl_observers])
@@ -262,7 +262,7 @@ def test_scenario_tree_is_a_valid_scenario() -> None:
 
 def test_fault_times_and_lags() -> None:
     op = dict(fault_id="a", fault_kind="kill", targets=["learner-0"])
-    recs = [
+    recs: list[ControllerRecord] = [
         PlanRecord(
             ts=89.0,
             scenario="s",
@@ -379,7 +379,9 @@ def test_table_rows_report_missed_and_overlapped_repeats() -> None:
             overlapped=True,
         ),
     ]
-    res = {k: {"median_ms": 2.0, "p99_ms": 5.0, "max_ms": 9.0} for k in ("proc", "status", "probe")}
+    res: dict[str, dict[str, float | None]] = {
+        k: {"median_ms": 2.0, "p99_ms": 5.0, "max_ms": 9.0} for k in ("proc", "status", "probe")
+    }
     rows, summary = fl.table_rows(samples, ["pause", "kill"], res)
     assert len(rows) == 1 and len(rows[0]) == len(fl.HEADER)
     assert rows[0][3:9] == [3, "1 e, 1 o", "1.0", "1.0", "3.0", "4.0"]

@@ -30,13 +30,20 @@ def names(steps: list) -> list[tuple[str, str]]:
     return [(type(s).__name__, s.planned.fault_id) for s in steps]
 
 
+def _wake(run: PlanInterpreter) -> float:
+    """When the plan next has something to do (it has: a fault to inject or heal)."""
+    t = run.next_time()
+    assert t is not None
+    return t
+
+
 def test_a_fault_starts_at_its_time_and_heals_after_its_duration() -> None:
     run = PlanInterpreter(planned({"fault": "pause", "id": "p", "at": 5.1, "duration": 2.2}), origin=12.3)
     assert run.due(now=17.3, merges=9) == []
     assert run.next_time() == 12.3 + 5.1
-    assert names(run.due(now=run.next_time(), merges=9)) == [("Inject", "p")]  # exactly at the wake time
+    assert names(run.due(now=_wake(run), merges=9)) == [("Inject", "p")]  # exactly at the wake time
     assert run.due(now=19.0, merges=9) == []
-    assert names(run.due(now=run.next_time(), merges=9)) == [("Heal", "p")]
+    assert names(run.due(now=_wake(run), merges=9)) == [("Heal", "p")]
     assert run.next_time() is None and run.finish() == [] and run.not_run() == []
 
 

@@ -13,11 +13,24 @@ import pytest
 from chaos.analysis import analyse
 from chaos.errors import ChaosError
 from chaos.fault_plan import plan
-from chaos.history import FaultOp, History
+from chaos.history import ControllerRecord, FaultOp, History, Teardown, TeardownPhase
 from chaos.k8s.chaos_mesh import EXEC_KINDS, template_name, workflow
 from chaos.k8s.collect import NODE_LABEL, WORKFLOW_LABEL, controller_records
 from chaos.scenario import builtin_scenarios, load_scenario, scenario_with
 from chaos.sim import simulate
+
+
+def _given(t: float | None) -> float:
+    """A fault window's end: the runs here heal every fault."""
+    assert t is not None
+    return t
+
+
+def _teardown(records: list[ControllerRecord]) -> Teardown:
+    """What the controller records' last, the teardown phase, says."""
+    last = records[-1]
+    assert isinstance(last, TeardownPhase), last
+    return last.detail
 
 
 def _stamp(ts: float) -> str:
@@ -118,8 +131,10 @@ def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_ve
     sim_dir = tmp_path / "sim"
     original = simulate(s).write(sim_dir)
     h = History.read(sim_dir)
-    windows = {w.fault_id: (w.start, w.end) for w in h.fault_windows()}
-    flow, nodes, chaos = chaos_mesh_objects(s, windows, h.phase("steady").ts)
+    windows = {w.fault_id: (w.start, _given(w.end)) for w in h.fault_windows()}  # every fault healed
+    steady = h.phase("steady")
+    assert steady is not None
+    flow, nodes, chaos = chaos_mesh_objects(s, windows, steady.ts)
 
     cluster = tmp_path / "cluster"
     (cluster / "events").mkdir(parents=True)
@@ -134,7 +149,8 @@ def test_a_simulated_run_retold_by_chaos_mesh_gets_the_same_fault_windows_and_ve
     back = {w.fault_id: w for w in History.read(cluster).fault_windows()}
     for w in h.fault_windows():  # to the second, as Chaos Mesh records them
         assert back[w.fault_id].targets == w.targets and w.start - 1 < back[w.fault_id].start <= w.start
-        assert w.end - 1 < back[w.fault_id].end <= w.end
+        end, end_back = _given(w.end), _given(back[w.fault_id].end)
+        assert end - 1 < end_back <= end
     judged = analyse(s, cluster, original.report.baseline)  # the same fault-free run to compare with
     assert {v.name: v.status for v in judged.verdicts} == {v.name: v.status for v in original.report.verdicts}
     assert judged.report.backend == "k8s" and judged.report.teardown.problems == []
@@ -147,7 +163,7 @@ def test_a_fault_chaos_mesh_never_recovered_is_a_teardown_problem() -> None:
         record["events"] = record["events"][:1]  # applied, never recovered
     records = controller_records(s, flow, nodes, chaos)
     assert [r.action for r in records if isinstance(r, FaultOp)] == ["inject", "inject"]
-    assert records[-1].detail.problems == ["Chaos Mesh recorded no recovery of f0"]
+    assert _teardown(records).problems == ["Chaos Mesh recorded no recovery of f0"]
 
 
 def test_a_failed_apply_is_a_failed_inject_with_chaos_meshs_message() -> None:
@@ -195,7 +211,7 @@ def test_a_failed_exec_step_is_a_failed_inject_with_its_output_and_an_unfinished
         ("heal", "invoke", ""),
         ("heal", "fail", "p-heal-0: no result within its deadline"),
     ]
-    assert records[-1].detail.problems == ["Chaos Mesh recorded no recovery of p"]
+    assert _teardown(records).problems == ["Chaos Mesh recorded no recovery of p"]
 
 
 def test_exec_steps_that_succeed_or_still_run_are_not_failures() -> None:
@@ -214,7 +230,7 @@ def test_exec_steps_that_succeed_or_still_run_are_not_failures() -> None:
         ("heal", "invoke"),
         ("heal", "ok"),
     ]
-    assert records[-1].detail.problems == []
+    assert _teardown(records).problems == []
 
 
 def test_a_chaos_object_of_another_workflow_is_refused_by_name() -> None:

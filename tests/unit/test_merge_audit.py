@@ -4,7 +4,10 @@ by the test only), and its reference shown independent of the trainer's core and
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -20,7 +23,7 @@ from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
 from trainer import events as ev
 from trainer.core.audit import digest
-from trainer.core.merge import merge_fragment
+from trainer.core.merge import MergeRule, merge_fragment
 from trainer.core.outer import outer_optimizer, outer_step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +54,9 @@ tensors = st.integers(1, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(
 
 @settings(max_examples=40, deadline=None)
 @given(tensors, st.sampled_from(["rda", "mean"]), st.floats(0.0, 0.95), st.booleans())
-def test_the_reference_equals_the_core_on_random_merges(shape, rule: str, momentum: float, nesterov: bool) -> None:
+def test_the_reference_equals_the_core_on_random_merges(
+    shape, rule: MergeRule, momentum: float, nesterov: bool
+) -> None:
     n, seed = shape
     rng = np.random.default_rng(seed)
     names = ["embed", "w", "b"]
@@ -90,7 +95,7 @@ def _momentum_lost_on_restore(orig):
     return classmethod(restore)
 
 
-PLANTED = {
+PLANTED: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     # merge arithmetic: uniform weights instead of c_tokens²/c_steps
     "weights": lambda: mock.patch.object(ss, "token_weight", lambda t, s: 1.0),
     # a contribution dropped from the merge while still listed among the participants
@@ -155,8 +160,10 @@ def _timed(due_wait_s: float | None, contributions: int = 1, active: int = 3) ->
 
 def test_a_round_kept_waiting_with_its_quorum_fails_the_timing() -> None:
     facts = MergeFacts()  # K = 1, grace capped at one step (0.1 s); a hold here is one step (0.1 s)
-    limit = audit.due_limit_s(facts, _timed(None).decision, round_s=0.5)
-    assert limit == pytest.approx(0.1 + 0.1 + audit.LAG_ROUNDS * 0.5)
+    decision = _timed(None).decision
+    assert decision is not None
+    limit = audit.due_limit_s(facts, decision, round_s=0.5)
+    assert limit is not None and limit == pytest.approx(0.1 + 0.1 + audit.LAG_ROUNDS * 0.5)
     assert audit.timing(_timed(limit - 0.01), facts, round_s=0.5) is None
     wrong = audit.timing(_timed(limit + 0.01), facts, round_s=0.5)  # negative control: just past the bound
     assert wrong is not None and "kept waiting" in wrong, wrong

@@ -492,7 +492,8 @@ def test_a_budget_of_trained_tokens_ends_decoupled_runs_earlier_than_one_of_merg
     trained = simulate_scale(build_scale_config({**tree, "budget_counts": "trained"}))
     assert trained.time_to_budget_s == pytest.approx(500.0, abs=1e-3)  # 1000 tokens a second, exactly
     assert trained.trained_tokens == pytest.approx(500_000, rel=1e-6)
-    assert merged.time_to_budget_s is not None and merged.time_to_budget_s > trained.time_to_budget_s
+    assert merged.time_to_budget_s is not None and trained.time_to_budget_s is not None
+    assert merged.time_to_budget_s > trained.time_to_budget_s
     assert merged.merged_tokens >= 500_000
 
 

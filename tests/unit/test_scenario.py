@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.errors import ScenarioError
-from chaos.fault_plan import plan
+from chaos.fault_plan import Planned, plan
 from chaos.scenario import builtin_scenarios, load_scenario, parse_scenario, resolve
 from faults import network, process
-from faults.base import SYNCER
+from faults.base import SYNCER, Fault
 
 LEARNERS = ["learner-0", "learner-1", "learner-2"]
 
@@ -243,14 +243,20 @@ def test_repeat_without_id_uses_the_index() -> None:
     assert [p.fault_id for p in faults] == ["f0", "f1.0", "f1.1"]
 
 
+def _at(p: Planned) -> float:
+    """A random schedule's fault starts at a time in seconds (not at a merge count)."""
+    assert p.at is not None, p
+    return p.at
+
+
 def test_random_schedule_within_window_and_bounds_sorted() -> None:
     faults = plan(
         parse_scenario({"name": "t", "seed": 9, "random": _random(count=12, window=[3, 40], duration=[1, 4])})
     )
     assert len(faults) == 12
-    starts = [p.at for p in faults]
+    starts = [_at(p) for p in faults]
     assert starts == sorted(starts)
-    assert all(3 <= p.at <= 40 for p in faults)
+    assert all(3 <= _at(p) <= 40 for p in faults)
     assert all(1 <= p.duration <= 4 for p in faults)
     assert all(p.at_merge is None for p in faults)
     assert [p.fault_id for p in faults] == [f"r{j}" for j in range(12)]
@@ -264,7 +270,7 @@ def test_random_schedule_with_min_gap_never_overlaps() -> None:
     )
     assert len(faults) == 8
     for prev, nxt in zip(faults, faults[1:]):
-        assert nxt.at >= prev.at + prev.duration + 1 - 0.1, (prev, nxt)
+        assert _at(nxt) >= _at(prev) + prev.duration + 1 - 0.1, (prev, nxt)
 
 
 def test_random_template_id_prefixes_fault_ids() -> None:
@@ -311,7 +317,8 @@ def test_build_returns_the_matching_fault_object() -> None:
     assert isinstance(part, network.Partition) and part.kind == "partition" and part.direction == "to_syncer"
     assert isinstance(crash, process.SyncerCrash) and crash.targets == (SYNCER,)
     assert isinstance(bw, network.Bandwidth) and bw.rate_kbps == 250
-    for p, built in zip(faults, (kill, part, crash, bw)):
+    built_faults: tuple[Fault, ...] = (kill, part, crash, bw)
+    for p, built in zip(faults, built_faults):
         assert built.kind == p.kind
         assert built.fault_id == p.fault_id
         assert tuple(built.targets) == p.targets
@@ -379,8 +386,8 @@ def test_random_schedule_property(random: dict, seed: int) -> None:
     dlo, dhi = random["duration"]
     gap = random["min_gap_s"]
     for p in faults:
-        assert p.at >= lo - 0.05 - 1e-9  # drawn starts are rounded to 0.1 s
+        assert _at(p) >= lo - 0.05 - 1e-9  # drawn starts are rounded to 0.1 s
         assert dlo - 0.05 - 1e-9 <= p.duration <= dhi + 0.05 + 1e-9
     for prev, nxt in zip(faults, faults[1:]):
-        assert nxt.at >= prev.at + prev.duration - 1e-9, ("overlap", prev.record(), nxt.record())
-        assert nxt.at >= prev.at + prev.duration + gap - 0.1, (prev.record(), nxt.record())
+        assert _at(nxt) >= _at(prev) + prev.duration - 1e-9, ("overlap", prev.record(), nxt.record())
+        assert _at(nxt) >= _at(prev) + prev.duration + gap - 0.1, (prev.record(), nxt.record())

@@ -25,8 +25,8 @@ def scenario(*faults: dict[str, Any], budget: int = 1_200_000, **extra: Any):
     )
 
 
-def of(r, kind: type, source: str | None = None) -> list:
-    return [e for e in r.history.events if isinstance(e, kind) and (source is None or e.source == source)]
+def of(r, kind: type, source: str | None = None) -> list[Any]:
+    return [e for e in r.history.of(kind) if source is None or e.source == source]
 
 
 def window(r, fault_id: str = "f0") -> tuple[float, float]:
@@ -35,7 +35,7 @@ def window(r, fault_id: str = "f0") -> tuple[float, float]:
 
 
 def test_loop_runs_ties_in_scheduling_order_and_stops_at_until() -> None:
-    loop, seen = EventLoop(), []
+    loop, seen = EventLoop(), list[str]()
     for x in "abc":
         loop.at(1.0, seen.append, x)
     loop.at(5.0, seen.append, "late")

@@ -12,6 +12,13 @@ from trainer.core.learner_book import LearnerBook
 from trainer.core.rounds import StepClock, sync_step
 from trainer.core.step_timer import CLIP, StepTimes
 
+
+def _given(x: float | None) -> float:
+    """A sync start's lookahead or header-lag margin: a clocked learner's start has both."""
+    assert x is not None
+    return x
+
+
 PACE = 0.1
 
 
@@ -84,9 +91,9 @@ def test_deterministic_mode_looks_ahead_as_the_config_says() -> None:
         )
         r = simulate(s, SimOptions(baseline=False, step_jitter=0.5))
         starts = [e for e in r.history.events if isinstance(e, ev.SyncStartEvent)]
-        margins = [e.lag_margin_steps for e in starts]
+        margins = [_given(e.lag_margin_steps) for e in starts]
         assert margins[0] == 0 and max(margins) == pytest.approx(2 * SimOptions().latency_s / nominal, rel=0.1)
-        return [e.lookahead_s - e.lag_margin_steps * nominal for e in starts]
+        return [_given(e.lookahead_s) - m * nominal for e, m in zip(starts, margins)]
 
     nominal = SimOptions().step_time_s
     mean, quantile = lookaheads("mean"), lookaheads("quantile")

@@ -130,6 +130,7 @@ class _Pair:
         now = lambda: self.loop.now  # noqa: E731
         self.real = _Driven(cfg, run_dir, exit_on_finish=False, clock=now, timer=now)
         tick = self.node._tick
+        self.over_since: float | None = None
 
         def both_tick() -> None:  # the node's merge timer fired: the real loop wakes at the same moment
             self.real.run_due(self.loop.now)
@@ -141,7 +142,6 @@ class _Pair:
                 self.over_since = self.loop.now
                 self.loop.after(EXIT_POLL_S, self.real_exit)
 
-        self.over_since: float | None = None
         self.node._tick = both_tick  # type: ignore[method-assign]
         self.node.start()
         self.tps = 16 * 64  # inner.batch_size × seq_len of the tiny model

@@ -34,7 +34,7 @@ def _merge(n: int, fragment: int, who: list[str]) -> ev.Merge:
 
 def test_syncer_metrics_follow_its_events() -> None:
     m = EventMetrics(CollectorRegistry(), num_fragments=2)
-    events = [
+    events: list[ev.Event] = [
         ev.SyncerStart(
             ts=0.0,
             source="syncer",
@@ -92,7 +92,7 @@ def test_syncer_metrics_follow_its_events() -> None:
 
 def test_learner_metrics_follow_its_events() -> None:
     m = EventMetrics(CollectorRegistry())
-    for e in [
+    learner_events: list[ev.Event] = [
         ev.LearnerJoin(
             ts=0.0,
             source="learner-1",
@@ -123,7 +123,8 @@ def test_learner_metrics_follow_its_events() -> None:
             seconds=0.01,
             bytes=10,
         ),
-    ]:
+    ]
+    for e in learner_events:
         m.observe(e)
     value = m.registry.get_sample_value
     assert value("diloco_learner_incarnation") == 2 and value("diloco_learner_steps") == 12

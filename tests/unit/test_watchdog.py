@@ -38,6 +38,7 @@ def test_the_bound_is_three_start_ups_and_the_liveness_checks_rounds_of_this_run
     assert b.seconds == pytest.approx(BOUND)
     assert b.how == "3 × start-up 5.0s + 25 × round 0.50s, measured in this run"
     liveness_limit = derive_bound(None, pace, startups=0, rounds=Liveness().rounds).seconds
+    assert b.seconds is not None and liveness_limit is not None
     assert b.seconds > liveness_limit  # a run it ends has gone longer without a merge than liveness allows
     # It follows the run's own pace: a machine twice as slow gets twice the bound.
     assert watchdog_bound(RunPace(10.0, 1.0, 40)).seconds == pytest.approx(2 * BOUND)
@@ -134,11 +135,13 @@ def test_liveness_fails_a_stalled_run_naming_who_was_not_taking_part_and_the_las
     v = check_liveness(CheckInput(h, FACTS, Checks(), baseline_final_loss=None))
     assert v.status == "fail", v.summary
     assert v.evidence["not_taking_part"] == ["learner-1"]
-    one = v.evidence["learners"]["learner-1"]
+    learners, stall = v.evidence["learners"], v.evidence["stalled"]
+    assert isinstance(learners, dict) and isinstance(stall, dict), v.evidence
+    one = learners["learner-1"]
     assert one["last_merged_s"] == 10.0 and one["last_upload_s"] == pytest.approx(9.8)
     assert one["last_seen_s"] == 30.0 and one["refused_since_last_merge"] == {"stale_incarnation": 2}
     assert v.evidence["last_merge"] == {"s": 10.0, "merges_total": 20, "fragment": 0}
-    assert v.evidence["stalled"]["bound_s"] == pytest.approx(BOUND)
+    assert stall["bound_s"] == pytest.approx(BOUND)
     for words in (
         "learner-1 (last merged +10.0s",
         "2 call(s) refused since (stale_incarnation)",
@@ -168,6 +171,7 @@ def test_an_upload_of_a_replaced_incarnation_or_a_learner_out_by_a_fault_is_not_
     v = check_liveness(CheckInput(h, FACTS, Checks(), baseline_final_loss=None))
     assert v.status == "fail" and v.evidence["not_taking_part"] == ["learner-1", "learner-2"], v.summary
     who = v.evidence["learners"]
+    assert isinstance(who, dict), v.evidence
     assert who["learner-1"]["incarnation"] == "learner-1-b" and not who["learner-1"]["uploaded_since_last_merge"]
     assert who["learner-2"]["out_by_a_fault"] and who["learner-2"]["uploaded_since_last_merge"]
     assert not who["learner-0"]["out_by_a_fault"] and who["learner-0"]["uploaded_since_last_merge"]
@@ -209,13 +213,22 @@ def test_the_stalled_record_reads_back_from_the_controllers_file(tmp_path: Path)
 
 
 # ---- the controller's view of the syncer's events ------------------------------------------------------------------
+def _merge_counts(events: list[ev.Event]) -> list[int]:
+    """The merges_total of each event read (the tail here is asked for merges only)."""
+    counts = []
+    for e in events:
+        assert isinstance(e, ev.Merge), e
+        counts.append(e.merges_total)
+    return counts
+
+
 def test_the_event_tail_reads_complete_lines_of_the_kinds_asked_for(tmp_path: Path) -> None:
     path = tmp_path / "syncer.jsonl"
     tail = EventTail(path, kinds=("merge",))
     assert tail.read() == []  # no file yet
     m1, m2 = merge(1.0, 1, LEARNERS).model_dump_json(), merge(2.0, 2, LEARNERS).model_dump_json()
     path.write_text(upload(0.5, "learner-0").model_dump_json() + "\n" + m1 + "\n" + m2[:40])  # a torn last line
-    assert [e.merges_total for e in tail.read()] == [1]
+    assert _merge_counts(tail.read()) == [1]
     with open(path, "a") as f:
         f.write(m2[40:] + "\n")
-    assert [e.merges_total for e in tail.read()] == [1, 2]
+    assert _merge_counts(tail.read()) == [1, 2]

@@ -14,14 +14,14 @@ import sys
 def _install() -> None:
     import runpy
 
-    original = runpy._run_module_as_main
+    original = runpy._run_module_as_main  # type: ignore[attr-defined]  # private: typeshed leaves it out
 
     def _run_module_as_main(mod_name, alter_argv=True):  # noqa: ANN001, ANN202 - runpy's private signature
         from tests.mutants.real import run_unit
 
         return run_unit(mod_name, alter_argv, original)
 
-    runpy._run_module_as_main = _run_module_as_main
+    runpy._run_module_as_main = _run_module_as_main  # type: ignore[attr-defined]  # as above
 
 
 def _chain() -> None:
