@@ -142,7 +142,7 @@ class SyncerService(pbg.SyncerServicer):
         self.eval_merges = -1
         self._eval_queue: queue.Queue[tuple[int, list[int], dict[str, np.ndarray], bool] | None] = queue.Queue()
         self._eval_set = self.setup.eval_set()
-        self._finalized = False
+        self._result_fixed = False
         init = self.setup.init_params()
         self.fragments = partition_tensors({k: int(v.size) for k, v in init.items()}, cfg.algorithm.num_fragments)
         policy = policy_from_config(cfg)
@@ -283,7 +283,7 @@ class SyncerService(pbg.SyncerServicer):
         try:
             self._act_as(context, request.learner_id)
             with self.cond:
-                was_finished = self.state.finished
+                was_stopped = self.state.stopped
                 stop = self.state.report(
                     request.learner_id,
                     request.incarnation,
@@ -295,7 +295,7 @@ class SyncerService(pbg.SyncerServicer):
                 versions = list(self.state.versions)
                 progress = self.state.progress()
                 step, pace = self.state.clock_reading(self.clock())
-                if stop and not was_finished:
+                if stop and not was_stopped:
                     self.cond.notify_all()
         except Rejected as r:
             self.record_reject("Report", r.reason, r.detail, request.learner_id)
@@ -525,7 +525,7 @@ class SyncerService(pbg.SyncerServicer):
                 if self.run_due(now):
                     self.cond.notify_all()
                     continue
-                wake = next_wake(self.state, now, result_fixed=self._finalized)
+                wake = next_wake(self.state, now, result_fixed=self._result_fixed)
                 self.cond.wait(0.5 if wake is None else min(max(wake - now, 0.001), 0.5))
 
     def run_due(self, now: float) -> bool:
@@ -533,7 +533,7 @@ class SyncerService(pbg.SyncerServicer):
         events, checkpoints and evals, the fixed result, the settle phase's end. True if anything was."""
         with self.cond:
             actions = tick(
-                self.state, now, eval_every=self.cfg.syncer.eval_every_merges, result_fixed=self._finalized
+                self.state, now, eval_every=self.cfg.syncer.eval_every_merges, result_fixed=self._result_fixed
             )
             # Merge times are observed after the batch, so that each merge is timed by what decided it due (audit).
             took, acted = [], False
@@ -564,17 +564,17 @@ class SyncerService(pbg.SyncerServicer):
                 self.state.observe_merge_seconds(seconds)
             return acted
 
-    def training_over(self) -> bool:
+    def stopped(self) -> bool:
         """Learners are told to stop: the budget is reached and any settle phase is over."""
         with self.cond:
-            return self.state.finished
+            return self.state.stopped
 
     def _request_eval_locked(self, final: bool) -> None:
         self._eval_queue.put((self.state.merges_total, list(self.state.versions), self.state.copy_params(), final))
 
     def _finalize_locked(self) -> None:
         """The budget is reached: checkpoint, ``finished``, final eval — the run's result (a settle phase may follow)."""
-        self._finalized = True
+        self._result_fixed = True
         shutil.copyfile(self._checkpoint_locked(), self.ckpt_dir / RESULT_NAME)
         self.log.emit(
             ev.Finished(
@@ -756,7 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     over_since: float | None = None  # the result is fixed (final eval written) and training is over
     while not stop.wait(EXIT_POLL_S):
-        if svc.done.is_set() and svc.training_over() and not args.no_exit_on_finish:
+        if svc.done.is_set() and svc.stopped() and not args.no_exit_on_finish:
             over_since = over_since if over_since is not None else svc.clock()
             if svc.exit_due(over_since):  # learners collected their stop signal and left, or are dead
                 why[0] = "finished"

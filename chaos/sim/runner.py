@@ -235,7 +235,7 @@ class Simulation:
         self.inflight: dict[str, dict[_Call, None]] = {lid: {} for lid in learners}
         self.steady_at: float | None = None
         self.merges_total = 0
-        self.result_fixed = False  # the syncer fixed the result (its finalized): no new fault starts
+        self.result_fixed = False  # the syncer fixed the result (its result_fixed): no new fault starts
         self.interp = PlanInterpreter(planned, origin=0.0)  # re-made with the steady time as its origin
         self._wakes: set[float] = set()  # times a _tick is scheduled for
         self.progress = Progress()  # the syncer's counters at the watchdog's last poll
@@ -304,7 +304,7 @@ class Simulation:
             return
         # As the controller: no new fault starts once the syncer has fixed the result (StatusReply.finished),
         # latched across a later restart of the syncer.
-        self.result_fixed = self.result_fixed or self.syncer.finalized
+        self.result_fixed = self.result_fixed or self.syncer.result_fixed
         for step in self.interp.due(self.loop.now, self.merges_total, self.result_fixed):
             self._take(step)
         t = self.interp.next_time()

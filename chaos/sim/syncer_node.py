@@ -46,9 +46,9 @@ class SyncerNode:
         self.waiters: list[_Waiter] = []
         self.header_steps: dict[tuple[str, str, int, int, int], float] = {}  # upload key -> clock at its header
         self._merge_timer: Timer | None = None
-        self.finalized = False
+        self.result_fixed = False
         self.exited = False
-        self._finished_at: float | None = None
+        self._stopped_at: float | None = None
 
     # ---- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -74,8 +74,8 @@ class SyncerNode:
                 digests=fragment_digests(self.state.fragment_digests()),
                 state_digest=self.state.state_digest(version_skip=skip),
             )
-        self.up, self.paused, self.finalized = True, False, False  # a restored finished run finalizes again
-        self._finished_at = None
+        self.up, self.paused, self.result_fixed = True, False, False  # a restored run fixes its result again
+        self._stopped_at = None
         sim.emit(
             "syncer",
             ev.SyncerStart,
@@ -283,7 +283,7 @@ class SyncerNode:
         if not self.serving:
             return
         assert self.state is not None
-        d = next_wake(self.state, self.sim.loop.now, result_fixed=self.finalized)
+        d = next_wake(self.state, self.sim.loop.now, result_fixed=self.result_fixed)
         if d is None:
             return
         if self._merge_timer is not None and not self._merge_timer.cancelled and self._merge_timer.when <= d:
@@ -300,7 +300,7 @@ class SyncerNode:
         st = self.state
         assert st is not None
         cfg, now = self.sim.cfg, self.sim.loop.now
-        for a in tick(st, now, eval_every=cfg.syncer.eval_every_merges, result_fixed=self.finalized):
+        for a in tick(st, now, eval_every=cfg.syncer.eval_every_merges, result_fixed=self.result_fixed):
             if isinstance(a, Merged):
                 rec = a.record
                 audit = self.sim.audit.record(rec.audit, self.incarnation) if rec.audit is not None else None
@@ -316,7 +316,7 @@ class SyncerNode:
             elif isinstance(a, MergeRefused):
                 self._reject("merge", Rejected(RejectReason.NON_FINITE, a.why), fragment=a.fragment)
             elif isinstance(a, ResultFixed):
-                self.finalized = True  # the result is fixed at the budget; a settle phase may follow
+                self.result_fixed = True  # the result is fixed at the budget; a settle phase may follow
                 self._checkpoint()
                 self.sim.emit(
                     "syncer",
@@ -330,8 +330,8 @@ class SyncerNode:
                 self.sim.emit(
                     "syncer", ev.Settled, seconds=a.seconds, awaited=list(a.awaited), merges_total=a.merges_total
                 )
-        if self.finalized and st.finished and self._finished_at is None:
-            self._finished_at = now
+        if self.result_fixed and st.stopped and self._stopped_at is None:
+            self._stopped_at = now
             self.sim.loop.after(EXIT_POLL_S, self._maybe_exit)
         self.arm()
 
@@ -348,8 +348,8 @@ class SyncerNode:
         if not self.up or self.exited:
             return
         st = self.state
-        assert st is not None and self._finished_at is not None
-        if self.paused or not exit_due(st, self.sim.loop.now, self._finished_at):
+        assert st is not None and self._stopped_at is not None
+        if self.paused or not exit_due(st, self.sim.loop.now, self._stopped_at):
             self.sim.loop.after(EXIT_POLL_S, self._maybe_exit)
             return
         self._checkpoint()

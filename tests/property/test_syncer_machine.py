@@ -245,7 +245,7 @@ class SyncerMachine(RuleBasedStateMachine):
         self.cut_until: dict[str, float] = {}  # partitioned learners: calls do not arrive before this time
         self.high_water = [0] * len(FRAGMENTS)
         self.checkpoint: Checkpoint | None = None
-        self.finalized = False
+        self.result_fixed = False
         self.min_norm: list[float | None] = [None] * len(FRAGMENTS)  # smallest accepted per-step norm, whole run
         self.ever_merged: dict[Key, int] = {}  # across the whole run, lost merges included (reported only)
         self._reset_model(
@@ -253,7 +253,7 @@ class SyncerMachine(RuleBasedStateMachine):
             restored=-1,
             counts={},
             tokens={},
-            finished=False,
+            stopped=False,
             effective=frozenset(),
             merged_keys=frozenset(),
         )
@@ -268,7 +268,7 @@ class SyncerMachine(RuleBasedStateMachine):
         restored: int,
         counts: dict[str, int],
         tokens: dict[str, int],
-        finished: bool,
+        stopped: bool,
         effective: frozenset[Key],
         merged_keys: frozenset[Key],
     ) -> None:
@@ -280,7 +280,7 @@ class SyncerMachine(RuleBasedStateMachine):
         self.learners: dict[str, ModelLearner] = {}
         self.counts = dict(counts)
         self.tokens = dict(tokens)
-        self.finished = finished
+        self.stopped = stopped
         self.rounds: dict[int, ModelRound] = {}
         a = self.policy.ema_alpha
         self.timing = Timing.with_alpha(a)
@@ -315,7 +315,7 @@ class SyncerMachine(RuleBasedStateMachine):
         rnd = self.rounds.get(p)
         if rnd is None or not rnd.contribs:
             return None
-        if self.finished:
+        if self.stopped:
             return rnd.opened_at
         return merge_time(
             self.policy.algorithm.quorum, self.timing, rnd.quorum_at, len(rnd.contribs), self._active_count()
@@ -328,7 +328,7 @@ class SyncerMachine(RuleBasedStateMachine):
         self, c: Contribution, tensor_specs: dict[str, tuple[tuple[int, ...], str]]
     ) -> tuple[RejectReason | None, bool]:
         """(rejection reason, duplicate) that the module docstring's rules give for ``c`` now."""
-        if self.finished:
+        if self.stopped:
             return RejectReason.FINISHED, False
         # The fields first: a refused message must not touch the learner's record (its liveness included).
         if c.c_steps < 0 or c.c_tokens < 0:
@@ -380,7 +380,7 @@ class SyncerMachine(RuleBasedStateMachine):
         )
         self.saved_at = self.live.merges_total
         assert meta["versions"] == self.versions and meta["merges_total"] == self.live.merges_total
-        assert meta["finished"] == self.finished and meta["tokens_by_incarnation"] == self.tokens
+        assert meta["finished"] == self.stopped and meta["tokens_by_incarnation"] == self.tokens
         assert {tuple(k) for k in meta["merged_keys"]} == self.merged_keys
 
     # ---- membership -------------------------------------------------------
@@ -459,7 +459,7 @@ class SyncerMachine(RuleBasedStateMachine):
         step_time=st.sampled_from([0.0, 0.2, 1.0, 3.0]),
     )
     def report(self, learner: str, tokens: int, step: int, step_time: float) -> None:
-        """Progress report; once the token budget is reached the syncer is finished."""
+        """Progress report; once the token budget is reached (and no settle phase) the syncer stops."""
         if self._cut(learner):
             return
         inc = self._incarnation_for(learner, False)
@@ -479,10 +479,10 @@ class SyncerMachine(RuleBasedStateMachine):
         if step_time > 0:
             self.timing = self.timing.observe_step(step_time)
         if self.policy.token_budget and sum(self.tokens.values()) >= self.policy.token_budget:
-            if not self.finished:
+            if not self.stopped:
                 event("token budget reached")
-            self.finished = True
-        assert result is self.finished
+            self.stopped = True
+        assert result is self.stopped
 
     @rule(step_time=st.sampled_from([0.0, 0.2, 0.5, 1.0]), progress=st.sampled_from([0, 30, 60]))
     def heartbeats(self, step_time: float, progress: int) -> None:
@@ -643,17 +643,17 @@ class SyncerMachine(RuleBasedStateMachine):
         and nothing more is due (no settle phase here: settle_s is 0, so the budget finishes the syncer at once)."""
         due = self.live.due_merges(self.now)
         assert due == self._due()
-        actions = tick(self.live, self.now, eval_every=NO_EVALS, result_fixed=self.finalized)
+        actions = tick(self.live, self.now, eval_every=NO_EVALS, result_fixed=self.result_fixed)
         for p in due:
             self._merge_one(p, actions)
         rest = list(actions)
         if rest:
-            assert rest == [ResultFixed()] and self.finished and not self.finalized, rest
+            assert rest == [ResultFixed()] and self.stopped and not self.result_fixed, rest
             event("the driver fixed the result")
-            self.finalized = True
+            self.result_fixed = True
             self._take_checkpoint()  # the shells checkpoint the result (trainer/syncer.py _finalize_locked)
         else:
-            assert self.finalized or not self.finished or self.live.due_merges(self.now), (
+            assert self.result_fixed or not self.stopped or self.live.due_merges(self.now), (
                 "the result was not fixed"
             )
 
@@ -720,7 +720,7 @@ class SyncerMachine(RuleBasedStateMachine):
         assert a.checkpoint == self._checkpoint_due(), "the driver's checkpoint flag is not the model's"
         self._checkpoint_if_due()
 
-    @precondition(lambda self: self.finished and not self.finalized)
+    @precondition(lambda self: self.stopped and not self.result_fixed)
     @rule()
     def finalize(self) -> None:
         """The budget was reached by a report: the merge loop's next tick merges what is due and fixes the result,
@@ -745,11 +745,11 @@ class SyncerMachine(RuleBasedStateMachine):
             restored=ck.meta["merges_total"],
             counts=ck.meta["incarnation_counts"],
             tokens=ck.meta["tokens_by_incarnation"],
-            finished=ck.meta["finished"],
+            stopped=ck.meta["finished"],
             effective=ck.effective_keys,
             merged_keys=ck.merged_keys,
         )
-        self.finalized = False
+        self.result_fixed = False
         for k, v in ck.arrays.items():
             if k.startswith("param/"):
                 assert np.array_equal(self.live.params[k.split("/", 1)[1]], v, equal_nan=True)
@@ -823,7 +823,7 @@ class SyncerMachine(RuleBasedStateMachine):
         want = {lid: (r.incarnation, r.index, r.last_seen, r.left) for lid, r in self.learners.items()}
         assert got == want
         assert self.state.incarnation_counts == self.counts
-        assert self.state.tokens_by_incarnation == self.tokens and self.state.finished == self.finished
+        assert self.state.tokens_by_incarnation == self.tokens and self.state.stopped == self.stopped
         assert len(self.state.active_learners(self.now)) == self._active_count()
 
     @invariant()
@@ -839,9 +839,9 @@ class SyncerMachine(RuleBasedStateMachine):
         cap = GRACE_CAP_STEPS * self.timing.t_step.get() if self.policy.algorithm.grace else 0.0
         for p, rnd in self.state.rounds.items():
             quorate = rnd.quorum_at is not None and len(rnd.contributions) >= self.policy.algorithm.min_quorum
-            if self.state.finished or (quorate and rnd.quorum_at is not None and self.now >= rnd.quorum_at + cap):
+            if self.state.stopped or (quorate and rnd.quorum_at is not None and self.now >= rnd.quorum_at + cap):
                 assert p in due, f"fragment {p} should merge by now"
-            if p in due and not self.state.finished:
+            if p in due and not self.state.stopped:
                 assert quorate, f"fragment {p} due without quorum"
             if quorate and p not in due:
                 event("a quorate round waits in its grace window")

@@ -538,7 +538,7 @@ def test_token_budget_finishes_the_run():
     assert s.report("a", "i", 5, 50, 0.1, now=1.0) is False  # tokens per incarnation never go down
     assert s.tokens_total == 60
     assert s.report("b", "i", 3, 40, 0.1, now=2.0) is True
-    assert s.finished
+    assert s.stopped
     assert s.report("a", "i", 6, 70, 0.1, now=3.0) is True
     assert reason_of(lambda: s.submit(contrib("a", "i", 0, 0, grad(s, 0, 1.0)), now=3.0)) is RejectReason.FINISHED
     assert (
@@ -592,8 +592,8 @@ def test_settle_ends_at_once_when_everyone_seen_was_merged_since_it_joined():
     assert (
         s.report("a", "i", 5, 100, 0.1, now=2.0) is False
     )  # the budget fixes the result; the shell ends training
-    assert s.budget_reached and not s.finished and s.awaited(2.0) == []
-    assert s.settle(2.0) is True and s.finished
+    assert s.budget_reached and not s.stopped and s.awaited(2.0) == []
+    assert s.settle(2.0) is True and s.stopped
     assert s.settle(2.5) is False  # only once
 
 
@@ -609,7 +609,7 @@ def test_settle_waits_for_a_restarted_learner_to_be_merged_and_keeps_merging_mea
     before = s.versions[0]
     _merge_all(s, {"a": "i", "b": "j"}, now=4.0)  # uploads are still merged while settling
     assert s.versions[0] == before + 1 and s.awaited(4.0) == []
-    assert s.settle(4.0) is True and s.finished
+    assert s.settle(4.0) is True and s.stopped
     assert (
         reason_of(lambda: s.submit(contrib("a", "i", 0, s.versions[0], grad(s, 0, 0.1)), now=5.0))
         is RejectReason.FINISHED
@@ -624,7 +624,7 @@ def test_settle_gives_up_after_settle_s_and_names_who_never_came_back():
     s.leave("b", "i", now=2.0)  # gone for good
     s.report("a", "i", 5, 100, 0.1, now=3.0)
     assert s.awaited(3.0) == ["b"] and s.settle(32.9) is False
-    assert s.settle(33.0) is True and s.finished
+    assert s.settle(33.0) is True and s.stopped
 
 
 def test_a_learner_silent_longer_than_the_liveness_timeout_is_awaited_until_merged_again():
@@ -704,7 +704,7 @@ def test_checkpoint_round_trip_restores_and_skips_versions(tmp_path):
     assert r.versions == [v + 7 for v in s.versions]
     assert r.tokens_by_incarnation == s.tokens_by_incarnation
     assert r.incarnation_counts == s.incarnation_counts
-    assert r.finished == s.finished
+    assert r.stopped == s.stopped
     # A new incarnation of a known learner keeps counting.
     assert r.join("a", "i2", now=0.0).incarnation_index == 1
 

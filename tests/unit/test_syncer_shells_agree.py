@@ -135,7 +135,7 @@ class _Pair:
         def both_tick() -> None:  # the node's merge timer fired: the real loop wakes at the same moment
             self.real.run_due(self.loop.now)
             tick()
-            if self.over_since is None and self.real.training_over():
+            if self.over_since is None and self.real.stopped():
                 # As the real syncer's main loop: once the final eval is written and training is over, it polls
                 # its exit rule (on its own; deterministic mode's exit is not consulted)
                 assert self.real.done.wait(60), "the real syncer's final eval was not written"
@@ -306,7 +306,7 @@ def _exit_without_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     """Deterministic mode's exit writes no last checkpoint (the real syncer's shutdown does): as it was."""
     write = SyncerNode._checkpoint
     monkeypatch.setattr(
-        SyncerNode, "_checkpoint", lambda self: None if self._finished_at is not None else write(self)
+        SyncerNode, "_checkpoint", lambda self: None if self._stopped_at is not None else write(self)
     )
 
 

@@ -35,7 +35,7 @@ class CheckpointMeta:
     merges_total: int
     incarnation_counts: Mapping[str, int] = field(default_factory=dict)
     tokens_by_incarnation: Mapping[str, int] = field(default_factory=dict)
-    finished: bool = False
+    stopped: bool = False  # on disk "finished", the name checkpoints were written with
     merged_norms: tuple[Mapping[str, float], ...] | None = None  # None: from before per-learner references
     merged_keys: frozenset[Key] = frozenset()
     clock: tuple[float | None, float, float] = (None, 0.0, 0.0)  # the step clock: anchor time, anchor step, pace
@@ -49,7 +49,7 @@ class CheckpointMeta:
             "merges_total": self.merges_total,
             "incarnation_counts": dict(self.incarnation_counts),
             "tokens_by_incarnation": dict(self.tokens_by_incarnation),
-            "finished": self.finished,
+            "finished": self.stopped,
             "merged_norms": [dict(r) for r in self.merged_norms or ()],
             "merged_keys": sorted([list(k) for k in self.merged_keys]),
             "clock": list(self.clock),
@@ -83,7 +83,7 @@ class CheckpointMeta:
             merges_total=int(meta["merges_total"]),
             incarnation_counts={k: int(v) for k, v in meta.get("incarnation_counts", {}).items()},
             tokens_by_incarnation={k: int(v) for k, v in meta.get("tokens_by_incarnation", {}).items()},
-            finished=bool(meta.get("finished", False)),
+            stopped=bool(meta.get("finished", False)),
             merged_norms=merged_norms,
             merged_keys=frozenset(
                 (str(a), str(b), int(c), int(d), int(e)) for a, b, c, d, e in meta.get("merged_keys", [])

@@ -106,7 +106,7 @@ EXIT_POLL_S = 0.2  # how often a syncer whose training is over checks whether it
 
 
 def exit_due(state: Any, now: float, over_since: float) -> bool:
-    """Whether a syncer whose result is fixed and whose training is over (``state.finished``, since
+    """Whether a syncer whose result is fixed and whose training is over (``state.stopped``, since
     ``over_since``) exits now: once every learner has left or gone silent — they collected their stop signal —
     or 2 × the liveness timeout after, not to wait forever for dead ones.
 

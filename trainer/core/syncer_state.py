@@ -145,7 +145,7 @@ class SyncerState:
     merges_total: int = 0
     rejections: Counter = field(default_factory=Counter)
     timing: Timing = field(default_factory=Timing)
-    finished: bool = False
+    stopped: bool = False  # the budget is reached and any settle phase is over: learners are told to stop
     restored_from_merges: int = -1
     saved_at_merges: int | None = (
         None  # merges_total at the last checkpoint taken (None: none since start/restore)
@@ -357,13 +357,13 @@ class SyncerState:
             if self.budget_reached_at is None:
                 self.budget_reached_at = now
             if self.policy.settle_s <= 0:
-                self.finished = True  # else the shell's tick decides when the settle phase ends (settle)
-        return self.finished
+                self.stopped = True  # else the shell's tick decides when the settle phase ends (settle)
+        return self.stopped
 
     @property
     def budget_reached(self) -> bool:
         """The run's result is fixed: final eval and checkpoint now (training may go on settling)."""
-        return self.finished or self.budget_reached_at is not None
+        return self.stopped or self.budget_reached_at is not None
 
     def awaited(self, now: float) -> list[str]:
         """Learners the syncer has seen (this incarnation or a checkpointed one) that are away, or back but not
@@ -377,17 +377,17 @@ class SyncerState:
         return out
 
     def settle(self, now: float) -> bool:
-        """After the budget: finish once nobody is awaited or ``settle_s`` has passed; True when this call finished.
+        """After the budget: stop once nobody is awaited or ``settle_s`` has passed; True when this call stopped it.
 
         Shells call it on every tick, after the budget's final eval: it can end only at a merge (the last awaited
         learner merged again) or at its deadline, which :meth:`next_deadline` includes.
         """
-        if self.finished or self.budget_reached_at is None:
+        if self.stopped or self.budget_reached_at is None:
             return False
         # The same sum as next_deadline's: `now - start >= settle_s` can round below at now == the deadline, and a
         # shell woken at its deadline would then wake again at once, forever (found by the simulator's search).
         if now >= self.budget_reached_at + self.policy.settle_s or not self.awaited(now):
-            self.finished = True
+            self.stopped = True
             return True
         return False
 
@@ -409,7 +409,7 @@ class SyncerState:
         Raises :class:`Rejected` naming what is wrong. Duplicate (already
         accepted) uploads pass: :meth:`submit` acknowledges them.
         """
-        if self.finished:
+        if self.stopped:
             raise Rejected(RejectReason.FINISHED, "the token budget is reached; no more uploads are merged")
         # Every field is checked before the learner's record is touched: a refused upload changes nothing.
         claims.check_count("c_steps", c_steps)
@@ -631,7 +631,7 @@ class SyncerState:
         rnd = self.rounds.get(fragment)
         if rnd is None or not rnd.contributions:
             return None
-        if self.finished:
+        if self.stopped:
             return min(rnd.opened_at, now)  # flush whatever arrived before the budget was reached
         t = self._unheld_merge_at(rnd, now)
         if t is None or not self.algorithm.clocked:
@@ -658,7 +658,7 @@ class SyncerState:
 
     def next_deadline(self, now: float) -> float | None:
         times = [t for p in self.rounds if (t := self.merge_at(p, now)) is not None]
-        if self.budget_reached_at is not None and not self.finished:
+        if self.budget_reached_at is not None and not self.stopped:
             times.append(self.budget_reached_at + self.policy.settle_s)  # the settle phase's end at the latest
         return min(times) if times else None
 
@@ -672,7 +672,7 @@ class SyncerState:
             (t.t_step.get(), t.t_quorum.get(), t.t_upload.get(), t.t_merge.get(), t.t_broadcast.get()),
         )
         # Bodies that came after quorum + grace made the round only because their headers had (the hold).
-        unheld = self._unheld_merge_at(rnd, now) if self.algorithm.clocked and not self.finished else None
+        unheld = self._unheld_merge_at(rnd, now) if self.algorithm.clocked and not self.stopped else None
         waited = [] if unheld is None else [t for t in rnd.arrived_at.values() if t > unheld]
         held_s = max(waited) - unheld if waited and unheld is not None else 0.0
         # Bodies announced for this round or an earlier one that are still out missed it: nobody waits for them now.
@@ -758,7 +758,7 @@ class SyncerState:
             held_s,
             rnd.eligible_since(now),
             audit,
-            None if self.finished else decision,
+            None if self.stopped else decision,
         )
 
     def observe_merge_seconds(self, seconds: float) -> None:
@@ -815,7 +815,7 @@ class SyncerState:
             merges_total=self.merges_total,
             incarnation_counts=dict(self.incarnation_counts),
             tokens_by_incarnation=dict(self.tokens_by_incarnation),
-            finished=self.finished,
+            stopped=self.stopped,
             merged_norms=tuple(dict(r) for r in self.merged_norms),
             merged_keys=frozenset(self.merged_keys),
             clock=(self.clock.anchor_time, self.clock.anchor_step, self.clock.pace_s),
@@ -848,7 +848,7 @@ class SyncerState:
         st.restored_from_merges = st.merges_total
         st.incarnation_counts = dict(m.incarnation_counts)
         st.tokens_by_incarnation = dict(m.tokens_by_incarnation)
-        st.finished = m.finished
+        st.stopped = m.stopped
         st.merged_keys = set(m.merged_keys)
         # The clock runs on from the checkpoint: rounds keep their times, and the syncer's downtime passes as steps.
         st.clock = StepClock(*m.clock)
