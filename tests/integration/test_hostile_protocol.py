@@ -317,7 +317,7 @@ class Harness:
             return (
                 list(s.versions),
                 s.merges_total,
-                s.finished,
+                s.stopped,
                 {p: (r.base_version, r.round, sorted(r.contributions)) for p, r in s.rounds.items()},
                 {lid: dataclasses.astuple(rec) for lid, rec in s.learners.items()},
                 dict(s.incarnation_counts),
