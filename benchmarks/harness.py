@@ -38,7 +38,7 @@ QUIET_CHECKS = {"liveness": {"enabled": False}, "reintegration": {"enabled": Fal
 
 # The decoupled trainer before rounds ran on the syncer's clock: a round per arrival group (about three outer
 # steps per fragment per H inner steps), uploads merged as computed, outer momentum 0.5 to compensate, and τ = 2.
-# Kept reachable by config as the negative control of the reference check (benchmarks/reference_parity.py).
+# Kept reachable by config as the negative control of the reference check (benchmarks/claims/reference_parity.py).
 PRE_ROUNDS = {"rounds": "arrival", "outer_gradient": "base", "outer_momentum": 0.5, "overlap_steps": 2}
 PRE_ROUNDS_LABEL = "before rounds, negative control"
 

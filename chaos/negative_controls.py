@@ -1,7 +1,7 @@
 """Negative controls: deliberately wrong set-ups, each of which one named checker must fail.
 
 A checker that cannot fail proves nothing. One home for them: ``tests/chaos/test_negative_controls.py`` runs
-each per change (with assertions on the evidence), and ``benchmarks/under_load.py`` runs each repeatedly under
+each per change (with assertions on the evidence), and ``benchmarks/costs/under_load.py`` runs each repeatedly under
 CPU load to measure that they fail every time.
 
 Example:

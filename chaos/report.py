@@ -297,7 +297,11 @@ def _false_alarm_cell(rate: FalseAlarmQuote | None) -> str:
     """chaos.checkers.false_alarm's text, with the benchmark named so a reader can measure it again."""
     if rate is None:
         return "n/a (parity off)"
-    return f"{rate.text}, {rate.measured} (benchmarks/parity_false_alarm.py)" if rate.measured else rate.text
+    return (
+        f"{rate.text}, {rate.measured} (benchmarks/calibration/parity_false_alarm.py)"
+        if rate.measured
+        else rate.text
+    )
 
 
 def _teardown_section(teardown: Teardown) -> list[str]:

@@ -33,7 +33,7 @@ from chaos.strategies import FaultSchedule, fault_schedules, outer_step_seconds,
 DEFAULT_CHECKS: tuple[str, ...] = ("liveness", "reintegration", "durability", "safety")
 # Every phase but `explain`: once an example fails, Hypothesis traces each later run and re-runs variations of the
 # failing one for an explanation that `find` never prints; the planted-bug search took 3.1x as long with it
-# (medians of 3 seeds, same shrunk schedule: `python -m benchmarks.search_phases`).
+# (medians of 3 seeds, same shrunk schedule: `python -m benchmarks.costs.search_phases`).
 SEARCH_PHASES: tuple[Phase, ...] = tuple(p for p in Phase if p is not Phase.explain)
 
 

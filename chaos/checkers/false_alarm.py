@@ -1,7 +1,7 @@
 """Parity's false-alarm rate: how often a fault-free run fails parity at a given tolerance, as measured.
 
 A parity failure means something only next to how often a run with nothing wrong
-fails the same check. ``benchmarks/parity_false_alarm.py`` runs a no-op scenario
+fails the same check. ``benchmarks/calibration/parity_false_alarm.py`` runs a no-op scenario
 N times (under CPU load) and records how far each fault-free run landed outside
 its band (``outside_band``). Any tolerance can be judged from those distances:
 
@@ -37,7 +37,7 @@ from typing import Any
 
 from chaos.records import SparseRecord
 
-# Where benchmarks/parity_false_alarm.py writes its results (committed with the repository); an installed copy
+# Where benchmarks/calibration/parity_false_alarm.py writes its results (committed with the repository); an installed copy
 # (the image: docker/Dockerfile) finds them under its environment's share/ instead.
 NAME = "parity_false_alarm.json"
 MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / NAME
@@ -166,12 +166,12 @@ def measured_rate(
     except (OSError, ValueError, KeyError, TypeError) as err:
         return FalseAlarmQuote(
             text=f"not measured here ({path.name}: {type(err).__name__}); run "
-            "benchmarks/parity_false_alarm.py --load"
+            "benchmarks/calibration/parity_false_alarm.py --load"
         )
     if rate is None:
         return FalseAlarmQuote(
             text=f"not measured for a band over {baseline_seeds} seed(s) (measured: "
-            f"{config.get('baseline_seeds')}); run benchmarks/parity_false_alarm.py --load "
+            f"{config.get('baseline_seeds')}); run benchmarks/calibration/parity_false_alarm.py --load "
             f"--baseline-seeds {baseline_seeds}"
         )
     return rate.quote()

@@ -76,7 +76,7 @@ def test_corrupt_learner_without_validation_fails_safety(run_chaos):
 
 @pytest.mark.covers("reference")
 def test_reference_runs_synchronous_diloco_and_fails_a_trainer_that_does_not_train_like_it(run_chaos):
-    # Whether the defaults pass is a quality claim (benchmarks/reference_parity.py, 5 seeds: +0.02% ± 0.08%):
+    # Whether the defaults pass is a quality claim (benchmarks/claims/reference_parity.py, 5 seeds: +0.02% ± 0.08%):
     # at 600k tokens without emulated steps one decoupled run moves by ±0.05 with the machine's load.
     ok = run_chaos(reference_scenario({}))
     v = _verdict(ok, "reference")

@@ -8,7 +8,7 @@ run instead of one per fault, and parity against the same-seed baseline alone (`
 built-ins' tolerance (±0.05) one baseline and the 3-seed band both had 0 false alarms in 10 fault-free runs under
 load (docs/scenarios-and-checks.md, "Parity that knows its noise"), and the band's two extra runs were half of
 this test's time (2026-12-03: 327 s with the band). The built-ins with their bands, three times each under load,
-are `benchmarks.under_load`; every built-in with its band runs for real nightly."""
+are `benchmarks.costs.under_load`; every built-in with its band runs for real nightly."""
 
 from __future__ import annotations
 

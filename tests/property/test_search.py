@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import chaos.search
-from benchmarks.search_phases import BUGGY, CHECKS
+from benchmarks.costs.search_phases import BUGGY, CHECKS
 from chaos.analysis import REPORT_SCHEMA_VERSION
 from chaos.cli import main
 from chaos.replay import replay_scenario
@@ -20,7 +20,7 @@ from chaos.strategies import FaultSchedule
 
 pytestmark = pytest.mark.chaos_simulation
 
-# The planted-bug template (BUGGY, whose search benchmarks/search_phases.py times) without its bug.
+# The planted-bug template (BUGGY, whose search benchmarks/costs/search_phases.py times) without its bug.
 HEALTHY = scenario_with(
     "kill-and-rejoin", name="planted", schedule=[], cluster={"token_budget": 1_200_000}, checks=CHECKS
 )

@@ -1,6 +1,6 @@
 """Docs are a manual: tier timings are rendered from benchmarks/results/tier_times.json, never typed into prose.
 
-docs/ci-tiers.md's timing table is what ``benchmarks.tier_times --render`` draws from the results file, and the
+docs/ci-tiers.md's timing table is what ``benchmarks.costs.tier_times --render`` draws from the results file, and the
 documents already converted to manuals hold no date or commit hash outside their generated sections (issue 39,
 item 4; docs/scenarios-and-checks.md is still to follow; the benchmarks' tables: tests/unit/test_benchmark_docs.py).
 """
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import rendered, tier_times
+from benchmarks import rendered
+from benchmarks.costs import tier_times
 
 ROOT = Path(__file__).resolve().parents[2]
 # The documents that are manuals: measurements only in generated sections.
@@ -38,7 +39,7 @@ def test_the_docs_show_the_recorded_tier_timings() -> None:
         assert not missing, f"{name}: {missing}"
     text = (ROOT / tier_times.DOC).read_text()
     assert tier_times.render(doc, text) == text, (
-        "docs/ci-tiers.md is stale: .venv/bin/python -m benchmarks.tier_times --render"
+        "docs/ci-tiers.md is stale: .venv/bin/python -m benchmarks.costs.tier_times --render"
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.parity_false_alarm import no_op_scenario
+from benchmarks.calibration.parity_false_alarm import no_op_scenario
 from chaos.checkers.false_alarm import MEASURED, cluster_key, measured_rate
 from chaos.checkers.parity import tolerance_of
 from chaos.scenario import builtin_scenarios, load_scenario
@@ -44,7 +44,7 @@ def test_another_cluster_or_band_size_or_no_file_is_said_not_hidden(tmp_path: Pa
     seeds = measured_rate(tolerance=0.05, baseline_seeds=5, cluster="c1", path=_write(tmp_path))
     assert seeds.model_dump() == {
         "text": "not measured for a band over 5 seed(s) (measured: 3); run "
-        "benchmarks/parity_false_alarm.py --load --baseline-seeds 5"
+        "benchmarks/calibration/parity_false_alarm.py --load --baseline-seeds 5"
     }
     missing = measured_rate(tolerance=0.05, baseline_seeds=3, cluster="c1", path=tmp_path / "absent.json")
     assert missing.text.startswith("not measured here (absent.json: FileNotFoundError)")

@@ -1,6 +1,6 @@
-"""benchmarks.fault_latency's pure parts: reading observations, the schedule, the controller's records, summaries.
+"""benchmarks.costs.fault_latency's pure parts: reading observations, the schedule, the controller's records, summaries.
 
-No processes, sockets or threads: the chaos run itself is the benchmark (``python -m benchmarks.fault_latency``).
+No processes, sockets or threads: the chaos run itself is the benchmark (``python -m benchmarks.costs.fault_latency``).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import benchmarks.fault_latency as fl
-import benchmarks.fault_latency_observers as fl_observers
-import benchmarks.fault_latency_plan as fl_plan
-import benchmarks.fault_latency_reading as fl_reading
-from benchmarks.fault_latency import scenario_tree
-from benchmarks.fault_latency_plan import KINDS, NETWORK_KINDS, build_schedule
-from benchmarks.fault_latency_reading import (
+import benchmarks.costs.fault_latency as fl
+import benchmarks.costs.fault_latency_observers as fl_observers
+import benchmarks.costs.fault_latency_plan as fl_plan
+import benchmarks.costs.fault_latency_reading as fl_reading
+from benchmarks.costs.fault_latency import scenario_tree
+from benchmarks.costs.fault_latency_plan import KINDS, NETWORK_KINDS, build_schedule
+from benchmarks.costs.fault_latency_reading import (
     FaultTimes,
     NetRule,
     Obs,

@@ -1,11 +1,11 @@
-"""benchmarks.parity_false_alarm: the judging of recorded runs (one baseline vs the band), without running any."""
+"""benchmarks.calibration.parity_false_alarm: the judging of recorded runs (one baseline vs the band), without running any."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from benchmarks.parity_false_alarm import main
+from benchmarks.calibration.parity_false_alarm import main
 
 
 def test_rejudge_counts_false_alarms_both_ways(tmp_path: Path, capsys) -> None:

@@ -452,5 +452,5 @@ def test_markdown_quotes_the_parity_false_alarm_rate_or_why_there_is_none() -> N
     }
     assert (
         "| parity false-alarm rate | 0 of 8 fault-free runs outside the band by more than ±0.15 (95% CI 0%–32%), "
-        "measured under load on this cluster, 2026-12-01T02:55:02+00:00 (benchmarks/parity_false_alarm.py) |"
+        "measured under load on this cluster, 2026-12-01T02:55:02+00:00 (benchmarks/calibration/parity_false_alarm.py) |"
     ) in rep.render_markdown(_report(r))

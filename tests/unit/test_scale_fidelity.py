@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scale_bandwidth import needed_gbps, plan
-from benchmarks.scale_sim_to_real import REJOIN_S, calibrate, predict
+from benchmarks.claims.scale_bandwidth import needed_gbps, plan
+from benchmarks.claims.scale_sim_to_real import REJOIN_S, calibrate, predict
 from chaos.scale import ScaleResult, build_scale_config, simulate_scale
 from chaos.scale.paper import CHIPS, PAPER_GOODPUT, paper_plan
 
@@ -60,7 +60,7 @@ def test_more_learners_never_lose_goodput_at_fixed_chips() -> None:
 def test_simulator_predicts_the_measured_goodput_runs() -> None:
     """Calibrated on the fault-free real runs, the simulator predicts the runs with failures.
 
-    The runs are ``benchmarks/goodput.py``'s (real syncer and learner processes, seeded kills); the
+    The runs are ``benchmarks/claims/goodput.py``'s (real syncer and learner processes, seeded kills); the
     simulator gets the same kills. It must count the same failures, and its merged goodput and longest
     stall must be within 0.05 and 1 s of the measured ones (measured 2026-11-30: within 0.03 and 0.4 s).
     """

@@ -96,7 +96,7 @@ def sync_step(clock: StepClock, now: float, own_step_s: float) -> float:
     boundary nearest the opening instead, a slow learner's upload came up to
     half of *its* step late, often past the grace window: with two learners
     of four at half speed, 3.14 learners per merge against 3.83
-    (``benchmarks.heterogeneous``, docs/benchmarks.md's side-by-side runs).
+    (``benchmarks.claims.heterogeneous``, docs/benchmarks.md's side-by-side runs).
 
     >>> sync_step(StepClock(0.0, 0.0, 0.1), now=1.0, own_step_s=0.1) < 11.0  # S = 10: round opening at 11 waits
     True

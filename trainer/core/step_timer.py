@@ -27,7 +27,7 @@ a high quantile estimated from 64 samples differs from learner to learner, so
 their syncs spread over more than a step; over slow links, where every upload
 arrives after the opening and a round merges at its first arrival plus the
 grace window, the spread is what makes uploads late: one run in five of
-``benchmarks.slow_links`` merged 2.0 learners per round and needed 1.5× the
+``benchmarks.claims.slow_links`` merged 2.0 learners per round and needed 1.5× the
 tokens (docs/trainer.md, "Choices").
 
 Example:
@@ -93,7 +93,7 @@ def reported_step_time(ema_s: float, period_s: float, weight: float = 0.1) -> fl
 
     The period, not a step's compute: what a learner does between boundaries (starting syncs, applying merges) is
     part of how fast it steps. Paced by compute alone, the clock ran ahead of the learners: 1.039 rounds per H of
-    their steps against 1.016 with the period (``benchmarks.reference_parity``, 256 tokens, 5 seeds side by
+    their steps against 1.016 with the period (``benchmarks.claims.reference_parity``, 256 tokens, 5 seeds side by
     side). The clip keeps one stall (SIGSTOP, a GC) from moving the cluster's pace by more than a few steps' worth.
 
         ema ← (1 − w)·ema + w·min(period, CLIP·ema)        (ema = 0: the first period)

@@ -1,4 +1,4 @@
-"""benchmarks.fault_latency, reading observations (pure): onsets and recoveries, process states, probe samples,
+"""benchmarks.costs.fault_latency, reading observations (pure): onsets and recoveries, process states, probe samples,
 the controller's fault times, summaries."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ existed (a round per arrival group, uploads merged as computed, outer momentum 0
 that must fail. Data-parallel (gradients averaged every step, one AdamW update at the syncer) is reported
 beside them at the same tokens.
 
-    .venv/bin/python -m benchmarks.reference_parity [--seeds 0 1 2 3 4] [--budget 1500000] [--vocab 256]
+    .venv/bin/python -m benchmarks.claims.reference_parity [--seeds 0 1 2 3 4] [--budget 1500000] [--vocab 256]
 
 Setup (defaults, the issue's): M = 4 learners of the tiny model, P = 4, H = 32, τ = 2, emulated 50 ms steps,
 1.5M tokens per run. The source is an order-1 Markov chain over 256 tokens (``data.vocab_size``): a bigram

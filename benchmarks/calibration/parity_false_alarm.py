@@ -8,8 +8,8 @@ for run i), and judges each run's final eval loss two ways, side by side:
 - the band: within ``tolerance`` of this run's floor + [min, max] of the excess over their own floors of the
   fault-free runs at ``--baseline-seeds`` cluster seeds (chaos.checkers.parity, what every report now uses).
 
-    .venv/bin/python -m benchmarks.parity_false_alarm [--runs 8] [--load] [--baseline-seeds 3]
-    .venv/bin/python -m benchmarks.parity_false_alarm --rejudge benchmarks/results/parity_false_alarm.json
+    .venv/bin/python -m benchmarks.calibration.parity_false_alarm [--runs 8] [--load] [--baseline-seeds 3]
+    .venv/bin/python -m benchmarks.calibration.parity_false_alarm --rejudge benchmarks/results/parity_false_alarm.json
 
 Prints false alarms per tolerance with a 95 % Wilson interval, writes ``benchmarks/results/parity_false_alarm.json``.
 The baselines are computed by the first run, under the same load as the runs.

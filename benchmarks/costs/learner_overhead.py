@@ -4,7 +4,7 @@ Both run as separate processes with the same thread limits, model and batch,
 interleaved (bare, synced, bare, synced, ...) so machine noise hits both
 alike; the script prints the median throughput of each and their ratio.
 
-    .venv/bin/python -m benchmarks.learner_overhead [--size tiny|small] [--repeats 3] [--steps 200]
+    .venv/bin/python -m benchmarks.costs.learner_overhead [--size tiny|small] [--repeats 3] [--steps 200]
 
 The synced learner is a real learner process talking gRPC to a real syncer
 (decoupled mode, M = 1, K = 1) that merges every fragment it receives; its
@@ -71,7 +71,7 @@ def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> float:
             [
                 sys.executable,
                 "-m",
-                "benchmarks.learner_overhead",
+                "benchmarks.costs.learner_overhead",
                 "--bare",
                 "--size",
                 size,

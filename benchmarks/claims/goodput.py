@@ -4,7 +4,7 @@ The paper reports 88% goodput for Decoupled DiLoCo (M = 8, 1.2M chips, one
 interruption per chip-year) where elastic data-parallel training gets 58%,
 at the same model quality.
 
-    .venv/bin/python -m benchmarks.goodput [--mtbf-s 30] [--downtime-s 3] [--budget 1500000] [--seed 0]
+    .venv/bin/python -m benchmarks.claims.goodput [--mtbf-s 30] [--downtime-s 3] [--budget 1500000] [--seed 0]
 
 Setup (defaults): M = 4 learners of the tiny model, P = 4 fragments, H = 32,
 emulated 50 ms steps (``benchmarks/harness.py``), every learner killed by a

@@ -5,7 +5,7 @@ more than 20× faster than conventional synchronous training, because
 communication is folded into computation instead of blocking; the
 cross-datacenter need drops from ~198 Gbps (data-parallel) to ~0.84 Gbps.
 
-    .venv/bin/python -m benchmarks.scale_bandwidth [--budget 20B] [--step 2.5]
+    .venv/bin/python -m benchmarks.claims.scale_bandwidth [--budget 20B] [--step 2.5]
 
 Assumptions (the paper publishes none of these; each is a flag):
 

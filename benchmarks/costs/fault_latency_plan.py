@@ -1,4 +1,4 @@
-"""benchmarks.fault_latency, what is measured: per fault kind its parameters, hold, slot and effect; the seeded
+"""benchmarks.costs.fault_latency, what is measured: per fault kind its parameters, hold, slot and effect; the seeded
 schedule of slots; the scenario that plays it."""
 
 from __future__ import annotations

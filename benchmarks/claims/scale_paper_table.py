@@ -1,6 +1,6 @@
 """The paper's goodput table, reproduced by the scale simulator, cell by cell.
 
-    .venv/bin/python -m benchmarks.scale_paper_table [--seeds 1] [--duration 7d]
+    .venv/bin/python -m benchmarks.claims.scale_paper_table [--seeds 1] [--duration 7d]
 
 Every cell is one simulated week (by default) of its configuration at its chip
 count, with one interruption per chip-year and the calibrated recovery times of

@@ -4,7 +4,7 @@ The paper's claim: over 2–5 Gbps links between sites, Decoupled DiLoCo trained
 a 12B model more than 20× faster than conventional synchronous training,
 because its communication overlaps computation instead of blocking it.
 
-    .venv/bin/python -m benchmarks.slow_links [--rate-kbps 200] [--latency-ms 25] [--sync-every 64] [--seed 0]
+    .venv/bin/python -m benchmarks.claims.slow_links [--rate-kbps 200] [--latency-ms 25] [--sync-every 64] [--seed 0]
 
 Setup (defaults): M = 4 learners of the tiny model (112k parameters, 447 KB in
 float32), P = 4 fragments, batch 8, constant inner LR after warm-up (so the

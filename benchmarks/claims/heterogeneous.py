@@ -5,7 +5,7 @@ K = 8 gets 84% goodput at 54.4 text-eval; K = 1 gets 100% goodput but only
 51.4; K = 1 with the grace window keeps 100% goodput *and* 55.3: the grace
 window is what lets slow learners' fragments into merges.
 
-    .venv/bin/python -m benchmarks.heterogeneous [--slow-factor 2] [--budget 1200000] [--seeds 0 1 2 3 4]
+    .venv/bin/python -m benchmarks.claims.heterogeneous [--slow-factor 2] [--budget 1200000] [--seeds 0 1 2 3 4]
         [--link-latency-ms 50 --link-jitter-ms 10] [--results-name heterogeneous]
 
 Setup (defaults): M = 4 learners of the tiny model, P = 4 fragments, H = 32,

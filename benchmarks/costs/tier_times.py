@@ -1,10 +1,10 @@
 """Where a test tier's time goes, recorded and rendered (docs/ci-tiers.md, "Measuring a tier").
 
     DILOCO_JUNIT_DIR=J scripts/test -p no:cacheprovider     # or scripts/test --quick ..., scripts/nightly
-    .venv/bin/python -m benchmarks.tier_times J/*.xml [--slowest 3]          # print the per-folder table
-    .venv/bin/python -m benchmarks.tier_times J/*.xml --log J/log --record per-change   # into the results file
-    .venv/bin/python -m benchmarks.tier_times --render     # draw benchmarks/results/tier_times.json into the doc
-    .venv/bin/python -m benchmarks.tier_times --check      # exit 1 if docs/ci-tiers.md is not what it renders to
+    .venv/bin/python -m benchmarks.costs.tier_times J/*.xml [--slowest 3]          # print the per-folder table
+    .venv/bin/python -m benchmarks.costs.tier_times J/*.xml --log J/log --record per-change   # into the results file
+    .venv/bin/python -m benchmarks.costs.tier_times --render     # draw benchmarks/results/tier_times.json into the doc
+    .venv/bin/python -m benchmarks.costs.tier_times --check      # exit 1 if docs/ci-tiers.md is not what it renders to
 
 Each row is a folder's tests summed (doctests: one row, by package): how many, how many did not pass, the sum of
 their durations and the slowest. Under parallel workers (``-n 2``) the sums are per-test times, which add up to
@@ -31,7 +31,7 @@ from benchmarks.common import machine, markdown_table
 RESULTS_PATH = Path("benchmarks/results/tier_times.json")
 DOC = Path("docs/ci-tiers.md")
 SECTION = "tier-times"
-RENDER_COMMAND = "`.venv/bin/python -m benchmarks.tier_times --render`"
+RENDER_COMMAND = "`.venv/bin/python -m benchmarks.costs.tier_times --render`"
 # The tiers in the order the doc shows them: how each is measured (the command --record stores unless told), and
 # its bar in minutes on the reference 2-core machine (docs/ci-tiers.md, "Sizing").
 TIERS: dict[str, dict[str, Any]] = {
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = measurement(times, log, args.command or TIERS[args.record]["measure"], args.note, args.slowest)
         print(
             f"recorded {args.record} in {record(args.record, entry)}; now: .venv/bin/python -m "
-            "benchmarks.tier_times --render"
+            "benchmarks.costs.tier_times --render"
         )
     return 0
 

@@ -11,7 +11,7 @@ side: the band's verdict and minimum detectable effect as the check reports them
 ``--replicates`` timing replicates (tolerance t(n−1, 0.995) · sd · √(1 + 1/n), chaos.checkers.parity.
 derived_tolerance). A paired verdict that fails a healthy run is a false alarm.
 
-    .venv/bin/python -m benchmarks.parity_pairing [--seeds 5] [--replicates 3]
+    .venv/bin/python -m benchmarks.calibration.parity_pairing [--seeds 5] [--replicates 3]
 
 Writes ``benchmarks/results/parity_pairing.json``.
 """

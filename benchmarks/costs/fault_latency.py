@@ -1,6 +1,6 @@
 """Harness costs: how long from a scheduled fault to its observed effect, and from its heal to recovery.
 
-    .venv/bin/python -m benchmarks.fault_latency [--repeats N] [--seed S] [--out-dir benchmarks/results]
+    .venv/bin/python -m benchmarks.costs.fault_latency [--repeats N] [--seed S] [--out-dir benchmarks/results]
                                                  [--corrupt-repeats N] [--kinds kill,partition,...]
 
 One real chaos run does all of it: the controller (``chaos.controller.run_scenario``, no baseline) brings up
@@ -101,8 +101,14 @@ from benchmarks.common import (
     save_figure,
     write_results,
 )
-from benchmarks.fault_latency_observers import PROBE_GAP_S, PROBE_OPTIONS, PROC_POLL_S, STATUS_POLL_S, Observer
-from benchmarks.fault_latency_plan import (
+from benchmarks.costs.fault_latency_observers import (
+    PROBE_GAP_S,
+    PROBE_OPTIONS,
+    PROC_POLL_S,
+    STATUS_POLL_S,
+    Observer,
+)
+from benchmarks.costs.fault_latency_plan import (
     FIRST_SLOT_S,
     JITTER_S,
     KINDS,
@@ -114,7 +120,7 @@ from benchmarks.fault_latency_plan import (
     Slot,
     build_schedule,
 )
-from benchmarks.fault_latency_reading import (
+from benchmarks.costs.fault_latency_reading import (
     FaultTimes,
     StatusSample,
     classify_probe,
@@ -281,7 +287,7 @@ def scenario_tree(slots: Sequence[Slot], seed: int) -> dict[str, Any]:
     return {
         "name": "fault-latency",
         "seed": seed,
-        "description": "benchmarks.fault_latency: one fault at a time, each in its own slot",
+        "description": "benchmarks.costs.fault_latency: one fault at a time, each in its own slot",
         "cluster": {
             "seed": seed,
             "token_budget": 10**12,
@@ -303,7 +309,7 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[Co
     from chaos.controller import RunOptions, run_scenario
     from chaos.scenario import parse_scenario
 
-    scenario = parse_scenario(scenario_tree(slots, seed), "benchmarks.fault_latency")
+    scenario = parse_scenario(scenario_tree(slots, seed), "benchmarks.costs.fault_latency")
     obs = Observer(slots)
 
     def backend(cfg: Any, run_dir: Path, toxi: Any, tag: str) -> Any:
@@ -460,7 +466,9 @@ def plot(samples: Sequence[Sample], kinds: Sequence[str], out_dir: Path) -> Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.fault_latency", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.costs.fault_latency", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--repeats", type=int, default=3, help="repeats of each fault kind (default 3)")
     ap.add_argument(
         "--corrupt-repeats",

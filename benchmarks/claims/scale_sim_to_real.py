@@ -1,8 +1,8 @@
 """Sim-to-real: the scale simulator configured like a real local run, against that run's measurements.
 
-    .venv/bin/python -m benchmarks.scale_sim_to_real [--measured benchmarks/results/goodput.json] [--runs DIR]
+    .venv/bin/python -m benchmarks.claims.scale_sim_to_real [--measured benchmarks/results/goodput.json] [--runs DIR]
 
-The real runs are ``benchmarks/goodput.py``'s: M = 4 learners, P = 4, H = 32,
+The real runs are ``benchmarks/claims/goodput.py``'s: M = 4 learners, P = 4, H = 32,
 emulated 50 ms steps, 1.5M tokens, the same seeded kills (each learner
 restarted 3 s after its kill) for synchronous and Decoupled DiLoCo. The
 simulator gets, from the measured file:
@@ -59,7 +59,9 @@ def rejoin_from_runs(runs: Path) -> float:
             if steps:
                 gaps.append(min(steps) - heal["ts"])
     if not gaps:
-        raise SystemExit(f"{runs}: no kept failure runs with restarts found (run benchmarks.goodput --keep-runs)")
+        raise SystemExit(
+            f"{runs}: no kept failure runs with restarts found (run benchmarks.claims.goodput --keep-runs)"
+        )
     return statistics.median(gaps)
 
 
@@ -84,7 +86,7 @@ def plan(
     m = cfg["learners"]
     # The real syncer's budget counts trained tokens (the learners' reports), so the simulated one does too.
     return {
-        "name": f"{mode} like benchmarks.goodput",
+        "name": f"{mode} like benchmarks.claims.goodput",
         "duration": 600,
         "token_budget": cfg["budget"],
         "budget_counts": "trained",
@@ -199,7 +201,9 @@ def predict(doc: dict[str, Any], cal: dict[str, float]) -> list[Comparison]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--measured", type=Path, default=RESULTS / "goodput.json")
-    ap.add_argument("--runs", type=Path, help="benchmarks.goodput --keep-runs directory: measure the rejoin time")
+    ap.add_argument(
+        "--runs", type=Path, help="benchmarks.claims.goodput --keep-runs directory: measure the rejoin time"
+    )
     args = ap.parse_args(argv)
     doc = json.loads(args.measured.read_text())
     cal = calibrate(doc, rejoin_from_runs(args.runs) if args.runs else REJOIN_S)

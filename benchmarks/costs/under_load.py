@@ -4,7 +4,7 @@ busy processes hold every core (chaos.load.CpuLoad, seeded per run).
 A verdict that flips with the machine's load is noise. The bar (issue 15): 0 INDETERMINATE and 0 FAIL for the
 built-ins, every negative control FAIL (its own checker) every time, the main job from a fresh clone 3 of 3.
 
-    .venv/bin/python -m benchmarks.under_load [--repeats 3] [--only kill-and-rejoin ...] [--controls] [--main-job]
+    .venv/bin/python -m benchmarks.costs.under_load [--repeats 3] [--only kill-and-rejoin ...] [--controls] [--main-job]
 
 Each run gets its own load seed (run i of a scenario: seed i); baselines are cached by config as in any chaos run
 (the first run of a config computes its baseline under the same load). Prints a table, writes

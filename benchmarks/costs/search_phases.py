@@ -6,7 +6,7 @@ explanation. ``chaos.search.SEARCH_PHASES`` leaves the phase out. This script ru
 tests/property/test_search.py both ways, interleaved per seed (so machine noise hits both alike), checks that both
 shrink to the same schedule, and prints the median times and their ratio.
 
-    .venv/bin/python -m benchmarks.search_phases [--seeds 3]
+    .venv/bin/python -m benchmarks.costs.search_phases [--seeds 3]
 """
 
 from __future__ import annotations

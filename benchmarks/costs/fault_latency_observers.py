@@ -1,4 +1,4 @@
-"""benchmarks.fault_latency, the observers: threads polling real processes, the syncer's Status and probe calls
+"""benchmarks.costs.fault_latency, the observers: threads polling real processes, the syncer's Status and probe calls
 through each learner's Toxiproxy link."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fault_latency_plan import KINDS, PROBE_DEADLINE_S, Slot
-from benchmarks.fault_latency_reading import ProbeSample, ProcState, StatusSample, proc_class
+from benchmarks.costs.fault_latency_plan import KINDS, PROBE_DEADLINE_S, Slot
+from benchmarks.costs.fault_latency_reading import ProbeSample, ProcState, StatusSample, proc_class
 from chaos.history import FaultOp, Phase, parse_record
 from faults import procfs
 from faults.base import SYNCER
