@@ -1,7 +1,7 @@
 """Parity's false-alarm rate: fault-free runs judged as if they were chaos runs, by one baseline and by the band.
 
 A fault-free run has nothing to find, so every parity failure on one is a false alarm. This runs a no-op
-scenario (the built-ins' cluster, empty schedule) N times, optionally under CPU load (chaos.load.CpuLoad, seed i
+scenario (the built-ins' cluster, empty schedule) N times, optionally under CPU load (benchmarks.load.CpuLoad, seed i
 for run i), and judges each run's final eval loss two ways, side by side:
 
 - one baseline: within ``tolerance`` of the fault-free run at the same seed (what parity did before bands);
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from benchmarks.common import markdown_table, write_results
+from benchmarks.load import CpuLoad
 from chaos.checkers.false_alarm import alarms, cluster_key, wilson
-from chaos.load import CpuLoad
 
 TOLERANCES = (0.005, 0.01, 0.02, 0.05)
 
@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--baseline-seeds", type=int, default=3)
-    ap.add_argument("--load", action="store_true", help="every run (and the baselines) under chaos.load.CpuLoad")
+    ap.add_argument(
+        "--load", action="store_true", help="every run (and the baselines) under benchmarks.load.CpuLoad"
+    )
     ap.add_argument("--keep-runs", type=Path, default=None)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--rejudge", type=Path, help="judge the runs of an earlier results file again (no new runs)")

@@ -1,5 +1,5 @@
 """Verdicts under load: every built-in scenario, every negative control and the main job, repeatedly, while
-busy processes hold every core (chaos.load.CpuLoad, seeded per run).
+busy processes hold every core (benchmarks.load.CpuLoad, seeded per run).
 
 A verdict that flips with the machine's load is noise. The bar (issue 15): 0 INDETERMINATE and 0 FAIL for the
 built-ins, every negative control FAIL (its own checker) every time, the main job from a fresh clone 3 of 3.
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import markdown_table, write_results
+from benchmarks.load import CpuLoad
 from chaos.exit_codes import ExitCode
-from chaos.load import CpuLoad
 
 
 @dataclass
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         rows,
     )
-    print(f"\nunder chaos.load.CpuLoad (one hog per core), {args.repeats} runs each\n\n{table}")
+    print(f"\nunder benchmarks.load.CpuLoad (one hog per core), {args.repeats} runs each\n\n{table}")
     path = write_results("under_load", config=vars(args), results=results, table=table, out_dir=args.out_dir)
     print(f"\nresults: {path}")
     return 0 if all(r["as_expected"] for r in results.values()) else 1

@@ -3,7 +3,7 @@
 The per-change tier's proof that verdicts do not flip with the machine's load: one chaos run of the built-in
 cluster (kill-and-rejoin's) with a learner killed and restarted, then another learner's link cut both ways, then
 the syncer killed and restarted, each healed before the next, with busy processes on every core
-(chaos.load.CpuLoad, seeded) for the whole run, its fault-free baseline included when it is not cached yet. One
+(benchmarks.load.CpuLoad, seeded) for the whole run, its fault-free baseline included when it is not cached yet. One
 run instead of one per fault, and parity against the same-seed baseline alone (``baseline_seeds: 1``): at the
 built-ins' tolerance (±0.05) one baseline and the 3-seed band both had 0 false alarms in 10 fault-free runs under
 load (docs/scenarios-and-checks.md, "Parity that knows its noise"), and the band's two extra runs were half of
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.load import CpuLoad
 from chaos.history import History
-from chaos.load import CpuLoad
 from chaos.scenario import scenario_with
 
 pytestmark = pytest.mark.chaos

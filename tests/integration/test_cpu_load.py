@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from chaos.load import CpuLoad
+from benchmarks.load import CpuLoad
 from faults import procfs
 from tests.support import wait_until
 
@@ -33,7 +33,7 @@ def test_one_hog_per_core_by_default():
 
 def test_hogs_die_with_a_killed_parent():
     code = (
-        "import sys, time; from chaos.load import CpuLoad; load = CpuLoad(hogs=2).start(); "
+        "import sys, time; from benchmarks.load import CpuLoad; load = CpuLoad(hogs=2).start(); "
         "print(*[p.pid for p in load.procs], flush=True); time.sleep(60)"
     )
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)

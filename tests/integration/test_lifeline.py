@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from chaos.load import CpuLoad
+from benchmarks.load import CpuLoad
 from faults.toxiproxy_server import ToxiproxyServer
 from trainer.config import RunConfig
 from trainer.launch import LocalCluster

@@ -3,7 +3,8 @@
 A verdict that holds only on an idle machine is not a verdict. :class:`CpuLoad` starts ``hogs`` processes
 (default: one per core) that alternate seeded busy and idle spells, mostly busy, so the load is uneven like a
 real neighbour's. They die with this process (PR_SET_PDEATHSIG on Linux), and leaving the context stops them
-on every exit path.
+on every exit path. Measurement machinery, not the harness: ``benchmarks.costs.under_load``,
+``benchmarks.calibration.parity_false_alarm`` and the tests that judge verdicts under load use it.
 
 Example:
     with CpuLoad(seed=7) as load:
