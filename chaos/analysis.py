@@ -12,8 +12,8 @@ from pathlib import Path
 
 from chaos.audit_files import AuditFiles
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
-from chaos.checkers.false_alarm import FalseAlarmQuote, cluster_key, measured_rate
 from chaos.checkers.parity import tolerance_of
+from chaos.false_alarm import FalseAlarmQuote, cluster_key, measured_rate
 from chaos.history import History, Teardown
 from chaos.regime import regime_warnings
 from chaos.run_report import REPORT_SCHEMA_VERSION, Baseline, FaultRow, RunReport

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checkers.base import Verdict
-from chaos.checkers.false_alarm import FalseAlarmQuote
+from chaos.false_alarm import FalseAlarmQuote
 from chaos.formatting import finite, num, status_word
 from chaos.history import PlannedFault, Teardown
 from chaos.run_report import RunReport
@@ -294,7 +294,7 @@ def _numbers_section(report: RunReport) -> list[str]:
 
 
 def _false_alarm_cell(rate: FalseAlarmQuote | None) -> str:
-    """chaos.checkers.false_alarm's text, with the benchmark named so a reader can measure it again."""
+    """chaos.false_alarm's text, with the benchmark named so a reader can measure it again."""
     if rate is None:
         return "n/a (parity off)"
     return (

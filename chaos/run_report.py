@@ -4,7 +4,7 @@
 render from it, and readers of ``report.json`` read it back with :meth:`RunReport.read`, which refuses a report
 of another ``schema_version``. The records it holds that other files share live with those files: the planned
 faults and the teardown with the history (:mod:`chaos.history`), the metrics summary with the trainer
-(:mod:`trainer.metrics`), the false-alarm quote with its measurement (:mod:`chaos.checkers.false_alarm`), the
+(:mod:`trainer.metrics`), the false-alarm quote with its measurement (:mod:`chaos.false_alarm`), the
 verdicts with the checkers.
 
 Example:
@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from chaos.checkers.base import Verdict
-from chaos.checkers.false_alarm import FalseAlarmQuote
+from chaos.false_alarm import FalseAlarmQuote
 from chaos.history import PlannedFault, Teardown
 from chaos.records import JsonObject, Record, SparseRecord
 from trainer.metrics import RunSummary

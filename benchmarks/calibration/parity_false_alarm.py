@@ -27,7 +27,7 @@ from pathlib import Path
 
 from benchmarks.common import markdown_table, write_results
 from benchmarks.load import CpuLoad
-from chaos.checkers.false_alarm import alarms, cluster_key, wilson
+from chaos.false_alarm import alarms, cluster_key, wilson
 
 TOLERANCES = (0.005, 0.01, 0.02, 0.05)
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 def _judge(band: dict, runs: list[dict], config: dict, out_dir: Path, cluster: str | None) -> int:
     single = [r["delta_same_seed"] for r in runs]
     banded = [r["outside_band"] for r in runs]
-    # the cluster measured (chaos.checkers.false_alarm.cluster_key): a report on another says the rate is not its own
+    # the cluster measured (chaos.false_alarm.cluster_key): a report on another says the rate is not its own
     by_tolerance: dict[str, dict[str, int]] = {}
     rows, results = [], {"band": band, "runs": runs, "by_tolerance": by_tolerance, "cluster": cluster}
     n = len(single)

@@ -1,4 +1,4 @@
-"""chaos.checkers.false_alarm: the measured false-alarm rate every report quotes, or why it has none."""
+"""chaos.false_alarm: the measured false-alarm rate every report quotes, or why it has none."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from benchmarks.calibration.parity_false_alarm import no_op_scenario
-from chaos.checkers.false_alarm import MEASURED, cluster_key, measured_rate
 from chaos.checkers.parity import tolerance_of
+from chaos.false_alarm import MEASURED, cluster_key, measured_rate
 from chaos.scenario import builtin_scenarios, load_scenario
 
 RUNS = [{"outside_band": d} for d in (0.0, 0.0, -0.02, 0.07, 0.0)]

@@ -40,7 +40,7 @@ from chaos.records import SparseRecord
 # Where benchmarks/calibration/parity_false_alarm.py writes its results (committed with the repository); an installed copy
 # (the image: docker/Dockerfile) finds them under its environment's share/ instead.
 NAME = "parity_false_alarm.json"
-MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / NAME
+MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / NAME
 INSTALLED = Path(sys.prefix) / "share" / "diloco-chaos" / NAME
 
 
