@@ -19,6 +19,9 @@ fragment; a syncer that forgot the learner (restart) gets a fresh Join.
 
 Run it:
     python -m trainer.learner --config run.yaml --id learner-0 --syncer 127.0.0.1:50051 --run-dir runs/x
+
+Why one module: it is the process, whole: the step loop, its upload, download and report threads, joining and
+``main``. Every decision in it is the step protocol's (:mod:`trainer.core.learner_protocol`).
 """
 
 from __future__ import annotations
