@@ -35,6 +35,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "reference-parity-period", "reference_parity_period.json"),
     ("docs/benchmarks.md", "reference-parity-v64", "reference_parity_v64.json"),
     ("docs/benchmarks.md", "reference-parity-learnable", "reference_parity_learnable.json"),
+    ("docs/benchmarks.md", "reference-parity-learnable-9m", "reference_parity_learnable_9m.json"),
     ("docs/benchmarks.md", "slow-links", "slow_links.json"),
     ("docs/benchmarks.md", "goodput", "goodput.json"),
     ("docs/benchmarks.md", "heterogeneous-wan", "heterogeneous_wan.json"),
@@ -45,6 +46,9 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/scale-simulator.md", "scale-paper-table", "scale_paper_table.json"),
     ("docs/scale-simulator.md", "scale-bandwidth", "scale_bandwidth.json"),
     ("docs/scale-simulator.md", "scale-sim-to-real", "scale_sim_to_real.json"),
+    ("docs/scenarios-and-checks.md", "under-load", "under_load.json"),
+    ("docs/scenarios-and-checks.md", "parity-false-alarm", "parity_false_alarm.json"),
+    ("docs/scenarios-and-checks.md", "parity-pairing", "parity_pairing.json"),
 ]
 
 

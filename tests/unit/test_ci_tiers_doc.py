@@ -1,8 +1,8 @@
 """Docs are a manual: tier timings are rendered from benchmarks/results/tier_times.json, never typed into prose.
 
-docs/ci-tiers.md's timing table is what ``benchmarks.costs.tier_times --render`` draws from the results file, and the
-documents already converted to manuals hold no date or commit hash outside their generated sections (issue 39,
-item 4; docs/scenarios-and-checks.md is still to follow; the benchmarks' tables: tests/unit/test_benchmark_docs.py).
+docs/ci-tiers.md's timing table is what ``benchmarks.costs.tier_times --render`` draws from the results file, and
+README.md and every document under docs/ (manuals) hold no date or commit hash outside their generated sections
+(issue 39, item 4; the benchmarks' tables: tests/unit/test_benchmark_docs.py; history: docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -18,15 +18,7 @@ from benchmarks.costs import tier_times
 
 ROOT = Path(__file__).resolve().parents[2]
 # The documents that are manuals: measurements only in generated sections.
-MANUALS = [
-    "README.md",
-    "docs/ci-tiers.md",
-    "docs/decisions.md",
-    "docs/benchmarks.md",
-    "docs/scale-simulator.md",
-    "docs/security.md",
-    "docs/trainer.md",
-]
+MANUALS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 
