@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks import rendered
+from benchmarks.common import markdown_table
+from chaos.scale.quantities import format_count
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path("benchmarks/results")
@@ -44,7 +48,9 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "learner-overhead", "learner_overhead.json"),
     ("docs/benchmarks.md", "search-phases", "search_phases.json"),
     ("docs/scale-simulator.md", "scale-paper-table", "scale_paper_table.json"),
+    ("docs/scale-simulator.md", "scale-speed", "scale_paper_table.json"),
     ("docs/scale-simulator.md", "scale-bandwidth", "scale_bandwidth.json"),
+    ("docs/scale-simulator.md", "scale-sim-to-real-calibration", "scale_sim_to_real.json"),
     ("docs/scale-simulator.md", "scale-sim-to-real", "scale_sim_to_real.json"),
     ("docs/scenarios-and-checks.md", "under-load", "under_load.json"),
     ("docs/scenarios-and-checks.md", "parity-false-alarm", "parity_false_alarm.json"),
@@ -62,8 +68,56 @@ def caption(result: dict[str, Any]) -> str:
     return f"*Measured by `{result['command']}`{commit}, finished {result.get('finished', '?')}, on {where}.*"
 
 
-def body(result: dict[str, Any]) -> str:
-    return f"{result['table'].strip()}\n\n{caption(result)}"
+def speed_table(result: dict[str, Any]) -> str:
+    """The scale simulator's wall time for one cell at the paper table's largest chip count, per row.
+
+    >>> print(speed_table({"results": {"cells": [
+    ...     {"row": "data-parallel", "chips": 1e5, "sim_seconds": [9.0]},
+    ...     {"row": "data-parallel", "chips": 2.4e6, "sim_seconds": [0.08, 0.1, 0.09]},
+    ...     {"row": "decoupled-16", "chips": 2.4e6, "sim_seconds": [91.1]}]}}))
+    | configuration (2.4M chips) | wall s per simulated run (median over seeds) |
+    |---|---|
+    | data-parallel | 0.09 |
+    | decoupled-16 | 91.1 |
+    """
+    cells = result["results"]["cells"]
+    largest = max(c["chips"] for c in cells)
+    rows = [
+        (c["row"], statistics.median(c["sim_seconds"]))
+        for c in cells
+        if c["chips"] == largest and c["sim_seconds"]
+    ]
+    return markdown_table(
+        [f"configuration ({format_count(largest)} chips)", "wall s per simulated run (median over seeds)"], rows
+    )
+
+
+def calibration_table(result: dict[str, Any]) -> str:
+    """What sim-to-real calibrated the simulator to, from the fault-free real runs.
+
+    >>> print(calibration_table({"config": {"calibration": {"step_s": 0.0522, "sync_round_overhead_s": 0.1234,
+    ...                                                     "rejoin_s": 1.97}}}))
+    | step time (s) | synchronous round overhead (s) | restart to first step (s) |
+    |---|---|---|
+    | 0.0522 | 0.123 | 1.97 |
+    """
+    c = result["config"]["calibration"]
+    return markdown_table(
+        ["step time (s)", "synchronous round overhead (s)", "restart to first step (s)"],
+        [(c["step_s"], c["sync_round_overhead_s"], c["rejoin_s"])],
+    )
+
+
+# Sections drawn from a results file's other fields than its ``table``.
+TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "scale-speed": speed_table,
+    "scale-sim-to-real-calibration": calibration_table,
+}
+
+
+def body(result: dict[str, Any], section: str = "") -> str:
+    table = TABLES[section](result) if section in TABLES else result["table"]
+    return f"{table.strip()}\n\n{caption(result)}"
 
 
 def render(doc: str, text: str, root: Path = ROOT) -> str:
@@ -73,7 +127,7 @@ def render(doc: str, text: str, root: Path = ROOT) -> str:
             continue
         result = json.loads((root / RESULTS / results).read_text())
         text = rendered.replace(
-            text, section, body(result), source=f"benchmarks/results/{results}", command=RENDER_COMMAND
+            text, section, body(result, section), source=f"benchmarks/results/{results}", command=RENDER_COMMAND
         )
     return text
 
