@@ -71,6 +71,35 @@ def specs_from_pb(specs: Sequence[pb.TensorSpec]) -> list[Spec]:
     return [Spec(s.name, tuple(int(d) for d in s.shape), s.dtype) for s in specs]
 
 
+def upload_request(
+    learner_id: str,
+    incarnation: str,
+    fragment: int,
+    base_version: int,
+    tensors: Mapping[str, np.ndarray],
+    c_steps: int,
+    c_tokens: int,
+    learner_step: int = 0,
+    round: int = 0,
+) -> tuple[pb.UploadHeader, bytes]:
+    """An upload's header and payload (:func:`upload_messages` streams them)."""
+    specs, payload = encode_tensors(tensors)
+    header = pb.UploadHeader(
+        learner_id=learner_id,
+        incarnation=incarnation,
+        fragment=fragment,
+        base_version=base_version,
+        c_steps=c_steps,
+        c_tokens=c_tokens,
+        tensors=specs_to_pb(specs),
+        total_bytes=len(payload),
+        crc32=crc32(payload),
+        learner_step=learner_step,
+        round=round,
+    )
+    return header, payload
+
+
 def upload_messages(
     header: pb.UploadHeader, payload: bytes, chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[pb.UploadChunk]:
@@ -201,19 +230,8 @@ class SyncClient:
         round: int = 0,
     ) -> pb.UploadReply:
         """Upload one fragment (idempotent: safe to retry)."""
-        specs, payload = encode_tensors(tensors)
-        header = pb.UploadHeader(
-            learner_id=learner_id,
-            incarnation=incarnation,
-            fragment=fragment,
-            base_version=base_version,
-            c_steps=c_steps,
-            c_tokens=c_tokens,
-            tensors=specs_to_pb(specs),
-            total_bytes=len(payload),
-            crc32=crc32(payload),
-            learner_step=learner_step,
-            round=round,
+        header, payload = upload_request(
+            learner_id, incarnation, fragment, base_version, tensors, c_steps, c_tokens, learner_step, round
         )
         timeout = self.timeout_s + len(payload) / 1e6  # allow ~1 MB/s at worst before giving up
         return self.call(

@@ -7,8 +7,9 @@ from typing import Any
 
 from trainer import events as ev
 from trainer.config import RunConfig
+from trainer.core.audit import digest
 from trainer.core.syncer_policy import SyncerPolicy
-from trainer.core.syncer_records import MergeRecord
+from trainer.core.syncer_records import Contribution, MergeRecord, SubmitResult
 from trainer.model import EMBEDDING_TENSORS, MODEL_SIZES
 from trainer.training import adamw_spec
 
@@ -35,6 +36,24 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         planted_bug=cfg.syncer.planted_bug,
         tokens_per_step=cfg.inner.batch_size * MODEL_SIZES[cfg.model.size].seq_len,
         max_speedup=cfg.syncer.max_speedup,
+    )
+
+
+def upload_fields(c: Contribution, res: SubmitResult, nbytes: int) -> dict[str, Any]:
+    """The fields of the ``upload`` event for an accepted upload (the simulator writes the same)."""
+    return dict(
+        learner_id=c.learner_id,
+        learner_incarnation=c.incarnation,
+        fragment=c.fragment,
+        base_version=c.base_version,
+        bytes=nbytes,
+        seconds=c.upload_seconds,
+        c_steps=c.c_steps,
+        c_tokens=c.c_tokens,
+        duplicate=res.duplicate,
+        round=c.round,
+        late=res.late,
+        digest=digest(c.tensors),
     )
 
 

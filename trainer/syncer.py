@@ -43,7 +43,6 @@ from trainer.audit_log import AuditWriter, fragment_digests
 from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
-from trainer.core.audit import digest
 from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, presented
 from trainer.core.fragments import partition_tensors
@@ -53,7 +52,7 @@ from trainer.core.syncer_policy import restore_version_skip
 from trainer.core.syncer_records import Contribution
 from trainer.core.syncer_state import SyncerState
 from trainer.errors import AddressInUse, ConfigError
-from trainer.policy import merge_fields, policy_from_config
+from trainer.policy import merge_fields, policy_from_config, upload_fields
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
 from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
@@ -366,22 +365,7 @@ class SyncerService(pbg.SyncerServicer):
             with self.cond:
                 res = self.state.submit(contribution, self.clock())
                 # Logged inside the lock: the history then shows every upload before the merge that used it.
-                self.log.emit(
-                    ev.Upload(
-                        learner_id=h.learner_id,
-                        learner_incarnation=h.incarnation,
-                        fragment=h.fragment,
-                        base_version=h.base_version,
-                        bytes=h.total_bytes,
-                        seconds=seconds,
-                        c_steps=h.c_steps,
-                        c_tokens=h.c_tokens,
-                        duplicate=res.duplicate,
-                        round=h.round,
-                        late=res.late,
-                        digest=digest(tensors),
-                    )
-                )
+                self.log.emit(ev.Upload(**upload_fields(contribution, res, h.total_bytes)))
                 step, pace = self.state.clock_reading(self.clock())
                 announced = None  # submit took it off the in-flight list
                 self.cond.notify_all()

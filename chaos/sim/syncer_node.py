@@ -15,13 +15,12 @@ from chaos.sim.clock import Timer
 from chaos.sim.host import SMALL_MESSAGE, Respond, SimHost
 from trainer import events as ev
 from trainer.audit_log import fragment_digests
-from trainer.core.audit import digest
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
 from trainer.core.syncer_policy import restore_version_skip
 from trainer.core.syncer_records import Contribution, tensor_specs
 from trainer.core.syncer_state import SyncerState
-from trainer.policy import merge_fields
+from trainer.policy import merge_fields, upload_fields
 
 
 @dataclass
@@ -238,22 +237,7 @@ class SyncerNode:
                 (False, r.reason.value, current, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE
             )
             return
-        self.sim.emit(
-            "syncer",
-            ev.Upload,
-            learner_id=c.learner_id,
-            learner_incarnation=c.incarnation,
-            fragment=c.fragment,
-            base_version=c.base_version,
-            bytes=nbytes,
-            seconds=c.upload_seconds,
-            c_steps=c.c_steps,
-            c_tokens=c.c_tokens,
-            duplicate=res.duplicate,
-            round=c.round,
-            late=res.late,
-            digest=digest(c.tensors),
-        )
+        self.sim.emit("syncer", ev.Upload, **upload_fields(c, res, nbytes))
         respond((True, "", res.current_version, st.clock_reading(self.sim.loop.now), header_step), SMALL_MESSAGE)
         self.arm()
 

@@ -23,7 +23,7 @@ from chaos.sim.syncer_node import SyncerNode
 from tests.support import tiny_config
 from trainer import events as ev
 from trainer.audit_log import AuditWriter
-from trainer.client import specs_to_pb, upload_messages
+from trainer.client import upload_messages, upload_request
 from trainer.config import RunConfig
 from trainer.core.fragments import partition_tensors
 from trainer.core.rounds import round_at
@@ -33,7 +33,7 @@ from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.syncer import SyncerService
 from trainer.training import TrainingSetup
-from trainer.wire import crc32, encode_tensors
+from trainer.wire import encode_tensors
 
 LEARNERS = {"learner-0": 0.10, "learner-1": 0.13}  # seconds a step: two paces, so quorum and grace both matter
 REPORT_S = 0.25
@@ -101,18 +101,8 @@ class _Driven(SyncerService):
 
 
 def _upload_chunks(c: Contribution) -> Iterator[pb.UploadChunk]:
-    specs, payload = encode_tensors(c.tensors)
-    header = pb.UploadHeader(
-        learner_id=c.learner_id,
-        incarnation=c.incarnation,
-        fragment=c.fragment,
-        base_version=c.base_version,
-        c_steps=c.c_steps,
-        c_tokens=c.c_tokens,
-        tensors=specs_to_pb(specs),
-        total_bytes=len(payload),
-        crc32=crc32(payload),
-        round=c.round,
+    header, payload = upload_request(
+        c.learner_id, c.incarnation, c.fragment, c.base_version, c.tensors, c.c_steps, c.c_tokens, round=c.round
     )
     return upload_messages(header, payload)
 
