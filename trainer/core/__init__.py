@@ -14,7 +14,8 @@ Modules, one concept each:
   :mod:`~trainer.core.outer` (the outer Nesterov step), :mod:`~trainer.core.ema` (moving averages);
 - the syncer: :mod:`~trainer.core.syncer_state` (the state machine), :mod:`~trainer.core.syncer_driver` (its
   driving loop, once), :mod:`~trainer.core.syncer_policy`, :mod:`~trainer.core.syncer_records`,
-  :mod:`~trainer.core.checkpoint_meta` (what a checkpoint holds), :mod:`~trainer.core.merged_tokens`;
+  :mod:`~trainer.core.checkpoint_meta` and
+  :mod:`~trainer.core.checkpoint_codec` (what a checkpoint holds), :mod:`~trainer.core.merged_tokens`;
 - a learner: :mod:`~trainer.core.learner_protocol` (its step protocol, once), :mod:`~trainer.core.learner_book`
   (per-fragment bookkeeping), :mod:`~trainer.core.replies` (reacting to the syncer's answers),
   :mod:`~trainer.core.step_timer`, :mod:`~trainer.core.header_lag`;

@@ -82,8 +82,8 @@ Example (one learner, one fragment, K = 1):
 
 Why one module: it is one state machine. Membership, the step clock, the budget, uploads, merging and
 checkpoints read and write the same fields under the shell's one lock, and every refusal must leave all of them
-unchanged; its policy, records and checkpoint metadata live apart (:mod:`trainer.core.syncer_policy`,
-:mod:`trainer.core.syncer_records`, :mod:`trainer.core.checkpoint_meta`).
+unchanged; its policy, records and checkpoint format live apart (:mod:`trainer.core.syncer_policy`,
+:mod:`trainer.core.syncer_records`, :mod:`trainer.core.checkpoint_meta`, :mod:`trainer.core.checkpoint_codec`).
 """
 
 from __future__ import annotations
@@ -96,12 +96,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jax
 import numpy as np
 
 from trainer.core import claims
 from trainer.core.algorithm import Algorithm
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
+from trainer.core.checkpoint_codec import decode_opt_state, decode_params, encode_arrays
 from trainer.core.checkpoint_meta import CheckpointMeta, Key
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import Fragment
@@ -798,11 +798,7 @@ class SyncerState:
         Marks the state saved (see :meth:`checkpoint_due`); the shell writes the result durably.
         """
         self.saved_at_merges = self.merges_total
-        arrays = {f"param/{n}": v for n, v in self.params.items()}
-        for p, st in enumerate(self.opt_states):
-            for i, leaf in enumerate(jax.tree_util.tree_leaves(st)):
-                arrays[f"opt/{p}/{i}"] = np.asarray(leaf)
-        return arrays, self._meta().to_json()
+        return encode_arrays(self.params, self.opt_states), self._meta().to_json()
 
     def state_digest(self, version_skip: int = 0) -> str:
         """Digest of everything a checkpoint's metadata holds (versions less ``version_skip``): a restored syncer's,
@@ -834,12 +830,8 @@ class SyncerState:
     ) -> SyncerState:
         """Restore; every version jumps ahead by ``version_skip`` (the checkpoint interval)."""
         m = CheckpointMeta.from_json(meta, len(fragments))
-        params = {k.split("/", 1)[1]: np.array(v) for k, v in arrays.items() if k.startswith("param/")}
-        st = cls.create(policy, fragments, params)
-        for p in range(len(fragments)):
-            leaves, treedef = jax.tree_util.tree_flatten(st.opt_states[p])
-            restored = [np.array(arrays[f"opt/{p}/{i}"]) for i in range(len(leaves))]
-            st.opt_states[p] = jax.tree_util.tree_unflatten(treedef, restored)
+        st = cls.create(policy, fragments, decode_params(arrays))
+        st.opt_states = [decode_opt_state(arrays, p, template) for p, template in enumerate(st.opt_states)]
         st.versions = [v + version_skip for v in m.versions]
         st.past_values = {}
         for fragment in range(len(fragments)):
