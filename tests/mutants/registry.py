@@ -374,13 +374,9 @@ def _merge_before_opening(merge_time: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _late_off_by_one(check_round: Callable[..., Any]) -> Callable[..., Any]:
-    def mutant(self: Any, fragment: int, r: int, now: float) -> None:
-        last = self.last_round[fragment]
-        self.last_round[fragment] = last - 1  # BUG: `<` for `<=`: the round that just merged still takes uploads
-        try:
-            check_round(self, fragment, r, now)
-        finally:
-            self.last_round[fragment] = last
+    def mutant(fragment: int, r: int, now_round: int, last_round: int, late_uploads: str) -> None:
+        # BUG: `<` for `<=`: the round that just merged still takes uploads
+        check_round(fragment, r, now_round, last_round - 1, late_uploads)
 
     return mutant
 
@@ -467,34 +463,18 @@ def _forget_rejoined(policy_from_config: Callable[..., Any]) -> Callable[..., An
     return mutant
 
 
-def _skip_upload_nan_check(submit: Callable[..., Any]) -> Callable[..., Any]:
-    """submit with the body's finiteness check skipped and its outlier-norm check kept (where submit makes it:
-    right after capping the contribution's steps, ``_bounded``). A NaN norm passes that check (NaN > x is false)."""
+def _skip_upload_nan_check(check_finite: Callable[..., Any]) -> Callable[..., Any]:
+    """The body's finiteness check skipped; its outlier-norm check, right after it, kept. A NaN norm passes that
+    check (NaN > x is false)."""
 
-    def mutant(self: Any, c: Any, now: float) -> Any:
-        policy = self.policy
-        if not policy.validate_uploads:
-            return submit(self, c, now)
-        bounded = self._bounded
-
-        def bounded_then_norm(c: Any, now: float) -> Any:
-            c = bounded(c, now)
-            self._check_norm(c)
-            return c
-
-        # BUG: the body's NaN/Inf check is skipped (its header was checked); the norm guard still runs.
-        self.policy, self._bounded = dataclasses.replace(policy, validate_uploads=False), bounded_then_norm
-        try:
-            return submit(self, c, now)
-        finally:
-            self.policy = policy
-            del self._bounded
+    def mutant(fragment: int, tensors: Any) -> None:
+        return None  # BUG: the body's NaN/Inf check is skipped (its header was checked); the norm guard still runs
 
     return mutant
 
 
 def _no_norm_check(check_norm: Callable[..., Any]) -> Callable[..., Any]:
-    def mutant(self: Any, c: Any) -> None:
+    def mutant(*args: Any) -> None:
         return None  # BUG: the outlier guard is off (e.g. max_norm_ratio lost its default: 0 means off)
 
     return mutant
@@ -652,7 +632,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the late-round test is off by one (`<` for `<=`): an upload for the round that just merged is accepted "
         "and carried although late_uploads is refuse",
         refs("latency-jitter", "throttle-all"),
-        (Patch(SS, "SyncerState._check_round", _late_off_by_one),),
+        (Patch(SS, "check_round", _late_off_by_one),),
     ),
     Mutant(
         "wake_missing",
@@ -729,7 +709,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "NaN and outlier guards",
         "an upload's body is not checked for NaN/Inf (only its header is): NaN updates reach the merge",
         refs("corrupt-learner"),
-        (Patch(SS, "SyncerState.submit", _skip_upload_nan_check),),
+        (Patch(SS, "check_finite", _skip_upload_nan_check),),
         fault_free_unchanged=True,
         modes=BOTH,
     ),
@@ -738,7 +718,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "NaN and outlier guards",
         "the outlier-norm guard is off: finite garbage of absurd magnitude is merged",
         (CORRUPT_GARBAGE,),
-        (Patch(SS, "SyncerState._check_norm", _no_norm_check),),
+        (Patch(SS, "check_norm", _no_norm_check),),
         fault_free_unchanged=True,
         modes=BOTH,
     ),

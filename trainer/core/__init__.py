@@ -19,7 +19,8 @@ Modules, one concept each:
 - a learner: :mod:`~trainer.core.learner_protocol` (its step protocol, once), :mod:`~trainer.core.learner_book`
   (per-fragment bookkeeping), :mod:`~trainer.core.replies` (reacting to the syncer's answers),
   :mod:`~trainer.core.step_timer`, :mod:`~trainer.core.header_lag`;
-- trust: :mod:`~trainer.core.claims` (what a learner claims, bounded), :mod:`~trainer.core.reasons` (why
-  something is refused), :mod:`~trainer.core.credentials`, :mod:`~trainer.core.audit` (the merge audit's
-  record), :mod:`~trainer.core.corruption` (the ``corrupt`` fault's payloads).
+- trust: :mod:`~trainer.core.upload_checks` (what an upload must satisfy), :mod:`~trainer.core.claims` (what a
+  learner claims, bounded), :mod:`~trainer.core.reasons` (why something is refused),
+  :mod:`~trainer.core.credentials`, :mod:`~trainer.core.audit` (the merge audit's record),
+  :mod:`~trainer.core.corruption` (the ``corrupt`` fault's payloads).
 """

@@ -82,8 +82,9 @@ Example (one learner, one fragment, K = 1):
 
 Why one module: it is one state machine. Membership, the step clock, the budget, uploads, merging and
 checkpoints read and write the same fields under the shell's one lock, and every refusal must leave all of them
-unchanged; its policy, records and checkpoint format live apart (:mod:`trainer.core.syncer_policy`,
-:mod:`trainer.core.syncer_records`, :mod:`trainer.core.checkpoint_meta`, :mod:`trainer.core.checkpoint_codec`).
+unchanged; its policy, records, upload checks and checkpoint format live apart (:mod:`trainer.core.syncer_policy`,
+:mod:`trainer.core.syncer_records`, :mod:`trainer.core.upload_checks`, :mod:`trainer.core.checkpoint_meta`,
+:mod:`trainer.core.checkpoint_codec`).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ from trainer.core.syncer_records import (
     Tensors,
     tensor_specs,
 )
+from trainer.core.upload_checks import check_base, check_finite, check_layout, check_norm, check_round
 
 
 @dataclass
@@ -429,58 +431,15 @@ class SyncerState:
         key = (learner_id, incarnation, fragment, base_version, round)
         if key in self.merged_keys or self._pending(key):
             return current
-        if self.algorithm.clocked:
-            self._check_round(fragment, round, now)
-        if base_version < current - self.algorithm.max_staleness:
-            raise Rejected(
-                RejectReason.STALE_VERSION,
-                f"fragment {fragment} is at version {current}; base {base_version} is more than "
-                f"{self.algorithm.max_staleness} versions old — fetch the current fragment",
+        a = self.algorithm
+        if a.clocked:
+            check_round(
+                fragment, round, self.current_round(fragment, now), self.last_round[fragment], a.late_uploads
             )
-        if base_version > current:
-            raise Rejected(
-                RejectReason.FUTURE_VERSION,
-                f"fragment {fragment} is at version {current}; base {base_version} was never issued",
-            )
-        if self.algorithm.rebases and base_version != current and (fragment, base_version) not in self.past_values:
-            raise Rejected(
-                RejectReason.STALE_VERSION,
-                f"fragment {fragment} is at version {current}; the syncer no longer holds base "
-                f"{base_version} to rebase onto (it restarted) — fetch the current fragment",
-            )
-        expected = tensor_specs({n: self.params[n] for n in self.fragments[fragment].names})
-        if set(specs) != set(expected):
-            raise Rejected(
-                RejectReason.BAD_SHAPE,
-                f"fragment {fragment} holds tensors {sorted(expected)}, upload names {sorted(specs)}",
-            )
-        for n, (shape, dtype) in specs.items():
-            if tuple(shape) != expected[n][0]:
-                raise Rejected(
-                    RejectReason.BAD_SHAPE, f"tensor {n!r} has shape {tuple(shape)}, expected {expected[n][0]}"
-                )
-            if dtype != expected[n][1]:
-                raise Rejected(
-                    RejectReason.BAD_DTYPE, f"tensor {n!r} has dtype {dtype}, expected {expected[n][1]}"
-                )
+        held = (fragment, base_version) in self.past_values
+        check_base(fragment, base_version, current, a.max_staleness, a.rebases, held)
+        check_layout(fragment, specs, tensor_specs({n: self.params[n] for n in self.fragments[fragment].names}))
         return current
-
-    def _check_round(self, fragment: int, r: int, now: float) -> None:
-        if r < 0:
-            raise Rejected(RejectReason.MALFORMED, f"round {r} of fragment {fragment} must be >= 0")
-        now_round = self.current_round(fragment, now)
-        if r > now_round + 1:
-            raise Rejected(
-                RejectReason.FUTURE_ROUND,
-                f"fragment {fragment} is in round {now_round} on the syncer's clock; round {r} has not "
-                "opened — sync on the step clock the syncer's replies carry",
-            )
-        if r <= self.last_round[fragment] and self.algorithm.late_uploads == "refuse":
-            raise Rejected(
-                RejectReason.LATE_ROUND,
-                f"round {r} of fragment {fragment} has merged (last merged round "
-                f"{self.last_round[fragment]}); a late upload misses its merge — fetch the current fragment",
-            )
 
     def announce(
         self,
@@ -535,12 +494,19 @@ class SyncerState:
         self.withdraw(c.key)  # its body is here (if it is refused below, nobody waits for it either)
         c = self._bounded(c, now)
         if self.policy.validate_uploads:
-            for n, t in c.tensors.items():
-                if not np.all(np.isfinite(t)):
-                    raise Rejected(
-                        RejectReason.NON_FINITE, f"tensor {n!r} of fragment {c.fragment} contains NaN or Inf"
-                    )
-            self._check_norm(c)
+            check_finite(c.fragment, c.tensors)
+            p = self.policy
+            check_norm(
+                c.fragment,
+                self._per_step(c),
+                c.c_steps,
+                self._frag(self.params, self.fragments[c.fragment]),
+                p.inner_lr,
+                p.inner_weight_decay,
+                self.merged_norms[c.fragment],
+                self.algorithm.num_learners,
+                p.max_norm_ratio,
+            )
         self._touch(self.learners[c.learner_id], now)
         rnd = self.rounds.get(c.fragment)
         late = False
@@ -583,46 +549,6 @@ class SyncerState:
     @staticmethod
     def _per_step(c: Contribution) -> float:
         return fragment_norm(c.tensors) / max(c.c_steps, 1)
-
-    def _check_norm(self, c: Contribution) -> None:
-        """Refuse finite garbage: an update larger than an inner step can make, or than other learners' merged ones.
-
-        NaN checks alone let through corrupted memory (finite values of absurd
-        magnitude), which the merge would spread into the global model. Honest
-        updates grow with the steps they cover, so both bounds are per step
-        (the steps capped by time, trainer.core.claims): what one inner AdamW
-        step can move the fragment (known from the config: no learner's history
-        steers it, and zero updates cannot switch it off), and ``max_norm_ratio``
-        × the median over learners of each one's latest merged update (one value
-        per learner: a single learner cannot drag it up or down).
-        """
-        ratio = self.policy.max_norm_ratio
-        if ratio <= 0:
-            return
-        norm = self._per_step(c)
-        if self.policy.inner_lr > 0:
-            glob = self._frag(self.params, self.fragments[c.fragment])
-            bound = claims.adam_step_norm_bound(
-                self.policy.inner_lr,
-                sum(t.size for t in glob.values()),
-                self.policy.inner_weight_decay,
-                fragment_norm(glob),
-            )
-            if norm > bound:
-                raise Rejected(
-                    RejectReason.OUTLIER_NORM,
-                    f"update of fragment {c.fragment} has norm {norm:.3g} per step over {c.c_steps} steps; "
-                    f"one inner AdamW step (lr {self.policy.inner_lr:g}) moves it at most {bound:.3g}: a "
-                    "diverged or corrupt learner?",
-                )
-        ref = claims.reference_norm(self.merged_norms[c.fragment], self.algorithm.num_learners)
-        if ref is not None and ref > 0 and norm > ratio * ref:
-            raise Rejected(
-                RejectReason.OUTLIER_NORM,
-                f"update of fragment {c.fragment} has norm {norm:.3g} per step, more than {ratio:g}× "
-                f"the learners' median merged {ref:.3g}: a diverged or corrupt learner? "
-                "(syncer.max_norm_ratio)",
-            )
 
     # ---- merging -------------------------------------------------------
     def merge_at(self, fragment: int, now: float) -> float | None:

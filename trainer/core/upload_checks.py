@@ -1,0 +1,137 @@
+"""What an upload must satisfy before it joins a round: its version, its round, its tensors' layout, its values
+and its size. Each check is a pure function of what the syncer knows and raises
+:class:`~trainer.core.reasons.Rejected` naming what is wrong; :class:`~trainer.core.syncer_state.SyncerState`
+runs them in order (header first, body after), before it touches anything, so a refused upload changes nothing.
+
+Example:
+    >>> check_base(0, base_version=2, current=5, max_staleness=2, rebases=False, held=False)
+    Traceback (most recent call last):
+    ...
+    trainer.core.reasons.Rejected: stale_version: fragment 0 is at version 5; base 2 is more than 2 versions old — fetch the current fragment
+    >>> check_round(0, 3, now_round=1, last_round=0, late_uploads="refuse")
+    Traceback (most recent call last):
+    ...
+    trainer.core.reasons.Rejected: future_round: fragment 0 is in round 1 on the syncer's clock; round 3 has not opened — sync on the step clock the syncer's replies carry
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from trainer.core import claims
+from trainer.core.merge import fragment_norm
+from trainer.core.reasons import Rejected, RejectReason
+from trainer.core.syncer_records import Specs
+
+__all__ = ["check_base", "check_finite", "check_layout", "check_norm", "check_round"]
+
+
+def check_base(
+    fragment: int, base_version: int, current: int, max_staleness: int, rebases: bool, held: bool
+) -> None:
+    """The version the upload was made from: issued, at most ``max_staleness`` old, and (where uploads are rebased)
+    one whose value the syncer still ``held``."""
+    if base_version < current - max_staleness:
+        raise Rejected(
+            RejectReason.STALE_VERSION,
+            f"fragment {fragment} is at version {current}; base {base_version} is more than "
+            f"{max_staleness} versions old — fetch the current fragment",
+        )
+    if base_version > current:
+        raise Rejected(
+            RejectReason.FUTURE_VERSION,
+            f"fragment {fragment} is at version {current}; base {base_version} was never issued",
+        )
+    if rebases and base_version != current and not held:
+        raise Rejected(
+            RejectReason.STALE_VERSION,
+            f"fragment {fragment} is at version {current}; the syncer no longer holds base "
+            f"{base_version} to rebase onto (it restarted) — fetch the current fragment",
+        )
+
+
+def check_round(fragment: int, r: int, now_round: int, last_round: int, late_uploads: str) -> None:
+    """The round an upload names, on the syncer's clock: opened (or the next), and not merged when late uploads are
+    refused."""
+    if r < 0:
+        raise Rejected(RejectReason.MALFORMED, f"round {r} of fragment {fragment} must be >= 0")
+    if r > now_round + 1:
+        raise Rejected(
+            RejectReason.FUTURE_ROUND,
+            f"fragment {fragment} is in round {now_round} on the syncer's clock; round {r} has not "
+            "opened — sync on the step clock the syncer's replies carry",
+        )
+    if r <= last_round and late_uploads == "refuse":
+        raise Rejected(
+            RejectReason.LATE_ROUND,
+            f"round {r} of fragment {fragment} has merged (last merged round "
+            f"{last_round}); a late upload misses its merge — fetch the current fragment",
+        )
+
+
+def check_layout(fragment: int, specs: Mapping[str, tuple[tuple[int, ...], str]], expected: Specs) -> None:
+    """The tensors the header declares: the fragment's names, shapes and dtypes."""
+    if set(specs) != set(expected):
+        raise Rejected(
+            RejectReason.BAD_SHAPE,
+            f"fragment {fragment} holds tensors {sorted(expected)}, upload names {sorted(specs)}",
+        )
+    for n, (shape, dtype) in specs.items():
+        if tuple(shape) != expected[n][0]:
+            raise Rejected(
+                RejectReason.BAD_SHAPE, f"tensor {n!r} has shape {tuple(shape)}, expected {expected[n][0]}"
+            )
+        if dtype != expected[n][1]:
+            raise Rejected(RejectReason.BAD_DTYPE, f"tensor {n!r} has dtype {dtype}, expected {expected[n][1]}")
+
+
+def check_finite(fragment: int, tensors: Mapping[str, np.ndarray]) -> None:
+    """No NaN or infinity in the body."""
+    for n, t in tensors.items():
+        if not np.all(np.isfinite(t)):
+            raise Rejected(RejectReason.NON_FINITE, f"tensor {n!r} of fragment {fragment} contains NaN or Inf")
+
+
+def check_norm(
+    fragment: int,
+    norm: float,
+    c_steps: int,
+    glob: dict[str, np.ndarray],
+    inner_lr: float,
+    inner_weight_decay: float,
+    merged_norms: Mapping[str, float],
+    num_learners: int,
+    ratio: float,
+) -> None:
+    """Refuse finite garbage: an update larger than an inner step can make, or than other learners' merged ones.
+
+    NaN checks alone let through corrupted memory (finite values of absurd magnitude), which the merge would spread
+    into the global model. Honest updates grow with the steps they cover, so both bounds are per step (``norm``,
+    over the steps capped by time, trainer.core.claims): what one inner AdamW step can move the fragment (``glob``,
+    its global value; known from the config: no learner's history steers it, and zero updates cannot switch it
+    off), and ``ratio`` (``max_norm_ratio``) × the median over learners of each one's latest merged update (one
+    value per learner: a single learner cannot drag it up or down). ``ratio`` 0 switches both off.
+    """
+    if ratio <= 0:
+        return
+    if inner_lr > 0:
+        bound = claims.adam_step_norm_bound(
+            inner_lr, sum(t.size for t in glob.values()), inner_weight_decay, fragment_norm(glob)
+        )
+        if norm > bound:
+            raise Rejected(
+                RejectReason.OUTLIER_NORM,
+                f"update of fragment {fragment} has norm {norm:.3g} per step over {c_steps} steps; "
+                f"one inner AdamW step (lr {inner_lr:g}) moves it at most {bound:.3g}: a "
+                "diverged or corrupt learner?",
+            )
+    ref = claims.reference_norm(merged_norms, num_learners)
+    if ref is not None and ref > 0 and norm > ratio * ref:
+        raise Rejected(
+            RejectReason.OUTLIER_NORM,
+            f"update of fragment {fragment} has norm {norm:.3g} per step, more than {ratio:g}× "
+            f"the learners' median merged {ref:.3g}: a diverged or corrupt learner? "
+            "(syncer.max_norm_ratio)",
+        )
