@@ -133,7 +133,11 @@ def test_self_declared_tokens_cannot_take_over_a_merge(pair):
     )
     by = {p.learner_id: p for p in merge.participants}
     p = svc.state.policy
-    allowed = p.max_speedup * (after - svc.state.learners["rogue"].joined_at) / PACE + STEP_SLACK + p.overlap_steps
+    allowed = (
+        p.max_speedup * (after - svc.state.learners["rogue"].joined_at) / PACE
+        + STEP_SLACK
+        + p.algorithm.overlap_floor
+    )
     assert by["rogue"].c_steps <= allowed and by["rogue"].c_tokens == by["rogue"].c_steps * tps
     assert by["good"].weight >= 0.1, merge.participants  # on main: 0.0 against the rogue's 1.0
 
