@@ -71,12 +71,14 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
     if problems:
         return problems
     counters = [(p.c_tokens, p.c_steps) for p in m.participants]
-    delta = ref.merged_delta(uploads, anchors, parts["base"], counters, facts.rule, facts.mean_tensors)
+    delta = ref.merged_delta(
+        uploads, anchors, parts["base"], counters, facts.algorithm.merge_rule, facts.mean_tensors
+    )
     err = ref.max_error(delta, parts["delta"])
     if err > ROUNDOFF:
         problems.append(
             f"merged update differs from the reference by {err:.3g} round-off units "
-            f"(rule {facts.rule}, weights from c_tokens²/c_steps {counters})"
+            f"(rule {facts.algorithm.merge_rule}, weights from c_tokens²/c_steps {counters})"
         )
     if facts.adamw:
         return problems  # data-parallel: the AdamW step is not recomputed (chained by digest only)
@@ -84,9 +86,9 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
         parts["base"],
         parts["opt_before"],
         delta,
-        lr=facts.outer_lr,
-        momentum=facts.outer_momentum,
-        nesterov=facts.nesterov,
+        lr=facts.algorithm.outer_lr,
+        momentum=facts.algorithm.outer_momentum,
+        nesterov=facts.algorithm.nesterov,
         scale=a.scale,
     )
     for what, want, got in (
@@ -97,7 +99,7 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
         if err > ROUNDOFF:
             problems.append(
                 f"{what} differs from the reference outer step by {err:.3g} round-off units "
-                f"(lr {facts.outer_lr}, momentum {facts.outer_momentum}, nesterov {facts.nesterov})"
+                f"(lr {facts.algorithm.outer_lr}, momentum {facts.algorithm.outer_momentum}, nesterov {facts.algorithm.nesterov})"
             )
     return problems
 
@@ -110,18 +112,18 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
     d = m.decision
     if d is None:
         return None
-    if d.contributions < facts.min_quorum:
-        return f"merged {d.contributions} contribution(s), fewer than the quorum K = {facts.min_quorum}"
+    if d.contributions < facts.algorithm.min_quorum:
+        return f"merged {d.contributions} contribution(s), fewer than the quorum K = {facts.algorithm.min_quorum}"
     after = min(m.wait_s, m.quorum_wait_s)  # since it could first merge: its opening and its quorum both
     grace = (
         0.0
         if d.contributions >= d.active_learners
         else ref.grace_s(
-            enabled=facts.grace,
-            gamma=facts.gamma,
-            cap_steps=facts.cap_steps,
-            overlap_steps=facts.overlap_steps,
-            overlap_auto=facts.overlap_auto,
+            enabled=facts.algorithm.grace,
+            gamma=facts.algorithm.grace_gamma,
+            cap_steps=facts.algorithm.grace_cap_steps,
+            overlap_steps=facts.algorithm.overlap_floor,
+            overlap_auto=facts.algorithm.overlap_auto,
             t_step=d.t_step,
             t_quorum=d.t_quorum,
             t_sync=d.t_upload + d.t_merge + d.t_broadcast,
@@ -144,7 +146,7 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
 
 def due_allowance_s(facts: MergeFacts, d: ev.MergeDecision) -> float:
     """What the rule itself lets a due round wait: the grace window's cap and a hold for an announced body."""
-    cap = facts.cap_steps * d.t_step if facts.grace else 0.0
+    cap = facts.algorithm.grace_cap_steps * d.t_step if facts.algorithm.grace else 0.0
     return cap + ref.hold_s(t_upload=d.t_upload, t_step=d.t_step)
 
 
@@ -271,7 +273,7 @@ def check_audit(inp: CheckInput) -> Verdict:
             )
     problems = chain.problems
     pace, lag_rounds = inp.pace, 0.0
-    if inp.facts.merge.clocked:
+    if inp.facts.merge.algorithm.clocked:
         for m in audited:
             if (
                 pace.round_s and m.decision is not None and m.due_wait_s is not None

@@ -23,6 +23,8 @@ from chaos.scenario import Checks, Scenario
 from faults.kinds import removes, stops_training
 from trainer import events as ev
 from trainer.config import RunConfig
+from trainer.core.algorithm import Algorithm
+from trainer.model import EMBEDDING_TENSORS
 from trainer.policy import policy_from_config
 
 Status = Literal["pass", "fail", "indeterminate"]
@@ -41,43 +43,21 @@ class Verdict:
 
 @dataclass(frozen=True)
 class MergeFacts:
-    """How the run merges, for the merge audit's reference (the settings, not the trainer's code)."""
+    """How the run merges, for the merge audit's reference (the settings, not the trainer's code): the run's resolved
+    algorithm (its rule, outer step, rounds, quorum and grace, under their config names) and the tensors every rule
+    averages plainly."""
 
-    rule: str = "rda"
-    mean_tensors: tuple[str, ...] = ("embed",)
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
-    nesterov: bool = True
-    adamw: bool = False  # data-parallel: the step is AdamW's, which the reference does not recompute
-    clocked: bool = True  # rounds: clock — one merge per scheduled round of each fragment
-    late_carry: bool = False  # late_uploads: carry — an upload for a merged round joins the next one
-    # Quorum and grace (the merge's timing): K, whether the grace window is on, γ, its cap in steps, τ's floor, auto τ
-    min_quorum: int = 1
-    grace: bool = True
-    gamma: float = 0.5
-    cap_steps: float = 1.0
-    overlap_steps: int = 2
-    overlap_auto: bool = True
+    algorithm: Algorithm = Algorithm()
+    mean_tensors: tuple[str, ...] = EMBEDDING_TENSORS
+
+    @property
+    def adamw(self) -> bool:
+        """Data-parallel: the step is AdamW's, which the reference does not recompute."""
+        return self.algorithm.mode == "data-parallel"
 
     @classmethod
     def of(cls, cfg: RunConfig) -> MergeFacts:
-        p, a = policy_from_config(cfg), cfg.algorithm
-        return cls(
-            a.merge_rule,
-            tuple(p.mean_tensors),
-            a.outer_lr,
-            a.outer_momentum,
-            a.nesterov,
-            p.outer_adamw is not None,
-            a.clocked,
-            a.late_uploads == "carry",
-            a.min_quorum,
-            a.grace,
-            a.grace_gamma,
-            a.grace_cap_steps,
-            a.overlap_floor,
-            a.overlap_auto,
-        )
+        return cls(cfg.algorithm, tuple(policy_from_config(cfg).mean_tensors))
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ class SyncerBook:
 
     def merge(self, m: ev.Merge) -> None:
         frag = self.pending.pop(m.fragment, {})
-        if self.facts.clocked:
+        if self.facts.algorithm.clocked:
             self._rounds(m)
         total = 0
         for p in m.participants:
@@ -117,7 +117,7 @@ class SyncerBook:
                 f"had merged (last merged round {last}): a round merges once"
             )
         late = [p for p in m.participants if p.round <= last]
-        if late and not self.facts.late_carry:
+        if late and self.facts.algorithm.late_uploads != "carry":
             self.problems.append(
                 f"merge {m.merges_total} (fragment {m.fragment}, round {m.round}) took "
                 f"{', '.join(p.learner_id for p in late)}'s upload for round {late[0].round}, which "
