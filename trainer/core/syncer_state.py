@@ -124,7 +124,14 @@ from trainer.core.syncer_records import (
     Tensors,
     tensor_specs,
 )
-from trainer.core.upload_checks import check_base, check_finite, check_layout, check_norm, check_round
+from trainer.core.upload_checks import (
+    check_base,
+    check_finite,
+    check_layout,
+    check_norm,
+    check_round,
+    per_step_norm,
+)
 
 
 @dataclass
@@ -498,7 +505,7 @@ class SyncerState:
             p = self.policy
             check_norm(
                 c.fragment,
-                self._per_step(c),
+                c.tensors,
                 c.c_steps,
                 self._frag(self.params, self.fragments[c.fragment]),
                 p.inner_lr,
@@ -545,10 +552,6 @@ class SyncerState:
             return c
         per = self.policy.tokens_per_step
         return dataclasses.replace(c, c_steps=possible, c_tokens=possible * per if per else c.c_tokens)
-
-    @staticmethod
-    def _per_step(c: Contribution) -> float:
-        return fragment_norm(c.tensors) / max(c.c_steps, 1)
 
     # ---- merging -------------------------------------------------------
     def merge_at(self, fragment: int, now: float) -> float | None:
@@ -629,7 +632,7 @@ class SyncerState:
         self.made_at[(fragment, v)] = now
         for stale in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.algorithm.max_staleness]:
             del self.made_at[stale]
-        self.merged_norms[fragment].update({c.learner_id: self._per_step(c) for c in contribs})
+        self.merged_norms[fragment].update({c.learner_id: per_step_norm(c.tensors, c.c_steps) for c in contribs})
         self.merges_total += 1
         total_w = sum(weights) or float(len(weights))
         participants = []

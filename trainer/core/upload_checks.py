@@ -25,7 +25,7 @@ from trainer.core.merge import fragment_norm
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_records import Specs
 
-__all__ = ["check_base", "check_finite", "check_layout", "check_norm", "check_round"]
+__all__ = ["check_base", "check_finite", "check_layout", "check_norm", "check_round", "per_step_norm"]
 
 
 def check_base(
@@ -94,9 +94,14 @@ def check_finite(fragment: int, tensors: Mapping[str, np.ndarray]) -> None:
             raise Rejected(RejectReason.NON_FINITE, f"tensor {n!r} of fragment {fragment} contains NaN or Inf")
 
 
+def per_step_norm(tensors: dict[str, np.ndarray], c_steps: int) -> float:
+    """An update's norm per step it covers: what the outlier guard compares and the merged-norm history keeps."""
+    return fragment_norm(tensors) / max(c_steps, 1)
+
+
 def check_norm(
     fragment: int,
-    norm: float,
+    tensors: dict[str, np.ndarray],
     c_steps: int,
     glob: dict[str, np.ndarray],
     inner_lr: float,
@@ -108,14 +113,15 @@ def check_norm(
     """Refuse finite garbage: an update larger than an inner step can make, or than other learners' merged ones.
 
     NaN checks alone let through corrupted memory (finite values of absurd magnitude), which the merge would spread
-    into the global model. Honest updates grow with the steps they cover, so both bounds are per step (``norm``,
-    over the steps capped by time, trainer.core.claims): what one inner AdamW step can move the fragment (``glob``,
+    into the global model. Honest updates grow with the steps they cover, so both bounds are per step
+    (:func:`per_step_norm` of ``tensors`` over ``c_steps``, the steps capped by time, trainer.core.claims): what one inner AdamW step can move the fragment (``glob``,
     its global value; known from the config: no learner's history steers it, and zero updates cannot switch it
     off), and ``ratio`` (``max_norm_ratio``) × the median over learners of each one's latest merged update (one
     value per learner: a single learner cannot drag it up or down). ``ratio`` 0 switches both off.
     """
     if ratio <= 0:
         return
+    norm = per_step_norm(tensors, c_steps)
     if inner_lr > 0:
         bound = claims.adam_step_norm_bound(
             inner_lr, sum(t.size for t in glob.values()), inner_weight_decay, fragment_norm(glob)
