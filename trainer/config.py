@@ -57,13 +57,25 @@ __all__ = [
 ]
 
 
+# Settings added after configs were hashed into committed measurements and cached baselines: the hash leaves each
+# out while it has its default (which trains exactly as before it existed), so those stay valid.
+ADDED_SETTINGS = (("model", "compute_dtype"), ("data", "source"))
+
+
 class _Strict(BaseModel):
     # No NaN or infinity anywhere: a duration, bound or rate of inf/nan is never what a user meant.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSection(_Strict):
-    size: Literal["tiny", "small"] = "tiny"
+    size: Literal["tiny", "small", "wide"] = Field(
+        "tiny",
+        description="trainer.model.MODEL_SIZES: tiny (0.1M parameters, the per-change tests), small (3.3M, "
+        "real-text chaos runs), wide (6.6M: 53 MB of parameters and outer momentum, for state-size effects)",
+    )
+    compute_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="the matmuls' dtype; weights, gradients and optimizer state stay fp32"
+    )
 
 
 # A source's [V**order, V] float64 transition table lives in every learner and the syncer: 4M entries = 32 MB.
@@ -71,6 +83,12 @@ MAX_TRANSITION_ENTRIES = 1 << 22
 
 
 class DataSection(_Strict):
+    source: Literal["markov", "text"] = Field(
+        "markov",
+        description="markov: a seeded synthetic Markov source with a known entropy floor (trainer.data); text: "
+        "the pinned real-text corpus, byte-level (V = 256; trainer.corpus, trainer.text_source), the same "
+        "bytes and split for every seed",
+    )
     order: int = Field(1, ge=1, le=2, description="Markov order of the synthetic language")
     concentration: float = Field(0.1, gt=0, description="Dirichlet concentration of transition rows")
     older_classes: int | None = Field(
@@ -97,6 +115,26 @@ class DataSection(_Strict):
                 "older_classes groups the older token of an order-2 context: set data.order: 2, or drop it"
             )
         return self
+
+    @model_validator(mode="after")
+    def _text_has_no_markov_settings(self) -> DataSection:
+        if self.source == "text":
+            markov = sorted(self.model_fields_set & {"order", "concentration", "older_classes"})
+            if markov:
+                raise ValueError(
+                    f"real text has no {' / '.join(markov)} (settings of the synthetic Markov source): drop them, "
+                    "or set data.source: markov"
+                )
+            if self.vocab_size not in (None, 256):
+                raise ValueError(
+                    f"real text is byte-level (vocab_size 256), not {self.vocab_size}: drop vocab_size"
+                )
+        return self
+
+    @property
+    def model_vocab(self) -> int | None:
+        """The vocabulary the model is sized to: the data's (256 bytes for text), None for the size's own."""
+        return 256 if self.source == "text" else self.vocab_size
 
     @model_validator(mode="after")
     def _transition_table_fits(self) -> DataSection:
@@ -240,6 +278,9 @@ class RunConfig(_Strict):
         """
         tree = self.model_dump(mode="json")
         tree["syncer"].pop("audit_keep_fraction")
+        for section, name in ADDED_SETTINGS:  # at its default, a setting added later trains as before it existed
+            if tree[section][name] == type(self).model_fields[section].default.model_dump(mode="json")[name]:
+                tree[section].pop(name)
         blob = json.dumps(tree, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -223,6 +224,12 @@ class MarkovSource:
             ctx = nxt if k == 1 else (ctx % mod) * v + nxt
         return np.ascontiguousarray(out.T)
 
+    def eval_rows(self, n_batches: int, batch: int, length: int, seed: int = 0) -> np.ndarray:
+        """Held-out int32 ``[n_batches, batch, length]``: the first ``n_batches`` of a stream no learner uses (drawn
+        batch by batch exactly like :func:`learner_batches`, under a key no learner can have)."""
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_EVAL_TAG,)))
+        return np.stack([self.sample(rng, batch, length) for _ in range(n_batches)])
+
     def loss_floor(self, seq_len: int) -> float:
         """Exact expected optimal mean cross-entropy (nats/token) for a row.
 
@@ -253,12 +260,26 @@ class MarkovSource:
         return total / seq_len
 
 
+class TokenSource(Protocol):
+    """What training reads from a source of tokens: this module's :class:`MarkovSource` (a known floor, for unit
+    tests and calibration) or real text (:class:`trainer.text_source.TextSource`)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def sample(self, rng: np.random.Generator, batch: int, length: int) -> np.ndarray: ...
+
+    def eval_rows(self, n_batches: int, batch: int, length: int, seed: int = 0) -> np.ndarray: ...
+
+    def loss_floor(self, seq_len: int) -> float: ...
+
+
 class LearnerBatches(Iterator[np.ndarray]):
     """Infinite stream of int32 ``[batch, seq_len + 1]`` training batches that knows where it is: ``stream`` (its
     key) and ``drawn`` (batches taken), what the data ledger logs (chaos.checkers.ledger)."""
 
     def __init__(
-        self, source: MarkovSource, seed: int, learner_id: int, incarnation: int, batch: int, seq_len: int
+        self, source: TokenSource, seed: int, learner_id: int, incarnation: int, batch: int, seq_len: int
     ) -> None:
         self.source, self.batch, self.seq_len = source, batch, seq_len
         self.stream = [seed, learner_id, incarnation]
@@ -273,7 +294,7 @@ class LearnerBatches(Iterator[np.ndarray]):
 
 
 def learner_batches(
-    source: MarkovSource, seed: int, learner_id: int, incarnation: int, batch: int, seq_len: int
+    source: TokenSource, seed: int, learner_id: int, incarnation: int, batch: int, seq_len: int
 ) -> LearnerBatches:
     """Infinite stream of int32 ``[batch, seq_len + 1]`` training batches.
 
@@ -289,15 +310,12 @@ def learner_batches(
     return LearnerBatches(source, seed, learner_id, incarnation, batch, seq_len)
 
 
-def eval_set(source: MarkovSource, seed: int, n_batches: int, batch: int, seq_len: int) -> np.ndarray:
-    """Held-out int32 ``[n_batches, batch, seq_len + 1]`` from a stream no learner uses.
+def eval_set(source: TokenSource, seed: int, n_batches: int, batch: int, seq_len: int) -> np.ndarray:
+    """Held-out int32 ``[n, batch, seq_len + 1]`` (``n`` ≤ ``n_batches``: a real text's split may hold fewer).
 
     Example:
         >>> src = MarkovSource.create(64, seed=0)
         >>> eval_set(src, seed=0, n_batches=2, batch=4, seq_len=8).shape
         (2, 4, 9)
     """
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_EVAL_TAG,)))
-    # Drawn batch by batch exactly like learner_batches, so the eval set is
-    # "the first n_batches of a stream" whose key no learner can have.
-    return np.stack([source.sample(rng, batch, seq_len + 1) for _ in range(n_batches)])
+    return source.eval_rows(n_batches, batch, seq_len + 1, seed=seed)

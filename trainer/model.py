@@ -71,6 +71,9 @@ class ModelConfig:
     n_layers: int
     n_heads: int
     d_ff: int
+    # The matmuls' dtype: "bfloat16" computes in bf16 from fp32 master weights (gradients and optimizer state stay
+    # fp32); the logits and the loss are fp32 either way.
+    compute_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         # Fail at construction rather than with an obscure reshape error later.
@@ -82,29 +85,44 @@ class ModelConfig:
         # n_layers == 0 is allowed: embeddings + unembedding, i.e. a bigram model.
         if self.n_layers < 0:
             raise ValueError("n_layers must be >= 0")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}")
+
+
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 MODEL_SIZES: dict[str, ModelConfig] = {
     # 76,800 params; T=32 and a narrower MLP halve the compute of "tiny": a
     # jitted batch-16 AdamW step takes ~6 ms on one CPU thread.
     "nano": ModelConfig(vocab_size=64, seq_len=32, d_model=64, n_layers=2, n_heads=4, d_ff=128),
-    # 111,872 params; a jitted batch-16 AdamW step takes ~12 ms on one CPU
-    # thread (compute bound: ~0.7 GFLOP per step).
+    # 111,872 params (V = 64); the per-change tests' model: a jitted batch-16 AdamW step takes ~12-19 ms on one
+    # CPU thread (compute bound: ~0.7 GFLOP per step).
     "tiny": ModelConfig(vocab_size=64, seq_len=64, d_model=64, n_layers=2, n_heads=4, d_ff=256),
-    # 3,319,296 params.
+    # 3,319,296 params (V = 256): a GPT-style decoder of realistic proportions (d_ff = 4 d, head width 32, 4
+    # layers, T = 128) as large as lets a built-in chaos run in containers finish within 10 minutes on a 2-core
+    # machine (docs/trainer.md, "Model presets"); ~0.6 s per batch-16 step on one CPU thread.
     "small": ModelConfig(vocab_size=256, seq_len=128, d_model=256, n_layers=4, n_heads=8, d_ff=1024),
+    # 6,629,376 params (V = 256): 26.5 MB of fp32 parameters, 53 MB with the syncer's outer momentum: state whose
+    # transfer, checkpoints and restarts take measurable time (the nightly's rejoin at size).
+    "wide": ModelConfig(vocab_size=256, seq_len=128, d_model=512, n_layers=2, n_heads=8, d_ff=2048),
 }
 
 
-def sized(size: str, vocab_size: int | None = None) -> ModelConfig:
-    """A named model size, its vocabulary replaced by the data's when the run sets one (``data.vocab_size``).
+def sized(size: str, vocab_size: int | None = None, compute_dtype: str = "float32") -> ModelConfig:
+    """A named model size, its vocabulary replaced by the data's when the run sets one (``data.vocab_size``, or 256
+    for real text), computing in ``compute_dtype``.
 
     Example:
         >>> sized("tiny").vocab_size, sized("tiny", 256).vocab_size, sized("tiny", 256).d_model
         (64, 256, 64)
+        >>> sized("small", compute_dtype="bfloat16").compute_dtype
+        'bfloat16'
     """
     base = MODEL_SIZES[size]
-    return base if vocab_size is None else dataclasses.replace(base, vocab_size=vocab_size)
+    if vocab_size is not None:
+        base = dataclasses.replace(base, vocab_size=vocab_size)
+    return base if compute_dtype == base.compute_dtype else dataclasses.replace(base, compute_dtype=compute_dtype)
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -167,10 +185,11 @@ def init_params(cfg: ModelConfig, seed: int) -> Params:
 
 
 def _layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
-    """LayerNorm over the last axis."""
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + _LN_EPS) * scale + bias
+    """LayerNorm over the last axis (its statistics in fp32 whatever the compute dtype)."""
+    x32 = x.astype(jnp.float32)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+    return ((x32 - mean) * jax.lax.rsqrt(var + _LN_EPS)).astype(x.dtype) * scale + bias
 
 
 def _attention(params: Params, prefix: str, cfg: ModelConfig, x: jax.Array) -> jax.Array:
@@ -184,7 +203,7 @@ def _attention(params: Params, prefix: str, cfg: ModelConfig, x: jax.Array) -> j
     causal = jnp.tril(jnp.ones((t, t), dtype=bool))
     # A finite large negative (not -inf) keeps gradients NaN-free.
     scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
-    weights = jax.nn.softmax(scores, axis=-1)
+    weights = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(v.dtype)
     out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d)
     return out @ params[f"{prefix}.attn.wo"]
 
@@ -212,6 +231,8 @@ def apply(params: Params, cfg: ModelConfig, tokens: jax.Array) -> jax.Array:
     t = tokens.shape[1]
     if t > cfg.seq_len:
         raise ValueError(f"sequence length {t} exceeds cfg.seq_len={cfg.seq_len}")
+    if cfg.compute_dtype != "float32":
+        params = {k: v.astype(cfg.compute_dtype) for k, v in params.items()}  # fp32 master weights stay outside
     x = params["embed"][tokens] + params["pos_embed"][:t][None]
     for i in range(cfg.n_layers):
         p = f"block{i}"

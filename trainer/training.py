@@ -24,6 +24,7 @@ import optax
 
 from trainer import data as data_mod
 from trainer import model as model_mod
+from trainer import text_source
 from trainer.config import InnerSection, RunConfig
 from trainer.core.outer import AdamWSpec, adamw, progress_scale
 
@@ -75,19 +76,23 @@ class TrainingSetup:
 
     config: RunConfig
     model: model_mod.ModelConfig
-    source: data_mod.MarkovSource
+    source: data_mod.TokenSource
     optimizer: optax.GradientTransformation
 
     @classmethod
     def from_config(cls, config: RunConfig) -> TrainingSetup:
-        mcfg = model_mod.sized(config.model.size, config.data.vocab_size)
-        source = data_mod.MarkovSource.create(
-            mcfg.vocab_size,
-            config.data.order,
-            config.data.concentration,
-            seed=config.seed,
-            older_classes=config.data.older_classes,
-        )
+        mcfg = model_mod.sized(config.model.size, config.data.model_vocab, config.model.compute_dtype)
+        source: data_mod.TokenSource
+        if config.data.source == "text":
+            source = text_source.from_corpus()
+        else:
+            source = data_mod.MarkovSource.create(
+                mcfg.vocab_size,
+                config.data.order,
+                config.data.concentration,
+                seed=config.seed,
+                older_classes=config.data.older_classes,
+            )
         return cls(config, mcfg, source, inner_optimizer(config.inner))
 
     @property

@@ -206,7 +206,7 @@ class Simulation:
         self.loop = EventLoop()
         self.rng = np.random.default_rng([scenario.seed, self.cfg.seed, 0x5EED])
         learners = scenario.learner_ids()
-        shapes = model_shapes(self.cfg.model.size, self.cfg.data.vocab_size)
+        shapes = model_shapes(self.cfg.model.size, self.cfg.data.model_vocab)
         self.problem = QuadraticProblem.create(
             shapes, self.cfg.seed, dims=opts.surrogate_dims, learners=max(len(learners), 1)
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pydantic
@@ -353,3 +355,19 @@ def test_overlap_steps_auto_is_decoupled_only_and_hashes_apart():
         build_config({"algorithm": {"mode": "sync-diloco", "overlap_steps": "auto"}})
     with pytest.raises(ConfigError, match="overlap_steps"):
         build_config({"algorithm": {"overlap_steps": "sometimes"}})
+
+
+def test_settings_added_later_keep_old_hashes_until_set() -> None:
+    """model.compute_dtype and data.source at their defaults hash as before they existed (committed measurements
+    and cached baselines stay valid); set away from them, they are a different training."""
+    from trainer.config import ADDED_SETTINGS
+
+    base = RunConfig()
+    tree = base.model_dump(mode="json")
+    tree["syncer"].pop("audit_keep_fraction")
+    for section, name in ADDED_SETTINGS:
+        tree[section].pop(name)
+    blob = json.dumps(tree, sort_keys=True, separators=(",", ":"))
+    assert base.config_hash() == hashlib.sha256(blob.encode()).hexdigest()[:16]
+    assert RunConfig.model_validate({"model": {"compute_dtype": "bfloat16"}}).config_hash() != base.config_hash()
+    assert RunConfig.model_validate({"data": {"source": "text"}}).config_hash() != base.config_hash()
