@@ -49,24 +49,26 @@ if TYPE_CHECKING:
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = ExitCode.PASS, ExitCode.FAIL, ExitCode.ERROR
 
 
-def _load(name_or_path: str, seed: int | None = None, sets: list[str] | None = None) -> Any:
+def _load(name_or_path: str, seed: int | None = None, sets: list[str] | None = None, preset: str = "tiny") -> Any:
     from chaos.scenario import load_scenario, parse_scenario, resolve
+    from trainer import presets
     from trainer.config import merge_trees, parse_overrides
     from trainer.errors import ConfigError
 
     path = resolve(name_or_path)
-    if seed is None and not sets:
+    if seed is None and not sets and preset == "tiny":
         return load_scenario(path)
     load_scenario(path)  # validate the file as written first: its errors name its own fields
     tree = yaml.safe_load(path.read_text())
     try:
         extra = parse_overrides(sets or [])
-    except ConfigError as err:
+        tree["cluster"] = presets.apply(tree.get("cluster") or {}, preset)
+    except (ConfigError, ValueError) as err:
         raise ScenarioError(str(err)) from None
     tree = merge_trees(tree, extra)
     if seed is not None:
         tree["seed"] = seed
-    return parse_scenario(tree, f"{path} (with --set/--seed)")
+    return parse_scenario(tree, f"{path} (with --preset {preset}, --set, --seed)")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -87,7 +89,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from chaos.k8s.export import export
     from chaos.k8s.manifests import ClusterOptions
 
-    s = _load(args.scenario, args.seed, args.set)
+    s = _load(args.scenario, args.seed, args.set, args.preset)
     token = Path(args.token_file).read_text().strip() if args.token_file else None
     opts = ClusterOptions(namespace=args.namespace, image=args.image)
     if args.kubectl_image:
@@ -241,7 +243,7 @@ def _execute(s: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return _execute(_load(args.scenario, args.seed, args.set), args)
+    return _execute(_load(args.scenario, args.seed, args.set, args.preset), args)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -263,7 +265,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise ScenarioError(
             "simulate needs a SCENARIO (a built-in name or a file), or --scale for the scale simulator"
         )
-    return _simulate(_load(args.scenario, args.seed, args.set), args)
+    return _simulate(_load(args.scenario, args.seed, args.set, args.preset), args)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -333,7 +335,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
+    from trainer.presets import PRESETS, default_preset
+
     p.add_argument("--seed", type=int, help="override the scenario's schedule seed")
+    p.add_argument(
+        "--preset",
+        default=default_preset(),
+        choices=list(PRESETS),
+        help="the system under test's size (trainer/presets.py): "
+        + "; ".join(f"{p.name}: {p.what}" for p in PRESETS.values())
+        + " (default $DILOCO_PRESET or tiny; --set wins over it)",
+    )
     p.add_argument(
         "--set",
         action="append",

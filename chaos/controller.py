@@ -46,6 +46,7 @@ from chaos.analysis import RunResult, analyse
 from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
 from chaos.checkers.goodput import compute_goodput
+from chaos.checkers.parity import band_origin
 from chaos.errors import ChaosError, RunError
 from chaos.fault_metrics import FaultMetrics
 from chaos.fault_plan import Planned, plan
@@ -485,8 +486,7 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baselin
         runs.append(_baseline(one, toxi, opts).model_copy(update={"seed": seed + k}))
     losses = [r.final_eval_loss for r in runs]
     floors = [r.loss_floor for r in runs]
-    # No floor known (not a synthetic source): no band; parity then compares with the same-seed run.
-    excess = [] if None in floors else [loss - f for loss, f in zip(losses, floors) if f is not None]
+    excess = [loss - band_origin(f) for loss, f in zip(losses, floors, strict=True)]
     goodputs = [_goodput(r, scenario.cluster.algorithm.num_fragments) for r in runs]
     band = Band(
         seeds=[seed + k for k in range(n)],

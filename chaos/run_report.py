@@ -47,7 +47,7 @@ class Band(SparseRecord):
     seeds: list[int] = []
     losses: list[float] = []
     floors: list[float | None] = []
-    excess: list[float] = []  # empty: no floor known (not a synthetic source), so no band
+    excess: list[float] = []  # each loss over its band origin (chaos.checkers.parity.band_origin)
     goodputs: list[float] = []  # each run's compute goodput (the goodput check's bound); empty: not measured
 
 

@@ -119,7 +119,11 @@ class DataSection(_Strict):
     @model_validator(mode="after")
     def _text_has_no_markov_settings(self) -> DataSection:
         if self.source == "text":
-            markov = sorted(self.model_fields_set & {"order", "concentration", "older_classes"})
+            # Away from their defaults only: a config written out whole (the controller's config.yaml) has them all.
+            fields = type(self).model_fields
+            markov = [
+                n for n in ("concentration", "older_classes", "order") if getattr(self, n) != fields[n].default
+            ]
             if markov:
                 raise ValueError(
                     f"real text has no {' / '.join(markov)} (settings of the synthetic Markov source): drop them, "

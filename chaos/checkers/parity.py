@@ -34,6 +34,17 @@ def band_distance(loss: float, band: tuple[float, float]) -> float:
     return round(loss - hi, 12) if loss > hi else round(loss - lo, 12) if loss < lo else 0.0
 
 
+def band_origin(floor: float | None) -> float:
+    """Where a run's band is placed: its task's entropy floor where one is known (each seed draws its own Markov
+    source, so raw losses differ by the task), else 0 — real text is one corpus and one eval split for every seed,
+    so its raw losses compare as they are.
+
+    >>> band_origin(2.39), band_origin(None), band_origin(float("nan"))
+    (2.39, 0.0, 0.0)
+    """
+    return floor if floor is not None and math.isfinite(floor) else 0.0
+
+
 CONFIDENCE = 0.99  # of the derived tolerance's prediction bound: one fault-free run in 100 would fail it
 
 
@@ -96,11 +107,16 @@ def check_parity(inp: CheckInput) -> Verdict:
             "parity", "indeterminate", f"a fault-free baseline has a non-finite final loss: {inp.baseline_band}"
         )
     loss, base = finals[-1].loss, inp.baseline_final_loss
-    floor = finals[-1].loss_floor
+    floor = band_origin(finals[-1].loss_floor)
     if inp.baseline_band:
         lo, hi = floor + min(inp.baseline_band), floor + max(inp.baseline_band)
         if len(inp.baseline_band) == 1:  # baseline_seeds: 1, the same-seed run alone
             where = f"the fault-free run {lo:.4f} (floor {floor:.4f} + excess {lo - floor:.4f}; one seed, no band)"
+        elif not math.isfinite(finals[-1].loss_floor):
+            where = (
+                f"fault-free band {lo:.4f}–{hi:.4f} over {len(inp.baseline_band)} seed(s) (real text: one corpus "
+                "and eval split for every seed, so raw losses)"
+            )
         else:
             where = (
                 f"fault-free band {lo:.4f}–{hi:.4f} (floor {floor:.4f} + excess {min(inp.baseline_band):.4f}–"

@@ -576,6 +576,39 @@ def test_parity_judges_against_the_band_the_fault_free_seeds_span() -> None:
     ), one.summary
 
 
+def test_parity_on_real_text_bands_the_raw_losses() -> None:
+    """Real text has no known floor (NaN) and one eval set for every seed: the band is the seeds' raw losses. Before
+    this, a NaN floor made every band non-finite and parity indeterminate on every real-text run."""
+    h = history(final_loss=None)
+    last = max(e.ts for e in h.events)
+    text = ev.Eval(
+        ts=last + 0.1,
+        source="syncer",
+        merges_total=9,
+        versions=[9],
+        loss=2.6,
+        loss_floor=math.nan,
+        tokens_total=5760,
+        final=True,
+    )
+    h = History(h.records, sorted([*h.events, text], key=lambda e: e.ts))
+    band = (2.50, 2.58, 2.46)
+
+    def judge(loss: float) -> Verdict:
+        final = text.model_copy(update={"loss": loss})
+        hist = History(h.records, [e if e is not text else final for e in h.events])
+        return check_parity(
+            CheckInput(
+                hist, FACTS, Checks(parity=Parity(tolerance=0.05)), baseline_final_loss=2.5, baseline_band=band
+            )
+        )
+
+    inside = judge(2.60)
+    assert inside.status == "pass", inside.summary
+    assert "band 2.4600–2.5800 over 3 seed(s) (real text" in inside.summary
+    assert judge(2.64).status == "fail" and judge(2.40).status == "fail"
+
+
 def test_parity_with_a_non_finite_baseline_in_the_band_is_indeterminate() -> None:
     assert _banded(2.5, (2.5, math.nan)).status == "indeterminate"
 
