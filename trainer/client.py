@@ -81,9 +81,10 @@ def upload_request(
     c_tokens: int,
     learner_step: int = 0,
     round: int = 0,
+    wire_format: str = "float32",
 ) -> tuple[pb.UploadHeader, bytes]:
-    """An upload's header and payload (:func:`upload_messages` streams them)."""
-    specs, payload = encode_tensors(tensors)
+    """An upload's header and payload (:func:`upload_messages` streams them), ``tensors`` in ``wire_format``."""
+    specs, payload = encode_tensors(tensors, fmt=wire_format)
     header = pb.UploadHeader(
         learner_id=learner_id,
         incarnation=incarnation,
@@ -228,10 +229,20 @@ class SyncClient:
         learner_step: int = 0,
         chunk_bytes: int = CHUNK_BYTES,
         round: int = 0,
+        wire_format: str = "float32",
     ) -> pb.UploadReply:
         """Upload one fragment (idempotent: safe to retry)."""
         header, payload = upload_request(
-            learner_id, incarnation, fragment, base_version, tensors, c_steps, c_tokens, learner_step, round
+            learner_id,
+            incarnation,
+            fragment,
+            base_version,
+            tensors,
+            c_steps,
+            c_tokens,
+            learner_step,
+            round,
+            wire_format,
         )
         timeout = self.timeout_s + len(payload) / 1e6  # allow ~1 MB/s at worst before giving up
         return self.call(

@@ -47,6 +47,7 @@ import numpy as np
 from trainer import events as ev
 from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core import wire_formats
 from trainer.core.audit import digest
 from trainer.core.corruption import CORRUPT_MODES, corrupted
 from trainer.core.learner_book import SyncStart
@@ -135,7 +136,8 @@ class Comm:
             arrays = job.arrays()
             if self.l.corrupt:
                 arrays = corrupted(arrays, self.l.corrupt, self._corrupt_rng)
-            nbytes = sum(a.nbytes for a in arrays.values())
+            fmt = self.l.cfg.algorithm.wire_format
+            nbytes = sum(wire_formats.nbytes(fmt, a.size) for a in arrays.values())  # on the wire
             sent_step = self.l.proto.clock.step_at(time.monotonic())
             try:
                 reply = self.client.upload(
@@ -148,6 +150,7 @@ class Comm:
                     s.c_tokens,
                     s.step,
                     round=s.round,
+                    wire_format=fmt,
                 )
             except (SyncerUnavailable, TrainerError) as err:
                 seconds = time.monotonic() - t0

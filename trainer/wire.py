@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainer.core import wire_formats
 from trainer.core.reasons import Rejected, RejectReason
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: far below gRPC's 4 MiB default message limit
-ALLOWED_DTYPES = ("float32",)
+ALLOWED_DTYPES = wire_formats.FORMATS  # a tensor's dtype on the wire is its format (trainer.wire_formats)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Spec:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return wire_formats.nbytes(self.dtype, int(np.prod(self.shape, dtype=np.int64)))
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:
@@ -47,17 +48,16 @@ def crc32(data: bytes | bytearray | memoryview) -> int:
 
 
 def encode_tensors(
-    tensors: Mapping[str, np.ndarray], order: Sequence[str] | None = None
+    tensors: Mapping[str, np.ndarray], order: Sequence[str] | None = None, fmt: wire_formats.Format = "float32"
 ) -> tuple[list[Spec], bytes]:
-    """Specs and the concatenated little-endian bytes of ``tensors`` (sorted names by default)."""
+    """Specs and the concatenated bytes of ``tensors`` (sorted names by default), each in wire format ``fmt``."""
     names = list(order) if order is not None else sorted(tensors)
-    arrays: list[np.ndarray] = []
+    specs, parts = [], []
     for n in names:
         x = np.asarray(tensors[n])
-        # ascontiguousarray promotes 0-d to 1-d: reshape keeps scalars scalar.
-        arrays.append(np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<")).reshape(x.shape))
-    specs = [Spec(n, tuple(int(d) for d in a.shape), a.dtype.name) for n, a in zip(names, arrays)]
-    return specs, b"".join(a.tobytes() for a in arrays)
+        specs.append(Spec(n, tuple(int(d) for d in x.shape), fmt))
+        parts.append(wire_formats.encode(x, fmt))
+    return specs, b"".join(parts)
 
 
 def validate_specs(specs: Sequence[Spec]) -> None:
@@ -78,23 +78,14 @@ def validate_specs(specs: Sequence[Spec]) -> None:
 
 
 def decode_tensors(specs: Sequence[Spec], payload: bytes) -> dict[str, np.ndarray]:
-    """Inverse of :func:`encode_tensors`; arrays are writable copies."""
+    """Inverse of :func:`encode_tensors`: writable fp32 arrays, whatever each tensor's wire format."""
     out: dict[str, np.ndarray] = {}
     offset = 0
     for s in specs:
         n = s.nbytes
         if offset + n > len(payload):
             raise Rejected(RejectReason.TRUNCATED, f"payload ends inside tensor {s.name!r}")
-        out[s.name] = (
-            np.frombuffer(
-                payload,
-                dtype=np.dtype(s.dtype).newbyteorder("<"),
-                count=n // np.dtype(s.dtype).itemsize,
-                offset=offset,
-            )
-            .reshape(s.shape)
-            .astype(s.dtype, copy=True)
-        )
+        out[s.name] = wire_formats.decode(memoryview(payload)[offset : offset + n], s.dtype, s.shape)
         offset += n
     if offset != len(payload):
         raise Rejected(RejectReason.OVERSIZE, f"payload has {len(payload) - offset} bytes beyond its tensors")

@@ -21,6 +21,7 @@ from trainer.core.learner_book import SyncStart
 from trainer.core.learner_protocol import Action, Fetch, LearnerProtocol, Note, Rejoin, take, upload_arrays
 from trainer.core.replies import UNREACHABLE
 from trainer.core.syncer_records import Contribution
+from trainer.core.wire_formats import roundtrip
 from trainer.training import lr_scale
 
 NO_REPLY = "simulated: no reply before the RPC deadline"  # a simulated call's error: it only ever times out
@@ -311,15 +312,17 @@ class LearnerNode:
         job = self.uploads.popleft()
         self.uploading = True
         s, syncer = job.start, self.sim.syncer
-        nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[s.fragment])
+        fmt = self.sim.cfg.algorithm.wire_format
+        nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[s.fragment], fmt)
         t0 = self.sim.loop.now
         sent_step = self.proto.clock.step_at(t0)
+        arrays = job.arrays if fmt == "float32" else {n: roundtrip(a, fmt) for n, a in job.arrays.items()}
         c = Contribution(
             self.lid,
             self.incarnation,
             s.fragment,
             s.base_version,
-            job.arrays,
+            arrays,
             s.c_steps,
             s.c_tokens,
             upload_seconds=self.sim.upload_seconds(self.lid, nbytes),

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainer.core import wire_formats
+
 Tensors = dict[str, np.ndarray]
 MAX_CURVATURE = 1.0  # the largest per-coordinate curvature: an SGD step moves θ by at most lr·(|θ − c| + noise)
 
@@ -77,11 +79,11 @@ class QuadraticProblem:
     def init_params(self) -> Tensors:
         return {n: np.zeros(self.dims, np.float32) for n in sorted(self.shapes)}
 
-    def real_bytes(self, names: list[str] | tuple[str, ...]) -> int:
-        """Bytes these tensors would have on the wire in the real system (float32)."""
+    def real_bytes(self, names: list[str] | tuple[str, ...], wire_format: str = "float32") -> int:
+        """Bytes these tensors would have on the wire in the real system, in ``wire_format`` (fetches: float32)."""
         if not self._sizes:  # asked at every upload and fetch: counted once
             self._sizes.update(self.real_sizes())
-        return sum(4 * self._sizes[n] for n in names)
+        return sum(wire_formats.nbytes(wire_format, self._sizes[n]) for n in names)
 
     def real_sizes(self) -> dict[str, int]:
         return {n: int(np.prod(s)) for n, s in self.shapes.items()}

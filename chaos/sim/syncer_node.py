@@ -208,7 +208,7 @@ class SyncerNode:
         st = self.state
         assert st is not None
         self.header_steps[c.key] = st.cluster_step(self.sim.loop.now)
-        specs = tensor_specs(c.tensors)
+        specs = tensor_specs(c.tensors, st.algorithm.wire_format)
         try:
             st.announce(
                 c.learner_id,

@@ -115,9 +115,31 @@ def test_wrong_shape(syncer):
 
 
 def test_wrong_dtype(syncer):
+    """A header declaring a dtype that is no wire format (float64, its bytes consistent) is refused."""
     svc, client, *_ = syncer
-    t = {n: v.astype(np.float64) for n, v in _fragment(svc).items()}
-    _check(svc, client, "bad_dtype", lambda: client.upload("good", "inc-good", 0, 0, t, 1, TPS))
+    t = _fragment(svc)
+    data = b"".join(np.ascontiguousarray(t[n], "<f8").tobytes() for n in sorted(t))
+    h = pb.UploadHeader(
+        learner_id="good",
+        incarnation="inc-good",
+        fragment=0,
+        base_version=0,
+        c_steps=1,
+        c_tokens=TPS,
+        tensors=[pb.TensorSpec(name=n, shape=list(t[n].shape), dtype="float64") for n in sorted(t)],
+        total_bytes=len(data),
+        crc32=crc32(data),
+    )
+    _check(svc, client, "bad_dtype", lambda: _raw_upload(client, h, [(0, data)]))
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8", "int4"])
+def test_a_wire_format_other_than_the_runs_is_refused(syncer, fmt):
+    """The run sends fp32 (algorithm.wire_format): a well-formed upload in another format is refused at its header,
+    naming the format expected."""
+    svc, client, *_ = syncer
+    t = _fragment(svc)
+    _check(svc, client, "bad_dtype", lambda: client.upload("good", "inc-good", 0, 0, t, 1, TPS, wire_format=fmt))
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

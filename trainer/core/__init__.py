@@ -11,7 +11,8 @@ Modules, one concept each:
   :mod:`~trainer.core.fragment_schedule` (the staggered schedule: H, τ), :mod:`~trainer.core.rounds` (rounds on
   the syncer's step clock), :mod:`~trainer.core.grace` (minimum quorum, the adaptive grace window),
   :mod:`~trainer.core.inflight` (uploads in flight), :mod:`~trainer.core.merge` (token weights, merge rules),
-  :mod:`~trainer.core.outer` (the outer Nesterov step), :mod:`~trainer.core.ema` (moving averages);
+  :mod:`~trainer.core.outer` (the outer Nesterov step), :mod:`~trainer.core.ema` (moving averages),
+  :mod:`~trainer.core.wire_formats` (how an outer gradient travels: fp32, bf16, int8, int4);
 - the syncer: :mod:`~trainer.core.syncer_state` (the state machine), :mod:`~trainer.core.syncer_driver` (its
   driving loop, once), :mod:`~trainer.core.syncer_policy`, :mod:`~trainer.core.syncer_records`,
   :mod:`~trainer.core.checkpoint_meta` and

@@ -148,6 +148,12 @@ class Algorithm(BaseModel):
         description="rounds=clock: an upload for a round that has merged is refused (the paper: it misses "
         "that merge) or carried into the fragment's next round, anchored at its start value",
     )
+    wire_format: Literal["float32", "bfloat16", "int8", "int4"] = Field(
+        "float32",
+        description="how learners send what they upload (outer gradients; data-parallel: gradients): fp32, bf16, "
+        "or int8 / int4 codes with an fp32 scale per 256 values (trainer.wire_formats); the syncer decodes to "
+        "fp32 and accepts only this format",
+    )
     outer_gradient: Literal["base", "current"] = Field(
         "current",
         description="rounds=arrival only (rounds=clock always anchors at the round's start value): base "

@@ -37,13 +37,18 @@ def _dtype_name(dtype: np.dtype) -> str:
     return str(dtype)  # numpy builds the name anew on every str(): cached, as the simulator asks ~10⁵ times a run
 
 
-def tensor_specs(tensors: Mapping[str, Any]) -> Specs:
-    """Each tensor's (shape, dtype name), as an upload's header declares them.
+def tensor_specs(tensors: Mapping[str, Any], wire_format: str = "float32") -> Specs:
+    """Each tensor's (shape, dtype name), as an upload's header declares them when fp32 values travel in
+    ``wire_format`` (trainer.wire_formats; the syncer decodes them back to fp32). Any other dtype keeps its name.
 
-    >>> tensor_specs({"w": np.zeros((2, 3), np.float32)})
-    {'w': ((2, 3), 'float32')}
+    >>> tensor_specs({"w": np.zeros((2, 3), np.float32), "b": np.zeros(2)}, "int8")
+    {'w': ((2, 3), 'int8'), 'b': ((2,), 'float64')}
     """
-    return {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
+    out = {}
+    for n, t in tensors.items():
+        name = _dtype_name(t.dtype)
+        out[n] = (tuple(t.shape), wire_format if name == "float32" else name)
+    return out
 
 
 @dataclass

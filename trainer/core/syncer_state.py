@@ -445,7 +445,8 @@ class SyncerState:
             )
         held = (fragment, base_version) in self.past_values
         check_base(fragment, base_version, current, a.max_staleness, a.rebases, held)
-        check_layout(fragment, specs, tensor_specs({n: self.params[n] for n in self.fragments[fragment].names}))
+        frag = {n: self.params[n] for n in self.fragments[fragment].names}
+        check_layout(fragment, specs, tensor_specs(frag, a.wire_format))
         return current
 
     def announce(
@@ -491,7 +492,7 @@ class SyncerState:
             c = dataclasses.replace(
                 c, round=0
             )  # arrival mode: an update is (learner, incarnation, fragment, base)
-        specs = tensor_specs(c.tensors)
+        specs = tensor_specs(c.tensors, self.algorithm.wire_format)  # decoded from the run's wire format
         current = self.check_header(
             c.learner_id, c.incarnation, c.fragment, c.base_version, specs, c.c_steps, c.c_tokens, now, c.round
         )
