@@ -1,4 +1,4 @@
-"""Nightly: the small model's fault-free run, which test_full_size_parity.py judges its chaos run against.
+"""Nightly: the small preset's fault-free run, which test_full_size_parity.py judges its chaos runs against.
 
 A test of its own so that it runs on the other worker while the parity test's chaos run runs (the session's
 baseline cache is shared, and locked while a baseline is computed). On its own it checks that the small model
@@ -31,6 +31,7 @@ def test_the_small_model_trains_to_its_budget_without_faults(
         ),
     )
     assert baseline.band is not None and len(baseline.band.losses) == 1
-    assert math.isfinite(baseline.final_eval_loss) and baseline.loss_floor is not None
-    # From ~5.6 at the start (log of the vocabulary) to ~4.1 at 1M tokens (2026-12-03): far from its floor still.
-    assert baseline.final_eval_loss < 4.6, baseline
+    assert math.isfinite(baseline.final_eval_loss)
+    # From ~5.6 at the start (log of the vocabulary) to ~2.56 at 1.5M tokens (2026-12-04), far above what compressors
+    # reach on this text (1.69 nats/byte, docs/trainer.md): real text, still being learnt.
+    assert baseline.final_eval_loss < 3.0, baseline
