@@ -78,6 +78,21 @@ def _raw_upload(client, header, chunks):
     return client.stub.Upload(iter(msgs), timeout=5, metadata=(("authorization", f"Bearer {TOKEN}"),))
 
 
+def _raw_header(specs: list[pb.TensorSpec], total: int, crc: int = 0) -> pb.UploadHeader:
+    """The good learner's honest one-step header for fragment 0 at base 0, declaring ``specs``."""
+    return pb.UploadHeader(
+        learner_id="good",
+        incarnation="inc-good",
+        fragment=0,
+        base_version=0,
+        c_steps=1,
+        c_tokens=TPS,
+        tensors=specs,
+        total_bytes=total,
+        crc32=crc,
+    )
+
+
 def _header(tensors, *, learner="good", inc="inc-good", fragment=0, base=0, payload=None, crc=None, total=None):
     specs, data = encode_tensors(tensors)
     payload = data if payload is None else payload
@@ -119,17 +134,8 @@ def test_wrong_dtype(syncer):
     svc, client, *_ = syncer
     t = _fragment(svc)
     data = b"".join(np.ascontiguousarray(t[n], "<f8").tobytes() for n in sorted(t))
-    h = pb.UploadHeader(
-        learner_id="good",
-        incarnation="inc-good",
-        fragment=0,
-        base_version=0,
-        c_steps=1,
-        c_tokens=TPS,
-        tensors=[pb.TensorSpec(name=n, shape=list(t[n].shape), dtype="float64") for n in sorted(t)],
-        total_bytes=len(data),
-        crc32=crc32(data),
-    )
+    specs = [pb.TensorSpec(name=n, shape=list(t[n].shape), dtype="float64") for n in sorted(t)]
+    h = _raw_header(specs, len(data), crc32(data))
     _check(svc, client, "bad_dtype", lambda: _raw_upload(client, h, [(0, data)]))
 
 
@@ -217,18 +223,7 @@ def test_oversize_stream(syncer):
 
 def test_declared_size_over_limit(syncer):
     svc, client, *_ = syncer
-    t = {"huge": np.zeros((1,), np.float32)}
-    specs, _ = encode_tensors(t)
-    h = pb.UploadHeader(
-        learner_id="good",
-        incarnation="inc-good",
-        fragment=0,
-        base_version=0,
-        c_steps=1,
-        c_tokens=TPS,
-        tensors=[pb.TensorSpec(name="huge", shape=[1 << 40], dtype="float32")],
-        total_bytes=4 << 40,
-    )
+    h = _raw_header([pb.TensorSpec(name="huge", shape=[1 << 40], dtype="float32")], 4 << 40)
     _check(svc, client, "oversize", lambda: _raw_upload(client, h, []))
 
 
