@@ -30,6 +30,7 @@ from typing import Any
 from chaos.controller import RunOptions, run_scenario
 from chaos.history import History
 from chaos.scenario import Scenario
+from trainer.presets import PRESETS
 
 # Every benchmark run: a Step event per step (training start and rates are read from them). Liveness and
 # reintegration are off (a benchmark judges by its own measures); safety and durability still run.
@@ -138,7 +139,7 @@ def add_run_arguments(
 ) -> None:
     """The arguments every cluster benchmark shares: cluster shape, emulated step, seed and where runs go."""
     ap.add_argument(
-        "--size", default="tiny", choices=["tiny", "small"], help="model size (small: hours on 2 cores)"
+        "--size", default="tiny", choices=["tiny", "small", "wide"], help="model size (small: hours on 2 cores)"
     )
     ap.add_argument("--learners", type=int, default=learners)
     ap.add_argument("--fragments", type=int, default=fragments)
@@ -159,6 +160,13 @@ def add_run_arguments(
 
 def add_data_arguments(ap: argparse.ArgumentParser, *, vocab: int | None = None) -> None:
     """The data source's flags, for a benchmark whose runs take their data section from :func:`data_of`."""
+    ap.add_argument(
+        "--text",
+        action="store_true",
+        help="train on the real-text corpus (data.source: text, byte-level, the whole held-out split as the eval "
+        "set; trainer.presets' small and wide) instead of the Markov source: --data-order, --older-classes and "
+        "--vocab are then unused",
+    )
     ap.add_argument("--data-order", type=int, default=1, choices=[1, 2], help="Markov order of the data source")
     ap.add_argument(
         "--older-classes",
@@ -177,6 +185,8 @@ def add_data_arguments(ap: argparse.ArgumentParser, *, vocab: int | None = None)
 
 def data_of(args: argparse.Namespace) -> dict[str, Any]:
     """The run config's data section from :func:`add_data_arguments`' flags."""
+    if args.text:
+        return dict(PRESETS["small"].cluster["data"])
     return {"order": args.data_order, "older_classes": args.older_classes, "vocab_size": args.vocab}
 
 
