@@ -46,8 +46,8 @@ def check_reference(inp: CheckInput) -> Verdict:
         "delta": delta,
         "relative": delta / ref if ref else None,
         "tolerance": tol,
-        "loss_floor": floor,
-        "reference_gap_to_floor": ref - floor,
+        "loss_floor": floor if math.isfinite(floor) else None,  # real text: not known
+        **({"reference_gap_to_floor": ref - floor} if math.isfinite(floor) else {}),
     }
     if not math.isfinite(loss) or delta > tol:
         return Verdict(

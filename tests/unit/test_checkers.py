@@ -606,6 +606,7 @@ def test_parity_on_real_text_bands_the_raw_losses() -> None:
     inside = judge(2.60)
     assert inside.status == "pass", inside.summary
     assert "band 2.4600–2.5800 over 3 seed(s) (real text" in inside.summary
+    assert inside.evidence["loss_floor"] is None and "gap_to_floor" not in inside.evidence
     assert judge(2.64).status == "fail" and judge(2.40).status == "fail"
 
 
