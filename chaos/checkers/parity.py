@@ -141,7 +141,8 @@ def check_parity(inp: CheckInput) -> Verdict:
         "min_detectable_increase": round(detectable, 6),
         "fell_over_last_fifth": fell,
         "still_falling": falling,
-        **(  # real text has no known floor: the band's origin (0) is no floor to report a gap to
+        # real text has no known floor: the band's origin (0) is no floor to report a gap to
+        **(
             {"loss_floor": floor, "gap_to_floor": loss - floor, "baseline_gap_to_floor": base - floor}
             if math.isfinite(finals[-1].loss_floor)
             else {"loss_floor": None}
