@@ -501,6 +501,34 @@ def test_reintegration_after_syncer_crash_needs_every_learner() -> None:
     assert check(check_reintegration, missing).status == "fail"
 
 
+def test_eventually_takes_its_reference_once_every_learner_is_in() -> None:
+    """The CI false alarm (container run, a full real phase): the faults began 3 s after the first merge, while two
+    learners were still starting, so the first one up took part in 82% of the merges before the first fault and 45%
+    once all three trained — judged as staying out. Here learner-0 is alone for 15 s, then the three take part two at
+    a time (each in 2/3 of the merges) before and after learner-2's disconnect: everyone is at its fault-free rate."""
+    pairs = (("learner-0", "learner-1"), ("learner-1", "learner-2"), ("learner-2", "learner-0"))
+
+    def who(t: float) -> Iterable[str]:
+        if t < 15:
+            return ["learner-0"]
+        pair = pairs[int(round(t * 2)) % 3]
+        return [lid for lid in pair if not (20 <= t <= 24 and lid == "learner-2")]
+
+    h = history(until=120, who=who, records=fault("cut", "disconnect", ["learner-2"], 20, 24))
+    v = check(check_reintegration, h)
+    assert v.status == "pass", v.summary
+    rows = {r["learner"]: r for r in v.evidence["eventually"]["learners"]}
+    assert rows["learner-0"]["reference"] < 0.8 and rows["learner-0"]["source"] == "before the first fault"
+    # Negative control: a learner that really stays out after the fault still fails against that reference.
+    out = history(
+        until=120,
+        who=lambda t: [x for x in who(t) if t < 20 or x != "learner-1"] or ["learner-0"],
+        records=fault("cut", "disconnect", ["learner-2"], 20, 24),
+    )
+    bad = check(check_reintegration, out)
+    assert bad.status == "fail" and "learner-1 in" in bad.summary, bad.summary
+
+
 # ---- parity ----------------------------------------------------------------------------------------------------
 def test_parity_within_tolerance_passes() -> None:
     v = check(check_parity, history(final_loss=2.6), baseline=2.5)
