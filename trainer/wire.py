@@ -29,7 +29,7 @@ from trainer.core import wire_formats
 from trainer.core.reasons import Rejected, RejectReason
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: far below gRPC's 4 MiB default message limit
-ALLOWED_DTYPES = wire_formats.FORMATS  # a tensor's dtype on the wire is its format (trainer.wire_formats)
+ALLOWED_DTYPES = wire_formats.FORMATS  # a tensor's dtype on the wire is its format (trainer.core.wire_formats)
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ class Algorithm(BaseModel):
     wire_format: Literal["float32", "bfloat16", "int8", "int4"] = Field(
         "float32",
         description="how learners send what they upload (outer gradients; data-parallel: gradients): fp32, bf16, "
-        "or int8 / int4 codes with an fp32 scale per 256 values (trainer.wire_formats); the syncer decodes to "
+        "or int8 / int4 codes with an fp32 scale per 256 values (trainer.core.wire_formats); the syncer decodes to "
         "fp32 and accepts only this format",
     )
     outer_gradient: Literal["base", "current"] = Field(

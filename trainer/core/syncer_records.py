@@ -39,7 +39,7 @@ def _dtype_name(dtype: np.dtype) -> str:
 
 def tensor_specs(tensors: Mapping[str, Any], wire_format: str = "float32") -> Specs:
     """Each tensor's (shape, dtype name), as an upload's header declares them when fp32 values travel in
-    ``wire_format`` (trainer.wire_formats; the syncer decodes them back to fp32). Any other dtype keeps its name.
+    ``wire_format`` (trainer.core.wire_formats; the syncer decodes them back to fp32). Any other dtype keeps its name.
 
     >>> tensor_specs({"w": np.zeros((2, 3), np.float32), "b": np.zeros(2)}, "int8")
     {'w': ((2, 3), 'int8'), 'b': ((2,), 'float64')}
