@@ -107,12 +107,13 @@ def check_parity(inp: CheckInput) -> Verdict:
             "parity", "indeterminate", f"a fault-free baseline has a non-finite final loss: {inp.baseline_band}"
         )
     loss, base = finals[-1].loss, inp.baseline_final_loss
+    known_floor = math.isfinite(finals[-1].loss_floor)  # real text: NaN, and the band's origin is 0
     floor = band_origin(finals[-1].loss_floor)
     if inp.baseline_band:
         lo, hi = floor + min(inp.baseline_band), floor + max(inp.baseline_band)
         if len(inp.baseline_band) == 1:  # baseline_seeds: 1, the same-seed run alone
             where = f"the fault-free run {lo:.4f} (floor {floor:.4f} + excess {lo - floor:.4f}; one seed, no band)"
-        elif not math.isfinite(finals[-1].loss_floor):
+        elif not known_floor:
             where = (
                 f"fault-free band {lo:.4f}–{hi:.4f} over {len(inp.baseline_band)} seed(s) (real text: one corpus "
                 "and eval split for every seed, so raw losses)"
@@ -144,7 +145,7 @@ def check_parity(inp: CheckInput) -> Verdict:
         # real text has no known floor: the band's origin (0) is no floor to report a gap to
         **(
             {"loss_floor": floor, "gap_to_floor": loss - floor, "baseline_gap_to_floor": base - floor}
-            if math.isfinite(finals[-1].loss_floor)
+            if known_floor
             else {"loss_floor": None}
         ),
     }
