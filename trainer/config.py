@@ -59,7 +59,12 @@ __all__ = [
 
 # Settings added after configs were hashed into committed measurements and cached baselines: the hash leaves each
 # out while it has its default (which trains exactly as before it existed), so those stay valid.
-ADDED_SETTINGS = (("model", "compute_dtype"), ("data", "source"), ("algorithm", "wire_format"))
+ADDED_SETTINGS = (
+    ("model", "compute_dtype"),
+    ("data", "source"),
+    ("algorithm", "wire_format"),
+    ("algorithm", "grace_target"),
+)
 
 
 class _Strict(BaseModel):

@@ -66,6 +66,7 @@ def merge_fields(rec: MergeRecord, tokens_total: int, audit: ev.MergeDigests | N
             contributions=rec.decision[0],
             active_learners=rec.decision[1],
             **dict(zip(("t_step", "t_quorum", "t_upload", "t_merge", "t_broadcast"), rec.decision[2])),
+            straggle_s=rec.decision[3],
         )
     )
     return dict(

@@ -114,6 +114,9 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
         return None
     if d.contributions < facts.algorithm.min_quorum:
         return f"merged {d.contributions} contribution(s), fewer than the quorum K = {facts.algorithm.min_quorum}"
+    arrivals = facts.algorithm.grace_target == "arrivals"
+    if d.straggle_s is not None and not arrivals:
+        return f"its grace window was bounded by stragglers ({d.straggle_s:.3f}s) in a run with grace_target slack"
     after = min(m.wait_s, m.quorum_wait_s)  # since it could first merge: its opening and its quorum both
     grace = (
         0.0
@@ -129,6 +132,8 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
             t_sync=d.t_upload + d.t_merge + d.t_broadcast,
         )
     )
+    if d.straggle_s is not None:  # grace_target arrivals: no longer than the stragglers seen lately need
+        grace = min(grace, d.straggle_s)
     if after < grace - 1e-6 * (1 + grace):
         before = "its opening" if m.wait_s < 0 else "the end of its grace window"
         return (

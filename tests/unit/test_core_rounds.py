@@ -13,6 +13,7 @@ import pytest
 from tests.support import syncer_policy
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import partition_tensors
+from trainer.core.grace import LAGS_KEPT
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.replies import upload_outcome
@@ -24,7 +25,12 @@ IDS = ("a", "b", "c")
 
 
 def clocked(
-    min_quorum: int = 1, late: str = "refuse", grace: bool = True, momentum: float = 0.9, num_learners: int = 3
+    min_quorum: int = 1,
+    late: str = "refuse",
+    grace: bool = True,
+    momentum: float = 0.9,
+    num_learners: int = 3,
+    grace_target: str = "slack",
 ) -> SyncerState:
     policy = syncer_policy(
         num_learners=num_learners,
@@ -37,6 +43,7 @@ def clocked(
         late_uploads=late,
         max_staleness=3,
         rounds="clock",
+        grace_target=grace_target,
     )
     st = SyncerState.create(policy, partition_tensors({"w": 2}, 1), {"w": np.zeros(2, np.float32)})
     for lid in IDS[:num_learners]:
@@ -316,3 +323,50 @@ def test_a_joining_learner_starts_at_the_next_round_and_syncs_once_for_rounds_it
     assert [s.round for s in book.on_step(3, 64, 25.0)] == [5]  # paused through rounds 3..5: one sync, for 5
     with pytest.raises(ValueError, match="cluster step"):
         book.on_step(4, 64)
+
+
+def _round_with_two_stragglers(target: str) -> SyncerState:
+    """Round 0 (opens at t = 1): a is the quorum, b and c come 0.05 s and 0.08 s after it could merge."""
+    st = clocked(grace_target=target)
+    st.submit(up("a", 0), now=1.0)
+    st.submit(up("b", 0), now=1.05)
+    st.submit(up("c", 0), now=1.08)
+    merge_due(st, now=1.08)
+    return st
+
+
+def test_grace_target_arrivals_waits_as_long_as_the_stragglers_seen_need() -> None:
+    st = _round_with_two_stragglers("arrivals")
+    assert st.straggle_s(now=1.1) == pytest.approx(1.25 * 0.08)  # MARGIN times c's lag
+    st.submit(up("a", 1), now=2.0)
+    st.submit(up("b", 1), now=2.01)  # c does not come: the round waits 0.1 s for it, not the window's bound
+    assert merge_due(st, now=2.09) == []
+    (rec,) = merge_due(st, now=2.1)
+    assert rec.decision is not None and rec.decision[3] == pytest.approx(0.1)
+    # c's upload for round 1, refused as late 0.4 s after the round could merge, widens the next window.
+    with pytest.raises(Rejected) as e:
+        st.submit(up("c", 1), now=2.4)
+    assert e.value.reason == RejectReason.LATE_ROUND
+    assert st.straggle_s(now=2.4) == pytest.approx(1.25 * 0.4)
+
+
+def test_grace_target_slack_waits_its_bound_and_records_no_straggle() -> None:
+    """The negative control of the test above: the paper's window does not shrink to the arrivals."""
+    st = _round_with_two_stragglers("slack")
+    assert st.straggle_s(now=1.1) is None
+    st.submit(up("a", 1), now=2.0)
+    st.submit(up("b", 1), now=2.01)
+    assert merge_due(st, now=2.1) == []  # γ·slack within a cap of two 0.25 s steps: longer than 0.1 s
+    recs = merge_due(st, now=3.0)
+    assert recs and all(r.decision is not None and r.decision[3] is None for r in recs)
+
+
+def test_one_learners_prompt_uploads_cannot_shorten_the_window_for_another() -> None:
+    st = _round_with_two_stragglers("arrivals")
+    for r in range(1, 2 * LAGS_KEPT):  # a and b are prompt for many rounds: c's lag still counts
+        st.submit(up("a", r, base=st.versions[0]), now=1.0 + r)
+        st.submit(up("b", r, base=st.versions[0]), now=1.0 + r)
+        st.submit(up("c", r, base=st.versions[0]), now=1.0 + r + 0.08)
+        merge_due(st, now=1.0 + r + 0.08)
+    assert st.arrivals.lags["b"] == (0.0,) * LAGS_KEPT
+    assert st.straggle_s(now=2 * LAGS_KEPT + 0.1) == pytest.approx(1.25 * 0.08)

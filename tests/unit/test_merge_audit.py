@@ -22,6 +22,7 @@ from chaos.checkers.base import MergeFacts
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
 from trainer import events as ev
+from trainer.core.algorithm import Algorithm
 from trainer.core.audit import digest
 from trainer.core.merge import MergeRule, merge_fragment
 from trainer.core.outer import outer_optimizer, outer_step
@@ -130,8 +131,15 @@ def test_a_restored_state_no_checkpoint_held_is_named() -> None:
     ), v.evidence
 
 
-def _timed(due_wait_s: float | None, contributions: int = 1, active: int = 3) -> ev.Merge:
+def _timed(
+    due_wait_s: float | None,
+    contributions: int = 1,
+    active: int = 3,
+    straggle_s: float | None = None,
+    after_s: float = 0.2,
+) -> ev.Merge:
     d = ev.MergeDecision(
+        straggle_s=straggle_s,
         contributions=contributions,
         active_learners=active,
         t_step=0.1,
@@ -148,8 +156,8 @@ def _timed(due_wait_s: float | None, contributions: int = 1, active: int = 3) ->
         base_version=2,
         participants=[],
         rule="rda",
-        wait_s=0.2,
-        quorum_wait_s=0.2,
+        wait_s=after_s,
+        quorum_wait_s=after_s,
         outer_grad_norm=1.0,
         merges_total=3,
         tokens_total=0,
@@ -177,3 +185,17 @@ def test_a_carried_round_keeps_the_moment_it_first_was_due() -> None:
     r.round, r.opened_at = 5, 4.0
     assert r.eligible_since(4.5) == 2.5
     assert ss.Round(0, 0, opened_at=4.0, quorum_at=2.5).eligible_since(4.5) == 4.0  # never carried: its opening
+
+
+def test_a_window_bounded_by_the_stragglers_is_judged_by_that_bound() -> None:
+    """grace_target arrivals: the slack window here is 0.055 s (τ 2, t_step 0.1, t_quorum + t_sync 0.09, γ 0.5);
+    stragglers seen lately bound it to 0.03 s. A merge 0.04 s after quorum is then on time, 0.01 s too early."""
+    arrivals = MergeFacts(algorithm=Algorithm(grace_target="arrivals"))
+    assert audit.timing(_timed(None, straggle_s=0.03, after_s=0.04), arrivals) is None
+    early = audit.timing(_timed(None, straggle_s=0.03, after_s=0.01), arrivals)
+    assert early is not None and "before the end of its grace window (0.030s" in early, early
+    slack = audit.timing(_timed(None, after_s=0.04), arrivals)  # no lag seen yet: the slack window's 0.055 s
+    assert slack is not None and "(0.055s" in slack, slack
+    # A syncer that bounds the window by stragglers in a run configured for the slack window alone is named.
+    wrong = audit.timing(_timed(None, straggle_s=0.03, after_s=0.04), MergeFacts())
+    assert wrong is not None and "grace_target slack" in wrong, wrong

@@ -122,6 +122,11 @@ class Algorithm(BaseModel):
         ge=0,
         description="the grace window's cap in steps of the cluster's pace (the paper: at most about one step)",
     )
+    grace_target: Literal["slack", "arrivals"] = Field(
+        "slack",
+        description="slack: the grace window is γ·slack within its cap (the paper's); arrivals: also no longer "
+        "than the stragglers seen lately need (trainer.core.grace.Arrivals)",
+    )
     staggered: bool = True
     merge_rule: Literal["rda", "mean"] = Field(
         "rda",
@@ -238,6 +243,7 @@ class Algorithm(BaseModel):
             self.grace_cap_steps,
             self.overlap_floor,
             self.overlap_auto,
+            self.grace_target == "arrivals",
         )
 
     def fragment_schedule(self) -> FragmentSchedule:

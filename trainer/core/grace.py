@@ -9,7 +9,17 @@ never blocks a learner:
     grace = clamp(γ·slack, 0, cap·t_step)
 
 With ``overlap_steps: auto`` τ is not fixed: it covers the measured round trip
-(:func:`effective_overlap`), so a slow link does not shut the window.
+(:func:`effective_overlap`), so a slow link does not shut the window. That also
+makes the slack 1–2 steps whatever is measured, and the window γ·slack a constant
+0.5–1 step. ``grace_target: arrivals`` sizes it to what it waits for instead:
+
+    grace = min(clamp(γ·slack, 0, cap·t_step), MARGIN · max lag)
+
+where a lag is how long after a round could first merge (its quorum in, its
+opening passed) an active learner's upload for it arrived, merged or refused as
+late; each learner's last :data:`LAGS_KEPT` count (:class:`Arrivals`). A round
+waits for the stragglers seen lately, not for one that is down; no learner can
+shorten it for another, only lengthen it to the bound it had anyway.
 
 t_step, t_quorum (from the round's opening to its K-th contribution) and the
 three parts of t_sync are moving averages (:class:`Timing`), each fed with its
@@ -30,11 +40,14 @@ Example:
     10.075
     >>> merge_time(p, t, quorum_at=None, contributions=0, active_learners=3) is None
     True
+    >>> round(grace_seconds(replace(p, arrivals=True), t, straggle_s=0.025), 3)   # grace_target: arrivals
+    0.025
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from trainer.core.ema import Ema
@@ -50,6 +63,7 @@ class QuorumPolicy:
     grace_cap_steps: float = 1.0  # the grace window's cap, in steps of the cluster (t_step)
     overlap_steps: int = 2  # τ; with overlap_auto, its floor
     overlap_auto: bool = False  # τ follows the measured round trip (effective_overlap)
+    arrivals: bool = False  # grace_target: arrivals, the window no longer than the stragglers seen need (Arrivals)
 
     def __post_init__(self) -> None:
         if self.min_quorum < 1:
@@ -119,12 +133,48 @@ def effective_overlap(policy: QuorumPolicy, timing: Timing) -> int:
     return max(policy.overlap_steps, math.ceil((timing.t_quorum.get() + timing.t_sync) / step - 1e-9) + 1)
 
 
-def grace_seconds(policy: QuorumPolicy, timing: Timing) -> float:
-    """The grace window after quorum; 0 when disabled or when there is no slack."""
+MARGIN = 1.25  # the window waits this much longer than the latest lag seen: lags of a busy machine vary
+LAGS_KEPT = 8  # per learner: two rounds of every fragment at P = 4
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """Each learner's recent lags (seconds): how long after its round could first merge an upload arrived.
+
+    Kept per learner, so one learner's many prompt uploads cannot evict another's late ones: the window the
+    learners set (:meth:`straggle_s`) is the largest of theirs, and only active learners' count.
+
+    >>> a = Arrivals().observe("l0", 0.02).observe("l1", 0.3).observe("l1", 0.1)
+    >>> a.straggle_s(["l0", "l1"]), a.straggle_s(["l0"]), a.straggle_s(["l2"]) is None
+    (0.375, 0.025, True)
+    """
+
+    lags: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def observe(self, learner_id: str, lag_s: float) -> Arrivals:
+        """One more lag of ``learner_id`` (negative: it came before the round could merge, counted as 0)."""
+        if not math.isfinite(lag_s):
+            return self
+        kept = (*self.lags.get(learner_id, ())[-(LAGS_KEPT - 1) :], max(lag_s, 0.0))
+        return replace(self, lags={**self.lags, learner_id: kept})
+
+    def forget(self, learner_id: str) -> Arrivals:
+        return replace(self, lags={k: v for k, v in self.lags.items() if k != learner_id})
+
+    def straggle_s(self, active: Iterable[str]) -> float | None:
+        """MARGIN × the largest recent lag of an active learner; None before any was seen."""
+        seen = [max(self.lags[k]) for k in active if self.lags.get(k)]
+        return MARGIN * max(seen) if seen else None
+
+
+def grace_seconds(policy: QuorumPolicy, timing: Timing, straggle_s: float | None = None) -> float:
+    """The grace window after quorum; 0 when disabled or when there is no slack. With ``policy.arrivals`` and a
+    ``straggle_s`` (:meth:`Arrivals.straggle_s`), no longer than that."""
     if not policy.grace:
         return 0.0
     slack = effective_overlap(policy, timing) * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync)
-    return min(max(policy.grace_gamma * slack, 0.0), policy.grace_cap_steps * timing.t_step.get())
+    bound = min(max(policy.grace_gamma * slack, 0.0), policy.grace_cap_steps * timing.t_step.get())
+    return bound if not policy.arrivals or straggle_s is None else min(bound, straggle_s)
 
 
 def merge_time(
@@ -134,6 +184,7 @@ def merge_time(
     contributions: int,
     active_learners: int,
     opened_at: float | None = None,
+    straggle_s: float | None = None,
 ) -> float | None:
     """When a round should merge, or None while it lacks quorum.
 
@@ -149,4 +200,4 @@ def merge_time(
     start = quorum_at if opened_at is None else max(quorum_at, opened_at)
     if contributions >= active_learners:
         return start
-    return start + grace_seconds(policy, timing)
+    return start + grace_seconds(policy, timing, straggle_s)
