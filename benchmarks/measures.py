@@ -145,6 +145,29 @@ def participation(events: Sequence[Any]) -> dict[str, float]:
     return out
 
 
+def grace_waits(events: Sequence[Any]) -> list[float]:
+    """How long each merge that someone active was missing from waited after it could first merge (its quorum in,
+    its opening passed), in steps of the syncer's pace then: the grace window it used (plus any hold).
+
+    Example:
+        >>> from trainer import events as ev
+        >>> d = ev.MergeDecision(contributions=2, active_learners=3, t_step=0.1, t_quorum=0, t_upload=0,
+        ...                      t_merge=0, t_broadcast=0)
+        >>> m = ev.Merge(ts=2.0, source="syncer", fragment=0, version=1, base_version=0, participants=[],
+        ...              rule="rda", wait_s=0.2, quorum_wait_s=0.05, outer_grad_norm=1, merges_total=1,
+        ...              tokens_total=1, decision=d)
+        >>> [round(w, 6) for w in grace_waits([m, m.model_copy(update={"decision": None})])]
+        [0.5]
+    """
+    return [
+        max(min(mg.wait_s, mg.quorum_wait_s), 0.0) / mg.decision.t_step
+        for mg in _of(events, ev.Merge)
+        if mg.decision is not None
+        and mg.decision.contributions < mg.decision.active_learners
+        and mg.decision.t_step > 0
+    ]
+
+
 def outer_steps_per_round(events: Sequence[Any], *, num_fragments: int, sync_every: int) -> float | None:
     """Merges per fragment per H inner steps: the paper takes exactly one outer step per scheduled round.
 

@@ -46,7 +46,9 @@ from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
 from benchmarks.harness import add_run_arguments, config_of, link_faults, quiet_progress, run_cluster
 from chaos.history import History
+from trainer import events as ev
 from trainer.config import build_config, learner_ids
+from trainer.core.reasons import RejectReason
 from trainer.training import TrainingSetup
 
 
@@ -86,6 +88,10 @@ def summarise(h: History, args: argparse.Namespace, seed: int, slow: list[str]) 
         "per_merge": m.participation(h.events)["per_merge"],
         "slow_weight": m.weight_share(h.events, slow),
         "slow_speed_share": sum(speeds[lid] for lid in slow) / sum(speeds.values()),
+        "grace_waits": m.grace_waits(h.events),
+        "late_refused": sum(
+            1 for e in h.events if isinstance(e, ev.Reject) and e.reason == RejectReason.LATE_ROUND.value
+        ),
         "wall_s": t1 - t0,
     }
 
@@ -96,7 +102,19 @@ def all_variants(learners: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("k-m", f"K = M = {learners}", {"min_quorum": learners, "grace": False}),
         ("k-1", "K = 1, no grace", {"min_quorum": 1, "grace": False}),
         ("k-1-grace", "K = 1 + grace (default)", {"min_quorum": 1, "grace": True}),
+        (
+            "k-1-arrivals",
+            "K = 1 + grace sized by arrivals",
+            {"min_quorum": 1, "grace": True, "grace_target": "arrivals"},
+        ),
     ]
+
+
+def _waits(waits: list[float]) -> str:
+    """Median and 90th percentile of the grace waits pooled over seeds (runs from before the measure: a dash)."""
+    if not waits:
+        return "—"
+    return f"{m.percentile(waits, 0.5):.2f}; {m.percentile(waits, 0.9):.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         "÷ K = 1's merged goodput",
         "participants / merge",
         "slow learners' weight share (speed share)",
+        "grace waited, steps (median; p90)",
+        "late uploads refused / run",
     ]
     rows = []
     for slug, label, _ in variants:
@@ -157,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                 else None,
                 m.format_ci([r["per_merge"] for r in rs.values()], 2),
                 f"{m.format_ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})",
+                _waits([w for r in rs.values() for w in r.get("grace_waits", [])]),
+                f"{sum(r.get('late_refused', 0) for r in rs.values()) / len(rs):.1f}",
             ]
         )
     table = markdown_table(header, rows)
