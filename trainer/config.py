@@ -64,6 +64,7 @@ ADDED_SETTINGS = (
     ("data", "source"),
     ("algorithm", "wire_format"),
     ("algorithm", "grace_target"),
+    ("algorithm", "weighting"),
 )
 
 

@@ -72,13 +72,19 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
         return problems
     counters = [(p.c_tokens, p.c_steps) for p in m.participants]
     delta = ref.merged_delta(
-        uploads, anchors, parts["base"], counters, facts.algorithm.merge_rule, facts.mean_tensors
+        uploads,
+        anchors,
+        parts["base"],
+        counters,
+        facts.algorithm.merge_rule,
+        facts.mean_tensors,
+        facts.algorithm.weighting,
     )
     err = ref.max_error(delta, parts["delta"])
     if err > ROUNDOFF:
         problems.append(
             f"merged update differs from the reference by {err:.3g} round-off units "
-            f"(rule {facts.algorithm.merge_rule}, weights from c_tokens²/c_steps {counters})"
+            f"(rule {facts.algorithm.merge_rule}, {facts.algorithm.weighting} weights from c_tokens, c_steps {counters})"
         )
     if facts.adamw:
         return problems  # data-parallel: the AdamW step is not recomputed (chained by digest only)

@@ -8,7 +8,8 @@ For a fragment with start value Θ, participants i with uploaded outer gradient 
 syncer's value A_i of b_i where b_i is not the round's start, counters c_tokens_i and c_steps_i:
 
 1. rebase: v_i = u_i + (Θ − A_i), or v_i = u_i when b_i is the start;
-2. token weights: w_i = c_tokens_i² / c_steps_i (0 when either is 0), normalised; all zero → equal weights;
+2. token weights: w_i = c_tokens_i² / c_steps_i (``uniform``: 1), 0 when either counter is 0, normalised; all zero →
+   equal weights;
 3. merge, per tensor: embedding tables by the weighted mean Σ w_i v_i; every other tensor by the run's rule —
    ``mean`` the same, ``rda`` over those tensors together: (Σ w_i ‖v_i‖) · d / ‖d‖ with d = Σ w_i v_i / ‖v_i‖
    (a zero v_i contributes nothing to d; d = 0 gives 0);
@@ -61,15 +62,18 @@ def _f64(tensors: Arrays) -> dict[str, np.ndarray]:
     return {n: np.asarray(t, dtype=np.float64) for n, t in tensors.items()}
 
 
-def weights(counters: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Normalised token weights from (c_tokens, c_steps) pairs.
+def weights(counters: Sequence[tuple[int, int]], weighting: str = "tokens") -> np.ndarray:
+    """Normalised token weights from (c_tokens, c_steps) pairs (``uniform``: equal where both counters are > 0).
 
     >>> weights([(100, 10), (100, 20)]).round(4).tolist()    # 1000 and 500
     [0.6667, 0.3333]
+    >>> weights([(100, 10), (100, 20), (0, 3)], "uniform").tolist()
+    [0.5, 0.5, 0.0]
     >>> weights([(0, 0), (0, 5)]).tolist()
     [0.5, 0.5]
     """
-    w = np.array([t * t / s if t > 0 and s > 0 else 0.0 for t, s in counters], dtype=np.float64)
+    one = (lambda t, s: 1.0) if weighting == "uniform" else (lambda t, s: t * t / s)
+    w = np.array([one(t, s) if t > 0 and s > 0 else 0.0 for t, s in counters], dtype=np.float64)
     return np.full(len(w), 1.0 / len(w)) if w.sum() == 0 else w / w.sum()
 
 
@@ -80,6 +84,7 @@ def merged_delta(
     counters: Sequence[tuple[int, int]],
     rule: str,
     mean_tensors: Sequence[str],
+    weighting: str = "tokens",
 ) -> dict[str, np.ndarray]:
     """Δ for one fragment: rebase, weight, merge (steps 1–3 above)."""
     theta = _f64(start)
@@ -87,7 +92,7 @@ def merged_delta(
     for u, a in zip(uploads, anchors):
         u64 = _f64(u)
         vs.append(u64 if a is None else {n: u64[n] + (theta[n] - np.asarray(a[n], np.float64)) for n in u64})
-    w = weights(counters)
+    w = weights(counters, weighting)
     names = sorted(theta)
     means = [n for n in names if n in mean_tensors or rule == "mean"]
     rest = [n for n in names if n not in means]

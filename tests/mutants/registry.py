@@ -333,7 +333,7 @@ def _misaligned_weights(merge_fragment: Callable[..., Any]) -> Callable[..., Any
 
 
 def _uniform_weight(token_weight: Callable[..., float]) -> Callable[..., float]:
-    def mutant(c_tokens: int, c_steps: int) -> float:
+    def mutant(c_tokens: int, c_steps: int, weighting: str = "tokens") -> float:
         return 1.0  # BUG: quantity × quality dropped
 
     return mutant

@@ -24,7 +24,8 @@ from chaos.sim import SimOptions, simulate
 from trainer import events as ev
 from trainer.core.algorithm import Algorithm
 from trainer.core.audit import digest
-from trainer.core.merge import MergeRule, merge_fragment
+from trainer.core.merge import MergeRule, Weighting, merge_fragment
+from trainer.core.merge import token_weight as merge_token_weight
 from trainer.core.outer import outer_optimizer, outer_step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,9 +55,15 @@ tensors = st.integers(1, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(
 
 
 @settings(max_examples=40, deadline=None)
-@given(tensors, st.sampled_from(["rda", "mean"]), st.floats(0.0, 0.95), st.booleans())
+@given(
+    tensors,
+    st.sampled_from(["rda", "mean"]),
+    st.floats(0.0, 0.95),
+    st.booleans(),
+    st.sampled_from(["tokens", "uniform"]),
+)
 def test_the_reference_equals_the_core_on_random_merges(
-    shape, rule: MergeRule, momentum: float, nesterov: bool
+    shape, rule: MergeRule, momentum: float, nesterov: bool, weighting: Weighting
 ) -> None:
     n, seed = shape
     rng = np.random.default_rng(seed)
@@ -66,9 +73,10 @@ def test_the_reference_equals_the_core_on_random_merges(
     anchors = [None if i % 2 else {k: rng.normal(size=(n, 3)).astype(np.float32) for k in names} for i in range(n)]
     counters = [(int(rng.integers(0, 5000)), int(rng.integers(0, 9))) for _ in range(n)]
     vectors = [u if a is None else {k: u[k] + (base[k] - a[k]) for k in names} for u, a in zip(uploads, anchors)]
-    weights = [t * t / s if t > 0 and s > 0 else 0.0 for t, s in counters]
+    weights = [merge_token_weight(t, s, weighting) for t, s in counters]
     delta = merge_fragment(vectors, weights, rule, ("embed",))
-    assert ref.max_error(ref.merged_delta(uploads, anchors, base, counters, rule, ("embed",)), delta) < 64
+    want = ref.merged_delta(uploads, anchors, base, counters, rule, ("embed",), weighting)
+    assert ref.max_error(want, delta) < 64
     opt = outer_optimizer(0.7, momentum, nesterov)
     state = opt.init(base)
     for _ in range(2):  # twice: the second step reads the momentum the first left
@@ -98,7 +106,7 @@ def _momentum_lost_on_restore(orig):
 
 PLANTED: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     # merge arithmetic: uniform weights instead of c_tokens²/c_steps
-    "weights": lambda: mock.patch.object(ss, "token_weight", lambda t, s: 1.0),
+    "weights": lambda: mock.patch.object(ss, "token_weight", lambda t, s, w="tokens": 1.0),
     # a contribution dropped from the merge while still listed among the participants
     "dropped": lambda: mock.patch.object(
         ss, "merge_fragment", lambda v, w, r, m=(): merge_fragment(v[:-1] or v, w[:-1] or w, r, m)
@@ -199,3 +207,12 @@ def test_a_window_bounded_by_the_stragglers_is_judged_by_that_bound() -> None:
     # A syncer that bounds the window by stragglers in a run configured for the slack window alone is named.
     wrong = audit.timing(_timed(None, straggle_s=0.03, after_s=0.04), MergeFacts())
     assert wrong is not None and "grace_target slack" in wrong, wrong
+
+
+def test_uniform_weights_are_audited_as_uniform() -> None:
+    """``algorithm.weighting: uniform`` passes the audit, and a syncer that ignores it (token weights) fails it."""
+    uniform = {"cluster": {"algorithm": {"weighting": "uniform"}}}
+    assert _audit("straggler", **uniform).status == "pass"
+    with mock.patch.object(ss, "token_weight", lambda t, s, w="tokens": merge_token_weight(t, s)):
+        v = _audit("straggler", **uniform)
+    assert v.status == "fail" and "uniform weights" in " ".join(v.evidence["first_problems"]), v

@@ -133,6 +133,11 @@ class Algorithm(BaseModel):
         description="rda | mean for every tensor but embedding tables (always mean); decoupled default rda, "
         "sync-diloco default mean (DiLoCo's), data-parallel mean",
     )
+    weighting: Literal["tokens", "uniform"] = Field(
+        "tokens",
+        description="a contribution's merge weight: tokens (the paper's c_tokens² / c_steps) or uniform (equal; "
+        "an ablation)",
+    )
     outer_lr: float = Field(0.7, ge=0, description="Nesterov's lr (data-parallel: 0, it steps AdamW instead)")
     outer_momentum: float = Field(0.9, ge=0, lt=1)
     nesterov: bool = True

@@ -38,11 +38,18 @@ MergeRule = Literal["mean", "rda"]
 MERGE_RULES: tuple[str, ...] = ("mean", "rda")
 
 
-def token_weight(c_tokens: int, c_steps: int) -> float:
-    """w = c_tokens² / c_steps; 0 for a contribution with no counted steps."""
+Weighting = Literal["tokens", "uniform"]
+
+
+def token_weight(c_tokens: int, c_steps: int, weighting: Weighting = "tokens") -> float:
+    """w = c_tokens² / c_steps (``uniform``: 1); 0 for a contribution with no counted steps or tokens.
+
+    >>> token_weight(100, 10), token_weight(100, 10, "uniform"), token_weight(0, 10, "uniform")
+    (1000.0, 1.0, 0.0)
+    """
     if c_steps <= 0 or c_tokens <= 0:
         return 0.0
-    return float(c_tokens) * (float(c_tokens) / float(c_steps))
+    return 1.0 if weighting == "uniform" else float(c_tokens) * (float(c_tokens) / float(c_steps))
 
 
 def fragment_norm(tensors: Tensors) -> float:

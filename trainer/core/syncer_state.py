@@ -638,7 +638,7 @@ class SyncerState:
         contribs = list(rnd.contributions.values())
         vectors = [self._rebased(c, glob) for c in contribs]
         anchors, start = tuple(self._anchor(c) for c in contribs), self.versions[fragment]
-        weights = [token_weight(c.c_tokens, c.c_steps) for c in contribs]
+        weights = [token_weight(c.c_tokens, c.c_steps, self.algorithm.weighting) for c in contribs]
         rule = merge_rule_label(frag.names, self.algorithm.merge_rule, self.policy.mean_tensors)
         delta = merge_fragment(vectors, weights, self.algorithm.merge_rule, self.policy.mean_tensors)
         scale = self.policy.step_scale(self.tokens_total)
