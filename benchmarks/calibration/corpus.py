@@ -13,20 +13,28 @@ Windows of one held-out block share their text, so the error is a cluster standa
 data sees, since every seed is judged on the same split).
 
     .venv/bin/python -m benchmarks.calibration.corpus [--size small] [--steps 300] [--runs 2]
+    .venv/bin/python -m benchmarks.calibration.corpus --from-runs /work/qruns    # the quality benchmark's models
 
-Writes ``benchmarks/results/corpus.json``.
+Writes ``benchmarks/results/corpus.json``. With ``--from-runs DIR`` (a quality benchmark's ``--keep-runs``, run
+directories named ``<configuration>-seed<N>``) it trains nothing: it evaluates each run's result checkpoint window
+by window and reports the paired error of every comparison the quality table makes (two configurations on one
+seed), in ``benchmarks/results/corpus_trained.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import bz2
+import itertools
 import lzma
 import math
+import re
 import statistics
 import time
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,11 +80,111 @@ def cluster_se(per_block: np.ndarray) -> float:
     return float(np.std(per_block, ddof=1) / math.sqrt(len(per_block)))
 
 
-def main(argv: list[str] | None = None) -> int:
+RUN_NAME = re.compile(r"^(?P<config>.+)-seed(?P<seed>\d+)$")
+
+
+def paired_errors(per_block: dict[tuple[str, int], np.ndarray]) -> dict[str, list[float]]:
+    """Per pair of configurations, the cluster SE of their per-block loss difference on each seed both ran.
+
+    >>> e = paired_errors({("a", 0): np.array([1.0, 2.0, 3.0]), ("b", 0): np.array([1.1, 2.0, 3.2])})
+    >>> {k: [round(x, 4) for x in v] for k, v in e.items()}
+    {'a − b': [0.0577]}
+    """
+    configs = sorted({c for c, _ in per_block})
+    seeds = sorted({s for _, s in per_block})
+    return {
+        f"{a} − {b}": [
+            cluster_se(per_block[(a, s)] - per_block[(b, s)])
+            for s in seeds
+            if (a, s) in per_block and (b, s) in per_block
+        ]
+        for a, b in itertools.combinations(configs, 2)
+    }
+
+
+def _evaluator(size: str) -> tuple[Any, Any]:
+    """(evaluate(params) -> per-window losses, block index of each window) on the whole held-out split."""
     import jax
     import jax.numpy as jnp
 
     from trainer import model as model_mod
+    from trainer import text_source
+    from trainer.config import build_config
+    from trainer.training import TrainingSetup
+
+    src = text_source.from_corpus()
+    mcfg = TrainingSetup.from_config(build_config({"model": {"size": size}, "data": {"source": "text"}})).model
+    windows = src.eval_windows(mcfg.seq_len + 1)
+    block_of = np.repeat(
+        np.arange(len(src.eval_blocks)), [(b - a) // (mcfg.seq_len + 1) for a, b in src.eval_blocks]
+    )
+
+    @jax.jit
+    def window_losses(params: dict, rows: jax.Array) -> jax.Array:
+        logp = jax.nn.log_softmax(model_mod.apply(params, mcfg, rows[:, :-1]), axis=-1)
+        return -jnp.take_along_axis(logp, rows[:, 1:, None], axis=-1)[..., 0].mean(axis=1)
+
+    def evaluate(params: dict[str, np.ndarray]) -> np.ndarray:
+        p = {k: jnp.asarray(v) for k, v in params.items()}
+        return np.concatenate(
+            [np.asarray(window_losses(p, jnp.asarray(windows[i : i + 64]))) for i in range(0, len(windows), 64)]
+        )
+
+    return evaluate, block_of
+
+
+def from_runs(root: Path) -> int:
+    """Evaluate every kept run's result checkpoint; the paired errors of the quality table's comparisons."""
+    import yaml
+
+    from trainer.checkpoint import read_checkpoint, result_checkpoint
+
+    runs = sorted(d for d in root.iterdir() if RUN_NAME.match(d.name) and (d / "report.json").exists())
+    if not runs:
+        raise SystemExit(f"{root}: no finished runs named <configuration>-seed<N> with a report.json")
+    sizes = {yaml.safe_load((d / "config.yaml").read_text())["model"]["size"] for d in runs}
+    if len(sizes) != 1:
+        raise SystemExit(f"{root}: runs of several model sizes {sorted(sizes)}; evaluate one size at a time")
+    evaluate, block_of = _evaluator(sizes.pop())
+    per_block: dict[tuple[str, int], np.ndarray] = {}
+    losses: dict[str, float] = {}
+    for d in runs:
+        ckpt = result_checkpoint(d / "checkpoints")
+        if ckpt is None:
+            raise SystemExit(f"{d}: no result checkpoint (was it run with --keep-runs?)")
+        arrays, _ = read_checkpoint(ckpt)
+        per_window = evaluate({k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")})
+        name = RUN_NAME.match(d.name)
+        assert name is not None
+        key = (name["config"], int(name["seed"]))
+        per_block[key] = np.array([per_window[block_of == b].mean() for b in range(int(block_of.max()) + 1)])
+        losses[d.name] = float(per_window.mean())
+        print(f"{d.name}: eval loss {losses[d.name]:.4f}, SE {cluster_se(per_block[key]):.4f}", flush=True)
+    paired = paired_errors(per_block)
+    unpaired = [cluster_se(b) for b in per_block.values()]
+    rows = [("SE of one run's eval loss (cluster, over blocks), median", fmt(statistics.median(unpaired), 4))]
+    rows += [
+        (
+            f"SE of the paired difference {pair}, median (max) over seeds",
+            f"{fmt(statistics.median(v), 4)} ({fmt(max(v), 4)})",
+        )
+        for pair, v in paired.items()
+        if v
+    ]
+    table = markdown_table(("quantity", "value"), rows)
+    print(table)
+    write_results(
+        "corpus_trained",
+        config={"from_runs": str(root), "runs": [d.name for d in runs]},
+        results={"losses": losses, "se_unpaired": unpaired, "se_paired": paired},
+        table=table,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import jax.numpy as jnp
+
     from trainer import text_source
     from trainer.config import build_config
     from trainer.corpus import CORPUS_SHA256, TEXTS, load_texts
@@ -86,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="small", choices=["tiny", "small", "wide"])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--from-runs", type=Path, default=None, help="evaluate these kept runs' results instead")
     args = ap.parse_args(argv)
+    if args.from_runs is not None:
+        return from_runs(args.from_runs)
 
     src = text_source.from_corpus()
     data = src.data.tobytes()
@@ -106,15 +217,8 @@ def main(argv: list[str] | None = None) -> int:
 
     setup0 = TrainingSetup.from_config(build_config({"model": {"size": args.size}, "data": {"source": "text"}}))
     mcfg = setup0.model
-    windows = src.eval_windows(mcfg.seq_len + 1)
-    block_of = np.repeat(
-        np.arange(len(src.eval_blocks)), [(b - a) // (mcfg.seq_len + 1) for a, b in src.eval_blocks]
-    )
-
-    @jax.jit
-    def window_losses(params: dict, rows: jax.Array) -> jax.Array:
-        logp = jax.nn.log_softmax(model_mod.apply(params, mcfg, rows[:, :-1]), axis=-1)
-        return -jnp.take_along_axis(logp, rows[:, 1:, None], axis=-1)[..., 0].mean(axis=1)
+    evaluate, block_of = _evaluator(args.size)
+    windows = block_of  # one entry per held-out window
 
     runs: list[Run] = []
     for seed in range(args.runs):
@@ -128,12 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.steps):
             params, opt, loss = setup.train_step(params, opt, jnp.asarray(next(batches)))
         train_s = time.perf_counter() - t0
-        per_window = np.concatenate(
-            [
-                np.asarray(window_losses(params, jnp.asarray(windows[i : i + 64])))
-                for i in range(0, len(windows), 64)
-            ]
-        )
+        per_window = evaluate(params)
         per_block = np.array([per_window[block_of == b].mean() for b in range(len(src.eval_blocks))])
         runs.append(Run(seed, per_window, per_block, train_s))
         print(
