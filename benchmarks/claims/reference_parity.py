@@ -11,6 +11,13 @@ beside them at the same tokens.
     .venv/bin/python -m benchmarks.claims.reference_parity [--seeds 0 1 2 3 4] [--budget 1500000] [--vocab 256]
     .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only sync decoupled dp \
         --seeds 100 101 102 103 104 --results-name reference_parity_small   # small preset, real text, fresh seeds
+    .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only decoupled mean \
+        uniform no-grace arrivals tau-2 bf16 int8 int4 --seeds 100 101 102 103 104 --results-name ablations_small \
+        --keep-runs DIR [--reuse]              # the ablations, one setting of the defaults each (ABLATIONS)
+
+``--slow N --slow-step-s S`` makes the first N learners take at least S per step (heterogeneous speeds, where token
+weights can matter; on the small preset, with no emulated step, S twice a shared-CPU step makes them about half
+speed). ``--keep-runs DIR --reuse`` reads the runs DIR holds already, so a long table can be built over sessions.
 
 Setup (defaults, the issue's): M = 4 learners of the tiny model, P = 4, H = 32, τ = 2, emulated 50 ms steps,
 1.5M tokens per run. The source is an order-1 Markov chain over 256 tokens (``data.vocab_size``): a bigram
@@ -48,6 +55,7 @@ from benchmarks.harness import (
 )
 from chaos.history import History
 from trainer import events as ev
+from trainer.config import learner_ids
 from trainer.core.reasons import RejectReason
 
 VARIANTS: list[tuple[str, str, str, dict[str, Any]]] = [
@@ -57,6 +65,18 @@ VARIANTS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("pre-rounds", f"decoupled ({PRE_ROUNDS_LABEL})", "decoupled", PRE_ROUNDS),
     ("dp", "data-parallel (gradients averaged every step, one AdamW)", "data-parallel", {}),
 ]
+# Ablations of the decoupled defaults, one setting each (``--only decoupled <these>``; docs/benchmarks.md).
+ABLATIONS: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("mean", "decoupled, plain mean instead of RDA", "decoupled", {"merge_rule": "mean"}),
+    ("uniform", "decoupled, uniform instead of token weights", "decoupled", {"weighting": "uniform"}),
+    ("no-grace", "decoupled, no grace window", "decoupled", {"grace": False}),
+    ("arrivals", "decoupled, grace sized by arrivals", "decoupled", {"grace_target": "arrivals"}),
+    ("tau-2", "decoupled, τ fixed at 2 (the paper's) instead of auto", "decoupled", {"overlap_steps": 2}),
+    ("bf16", "decoupled, bf16 on the wire", "decoupled", {"wire_format": "bfloat16"}),
+    ("int8", "decoupled, int8 on the wire", "decoupled", {"wire_format": "int8"}),
+    ("int4", "decoupled, int4 on the wire (the paper's 4-bit)", "decoupled", {"wire_format": "int4"}),
+]
+VARIANTS += ABLATIONS
 
 
 def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict[str, Any]:
@@ -73,7 +93,11 @@ def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict
         "inner": {"batch_size": args.batch, "lr": args.lr},
         "algorithm": {"mode": mode, "num_learners": args.learners, **shape, **algo},
         "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": evals},
-        "learner": {"step_delay_s": args.step_s, "start_together_s": 60.0},
+        "learner": {
+            "step_delay_s": args.step_s,
+            "start_together_s": 60.0,
+            "step_delay_overrides": {lid: args.slow_step_s for lid in learner_ids(args.learners)[: args.slow]},
+        },
     }
 
 
@@ -112,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     add_data_arguments(ap, vocab=256)
     ap.add_argument("--budget", type=int, default=1_500_000, help="tokens per run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--slow", type=int, default=0, help="this many learners (the first) are slow ...")
+    ap.add_argument("--slow-step-s", type=float, default=0.0, help="... each step lasting at least this long")
     ap.add_argument("--results-name", default="reference_parity", help="benchmarks/results/<this>.json")
     ap.add_argument("--only", nargs="+", choices=[v[0] for v in VARIANTS], help="run only these configurations")
     args = ap.parse_args(argv)
