@@ -158,9 +158,6 @@ class Arrivals:
         kept = (*self.lags.get(learner_id, ())[-(LAGS_KEPT - 1) :], max(lag_s, 0.0))
         return replace(self, lags={**self.lags, learner_id: kept})
 
-    def forget(self, learner_id: str) -> Arrivals:
-        return replace(self, lags={k: v for k, v in self.lags.items() if k != learner_id})
-
     def straggle_s(self, active: Iterable[str]) -> float | None:
         """MARGIN × the largest recent lag of an active learner; None before any was seen."""
         seen = [max(self.lags[k]) for k in active if self.lags.get(k)]
