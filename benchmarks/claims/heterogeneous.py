@@ -7,6 +7,11 @@ window is what lets slow learners' fragments into merges.
 
     .venv/bin/python -m benchmarks.claims.heterogeneous [--slow-factor 2] [--budget 1200000] [--seeds 0 1 2 3 4]
         [--link-latency-ms 50 --link-jitter-ms 10] [--results-name heterogeneous]
+    .venv/bin/python -m benchmarks.claims.heterogeneous --size small --text --step-s 1.5 --budget 1500000 \
+        --seeds 100 101 102 103 104 --results-name heterogeneous_small   # the small preset on real text
+
+On the small preset ``--step-s`` must exceed a learner's compute step on the shared cores (about 1.2 s with four
+learners on 2 cores), so that the emulated speeds, not the CPU, set who is slow.
 
 Setup (defaults): M = 4 learners of the tiny model, P = 4 fragments, H = 32,
 emulated steps (``benchmarks/harness.py``): learners 0 and 1 take 100 ms per
@@ -44,7 +49,15 @@ from typing import Any
 
 from benchmarks import measures as m
 from benchmarks.common import markdown_table, write_results
-from benchmarks.harness import add_run_arguments, config_of, link_faults, quiet_progress, run_cluster
+from benchmarks.harness import (
+    add_data_arguments,
+    add_run_arguments,
+    config_of,
+    data_of,
+    link_faults,
+    quiet_progress,
+    run_cluster,
+)
 from chaos.history import History
 from trainer import events as ev
 from trainer.config import build_config, learner_ids
@@ -57,6 +70,7 @@ def cluster(args: argparse.Namespace, seed: int, slow: list[str], **algo: Any) -
         "seed": seed,
         "token_budget": args.budget,
         "model": {"size": args.size},
+        "data": data_of(args),
         "inner": {"batch_size": args.batch, "lr": args.lr},
         "algorithm": {
             "mode": "decoupled",
@@ -120,6 +134,7 @@ def _waits(waits: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_run_arguments(ap)
+    add_data_arguments(ap)
     ap.add_argument(
         "--slow-factor", type=float, default=2.0, help="a slow learner's step takes this many times longer"
     )
