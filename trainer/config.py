@@ -63,7 +63,7 @@ ADDED_SETTINGS = (
     ("model", "compute_dtype"),
     ("data", "source"),
     ("algorithm", "wire_format"),
-    ("algorithm", "grace_target"),
+    ("algorithm", "grace_waits_for"),
     ("algorithm", "weighting"),
 )
 

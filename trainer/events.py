@@ -146,9 +146,9 @@ class MergeDecision(BaseModel):
     t_upload: float
     t_merge: float
     t_broadcast: float
-    # grace_target arrivals: the window's bound from the stragglers seen (trainer.core.grace.Arrivals); None: the
-    # run sizes the window by its slack alone, or no lag was seen yet.
-    straggle_s: float | None = None
+    # grace_waits_for heard: the learners the round waited for, those in and the others heard lately
+    # (trainer.core.grace.waited_for); None: it waited for every active learner.
+    awaited_learners: int | None = None
 
 
 class Merge(_Event):

@@ -13,6 +13,8 @@ from trainer.core.syncer_records import Contribution, MergeRecord, SubmitResult
 from trainer.model import EMBEDDING_TENSORS, MODEL_SIZES
 from trainer.training import adamw_spec
 
+HEARD_REPORTS = 3  # grace_waits_for heard: a learner three reports overdue is not waited for
+
 
 def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
     a = cfg.algorithm
@@ -30,6 +32,7 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         token_budget=cfg.token_budget,
         settle_s=cfg.syncer.settle_s,
         liveness_timeout_s=cfg.syncer.liveness_timeout_s,
+        heard_within_s=HEARD_REPORTS * cfg.learner.report_interval_s,
         validate_uploads=cfg.syncer.validate_uploads,
         checkpoint_every_merges=cfg.syncer.checkpoint_every_merges,
         max_norm_ratio=cfg.syncer.max_norm_ratio,
@@ -66,7 +69,7 @@ def merge_fields(rec: MergeRecord, tokens_total: int, audit: ev.MergeDigests | N
             contributions=rec.decision[0],
             active_learners=rec.decision[1],
             **dict(zip(("t_step", "t_quorum", "t_upload", "t_merge", "t_broadcast"), rec.decision[2])),
-            straggle_s=rec.decision[3],
+            awaited_learners=rec.decision[3],
         )
     )
     return dict(

@@ -117,9 +117,9 @@ def all_variants(learners: int) -> list[tuple[str, str, dict[str, Any]]]:
         ("k-1", "K = 1, no grace", {"min_quorum": 1, "grace": False}),
         ("k-1-grace", "K = 1 + grace (default)", {"min_quorum": 1, "grace": True}),
         (
-            "k-1-arrivals",
-            "K = 1 + grace sized by arrivals",
-            {"min_quorum": 1, "grace": True, "grace_target": "arrivals"},
+            "k-1-heard",
+            "K = 1 + grace waiting only for learners heard lately",
+            {"min_quorum": 1, "grace": True, "grace_waits_for": "heard"},
         ),
     ]
 

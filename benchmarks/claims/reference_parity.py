@@ -12,7 +12,7 @@ beside them at the same tokens.
     .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only sync decoupled dp \
         --seeds 100 101 102 103 104 --results-name reference_parity_small   # small preset, real text, fresh seeds
     .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only decoupled mean \
-        uniform no-grace arrivals tau-2 bf16 int8 int4 --seeds 100 101 102 103 104 --results-name ablations_small \
+        uniform no-grace heard tau-2 bf16 int8 int4 --seeds 100 101 102 103 104 --results-name ablations_small \
         --keep-runs DIR [--reuse]              # the ablations, one setting of the defaults each (ABLATIONS)
 
 ``--slow N --slow-step-s S`` makes the first N learners take at least S per step (heterogeneous speeds, where token
@@ -70,7 +70,12 @@ ABLATIONS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("mean", "decoupled, plain mean instead of RDA", "decoupled", {"merge_rule": "mean"}),
     ("uniform", "decoupled, uniform instead of token weights", "decoupled", {"weighting": "uniform"}),
     ("no-grace", "decoupled, no grace window", "decoupled", {"grace": False}),
-    ("arrivals", "decoupled, grace sized by arrivals", "decoupled", {"grace_target": "arrivals"}),
+    (
+        "heard",
+        "decoupled, grace waiting only for learners heard lately",
+        "decoupled",
+        {"grace_waits_for": "heard"},
+    ),
     ("tau-2", "decoupled, τ fixed at 2 (the paper's) instead of auto", "decoupled", {"overlap_steps": 2}),
     ("bf16", "decoupled, bf16 on the wire", "decoupled", {"wire_format": "bfloat16"}),
     ("int8", "decoupled, int8 on the wire", "decoupled", {"wire_format": "int8"}),

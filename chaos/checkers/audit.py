@@ -120,13 +120,19 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
         return None
     if d.contributions < facts.algorithm.min_quorum:
         return f"merged {d.contributions} contribution(s), fewer than the quorum K = {facts.algorithm.min_quorum}"
-    arrivals = facts.algorithm.grace_target == "arrivals"
-    if d.straggle_s is not None and not arrivals:
-        return f"its grace window was bounded by stragglers ({d.straggle_s:.3f}s) in a run with grace_target slack"
+    heard = facts.algorithm.grace_waits_for == "heard"
+    if (d.awaited_learners is not None) != heard:
+        return (
+            f"it recorded {d.awaited_learners} learners waited for in a run whose grace window waits for "
+            f"{facts.algorithm.grace_waits_for} learners"
+        )
+    awaited = d.active_learners if d.awaited_learners is None else d.awaited_learners
+    if not 0 <= awaited <= d.active_learners:
+        return f"it waited for {awaited} learners, more than the {d.active_learners} active"
     after = min(m.wait_s, m.quorum_wait_s)  # since it could first merge: its opening and its quorum both
     grace = (
         0.0
-        if d.contributions >= d.active_learners
+        if d.contributions >= awaited
         else ref.grace_s(
             enabled=facts.algorithm.grace,
             gamma=facts.algorithm.grace_gamma,
@@ -138,13 +144,11 @@ def timing(m: ev.Merge, facts: MergeFacts, round_s: float | None = None) -> str 
             t_sync=d.t_upload + d.t_merge + d.t_broadcast,
         )
     )
-    if d.straggle_s is not None:  # grace_target arrivals: no longer than the stragglers seen lately need
-        grace = min(grace, d.straggle_s)
     if after < grace - 1e-6 * (1 + grace):
         before = "its opening" if m.wait_s < 0 else "the end of its grace window"
         return (
             f"merged {after:.3f}s after its opening and quorum, before {before} ({grace:.3f}s; "
-            f"{d.contributions} of {d.active_learners} active learners in)"
+            f"{d.contributions} of {awaited} awaited learners in)"
         )
     limit = due_limit_s(facts, d, round_s)
     if limit is not None and m.due_wait_s is not None and m.due_wait_s > limit:

@@ -166,12 +166,6 @@ class ScaleConfig(_Strict):
                 "data-parallel is one job over all chips: set algorithm.num_learners = 1 "
                 "(elasticity drops cluster.chips_per_replica chips at a time)"
             )
-        if a.grace_target != "slack":  # an error, not the slack window silently simulated in its place
-            raise ValueError(
-                f"algorithm.grace_target = {a.grace_target!r}: the scale simulator models the slack window only "
-                "(its rounds are simulated fragment by fragment, not in the arrival order a window sized by "
-                "arrivals needs); remove the setting"
-            )
         if self.cluster.chips < a.num_learners:
             raise ValueError(
                 f"{a.num_learners} learners need at least as many chips, got cluster.chips = "

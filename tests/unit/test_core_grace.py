@@ -5,7 +5,6 @@ Times are plain floats: a fake clock.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -13,16 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer.core.ema import Ema
-from trainer.core.grace import (
-    LAGS_KEPT,
-    MARGIN,
-    Arrivals,
-    QuorumPolicy,
-    Timing,
-    effective_overlap,
-    grace_seconds,
-    merge_time,
-)
+from trainer.core.grace import QuorumPolicy, Timing, effective_overlap, grace_seconds, merge_time, waited_for
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -189,39 +179,12 @@ def test_auto_overlap_leaves_at_least_a_step_of_slack(t_step, t_quorum, t_sync, 
 
 @SETTINGS
 @given(
-    st.floats(min_value=0.01, max_value=10),
-    st.floats(min_value=0, max_value=10),
-    st.floats(min_value=0, max_value=10),
-    st.one_of(st.none(), st.floats(min_value=0, max_value=20)),
+    st.lists(st.tuples(st.sampled_from("abcdef"), st.floats(0, 20)), unique_by=lambda x: x[0]),
+    st.sets(st.sampled_from("abcdef")),
+    st.floats(0, 5),
 )
-def test_arrivals_only_ever_shorten_the_slack_window(t_step, t_quorum, t_sync, straggle):
-    p = _policy(overlap_steps=2, overlap_auto=True)
-    t = _timing(t_step, t_quorum, t_sync)
-    bound = grace_seconds(p, t)
-    g = grace_seconds(dataclasses.replace(p, arrivals=True), t, straggle)
-    assert g == (bound if straggle is None else pytest.approx(min(bound, straggle)))
-    assert grace_seconds(p, t, straggle) == bound  # grace_target slack ignores the stragglers
-
-
-def test_with_auto_overlap_the_slack_window_is_a_constant_and_arrivals_make_it_adapt():
-    """What grace_target arrivals is for: τ auto leaves 1-2 steps of slack whatever the round trip, so the slack
-    window is 0.5-1 step in every condition; sized by the arrivals it follows them."""
-    p = _policy(overlap_steps=2, overlap_auto=True)
-    slack_windows = {round(grace_seconds(p, _timing(0.1, q, s)) / 0.1, 2) for q, s in [(0, 0), (0.3, 0.5), (2, 7)]}
-    assert slack_windows <= {0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0}
-    a = dataclasses.replace(p, arrivals=True)
-    assert grace_seconds(a, _timing(0.1, 0, 0), 0.01) == pytest.approx(0.01)
-    assert grace_seconds(a, _timing(0.1, 0, 0), 0.04) == pytest.approx(0.04)
-
-
-def test_arrivals_keep_each_learners_last_lags_and_count_only_the_active():
-    a = Arrivals()
-    for lag in [0.5] + [0.01] * (LAGS_KEPT - 1):
-        a = a.observe("slow", lag)
-    assert a.straggle_s(["slow"]) == pytest.approx(MARGIN * 0.5)
-    a = a.observe("slow", 0.01)  # the 0.5 s lag is now older than the last LAGS_KEPT
-    assert a.straggle_s(["slow"]) == pytest.approx(MARGIN * 0.01)
-    a = a.observe("x", -3.0).observe("y", float("nan"))  # early counts as 0; a non-finite lag is ignored
-    assert a.lags["x"] == (0.0,) and "y" not in a.lags
-    assert a.straggle_s(["x"]) == 0.0
-    assert a.straggle_s([]) is None
+def test_a_round_waits_for_those_in_and_those_heard_lately_never_more_than_the_active(active, contributed, within):
+    now = 20.0
+    n = waited_for(active, contributed, now, within)
+    assert waited_for(active, contributed, now, None) == len(active) >= n
+    assert n == len({lid for lid, heard in active if lid in contributed or now - heard <= within})

@@ -13,7 +13,6 @@ import pytest
 from tests.support import syncer_policy
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import partition_tensors
-from trainer.core.grace import LAGS_KEPT
 from trainer.core.learner_book import LearnerBook, SyncStart
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.replies import upload_outcome
@@ -30,7 +29,7 @@ def clocked(
     grace: bool = True,
     momentum: float = 0.9,
     num_learners: int = 3,
-    grace_target: str = "slack",
+    grace_waits_for: str = "active",
 ) -> SyncerState:
     policy = syncer_policy(
         num_learners=num_learners,
@@ -43,7 +42,8 @@ def clocked(
         late_uploads=late,
         max_staleness=3,
         rounds="clock",
-        grace_target=grace_target,
+        grace_waits_for=grace_waits_for,
+        heard_within_s=1.5,
     )
     st = SyncerState.create(policy, partition_tensors({"w": 2}, 1), {"w": np.zeros(2, np.float32)})
     for lid in IDS[:num_learners]:
@@ -325,48 +325,35 @@ def test_a_joining_learner_starts_at_the_next_round_and_syncs_once_for_rounds_it
         book.on_step(4, 64)
 
 
-def _round_with_two_stragglers(target: str) -> SyncerState:
-    """Round 0 (opens at t = 1): a is the quorum, b and c come 0.05 s and 0.08 s after it could merge."""
-    st = clocked(grace_target=target)
-    st.submit(up("a", 0), now=1.0)
-    st.submit(up("b", 0), now=1.05)
-    st.submit(up("c", 0), now=1.08)
-    merge_due(st, now=1.08)
-    return st
+def _c_falls_silent(waits_for: str, c_reports_at: float | None = None) -> tuple[SyncerState, list]:
+    """Rounds 0 and 1 (open at t = 1, 2) merge everyone; then c goes quiet (no upload, no report after t = 2.0,
+    unless ``c_reports_at``). Round 2 opens at t = 3 with a and b in: what is due then?"""
+    st = clocked(grace_waits_for=waits_for)
+    for r, t in ((0, 1.0), (1, 2.0)):
+        for lid in IDS:
+            st.submit(up(lid, r, base=st.versions[0]), now=t)
+        merge_due(st, now=t)
+    if c_reports_at is not None:
+        st.report("c", "i", step=10, tokens=640, step_time_s=0.25, now=c_reports_at)
+    st.submit(up("a", 2, base=st.versions[0]), now=3.6)
+    st.submit(up("b", 2, base=st.versions[0]), now=3.6)
+    return st, merge_due(st, now=3.6)
 
 
-def test_grace_target_arrivals_waits_as_long_as_the_stragglers_seen_need() -> None:
-    st = _round_with_two_stragglers("arrivals")
-    assert st.straggle_s(now=1.1) == pytest.approx(1.25 * 0.08)  # MARGIN times c's lag
-    st.submit(up("a", 1), now=2.0)
-    st.submit(up("b", 1), now=2.01)  # c does not come: the round waits 0.1 s for it, not the window's bound
-    assert merge_due(st, now=2.09) == []
-    (rec,) = merge_due(st, now=2.1)
-    assert rec.decision is not None and rec.decision[3] == pytest.approx(0.1)
-    # c's upload for round 1, refused as late 0.4 s after the round could merge, widens the next window.
-    with pytest.raises(Rejected) as e:
-        st.submit(up("c", 1), now=2.4)
-    assert e.value.reason == RejectReason.LATE_ROUND
-    assert st.straggle_s(now=2.4) == pytest.approx(1.25 * 0.4)
+def test_grace_waits_for_heard_does_not_wait_for_a_learner_gone_silent() -> None:
+    st, due = _c_falls_silent("heard")  # c last heard 1.6 s before: more than three report intervals
+    assert [r.round for r in due] == [2] and len(due[0].participants) == 2
+    assert due[0].decision is not None and due[0].decision[3] == 2  # it waited for a and b only
 
 
-def test_grace_target_slack_waits_its_bound_and_records_no_straggle() -> None:
-    """The negative control of the test above: the paper's window does not shrink to the arrivals."""
-    st = _round_with_two_stragglers("slack")
-    assert st.straggle_s(now=1.1) is None
-    st.submit(up("a", 1), now=2.0)
-    st.submit(up("b", 1), now=2.01)
-    assert merge_due(st, now=2.1) == []  # γ·slack within a cap of two 0.25 s steps: longer than 0.1 s
-    recs = merge_due(st, now=3.0)
-    assert recs and all(r.decision is not None and r.decision[3] is None for r in recs)
+def test_grace_waits_for_active_waits_for_the_silent_learner_as_the_paper_does() -> None:
+    """The negative control of the test above: within the liveness timeout c is waited for."""
+    st, due = _c_falls_silent("active")
+    assert due == [] and st.due_merges(now=3.6 + 1.0) == [0]
 
 
-def test_one_learners_prompt_uploads_cannot_shorten_the_window_for_another() -> None:
-    st = _round_with_two_stragglers("arrivals")
-    for r in range(1, 2 * LAGS_KEPT):  # a and b are prompt for many rounds: c's lag still counts
-        st.submit(up("a", r, base=st.versions[0]), now=1.0 + r)
-        st.submit(up("b", r, base=st.versions[0]), now=1.0 + r)
-        st.submit(up("c", r, base=st.versions[0]), now=1.0 + r + 0.08)
-        merge_due(st, now=1.0 + r + 0.08)
-    assert st.arrivals.lags["b"] == (0.0,) * LAGS_KEPT
-    assert st.straggle_s(now=2 * LAGS_KEPT + 0.1) == pytest.approx(1.25 * 0.08)
+def test_grace_waits_for_heard_still_waits_for_a_slow_learner_that_reports() -> None:
+    st, due = _c_falls_silent("heard", c_reports_at=3.5)
+    assert due == []
+    (rec,) = merge_due(st, now=4.6)
+    assert rec.decision is not None and rec.decision[3] == 3

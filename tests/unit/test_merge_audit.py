@@ -143,11 +143,11 @@ def _timed(
     due_wait_s: float | None,
     contributions: int = 1,
     active: int = 3,
-    straggle_s: float | None = None,
+    awaited: int | None = None,
     after_s: float = 0.2,
 ) -> ev.Merge:
     d = ev.MergeDecision(
-        straggle_s=straggle_s,
+        awaited_learners=awaited,
         contributions=contributions,
         active_learners=active,
         t_step=0.1,
@@ -195,18 +195,19 @@ def test_a_carried_round_keeps_the_moment_it_first_was_due() -> None:
     assert ss.Round(0, 0, opened_at=4.0, quorum_at=2.5).eligible_since(4.5) == 4.0  # never carried: its opening
 
 
-def test_a_window_bounded_by_the_stragglers_is_judged_by_that_bound() -> None:
-    """grace_target arrivals: the slack window here is 0.055 s (τ 2, t_step 0.1, t_quorum + t_sync 0.09, γ 0.5);
-    stragglers seen lately bound it to 0.03 s. A merge 0.04 s after quorum is then on time, 0.01 s too early."""
-    arrivals = MergeFacts(algorithm=Algorithm(grace_target="arrivals"))
-    assert audit.timing(_timed(None, straggle_s=0.03, after_s=0.04), arrivals) is None
-    early = audit.timing(_timed(None, straggle_s=0.03, after_s=0.01), arrivals)
-    assert early is not None and "before the end of its grace window (0.030s" in early, early
-    slack = audit.timing(_timed(None, after_s=0.04), arrivals)  # no lag seen yet: the slack window's 0.055 s
-    assert slack is not None and "(0.055s" in slack, slack
-    # A syncer that bounds the window by stragglers in a run configured for the slack window alone is named.
-    wrong = audit.timing(_timed(None, straggle_s=0.03, after_s=0.04), MergeFacts())
-    assert wrong is not None and "grace_target slack" in wrong, wrong
+def test_a_round_that_waited_only_for_learners_heard_lately_is_judged_by_them() -> None:
+    """grace_waits_for heard: 1 of 3 active learners in, but only that one heard lately, so the round was due at once;
+    with all 3 awaited it must wait the grace window (0.055 s here: τ 2, t_step 0.1, t_quorum + t_sync 0.09, γ 0.5)."""
+    heard = MergeFacts(algorithm=Algorithm(grace_waits_for="heard"))
+    assert audit.timing(_timed(None, awaited=1, after_s=0.0), heard) is None
+    early = audit.timing(_timed(None, awaited=3, after_s=0.01), heard)
+    assert early is not None and "(0.055s; 1 of 3 awaited learners in)" in early, early
+    assert "more than the 3 active" in (audit.timing(_timed(None, awaited=4), heard) or "")
+    # A syncer that skips the silent in a run configured to wait for every active learner is named, and so is one
+    # that records nothing where the run waits only for those heard.
+    wrong = audit.timing(_timed(None, awaited=1, after_s=0.0), MergeFacts())
+    assert wrong is not None and "waits for active learners" in wrong, wrong
+    assert "waits for heard learners" in (audit.timing(_timed(None, after_s=0.0), heard) or "")
 
 
 def test_uniform_weights_are_audited_as_uniform() -> None:

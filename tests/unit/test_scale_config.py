@@ -450,9 +450,3 @@ def test_load_invalid_field_names_the_file_and_field(tmp_path):
         load_scale_config(p)
     assert str(exc.value).startswith(f"{p}: invalid scale plan")
     assert "cluster.sites" in str(exc.value)
-
-
-def test_a_grace_window_sized_by_arrivals_is_refused_not_simulated_as_the_slack_one():
-    with pytest.raises(ScenarioError, match="grace_target = .arrivals."):
-        build_scale_config({"algorithm": {"grace_target": "arrivals"}})
-    assert build_scale_config({"algorithm": {"grace_target": "slack"}}).algorithm.grace_target == "slack"

@@ -122,10 +122,10 @@ class Algorithm(BaseModel):
         ge=0,
         description="the grace window's cap in steps of the cluster's pace (the paper: at most about one step)",
     )
-    grace_target: Literal["slack", "arrivals"] = Field(
-        "slack",
-        description="slack: the grace window is γ·slack within its cap (the paper's); arrivals: also no longer "
-        "than the stragglers seen lately need (trainer.core.grace.Arrivals)",
+    grace_waits_for: Literal["active", "heard"] = Field(
+        "active",
+        description="whom a round's grace window waits for: every active learner (heard within the liveness "
+        "timeout), or only those heard within the last three report intervals (trainer.core.grace.waited_for)",
     )
     staggered: bool = True
     merge_rule: Literal["rda", "mean"] = Field(
@@ -248,7 +248,6 @@ class Algorithm(BaseModel):
             self.grace_cap_steps,
             self.overlap_floor,
             self.overlap_auto,
-            self.grace_target == "arrivals",
         )
 
     def fragment_schedule(self) -> FragmentSchedule:

@@ -10,16 +10,16 @@ never blocks a learner:
 
 With ``overlap_steps: auto`` τ is not fixed: it covers the measured round trip
 (:func:`effective_overlap`), so a slow link does not shut the window. That also
-makes the slack 1–2 steps whatever is measured, and the window γ·slack a constant
-0.5–1 step. ``grace_target: arrivals`` sizes it to what it waits for instead:
+makes the slack 1–2 steps whatever is measured, so the window is 0.5–1 step.
 
-    grace = min(clamp(γ·slack, 0, cap·t_step), MARGIN · max lag)
-
-where a lag is how long after a round could first merge (its quorum in, its
-opening passed) an active learner's upload for it arrived, merged or refused as
-late; each learner's last :data:`LAGS_KEPT` count (:class:`Arrivals`). A round
-waits for the stragglers seen lately, not for one that is down; no learner can
-shorten it for another, only lengthen it to the bound it had anyway.
+Whom a round waits for is the part that adapts. It merges at once when every
+learner it waits for is in: with ``grace_waits_for: active`` every active learner
+(heard within the liveness timeout), with ``heard`` only those heard within the
+last ``heard_within_s`` (three report intervals; :func:`waited_for`). A learner that
+went silent (killed, paused, cut off) is then not waited for a whole liveness
+timeout, while a slow one that still reports is waited for as before. The
+window's length is not cut to what stragglers were seen to need: a round missed
+costs a learner H steps of that fragment, a step of waiting at most one.
 
 t_step, t_quorum (from the round's opening to its K-th contribution) and the
 three parts of t_sync are moving averages (:class:`Timing`), each fed with its
@@ -40,14 +40,12 @@ Example:
     10.075
     >>> merge_time(p, t, quorum_at=None, contributions=0, active_learners=3) is None
     True
-    >>> round(grace_seconds(replace(p, arrivals=True), t, straggle_s=0.025), 3)   # grace_target: arrivals
-    0.025
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from trainer.core.ema import Ema
@@ -63,7 +61,6 @@ class QuorumPolicy:
     grace_cap_steps: float = 1.0  # the grace window's cap, in steps of the cluster (t_step)
     overlap_steps: int = 2  # τ; with overlap_auto, its floor
     overlap_auto: bool = False  # τ follows the measured round trip (effective_overlap)
-    arrivals: bool = False  # grace_target: arrivals, the window no longer than the stragglers seen need (Arrivals)
 
     def __post_init__(self) -> None:
         if self.min_quorum < 1:
@@ -133,45 +130,30 @@ def effective_overlap(policy: QuorumPolicy, timing: Timing) -> int:
     return max(policy.overlap_steps, math.ceil((timing.t_quorum.get() + timing.t_sync) / step - 1e-9) + 1)
 
 
-MARGIN = 1.25  # the window waits this much longer than the latest lag seen: lags of a busy machine vary
-LAGS_KEPT = 8  # per learner: two rounds of every fragment at P = 4
-
-
-@dataclass(frozen=True)
-class Arrivals:
-    """Each learner's recent lags (seconds): how long after its round could first merge an upload arrived.
-
-    Kept per learner, so one learner's many prompt uploads cannot evict another's late ones: the window the
-    learners set (:meth:`straggle_s`) is the largest of theirs, and only active learners' count.
-
-    >>> a = Arrivals().observe("l0", 0.02).observe("l1", 0.3).observe("l1", 0.1)
-    >>> a.straggle_s(["l0", "l1"]), a.straggle_s(["l0"]), a.straggle_s(["l2"]) is None
-    (0.375, 0.025, True)
-    """
-
-    lags: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-
-    def observe(self, learner_id: str, lag_s: float) -> Arrivals:
-        """One more lag of ``learner_id`` (negative: it came before the round could merge, counted as 0)."""
-        if not math.isfinite(lag_s):
-            return self
-        kept = (*self.lags.get(learner_id, ())[-(LAGS_KEPT - 1) :], max(lag_s, 0.0))
-        return replace(self, lags={**self.lags, learner_id: kept})
-
-    def straggle_s(self, active: Iterable[str]) -> float | None:
-        """MARGIN × the largest recent lag of an active learner; None before any was seen."""
-        seen = [max(self.lags[k]) for k in active if self.lags.get(k)]
-        return MARGIN * max(seen) if seen else None
-
-
-def grace_seconds(policy: QuorumPolicy, timing: Timing, straggle_s: float | None = None) -> float:
-    """The grace window after quorum; 0 when disabled or when there is no slack. With ``policy.arrivals`` and a
-    ``straggle_s`` (:meth:`Arrivals.straggle_s`), no longer than that."""
+def grace_seconds(policy: QuorumPolicy, timing: Timing) -> float:
+    """The grace window after quorum; 0 when disabled or when there is no slack."""
     if not policy.grace:
         return 0.0
     slack = effective_overlap(policy, timing) * timing.t_step.get() - (timing.t_quorum.get() + timing.t_sync)
-    bound = min(max(policy.grace_gamma * slack, 0.0), policy.grace_cap_steps * timing.t_step.get())
-    return bound if not policy.arrivals or straggle_s is None else min(bound, straggle_s)
+    return min(max(policy.grace_gamma * slack, 0.0), policy.grace_cap_steps * timing.t_step.get())
+
+
+def waited_for(
+    active: Iterable[tuple[str, float]], contributed: Collection[str], now: float, heard_within_s: float | None
+) -> int:
+    """How many learners a round waits for: of the active ``(learner, last heard)``, those in (``contributed``) and
+    the others heard within ``heard_within_s`` of ``now`` (None: every active learner, ``grace_waits_for:
+    active``). :func:`merge_time` takes it as its ``active_learners``.
+
+    >>> active = [("a", 9.9), ("b", 9.8), ("c", 7.0)]          # c last heard 3 s ago: down, paused or cut off
+    >>> waited_for(active, {"a"}, now=10.0, heard_within_s=1.0), waited_for(active, {"a"}, now=10.0, heard_within_s=None)
+    (2, 3)
+    >>> waited_for(active, {"c"}, now=10.0, heard_within_s=1.0)   # what is in counts, however long ago
+    3
+    """
+    return sum(
+        1 for lid, heard in active if heard_within_s is None or lid in contributed or now - heard <= heard_within_s
+    )
 
 
 def merge_time(
@@ -181,7 +163,6 @@ def merge_time(
     contributions: int,
     active_learners: int,
     opened_at: float | None = None,
-    straggle_s: float | None = None,
 ) -> float | None:
     """When a round should merge, or None while it lacks quorum.
 
@@ -197,4 +178,4 @@ def merge_time(
     start = quorum_at if opened_at is None else max(quorum_at, opened_at)
     if contributions >= active_learners:
         return start
-    return start + grace_seconds(policy, timing, straggle_s)
+    return start + grace_seconds(policy, timing)

@@ -32,6 +32,8 @@ class SyncerPolicy:
     # be decided. The model and eval at the budget are the run's result; settle merges only show who is back.
     settle_s: float = 0.0
     liveness_timeout_s: float = 5.0
+    # grace_waits_for heard: a round waits only for learners heard within this long (three report intervals)
+    heard_within_s: float = 1.5
     ema_alpha: float = 0.2
     validate_uploads: bool = True  # off only for negative-control experiments
     checkpoint_every_merges: int = 20  # the shell checkpoints when checkpoint_due(); restores skip this many

@@ -162,9 +162,9 @@ class MergeRecord:
     audit: MergeAudit | None = field(default=None, compare=False, repr=False)  # what it consumed and produced
     # What decided its timing (the merge audit checks it against quorum and grace): contributions and active learners
     # when it merged, and the moving averages the grace window is computed from (t_step, t_quorum, t_upload,
-    # t_merge, t_broadcast), as the core held them; and with grace_target arrivals the stragglers' bound on the window
-    # (trainer.core.grace.Arrivals.straggle_s; None: not used or none seen).
-    decision: tuple[int, int, tuple[float, ...], float | None] | None = None
+    # t_merge, t_broadcast), as the core held them; and with grace_waits_for heard how many learners it waited for
+    # (trainer.core.grace.waited_for; None: every active one).
+    decision: tuple[int, int, tuple[float, ...], int | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ from trainer.core.checkpoint_codec import decode_opt_state, decode_params, encod
 from trainer.core.checkpoint_meta import CheckpointMeta, Key
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import Fragment
-from trainer.core.grace import Arrivals, Timing, merge_time
+from trainer.core.grace import Timing, merge_time, waited_for
 from trainer.core.inflight import held_merge_time, hold_seconds
 from trainer.core.merge import fragment_norm, merge_fragment, merge_rule_label, token_weight
 from trainer.core.outer import outer_step
@@ -174,10 +174,6 @@ class SyncerState:
     # A round waits a bounded hold for those announced by its merge time (trainer.core.inflight). Not
     # checkpointed: a restarted syncer's in-flight calls died with it.
     announced: dict[Key, float] = field(default_factory=dict)
-    # Each learner's recent lags behind the rounds it uploaded for (grace_target: arrivals), and per fragment since
-    # when its last merged round could merge (a late upload's lag counts from it). Not checkpointed: measured anew.
-    arrivals: Arrivals = field(default_factory=Arrivals)
-    last_eligible: dict[int, float] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -444,14 +440,9 @@ class SyncerState:
             return current
         a = self.algorithm
         if a.clocked:
-            try:
-                check_round(
-                    fragment, round, self.current_round(fragment, now), self.last_round[fragment], a.late_uploads
-                )
-            except Rejected as e:
-                if e.reason == RejectReason.LATE_ROUND and round == self.last_round[fragment]:
-                    self._lagged(learner_id, fragment, now)
-                raise
+            check_round(
+                fragment, round, self.current_round(fragment, now), self.last_round[fragment], a.late_uploads
+            )
         held = (fragment, base_version) in self.past_values
         check_base(fragment, base_version, current, a.max_staleness, a.rebases, held)
         frag = {n: self.params[n] for n in self.fragments[fragment].names}
@@ -508,7 +499,6 @@ class SyncerState:
         if c.key in self.merged_keys or self._pending(c.key):
             self._touch(self.learners[c.learner_id], now)
             return SubmitResult(True, current, duplicate=True)
-        arrived = self.announced.get(c.key, now)  # a round takes an upload by its header's arrival
         self.withdraw(c.key)  # its body is here (if it is refused below, nobody waits for it either)
         c = self._bounded(c, now)
         if self.policy.validate_uploads:
@@ -550,22 +540,16 @@ class SyncerState:
         if rnd.quorum_at is None and len(rnd.contributions) >= self.algorithm.min_quorum:
             rnd.quorum_at = now
             self.timing = self.timing.observe_quorum(max(now - rnd.opened_at, 0.0))
-        elif rnd.quorum_at is not None and self.algorithm.clocked and not late:
-            self.arrivals = self.arrivals.observe(c.learner_id, arrived - max(rnd.quorum_at, rnd.opened_at))
         if c.upload_seconds > 0:
             self.timing = self.timing.observe_upload(c.upload_seconds)
         return SubmitResult(True, current, late=late)
 
-    def _lagged(self, learner_id: str, fragment: int, now: float) -> None:
-        """An upload of ``learner_id`` for the round of ``fragment`` that merged last came ``now``: its lag."""
-        if fragment in self.last_eligible:
-            self.arrivals = self.arrivals.observe(learner_id, now - self.last_eligible[fragment])
-
-    def straggle_s(self, now: float) -> float | None:
-        """The grace window's bound from the stragglers among the active learners (grace_target arrivals)."""
-        if not self.algorithm.quorum.arrivals:
+    def waited_for(self, rnd: Round, now: float) -> int | None:
+        """How many learners ``rnd`` waits for with ``grace_waits_for: heard`` (None: every active one)."""
+        if self.algorithm.grace_waits_for != "heard":
             return None
-        return self.arrivals.straggle_s(r.learner_id for r in self.active_learners(now))
+        active = [(r.learner_id, r.last_seen) for r in self.active_learners(now)]
+        return waited_for(active, rnd.contributions, now, self.policy.heard_within_s)
 
     def _bounded(self, c: Contribution, now: float) -> Contribution:
         """The contribution with its step count capped by the time since it could have started (claims)."""
@@ -597,9 +581,8 @@ class SyncerState:
             self.timing,
             rnd.quorum_at,
             len(rnd.contributions),
-            len(self.active_learners(now)),
+            n if (n := self.waited_for(rnd, now)) is not None else len(self.active_learners(now)),
             rnd.opened_at if self.algorithm.clocked else None,
-            self.straggle_s(now),
         )
 
     @property
@@ -624,7 +607,7 @@ class SyncerState:
             len(rnd.contributions),
             len(self.active_learners(now)),
             (t.t_step.get(), t.t_quorum.get(), t.t_upload.get(), t.t_merge.get(), t.t_broadcast.get()),
-            self.straggle_s(now),
+            self.waited_for(rnd, now),
         )
         # Bodies that came after quorum + grace made the round only because their headers had (the hold).
         unheld = self._unheld_merge_at(rnd, now) if self.algorithm.clocked and not self.stopped else None
@@ -652,7 +635,6 @@ class SyncerState:
         self.versions[fragment] += 1
         if self.algorithm.clocked:
             self.last_round[fragment] = rnd.round
-            self.last_eligible[fragment] = rnd.eligible_since(now) or now
         self._remember(fragment)
         self.last_merge_at[fragment] = now
         v = self.versions[fragment]
