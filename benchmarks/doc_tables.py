@@ -57,6 +57,8 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/scenarios-and-checks.md", "parity-false-alarm", "parity_false_alarm.json"),
     ("docs/scenarios-and-checks.md", "parity-pairing", "parity_pairing.json"),
     ("docs/trainer.md", "corpus", "corpus.json"),
+    ("docs/trainer.md", "corpus-trained", "corpus_trained.json"),
+    ("docs/benchmarks.md", "reference-parity-small", "reference_parity_small.json"),
     ("docs/trainer.md", "compute-dtype", "compute_dtype.json"),
     ("docs/benchmarks.md", "state-size", "state_size.json"),
 ]
