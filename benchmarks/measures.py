@@ -45,6 +45,7 @@ from typing import Any
 
 from chaos.checkers.goodput import merged_tokens, trained_tokens
 from trainer import events as ev
+from trainer.core.reasons import RejectReason
 from trainer.metrics import final_eval
 
 
@@ -166,6 +167,22 @@ def grace_waits(events: Sequence[Any]) -> list[float]:
         and mg.decision.contributions < mg.decision.active_learners
         and mg.decision.t_step > 0
     ]
+
+
+def late_refused(events: Sequence[Any]) -> int:
+    """Uploads refused because their round had merged (``late_round``)."""
+    return sum(1 for e in _of(events, ev.Reject) if e.reason == RejectReason.LATE_ROUND.value)
+
+
+def format_median_p90(values: Sequence[float], digits: int = 2) -> str:
+    """``median; p90`` (nearest rank) as the benchmarks' tables print a pooled distribution; a dash for none.
+
+    >>> format_median_p90([0.0, 1.0, 1.0, 2.0]), format_median_p90([])
+    ('1.00; 2.00', '—')
+    """
+    if not values:
+        return "—"
+    return f"{percentile(values, 0.5):.{digits}f}; {percentile(values, 0.9):.{digits}f}"
 
 
 def outer_steps_per_round(events: Sequence[Any], *, num_fragments: int, sync_every: int) -> float | None:

@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     setup0 = TrainingSetup.from_config(build_config({"model": {"size": args.size}, "data": {"source": "text"}}))
     mcfg = setup0.model
     evaluate, block_of = _evaluator(args.size)
-    windows = block_of  # one entry per held-out window
+    n_windows = len(block_of)  # block_of has one entry per held-out window
 
     runs: list[Run] = []
     for seed in range(args.runs):
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         for j in range(i + 1, len(runs))
     ]
     losses = [float(r.per_window.mean()) for r in runs]
-    eval_tokens = int(len(windows) * mcfg.seq_len)
+    eval_tokens = int(n_windows * mcfg.seq_len)
     results = {
         "facts": facts,
         "bounds_nats_per_byte": bounds,
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             "steps": args.steps,
         },
         "eval": {
-            "windows": len(windows),
+            "windows": n_windows,
             "tokens": eval_tokens,
             "losses": losses,
             "se_unpaired": unpaired,
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             *[(f"entropy bound: {k}", f"{fmt(v, 4)} nats/byte") for k, v in bounds.items()],
             (
                 f"eval set ({args.size} model, T = {mcfg.seq_len})",
-                f"{len(windows):,} windows, {eval_tokens:,} predicted bytes",
+                f"{n_windows:,} windows, {eval_tokens:,} predicted bytes",
             ),
             (
                 f"eval loss after {args.steps} steps, {args.runs} seeds",

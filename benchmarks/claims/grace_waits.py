@@ -33,7 +33,6 @@ from chaos.history import History
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
 from trainer import events as ev
-from trainer.core.reasons import RejectReason
 
 SETTINGS = ("active", "heard")
 # The built-ins whose faults take a learner out (kill, pause, partition) or slow one down.
@@ -46,9 +45,7 @@ def summarise(h: History) -> dict[str, Any]:
         "grace_waits": waits,
         "waited_steps": sum(waits),
         "per_merge": m.participation(h.events)["per_merge"],
-        "late_refused": sum(
-            1 for e in h.events if isinstance(e, ev.Reject) and e.reason == RejectReason.LATE_ROUND.value
-        ),
+        "late_refused": m.late_refused(h.events),
         "merges": len(h.of(ev.Merge)),
         "status": "",
     }
@@ -93,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     name,
                     setting,
-                    f"{m.percentile(waits, 0.5):.2f}; {m.percentile(waits, 0.9):.2f}" if waits else "—",
+                    m.format_median_p90(waits),
                     m.format_ci([r["waited_steps"] for r in rs.values()], 1),
                     m.format_ci([r["per_merge"] for r in rs.values()], 2),
                     m.format_ci([r["late_refused"] for r in rs.values()], 1),

@@ -59,9 +59,7 @@ from benchmarks.harness import (
     run_cluster,
 )
 from chaos.history import History
-from trainer import events as ev
 from trainer.config import build_config, learner_ids
-from trainer.core.reasons import RejectReason
 from trainer.training import TrainingSetup
 
 
@@ -103,9 +101,7 @@ def summarise(h: History, args: argparse.Namespace, seed: int, slow: list[str]) 
         "slow_weight": m.weight_share(h.events, slow),
         "slow_speed_share": sum(speeds[lid] for lid in slow) / sum(speeds.values()),
         "grace_waits": m.grace_waits(h.events),
-        "late_refused": sum(
-            1 for e in h.events if isinstance(e, ev.Reject) and e.reason == RejectReason.LATE_ROUND.value
-        ),
+        "late_refused": m.late_refused(h.events),
         "wall_s": t1 - t0,
     }
 
@@ -122,13 +118,6 @@ def all_variants(learners: int) -> list[tuple[str, str, dict[str, Any]]]:
             {"min_quorum": 1, "grace": True, "grace_waits_for": "heard"},
         ),
     ]
-
-
-def _waits(waits: list[float]) -> str:
-    """Median and 90th percentile of the grace waits pooled over seeds (runs from before the measure: a dash)."""
-    if not waits:
-        return "—"
-    return f"{m.percentile(waits, 0.5):.2f}; {m.percentile(waits, 0.9):.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 else None,
                 m.format_ci([r["per_merge"] for r in rs.values()], 2),
                 f"{m.format_ci([r['slow_weight'] for r in rs.values()])} ({share:.3f})",
-                _waits([w for r in rs.values() for w in r.get("grace_waits", [])]),
+                m.format_median_p90([w for r in rs.values() for w in r.get("grace_waits", [])]),
                 f"{sum(r.get('late_refused', 0) for r in rs.values()) / len(rs):.1f}",
             ]
         )

@@ -56,7 +56,6 @@ from benchmarks.harness import (
 from chaos.history import History
 from trainer import events as ev
 from trainer.config import learner_ids
-from trainer.core.reasons import RejectReason
 
 VARIANTS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("sync", "sync DiLoCo (reference)", "sync-diloco", {}),
@@ -108,7 +107,7 @@ def cluster(args: argparse.Namespace, seed: int, mode: str, **algo: Any) -> dict
 
 def summarise(h: History, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     worst = m.worst_eval_after_first(h.events)
-    late = sum(1 for e in h.events if isinstance(e, ev.Reject) and e.reason == RejectReason.LATE_ROUND.value)
+    late = m.late_refused(h.events)
     final = m.final_eval(h.events)
     return {
         "final_loss": final.loss if final else None,

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 p, o, b = state[dt]
                 p, o, _ = s.train_step(p, o, jnp.asarray(next(b)))
                 state[dt][:2] = [p, o]
-        losses = {dt: setups[dt].evaluate({k: v for k, v in state[dt][0].items()}) for dt in setups}
+        losses = {dt: setups[dt].evaluate(state[dt][0]) for dt in setups}
         med = {dt: statistics.median(v) for dt, v in times.items()}
         row = {
             "size": size,
