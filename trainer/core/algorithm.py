@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.grace import QuorumPolicy
+from trainer.core.merge import Weighting
 
 __all__ = [
     "Algorithm",
@@ -133,7 +134,7 @@ class Algorithm(BaseModel):
         description="rda | mean for every tensor but embedding tables (always mean); decoupled default rda, "
         "sync-diloco default mean (DiLoCo's), data-parallel mean",
     )
-    weighting: Literal["tokens", "uniform"] = Field(
+    weighting: Weighting = Field(
         "tokens",
         description="a contribution's merge weight: tokens (the paper's c_tokens² / c_steps) or uniform (equal; "
         "an ablation)",
