@@ -13,7 +13,8 @@ beside them at the same tokens.
         --seeds 100 101 102 103 104 --results-name reference_parity_small   # small preset, real text, fresh seeds
     .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only decoupled mean \
         uniform no-grace heard tau-2 bf16 int8 int4 --seeds 100 101 102 103 104 --results-name ablations_small \
-        --keep-runs DIR [--reuse]              # the ablations, one setting of the defaults each (ABLATIONS)
+        --keep-runs DIR [--reuse]              # the ablations, one setting of the defaults each (ABLATIONS),
+                                               # each also against the defaults on the same seed
 
 ``--slow N --slow-step-s S`` makes the first N learners take at least S per step (heterogeneous speeds, where token
 weights can matter; on the small preset, with no emulated step, S twice a shared-CPU step makes them about half
@@ -80,6 +81,7 @@ ABLATIONS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("int8", "decoupled, int8 on the wire", "decoupled", {"wire_format": "int8"}),
     ("int4", "decoupled, int4 on the wire (the paper's 4-bit)", "decoupled", {"wire_format": "int4"}),
 ]
+ABLATION_SLUGS = frozenset(slug for slug, *_ in ABLATIONS)
 VARIANTS += ABLATIONS
 
 
@@ -124,6 +126,19 @@ def summarise(h: History, args: argparse.Namespace, mode: str) -> dict[str, Any]
     }
 
 
+def paired_relative(runs: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]]) -> list[float]:
+    """Per seed both have, the final loss's difference from ``base``'s in % of it (paired by seed).
+
+    >>> paired_relative({1: {"final_loss": 2.2}, 2: {"final_loss": 3.0}}, {1: {"final_loss": 2.0}})
+    [10.000000000000009]
+    """
+    return [
+        100 * (r["final_loss"] - base[s]["final_loss"]) / base[s]["final_loss"]
+        for s, r in runs.items()
+        if s in base
+    ]
+
+
 def _mean(values: list[Any]) -> str:
     known = [v for v in values if v is not None]
     return f"{sum(known) / len(known):.0f}" if known else "—"
@@ -161,13 +176,16 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 runs[slug][seed] = summarise(h, args, mode)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
-    ref, dp = runs.get("sync", {}), runs.get("dp", {})
+    # An ablation is judged against the defaults it changes one setting of; the main table has no such column.
+    ablated = any(slug in ABLATION_SLUGS for slug, *_ in variants)
+    bases = [("sync", "vs sync DiLoCo"), ("dp", "vs data-parallel")] + (
+        [("decoupled", "vs decoupled defaults")] if ablated else []
+    )
     header = [
         "configuration",
         "final eval loss",
         "excess over the floor",
-        "vs sync DiLoCo, same seed (%)",
-        "vs data-parallel, same seed (%)",
+        *(f"{name}, same seed (%)" for _, name in bases),
         "outer steps / round",
         "participants / merge",
         "late uploads refused / carried per run",
@@ -177,19 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     for slug, label, mode, _ in variants:
         rs = runs[slug]
         losses = [r["final_loss"] for r in rs.values()]
-        rel, rel_dp = (
-            [100 * (rs[s]["final_loss"] - base[s]["final_loss"]) / base[s]["final_loss"] for s in rs if s in base]
-            if slug != other
-            else []
-            for base, other in ((ref, "sync"), (dp, "dp"))
-        )
+        rels = [paired_relative(rs, runs.get(base, {})) if slug != base else [] for base, _ in bases]
         rows.append(
             [
                 label,
                 m.format_ci(losses, 4),
                 _ci_or_dash([r["excess"] for r in rs.values()], 3),
-                m.format_ci(rel, 2) if rel else "—",
-                m.format_ci(rel_dp, 2) if rel_dp else "—",
+                *(m.format_ci(rel, 2) if rel else "—" for rel in rels),
                 "—"
                 if mode == "data-parallel"
                 else m.format_ci([r["outer_steps_per_round"] for r in rs.values()], 2),
