@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.controller import RunOptions, run_scenario
+from chaos.errors import RunError
 from chaos.history import History
 from chaos.scenario import Scenario
 from trainer.presets import PRESETS
@@ -76,6 +77,13 @@ def run_cluster(
     )
     out = out_root / label
     if reuse and (out / "report.json").exists():
+        # A finished run is the same run whatever time limit it had: only the configuration must match.
+        kept = Scenario.model_validate_json((out / "scenario.json").read_text())
+        if kept.model_copy(update={"timeout_s": timeout_s}) != scenario:
+            raise RunError(
+                f"{out} holds a run of another configuration ({', '.join(differences(kept, scenario))} differ); "
+                "give this run its own --keep-runs directory, or drop --reuse to run it afresh"
+            )
         return History.read(out)
     t = time.monotonic()
     say = progress or (lambda msg: None)
@@ -91,6 +99,24 @@ def run_cluster(
     )
     say(f"[{label}] done in {time.monotonic() - t:.0f} s")
     return History.read(out)
+
+
+def differences(a: Scenario, b: Scenario) -> list[str]:
+    """The dotted paths of the settings in which two scenarios differ (a kept run reused for another config).
+
+    >>> x = Scenario.model_validate({"name": "x", "cluster": {"algorithm": {"grace": True}}})
+    >>> differences(x, x.model_copy(update={"seed": 7, "cluster": x.cluster.model_copy(
+    ...     update={"algorithm": x.cluster.algorithm.model_copy(update={"grace": False})})}))
+    ['cluster.algorithm.grace', 'seed']
+    """
+
+    def leaves(tree: Any, prefix: str) -> dict[str, Any]:
+        if isinstance(tree, dict):
+            return {k: v for key, sub in tree.items() for k, v in leaves(sub, f"{prefix}{key}.").items()}
+        return {prefix.rstrip("."): tree}
+
+    left, right = leaves(a.model_dump(mode="json"), ""), leaves(b.model_dump(mode="json"), "")
+    return sorted(k for k in left.keys() | right.keys() if left.get(k) != right.get(k))
 
 
 WHOLE_RUN = 10**6  # seconds: a fault that lasts the whole run

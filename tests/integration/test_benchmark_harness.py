@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks import measures as m
 from benchmarks.harness import run_cluster
+from chaos.errors import RunError
 from trainer import events as ev
 
 pytestmark = pytest.mark.integration
@@ -53,3 +54,14 @@ def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed
     # A finished run is read back, not run again.
     again = run_cluster("harness", cluster, tmp_path, reuse=True)
     assert len(again.events) == len(h.events)
+
+    # ... and only by the same configuration: a kept run of another one is refused, naming what differs.
+    with pytest.raises(
+        RunError, match=r"another configuration \(cluster\.learner\.step_delay_overrides\.learner-0"
+    ):
+        run_cluster(
+            "harness",
+            {**cluster, "learner": {**cluster["learner"], "step_delay_overrides": {}}},
+            tmp_path,
+            reuse=True,
+        )
