@@ -162,12 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     variants = [v for v in VARIANTS if not args.only or v[0] in args.only]
     runs: dict[str, dict[int, dict[str, Any]]] = {slug: {} for slug, *_ in variants}
+    # Heterogeneous runs are named apart, so both kinds can be kept (and reused) in one directory.
+    speeds = f"-slow{args.slow}x{args.slow_step_s:g}s" if args.slow else ""
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
         for seed in args.seeds:
             for slug, _, mode, algo in variants:
                 h = run_cluster(
-                    f"{slug}-seed{seed}",
+                    f"{slug}{speeds}-seed{seed}",
                     cluster(args, seed, mode, **algo),
                     root,
                     seed=seed,
