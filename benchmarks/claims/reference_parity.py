@@ -180,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     # An ablation is judged against the defaults it changes one setting of; the main table has no such column.
     ablated = any(slug in ABLATION_SLUGS for slug, *_ in variants)
-    bases = [("sync", "vs sync DiLoCo"), ("dp", "vs data-parallel")] + (
-        [("decoupled", "vs decoupled defaults")] if ablated else []
-    )
+    bases = [
+        (slug, name)
+        for slug, name in [("sync", "vs sync DiLoCo"), ("dp", "vs data-parallel")]
+        + ([("decoupled", "vs decoupled defaults")] if ablated else [])
+        if slug in runs  # a comparison with a configuration not run is no column
+    ]
     header = [
         "configuration",
         "final eval loss",
