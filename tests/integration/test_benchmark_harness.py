@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,11 +16,12 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed(tmp_path: Path) -> None:
-    cluster = {
+    learner = {"step_delay_s": 0.03, "start_together_s": 60.0, "step_delay_overrides": {"learner-0": 0.09}}
+    cluster: dict[str, Any] = {
         "token_budget": 10**12,
         "model": {"size": "tiny"},
         "algorithm": {"mode": "decoupled", "num_learners": 2, "sync_every": 8},
-        "learner": {"step_delay_s": 0.03, "start_together_s": 60.0, "step_delay_overrides": {"learner-0": 0.09}},
+        "learner": learner,
     }
     h = run_cluster("harness", cluster, tmp_path, stop_when=lambda st: st.merges >= 30, timeout_s=300)
 
@@ -61,7 +63,7 @@ def test_a_benchmark_run_stops_on_its_condition_with_learners_at_their_own_speed
     ):
         run_cluster(
             "harness",
-            {**cluster, "learner": {**cluster["learner"], "step_delay_overrides": {}}},
+            {**cluster, "learner": {**learner, "step_delay_overrides": {}}},
             tmp_path,
             reuse=True,
         )
