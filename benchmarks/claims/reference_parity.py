@@ -19,6 +19,8 @@ beside them at the same tokens.
 ``--slow N --slow-step-s S`` makes the first N learners take at least S per step (heterogeneous speeds, where token
 weights can matter; on the small preset, with no emulated step, S twice a shared-CPU step makes them about half
 speed). ``--keep-runs DIR --reuse`` reads the runs DIR holds already, so a long table can be built over sessions.
+Mind the disk: a kept data-parallel run of the small preset holds about 10 GB of merge audit (a merge every step,
+``syncer.audit_keep_fraction`` of them kept whole); a decoupled one about 0.3 GB. The tables need none of it.
 
 Setup (defaults, the issue's): M = 4 learners of the tiny model, P = 4, H = 32, τ = 2, emulated 50 ms steps,
 1.5M tokens per run. The source is an order-1 Markov chain over 256 tokens (``data.vocab_size``): a bigram
