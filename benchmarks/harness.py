@@ -78,8 +78,10 @@ def run_cluster(
     out = out_root / label
     if reuse and (out / "report.json").exists():
         # A finished run is the same run whatever time limit it had: only the configuration must match.
-        kept = Scenario.model_validate_json((out / "scenario.json").read_text())
-        if kept.model_copy(update={"timeout_s": timeout_s}) != scenario:
+        kept = Scenario.model_validate_json((out / "scenario.json").read_text()).model_copy(
+            update={"timeout_s": timeout_s}
+        )
+        if kept != scenario:
             raise RunError(
                 f"{out} holds a run of another configuration ({', '.join(differences(kept, scenario))} differ); "
                 "give this run its own --keep-runs directory, or drop --reuse to run it afresh"
