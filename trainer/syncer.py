@@ -60,6 +60,21 @@ from trainer.training import TrainingSetup
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
 
 SERVICE_NAME = "diloco.v1.Syncer"
+SYNCER_CALLS = frozenset(pb.DESCRIPTOR.services_by_name["Syncer"].methods_by_name)
+
+
+def call_name(method: str) -> str:
+    """A called method's name when the Syncer service has it, else ``unknown``: a refusal's ``call`` (an event
+    field and a metric label) comes from a closed set, since an unauthenticated caller picks the path
+    (docs/security.md, ``outsider-series``).
+
+    >>> call_name("/diloco.v1.Syncer/Upload"), call_name("/diloco.v1.Syncer/x" + "9" * 10_000)
+    ('Upload', 'unknown')
+    """
+    name = method.rsplit("/", 1)[-1]
+    return name if name in SYNCER_CALLS else "unknown"
+
+
 MAX_LONG_POLL_S = 30.0
 
 
@@ -82,7 +97,7 @@ class _AuthInterceptor(grpc.ServerInterceptor):
             f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token "
             "or this learner's credential"
         )
-        self._on_reject(details.method.rsplit("/", 1)[-1], reason, detail)
+        self._on_reject(call_name(details.method), reason, detail)
         handler = continuation(details)
 
         def deny(request, context):  # noqa: ANN001

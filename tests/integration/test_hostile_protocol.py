@@ -1,7 +1,7 @@
 """Generated hostile traffic over the real protocol, with the syncer's invariants checked after every batch.
 
 Hypothesis draws batches of messages — Join, Leave, Report, Upload (well-formed or not, chunked right or not),
-GetFragment — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
+GetFragment, and methods the service does not have under its path — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
 absurd magnitudes), sent by two rogue learners holding their own credentials, a forged credential and no
 credential, to one real syncer on a real socket. Three honest learners upload a small honest update after each
 batch (they are the majority whose merged norms the outlier guard follows). After each batch:
@@ -11,7 +11,9 @@ batch (they are the majority whose merged norms the outlier guard follows). Afte
   answers, and their p99 is bounded relative to the same calls between batches (:func:`monitor_bound`);
 - versions only move by merges, one per merge, and every merged contribution was accepted by a reply;
 - the parameters stay finite and small; no honest upload is refused;
-- the budget is not reached, the counted tokens stay in range, the learner table holds only real identities.
+- the budget is not reached, the counted tokens stay in range, the learner table holds only real identities;
+- every metric label naming a call is one of the service's methods or ``unknown`` (invariant ``outsider-series``,
+  docs/security.md: before, each made-up method an outsider called became a new series).
 
 And around every single message: a refused one (a reason, or a gRPC error) leaves the syncer's state as it was
 — versions, merges, pending rounds, the learner table (liveness and counters included), counted tokens, step
@@ -47,7 +49,8 @@ from trainer.core.credentials import learner_credential
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import serve
+from trainer.syncer import SERVICE_NAME, SYNCER_CALLS, serve
+from trainer.telemetry import EventMetrics
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = [pytest.mark.integration, pytest.mark.nightly_sized]  # BATCH and the profile's examples
@@ -119,9 +122,11 @@ def messages(draw):
     inc = draw(_mostly(f"{lid}-inc", TEXT))
     kind = draw(
         st.sampled_from(
-            ["join", "leave", "report", "report", "upload", "upload", "upload", "upload", "get_fragment"]
+            ["join", "leave", "report", "report", "upload", "upload", "upload", "upload", "get_fragment", "path"]
         )
     )
+    if kind == "path":  # a method the service does not have, under its path: the caller names it
+        return sender, kind, dict(method=draw(st.from_regex(r"[A-Za-z0-9_.-]{1,64}", fullmatch=True)))
     if kind == "join":
         return sender, kind, dict(learner_id=lid, incarnation=inc, hash_ok=draw(st.booleans()))
     if kind == "leave":
@@ -217,7 +222,10 @@ class Harness:
                 "syncer.liveness_timeout_s": 600,
             }
         )
-        self.server, self.svc, port = serve(self.cfg, tmp_path, host="127.0.0.1", port=0, token=SECRET)
+        self.metrics = EventMetrics(num_fragments=2, role="syncer")
+        self.server, self.svc, port = serve(
+            self.cfg, tmp_path, host="127.0.0.1", port=0, token=SECRET, metrics=self.metrics
+        )
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.stub = pbg.SyncerStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
@@ -382,6 +390,10 @@ class Harness:
                     metadata=md,
                 )
                 return self._count(kind, r.ok, r.reason)
+            elif kind == "path":
+                call = self.channel.unary_unary(f"/{SERVICE_NAME}/{f['method']}")
+                call(b"", timeout=10, metadata=md)
+                return self._count(kind, True, "")  # no such method answered: the check after the batch fails it
             elif kind == "get_fragment":
                 req = pb.FragmentRequest(
                     learner_id=f["learner_id"],
@@ -467,6 +479,12 @@ class Harness:
                 assert key in self.accepted, f"merged but never accepted: {key}"
         assert all(np.all(np.isfinite(t)) and np.max(np.abs(t)) < 1e3 for t in params.values())
         assert learners <= set(HONEST) | set(ROGUES), learners  # credentials name the only ids that can join
+        # Invariant `outsider-series` (docs/security.md): every label value from a closed set, whatever was called.
+        calls = {
+            s.labels["call"] for m in self.metrics.registry.collect() for s in m.samples if "call" in s.labels
+        }
+        assert calls <= SYNCER_CALLS | {"unknown"}, sorted(calls - SYNCER_CALLS)[:5]
+        assert not self.outcomes["path: ok"], "a method the Syncer service does not have answered"
 
 
 @pytest.fixture(scope="module")
