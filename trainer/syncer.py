@@ -40,18 +40,26 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from trainer import events as ev
 from trainer.admission import MAX_CALL_S, RESERVED_WORKERS, AdmissionInterceptor, Slots
 from trainer.audit_log import AuditWriter, fragment_digests
-from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
+from trainer.checkpoint import (
+    RESULT_NAME,
+    NoIntactCheckpoint,
+    list_checkpoints,
+    load_latest,
+    merges_of,
+    save_checkpoint,
+)
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.checkpoint_codec import encode_arrays, restore_problems
 from trainer.core.claims import MAX_NAME
-from trainer.core.credentials import caller, presented
+from trainer.core.credentials import caller, checkpoint_key, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
 from trainer.core.syncer_policy import restore_version_skip
 from trainer.core.syncer_records import Contribution
 from trainer.core.syncer_state import SyncerState
-from trainer.errors import AddressInUse, ConfigError
+from trainer.errors import AddressInUse, CheckpointError, ConfigError
 from trainer.policy import merge_fields, policy_from_config, upload_fields
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
@@ -126,6 +134,7 @@ class SyncerService(pbg.SyncerServicer):
         exit_on_finish: bool = True,
         secret: str | None = None,
         metrics: EventMetrics | None = None,
+        start_fresh: bool = False,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -145,6 +154,9 @@ class SyncerService(pbg.SyncerServicer):
             clock=clock,
         )
         self.ckpt_dir = run_dir / "checkpoints"
+        # Checkpoints are digested under a key from the secret: one who can write the run directory but does not
+        # hold the secret cannot make this syncer serve a checkpoint of its own (docs/security.md).
+        self.ckpt_key = checkpoint_key(secret) if secret else None
         self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed)
         self.cond = threading.Condition()
         self.stopping = threading.Event()
@@ -160,10 +172,25 @@ class SyncerService(pbg.SyncerServicer):
         init = self.setup.init_params()
         self.fragments = partition_tensors({k: int(v.size) for k, v in init.items()}, cfg.algorithm.num_fragments)
         policy = policy_from_config(cfg)
-        restored = load_latest(self.ckpt_dir)
-        if restored is None:
-            self.state = SyncerState.create(policy, self.fragments, init)
-        else:
+        self.state = SyncerState.create(policy, self.fragments, init)
+        expected = encode_arrays(self.state.params, self.state.opt_states)
+        try:
+            restored = load_latest(
+                self.ckpt_dir,
+                key=self.ckpt_key,
+                verify=True,
+                check=lambda arrays: restore_problems(arrays, expected),
+            )
+        except NoIntactCheckpoint as err:
+            if not start_fresh:
+                raise
+            # Versions start above every version the broken checkpoints' syncer can have served.
+            newest = max(merges_of(p) for p in list_checkpoints(self.ckpt_dir))
+            skip = newest + restore_version_skip(cfg.syncer.checkpoint_every_merges)
+            self.state.versions = [skip] * len(self.state.versions)
+            print(f"warning: --start-fresh: {err}\nstarting from scratch at version {skip}", file=sys.stderr)
+            restored = None
+        if restored is not None:
             arrays, meta, path = restored
             if meta.get("config_hash") not in (None, self.config_hash):
                 raise ConfigError(
@@ -501,7 +528,7 @@ class SyncerService(pbg.SyncerServicer):
         t0 = time.monotonic()
         arrays, meta = self.state.to_checkpoint()
         meta["config_hash"] = self.config_hash
-        path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta)
+        path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta, key=self.ckpt_key)
         self.log.emit(
             ev.Checkpoint(
                 merges_total=self.state.merges_total,
@@ -645,6 +672,7 @@ def serve(
     max_workers: int = 64,
     max_call_s: float = MAX_CALL_S,
     metrics: EventMetrics | None = None,
+    start_fresh: bool = False,
 ) -> tuple[grpc.Server, SyncerService, int]:
     """Start the syncer's gRPC server; returns (server, service, bound port)."""
     holder: dict[str, SyncerService] = {}
@@ -694,6 +722,7 @@ def serve(
         exit_on_finish=exit_on_finish,
         secret=token or None,
         metrics=metrics,
+        start_fresh=start_fresh,
     )
     holder["svc"] = svc
     pbg.add_SyncerServicer_to_server(svc, server)
@@ -717,6 +746,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached"
     )
+    ap.add_argument(
+        "--start-fresh",
+        action="store_true",
+        help="where checkpoints are there and none can be restored, train from the beginning (versions start above "
+        "theirs) instead of refusing to start",
+    )
     add_metrics_arguments(ap)
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
@@ -739,10 +774,14 @@ def main(argv: list[str] | None = None) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             metrics=metrics,
+            start_fresh=args.start_fresh,
         )
     except AddressInUse as err:
         print(f"error: {err}", file=sys.stderr)
         return AddressInUse.EXIT_CODE
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     info = run_dir / "syncer.json"
     tmp = info.with_suffix(".json.tmp")
     tmp.write_text(
