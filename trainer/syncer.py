@@ -157,7 +157,7 @@ class SyncerService(pbg.SyncerServicer):
         # Checkpoints are digested under a key from the secret: one who can write the run directory but does not
         # hold the secret cannot make this syncer serve a checkpoint of its own (docs/security.md).
         self.ckpt_key = checkpoint_key(secret) if secret else None
-        self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed)
+        self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed, cfg.syncer.audit_keep_bytes)
         self.cond = threading.Condition()
         self.stopping = threading.Event()
         self.done = threading.Event()  # finished, final eval and checkpoint written
