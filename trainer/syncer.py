@@ -38,7 +38,7 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from trainer import events as ev
-from trainer.admission import MAX_CALL_S, RESERVED_WORKERS, AdmissionInterceptor, Slots
+from trainer.admission import FIRST_MESSAGE_S, MAX_CALL_S, AdmissionInterceptor, Pools, worker_budget
 from trainer.audit_log import AuditWriter, fragment_digests
 from trainer.checkpoint import (
     RESULT_NAME,
@@ -108,18 +108,16 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         self._on_reject(call_name(details.method), reason, detail)
         handler = continuation(details)
 
-        def deny(request, context):  # noqa: ANN001
+        def deny(requests, context):  # noqa: ANN001
             context.abort(grpc.StatusCode.UNAUTHENTICATED, detail)
 
         if handler is None:
             return None
-        if handler.request_streaming and handler.response_streaming:
-            return grpc.stream_stream_rpc_method_handler(deny)
-        if handler.request_streaming:
-            return grpc.stream_unary_rpc_method_handler(deny)
+        # Request-streaming either way: refused from the headers on, without waiting for a request that an
+        # outsider need never send (a unary handler holds its worker until the message comes: trainer.admission).
         if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(deny)
-        return grpc.unary_unary_rpc_method_handler(deny)
+            return grpc.stream_stream_rpc_method_handler(deny)
+        return grpc.stream_unary_rpc_method_handler(deny)
 
 
 class SyncerService(pbg.SyncerServicer):
@@ -671,6 +669,7 @@ def serve(
     exit_on_finish: bool = True,
     max_workers: int = 64,
     max_call_s: float = MAX_CALL_S,
+    first_message_s: float = FIRST_MESSAGE_S,
     metrics: EventMetrics | None = None,
     start_fresh: bool = False,
 ) -> tuple[grpc.Server, SyncerService, int]:
@@ -681,13 +680,13 @@ def serve(
         if "svc" in holder:
             holder["svc"].record_reject(call, reason, detail)
 
-    # Enough workers for every learner's long calls (one long poll per fragment, an upload, a state fetch) plus
-    # the reserved ones; a caller over its share is refused at once (trainer.admission).
-    per_learner = cfg.algorithm.num_fragments + 4
-    max_workers = max(max_workers, cfg.algorithm.num_learners * per_learner + RESERVED_WORKERS)
-    slots = Slots(total=max_workers - RESERVED_WORKERS, per_caller=per_learner)
+    # Workers for every caller's share of every kind of call; a caller over its share is refused at once
+    # (trainer.admission).
+    budget = worker_budget(cfg.algorithm.num_learners, cfg.algorithm.num_fragments, at_least=max_workers)
+    max_workers = budget.workers
+    pools = Pools.of(budget, cfg.algorithm.num_fragments)
     interceptors: list[grpc.ServerInterceptor] = [_AuthInterceptor(token, on_reject)] if token else []
-    interceptors.append(AdmissionInterceptor(SERVICE_NAME, slots, token, on_reject, max_call_s))
+    interceptors.append(AdmissionInterceptor(SERVICE_NAME, pools, token, on_reject, max_call_s, first_message_s))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=interceptors,
