@@ -55,6 +55,7 @@ from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, checkpoint_key, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
+from trainer.core.repeats import Repeats
 from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
 from trainer.core.syncer_policy import restore_version_skip
 from trainer.core.syncer_records import Contribution
@@ -68,6 +69,7 @@ from trainer.training import TrainingSetup
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
 
 SERVICE_NAME = "diloco.v1.Syncer"
+OUTSIDER_LOG_S = 10.0  # refusals of callers without a credential: one event per call and reason this often
 SYNCER_CALLS = frozenset(pb.DESCRIPTOR.services_by_name["Syncer"].methods_by_name)
 
 
@@ -105,7 +107,7 @@ class _AuthInterceptor(grpc.ServerInterceptor):
             f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token "
             "or this learner's credential"
         )
-        self._on_reject(call_name(details.method), reason, detail)
+        self._on_reject(call_name(details.method), reason, detail, outsider=True)
         handler = continuation(details)
 
         def deny(requests, context):  # noqa: ANN001
@@ -152,6 +154,7 @@ class SyncerService(pbg.SyncerServicer):
             clock=clock,
         )
         self.ckpt_dir = run_dir / "checkpoints"
+        self.outsider_repeats = Repeats(window_s=OUTSIDER_LOG_S)
         # Checkpoints are digested under a key from the secret: one who can write the run directory but does not
         # hold the secret cannot make this syncer serve a checkpoint of its own (docs/security.md).
         self.ckpt_key = checkpoint_key(secret) if secret else None
@@ -243,9 +246,15 @@ class SyncerService(pbg.SyncerServicer):
         learner_id: str = "",
         fragment: int = -1,
         base_version: int = -1,
+        outsider: bool = False,
     ) -> None:
+        """Count a refusal (Status) and log it; an ``outsider``'s (no valid credential) once per kind and window,
+        the rest folded into the next one logged (trainer.core.repeats)."""
         with self.cond:
             self.state.rejections[reason.value] += 1
+            repeats = self.outsider_repeats.admit((call, reason.value), self.timer()) if outsider else 0
+        if repeats is None:
+            return
         learner_id = learner_id[:MAX_NAME]  # a refused message's own id, cut short: it may be megabytes
         self.log.emit(
             ev.Reject(
@@ -255,6 +264,7 @@ class SyncerService(pbg.SyncerServicer):
                 learner_id=learner_id,
                 fragment=fragment,
                 base_version=base_version,
+                repeats=repeats,
             )
         )
 
@@ -648,6 +658,13 @@ class SyncerService(pbg.SyncerServicer):
             self.cond.notify_all()
             self._checkpoint_locked()
             versions, merges = list(self.state.versions), self.state.merges_total
+            folded = self.outsider_repeats.drain()
+        for (call, reason), n in sorted(folded.items()):
+            self.log.emit(
+                ev.Reject(
+                    call=call, reason=reason, detail="refusals folded since the last one logged", repeats=n - 1
+                )
+            )
         self._eval_queue.put(None)
         # Join the background threads: a daemon thread still inside XLA when the interpreter exits aborts it.
         for t in self._threads:
@@ -676,9 +693,9 @@ def serve(
     """Start the syncer's gRPC server; returns (server, service, bound port)."""
     holder: dict[str, SyncerService] = {}
 
-    def on_reject(call: str, reason: RejectReason, detail: str) -> None:
+    def on_reject(call: str, reason: RejectReason, detail: str, outsider: bool = False) -> None:
         if "svc" in holder:
-            holder["svc"].record_reject(call, reason, detail)
+            holder["svc"].record_reject(call, reason, detail, outsider=outsider)
 
     # Workers for every caller's share of every kind of call; a caller over its share is refused at once
     # (trainer.admission).

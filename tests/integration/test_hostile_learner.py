@@ -29,6 +29,7 @@ from trainer.core.syncer_policy import STEP_SLACK
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
+from trainer.syncer import OUTSIDER_LOG_S
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration
@@ -319,6 +320,31 @@ def test_calls_opened_and_never_sent_cannot_starve_status_and_health(tmp_path):
             release.set()
             for c in chans:
                 c.close()
+
+
+def test_an_outsiders_flood_costs_the_log_one_line_per_kind_and_window(tmp_path):
+    """Invariant `output` (docs/security.md): 300 calls without a credential are all refused and counted (Status),
+    logged once per call, reason and OUTSIDER_LOG_S, the rest folded into the next line; after shutdown the log's
+    lines account for every one (1 + repeats each), so nothing is lost and nothing grows per call."""
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2})
+    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pbg.SyncerStub(channel)
+            t0 = time.monotonic()
+            for _ in range(300):
+                with pytest.raises(grpc.RpcError):
+                    stub.Status(pb.StatusRequest(), timeout=5)
+            elapsed = time.monotonic() - t0
+            st = pbg.SyncerStub(channel).Status(
+                pb.StatusRequest(), timeout=5, metadata=(("authorization", f"Bearer {TOKEN}"),)
+            )
+        assert st.rejections["missing_token"] == 300
+        lines = [e for e in ev.read_events(tmp_path / "events" / "syncer.jsonl") if isinstance(e, ev.Reject)]
+        assert len(lines) <= 1 + elapsed / OUTSIDER_LOG_S, (len(lines), elapsed)
+    after = [e for e in ev.read_events(tmp_path / "events" / "syncer.jsonl") if isinstance(e, ev.Reject)]
+    assert sum(1 + e.repeats for e in after) == 300 and {(e.call, e.reason) for e in after} == {
+        ("Status", "missing_token")
+    }
 
 
 def test_a_call_whose_request_never_comes_is_cancelled(tmp_path):

@@ -13,7 +13,8 @@ batch (they are the majority whose merged norms the outlier guard follows). Afte
 - the parameters stay finite and small; no honest upload is refused;
 - the budget is not reached, the counted tokens stay in range, the learner table holds only real identities;
 - every metric label naming a call is one of the service's methods or ``unknown`` (invariant ``outsider-series``,
-  docs/security.md: before, each made-up method an outsider called became a new series).
+  docs/security.md: before, each made-up method an outsider called became a new series);
+- refusals of callers without a credential are logged once per call, reason and window (invariant ``output``).
 
 And around every single message: a refused one (a reason, or a gRPC error) leaves the syncer's state as it was
 — versions, merges, pending rounds, the learner table (liveness and counters included), counted tokens, step
@@ -46,16 +47,18 @@ from trainer import events as ev
 from trainer.client import specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
+from trainer.core.reasons import RejectReason
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import SERVICE_NAME, SYNCER_CALLS, serve
+from trainer.syncer import OUTSIDER_LOG_S, SERVICE_NAME, SYNCER_CALLS, serve
 from trainer.telemetry import EventMetrics
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = [pytest.mark.integration, pytest.mark.nightly_sized]  # BATCH and the profile's examples
 SECRET = "hostile-protocol-secret"
 ROGUES = ("rogue-0", "rogue-1")
+OUTSIDER_REASONS = (RejectReason.MISSING_TOKEN.value, RejectReason.BAD_TOKEN.value)
 HONEST = ("honest-0", "honest-1", "honest-2")
 BATCH = 40 if OPTIONS.nightly else 12
 STATUS_BOUND_S = 5.0  # Status + health, each batch, on a loaded 2-core machine
@@ -245,6 +248,7 @@ class Harness:
             for p in range(len(self.names)):
                 self.honest_upload(lid, p)
         self.monitor = Monitor(f"127.0.0.1:{port}")
+        self.started = time.monotonic()
 
     def close(self) -> None:
         self.monitor.close()
@@ -463,9 +467,8 @@ class Harness:
         assert h.status == health_pb2.HealthCheckResponse.SERVING
         assert not st_.finished and 0 <= st_.tokens < MAX_COUNT, st_.tokens
         with self.svc.cond:  # merges are logged under the lock: versions and the log agree inside it
-            merges = [
-                e for e in ev.read_events(self.svc.run_dir / "events" / "syncer.jsonl") if isinstance(e, ev.Merge)
-            ]
+            events = ev.read_events(self.svc.run_dir / "events" / "syncer.jsonl")
+            merges = [e for e in events if isinstance(e, ev.Merge)]
             versions = list(self.svc.state.versions)
             params = {n: t.copy() for n, t in self.svc.state.params.items()}
             learners = set(self.svc.state.learners)
@@ -485,6 +488,11 @@ class Harness:
         }
         assert calls <= SYNCER_CALLS | {"unknown"}, sorted(calls - SYNCER_CALLS)[:5]
         assert not self.outcomes["path: ok"], "a method the Syncer service does not have answered"
+        # Invariant `output`: refusals of callers without a credential cost the log one event per kind and window.
+        outsider = [e for e in events if isinstance(e, ev.Reject) and e.reason in OUTSIDER_REASONS]
+        windows = (time.monotonic() - self.started) / OUTSIDER_LOG_S + 1
+        kinds = {(e.call, e.reason) for e in outsider}
+        assert len(outsider) <= len(kinds) * windows, (len(outsider), len(kinds), windows)
 
 
 @pytest.fixture(scope="module")
