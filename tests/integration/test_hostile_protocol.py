@@ -1,7 +1,7 @@
 """Generated hostile traffic over the real protocol, with the syncer's invariants checked after every batch.
 
 Hypothesis draws batches of messages — Join, Leave, Report, Upload (well-formed or not, chunked right or not),
-GetFragment, and methods the service does not have under its path — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
+GetFragment, bursts of Reports, and methods the service does not have under its path — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
 absurd magnitudes), sent by two rogue learners holding their own credentials, a forged credential and no
 credential, to one real syncer on a real socket. Three honest learners upload a small honest update after each
 batch (they are the majority whose merged norms the outlier guard follows). After each batch:
@@ -14,7 +14,9 @@ batch (they are the majority whose merged norms the outlier guard follows). Afte
 - the budget is not reached, the counted tokens stay in range, the learner table holds only real identities;
 - every metric label naming a call is one of the service's methods or ``unknown`` (invariant ``outsider-series``,
   docs/security.md: before, each made-up method an outsider called became a new series);
-- refusals of callers without a credential are logged once per call, reason and window (invariant ``output``).
+- refusals of callers without a credential are logged once per call, reason and window (invariant ``output``);
+- the tokens counted per learner id stay within what time allows since it joined, bursts of hundreds of Reports
+  claiming far more included (invariant ``budget``).
 
 And around every single message: a refused one (a reason, or a gRPC error) leaves the syncer's state as it was
 — versions, merges, pending rounds, the learner table (liveness and counters included), counted tokens, step
@@ -48,6 +50,7 @@ from trainer.client import specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
 from trainer.core.reasons import RejectReason
+from trainer.core.syncer_policy import STEP_SLACK
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
@@ -125,9 +128,23 @@ def messages(draw):
     inc = draw(_mostly(f"{lid}-inc", TEXT))
     kind = draw(
         st.sampled_from(
-            ["join", "leave", "report", "report", "upload", "upload", "upload", "upload", "get_fragment", "path"]
+            [
+                "join",
+                "leave",
+                "report",
+                "report",
+                "upload",
+                "upload",
+                "upload",
+                "upload",
+                "get_fragment",
+                "path",
+                "report_burst",
+            ]
         )
     )
+    if kind == "report_burst":  # Reports back to back, each claiming far more than time allows (budget minting)
+        return sender, kind, dict(learner_id=lid, incarnation=inc, n=draw(st.integers(50, 300)))
     if kind == "path":  # a method the service does not have, under its path: the caller names it
         return sender, kind, dict(method=draw(st.from_regex(r"[A-Za-z0-9_.-]{1,64}", fullmatch=True)))
     if kind == "join":
@@ -235,6 +252,9 @@ class Harness:
         self.tps = policy_from_config(self.cfg).tokens_per_step
         self.names = [list(f.names) for f in self.svc.fragments]
         self.outcomes: Counter[str] = Counter()
+        self.started_at = (
+            time.monotonic()
+        )  # before any learner joins: the time bound of invariant `budget` starts here
         self.accepted: set[tuple[str, str, int, int, int]] = set()
         self.latencies: list[float] = []
         self.versions = [0] * len(self.names)
@@ -394,6 +414,22 @@ class Harness:
                     metadata=md,
                 )
                 return self._count(kind, r.ok, r.reason)
+            elif kind == "report_burst":
+                refused = True
+                for i in range(f["n"]):
+                    r = self.stub.Report(
+                        pb.ReportRequest(
+                            learner_id=f["learner_id"],
+                            incarnation=f["incarnation"],
+                            step=10**6 * (i + 1),
+                            tokens=10**6 * (i + 1) * self.tps,
+                            step_time_s=0.05,
+                        ),
+                        timeout=10,
+                        metadata=md,
+                    )
+                    refused = self._count(kind, r.ok, r.reason) and refused
+                return refused
             elif kind == "path":
                 call = self.channel.unary_unary(f"/{SERVICE_NAME}/{f['method']}")
                 call(b"", timeout=10, metadata=md)
@@ -488,6 +524,20 @@ class Harness:
         }
         assert calls <= SYNCER_CALLS | {"unknown"}, sorted(calls - SYNCER_CALLS)[:5]
         assert not self.outcomes["path: ok"], "a method the Syncer service does not have answered"
+        # Invariant `budget`: tokens counted per learner id, over its incarnations, at most what time allows since it
+        # first joined at max_speedup × the pace (three honest learners report 0.05 s steps: the lower median), the
+        # slack once.
+        pol = self.svc.state.policy
+        allowed = self.tps * (
+            pol.max_speedup * (time.monotonic() - self.started_at) / 0.05
+            + STEP_SLACK
+            + self.svc.state.algorithm.overlap_floor
+        )
+        with self.svc.cond:
+            counted = Counter[str]()
+            for k, n in self.svc.state.tokens_by_incarnation.items():
+                counted[k.split("/", 1)[0]] += n  # ids here hold no "/": the credentials name them
+        assert all(n <= allowed for n in counted.values()), (dict(counted), allowed)
         # Invariant `output`: refusals of callers without a credential cost the log one event per kind and window.
         outsider = [e for e in events if isinstance(e, ev.Reject) and e.reason in OUTSIDER_REASONS]
         windows = (time.monotonic() - self.started) / OUTSIDER_LOG_S + 1
