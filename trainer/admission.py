@@ -38,7 +38,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import heapq
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -102,6 +104,60 @@ class Slots:
                 del self._by[who]
 
 
+class Deadlines:
+    """Calls to cancel at their deadlines, on one watchdog thread (a timer thread per call cost two thread starts
+    per RPC). ``add`` returns a handle; ``discard`` it when the call ends in time.
+
+    >>> import time
+    >>> d, fired = Deadlines(), []
+    >>> h = d.add(0.0, lambda: fired.append("late")); k = d.add(60.0, lambda: fired.append("never"))
+    >>> d.discard(k); time.sleep(0.2); fired
+    ['late']
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], Any]]] = []
+        self._live: set[int] = set()
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, after_s: float, fire: Callable[[], Any]) -> int:
+        with self._cond:
+            self._next += 1
+            heapq.heappush(self._heap, (time.monotonic() + after_s, self._next, fire))
+            self._live.add(self._next)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="call-deadlines", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+            return self._next
+
+    def discard(self, handle: int) -> None:
+        with self._cond:
+            self._live.discard(handle)
+            if len(self._heap) > 2 * len(self._live) + 64:  # ended calls' entries (and their contexts) go now
+                self._heap = [e for e in self._heap if e[1] in self._live]
+                heapq.heapify(self._heap)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][1] not in self._live:
+                    heapq.heappop(self._heap)  # ended in time
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                at, handle, fire = self._heap[0]
+                wait = at - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                self._live.discard(handle)
+            fire()  # outside the lock: a cancel may call back into gRPC
+
+
 @dataclass(frozen=True)
 class Pools:
     long: Slots
@@ -132,6 +188,7 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         self._prefix = f"/{service}/"
         self._pools, self._secret, self._on_reject = pools, secret, on_reject
         self._max_call_s, self._first_message_s = max_call_s, first_message_s
+        self._deadlines = Deadlines()
 
     def _who(self, metadata) -> str:  # noqa: ANN001
         if not self._secret:
@@ -157,26 +214,22 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
             if who != ANONYMOUS:  # an outsider's refusals are not logged one by one (docs/security.md, output)
                 self._on_reject(call, RejectReason.BUSY, detail)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, detail)
-        timer = threading.Timer(self._max_call_s, context.cancel)
-        timer.daemon = True
-        timer.start()
+        deadline = self._deadlines.add(self._max_call_s, context.cancel)
         try:
             yield
         finally:
-            timer.cancel()
+            self._deadlines.discard(deadline)
             pool.leave(who)
 
     def _first(self, requests: Iterator[Any], context) -> Any:  # noqa: ANN001
         """The call's one request, or the call cancelled when it has not come within ``first_message_s``."""
-        timer = threading.Timer(self._first_message_s, context.cancel)
-        timer.daemon = True
-        timer.start()
+        deadline = self._deadlines.add(self._first_message_s, context.cancel)
         try:
             return next(requests)
         except StopIteration:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request message")
         finally:
-            timer.cancel()
+            self._deadlines.discard(deadline)
 
     def intercept_service(self, continuation, details):  # noqa: ANN001
         handler = continuation(details)
