@@ -4,6 +4,8 @@ A kept merge is one ``.npz`` file of :meth:`trainer.core.audit.MergeAudit.arrays
 the syncer's incarnation (unique even if versions ever went backwards, which the durability check would flag).
 Which merges are kept is a pure function of (seed, fragment, version), so a replay keeps the same ones.
 Deterministic mode keeps its files in memory (``run_dir`` None) and writes them with the rest of its run directory.
+The kept files hold at most ``keep_bytes`` (those already there when a restarted syncer starts count): a merge
+sampled past it is only digested, so no run fills a disk with audit (docs/security.md, ``output``).
 
     >>> import numpy as np
     >>> w = AuditWriter(None, keep_fraction=0.5, seed=0)
@@ -25,6 +27,7 @@ from trainer import events as ev
 from trainer.core.audit import MergeAudit
 
 AUDIT_DIR = "audit"
+NPZ_OVERHEAD = 1024  # bytes an array adds to an .npz beside its data, at most (zip headers, .npy header, its name)
 
 
 def kept(keep_fraction: float, seed: int, fragment: int, version: int) -> bool:
@@ -40,16 +43,22 @@ def kept(keep_fraction: float, seed: int, fragment: int, version: int) -> bool:
 class AuditWriter:
     """Digests every merge; keeps the sampled ones as files (``run_dir``) or in :attr:`files` (``run_dir`` None)."""
 
-    def __init__(self, run_dir: Path | None, keep_fraction: float, seed: int) -> None:
+    def __init__(
+        self, run_dir: Path | None, keep_fraction: float, seed: int, keep_bytes: int | None = None
+    ) -> None:
         self.dir = None if run_dir is None else Path(run_dir) / AUDIT_DIR
-        self.keep_fraction, self.seed = keep_fraction, seed
+        self.keep_fraction, self.seed, self.keep_bytes = keep_fraction, seed, keep_bytes
         self.files: dict[str, dict[str, np.ndarray]] = {}
+        on_disk = self.dir.glob("*.npz") if self.dir is not None and self.dir.is_dir() else ()
+        self.kept_bytes = sum(p.stat().st_size for p in on_disk)
 
     def record(self, audit: MergeAudit, syncer_incarnation: str) -> ev.MergeDigests:
         name = ""
-        if kept(self.keep_fraction, self.seed, audit.fragment, audit.version):
+        arrays = audit.arrays() if kept(self.keep_fraction, self.seed, audit.fragment, audit.version) else {}
+        size = sum(a.nbytes + NPZ_OVERHEAD for a in arrays.values())  # at least the file's size
+        if arrays and (self.keep_bytes is None or self.kept_bytes + size <= self.keep_bytes):
+            self.kept_bytes += size
             name = f"f{audit.fragment}-v{audit.version}-{syncer_incarnation}.npz"
-            arrays = audit.arrays()
             if self.dir is None:
                 self.files[name] = {n: np.array(a, copy=True) for n, a in arrays.items()}
             else:

@@ -213,6 +213,12 @@ class SyncerSection(_Strict):
         "under the run directory's audit/ for the checker to recompute (1: all; "
         "deterministic mode keeps all)",
     )
+    audit_keep_bytes: int = Field(
+        1_000_000_000,
+        ge=0,
+        description="merge audit: at most this many bytes of kept merges under audit/ (those already there after a "
+        "restart count); past it merges are only digested (a long or data-parallel run would fill a disk)",
+    )
     planted_bug: Literal["none", "forget_rejoined"] = Field(
         "none", description="tests of the chaos harness only: switch on a deliberate syncer defect"
     )
@@ -280,14 +286,15 @@ class RunConfig(_Strict):
     def config_hash(self) -> str:
         """Stable hash of the canonical JSON form of what is trained; learners must match the syncer's.
 
-        What only changes what is recorded (``syncer.audit_keep_fraction``) is left out: runs that differ in it
-        train alike and share cached baselines and measurements.
+        What only changes what is recorded (``syncer.audit_keep_fraction``, ``syncer.audit_keep_bytes``) is left
+        out: runs that differ in it train alike and share cached baselines and measurements.
 
             >>> RunConfig().config_hash() == RunConfig.model_validate({"syncer": {"audit_keep_fraction": 1}}).config_hash()
             True
         """
         tree = self.model_dump(mode="json")
         tree["syncer"].pop("audit_keep_fraction")
+        tree["syncer"].pop("audit_keep_bytes")
         for section, name in ADDED_SETTINGS:  # at its default, a setting added later trains as before it existed
             if tree[section][name] == type(self).model_fields[section].default.model_dump(mode="json")[name]:
                 tree[section].pop(name)

@@ -100,6 +100,9 @@ class Reject(_Event):
     learner_id: str = ""
     fragment: int = -1
     base_version: int = -1
+    # Refusals of the same call and reason folded into this one (callers without a credential: logged once per
+    # window, trainer.core.repeats); the event stands for 1 + repeats refusals.
+    repeats: int = 0
 
 
 class ParticipantInfo(BaseModel):

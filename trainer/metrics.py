@@ -92,7 +92,9 @@ def summarize_run(run_dir: str | Path) -> RunMetrics:
         ),
         learner_steps=sum(e.step for e in steps),
         uploads_merged=merged_tokens / started_tokens if started_tokens else math.nan,
-        rejections=dict(Counter(e.reason for e in events if isinstance(e, ev.Reject))),
+        rejections=dict(
+            sum((Counter({e.reason: 1 + e.repeats}) for e in events if isinstance(e, ev.Reject)), Counter())
+        ),
         rounds_merged=len({(m.fragment, m.round) for m in merges}),
         participants_per_merge=(sum(len(m.participants) for m in merges) / len(merges)) if merges else math.nan,
         late_carried=sum(m.late for m in merges),

@@ -38,20 +38,29 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from trainer import events as ev
-from trainer.admission import MAX_CALL_S, RESERVED_WORKERS, AdmissionInterceptor, Slots
+from trainer.admission import FIRST_MESSAGE_S, MAX_CALL_S, AdmissionInterceptor, Pools, worker_budget
 from trainer.audit_log import AuditWriter, fragment_digests
-from trainer.checkpoint import RESULT_NAME, list_checkpoints, load_latest, save_checkpoint
+from trainer.checkpoint import (
+    RESULT_NAME,
+    NoIntactCheckpoint,
+    list_checkpoints,
+    load_latest,
+    merges_of,
+    save_checkpoint,
+)
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
+from trainer.core.checkpoint_codec import encode_arrays, restore_problems
 from trainer.core.claims import MAX_NAME
-from trainer.core.credentials import caller, presented
+from trainer.core.credentials import caller, checkpoint_key, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
+from trainer.core.repeats import Repeats
 from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
 from trainer.core.syncer_policy import restore_version_skip
 from trainer.core.syncer_records import Contribution
 from trainer.core.syncer_state import SyncerState
-from trainer.errors import AddressInUse, ConfigError
+from trainer.errors import AddressInUse, CheckpointError, ConfigError
 from trainer.policy import merge_fields, policy_from_config, upload_fields
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
@@ -60,6 +69,22 @@ from trainer.training import TrainingSetup
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
 
 SERVICE_NAME = "diloco.v1.Syncer"
+OUTSIDER_LOG_S = 10.0  # refusals of callers without a credential: one event per call and reason this often
+SYNCER_CALLS = frozenset(pb.DESCRIPTOR.services_by_name["Syncer"].methods_by_name)
+
+
+def call_name(method: str) -> str:
+    """A called method's name when the Syncer service has it, else ``unknown``: a refusal's ``call`` (an event
+    field and a metric label) comes from a closed set, since an unauthenticated caller picks the path
+    (docs/security.md, ``outsider-series``).
+
+    >>> call_name("/diloco.v1.Syncer/Upload"), call_name("/diloco.v1.Syncer/x" + "9" * 10_000)
+    ('Upload', 'unknown')
+    """
+    name = method.rsplit("/", 1)[-1]
+    return name if name in SYNCER_CALLS else "unknown"
+
+
 MAX_LONG_POLL_S = 30.0
 
 
@@ -82,21 +107,19 @@ class _AuthInterceptor(grpc.ServerInterceptor):
             f"{reason.value}: present 'authorization: Bearer <token>' metadata with the run's shared token "
             "or this learner's credential"
         )
-        self._on_reject(details.method.rsplit("/", 1)[-1], reason, detail)
+        self._on_reject(call_name(details.method), reason, detail, outsider=True)
         handler = continuation(details)
 
-        def deny(request, context):  # noqa: ANN001
+        def deny(requests, context):  # noqa: ANN001
             context.abort(grpc.StatusCode.UNAUTHENTICATED, detail)
 
         if handler is None:
             return None
-        if handler.request_streaming and handler.response_streaming:
-            return grpc.stream_stream_rpc_method_handler(deny)
-        if handler.request_streaming:
-            return grpc.stream_unary_rpc_method_handler(deny)
+        # Request-streaming either way: refused from the headers on, without waiting for a request that an
+        # outsider need never send (a unary handler holds its worker until the message comes: trainer.admission).
         if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(deny)
-        return grpc.unary_unary_rpc_method_handler(deny)
+            return grpc.stream_stream_rpc_method_handler(deny)
+        return grpc.stream_unary_rpc_method_handler(deny)
 
 
 class SyncerService(pbg.SyncerServicer):
@@ -111,6 +134,7 @@ class SyncerService(pbg.SyncerServicer):
         exit_on_finish: bool = True,
         secret: str | None = None,
         metrics: EventMetrics | None = None,
+        start_fresh: bool = False,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -130,7 +154,11 @@ class SyncerService(pbg.SyncerServicer):
             clock=clock,
         )
         self.ckpt_dir = run_dir / "checkpoints"
-        self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed)
+        self.outsider_repeats = Repeats(window_s=OUTSIDER_LOG_S)
+        # Checkpoints are digested under a key from the secret: one who can write the run directory but does not
+        # hold the secret cannot make this syncer serve a checkpoint of its own (docs/security.md).
+        self.ckpt_key = checkpoint_key(secret) if secret else None
+        self.audit = AuditWriter(run_dir, cfg.syncer.audit_keep_fraction, cfg.seed, cfg.syncer.audit_keep_bytes)
         self.cond = threading.Condition()
         self.stopping = threading.Event()
         self.done = threading.Event()  # finished, final eval and checkpoint written
@@ -145,10 +173,25 @@ class SyncerService(pbg.SyncerServicer):
         init = self.setup.init_params()
         self.fragments = partition_tensors({k: int(v.size) for k, v in init.items()}, cfg.algorithm.num_fragments)
         policy = policy_from_config(cfg)
-        restored = load_latest(self.ckpt_dir)
-        if restored is None:
-            self.state = SyncerState.create(policy, self.fragments, init)
-        else:
+        self.state = SyncerState.create(policy, self.fragments, init)
+        expected = encode_arrays(self.state.params, self.state.opt_states)
+        try:
+            restored = load_latest(
+                self.ckpt_dir,
+                key=self.ckpt_key,
+                verify=True,
+                check=lambda arrays: restore_problems(arrays, expected),
+            )
+        except NoIntactCheckpoint as err:
+            if not start_fresh:
+                raise
+            # Versions start above every version the broken checkpoints' syncer can have served.
+            newest = max(merges_of(p) for p in list_checkpoints(self.ckpt_dir))
+            skip = newest + restore_version_skip(cfg.syncer.checkpoint_every_merges)
+            self.state.versions = [skip] * len(self.state.versions)
+            print(f"warning: --start-fresh: {err}\nstarting from scratch at version {skip}", file=sys.stderr)
+            restored = None
+        if restored is not None:
             arrays, meta, path = restored
             if meta.get("config_hash") not in (None, self.config_hash):
                 raise ConfigError(
@@ -203,9 +246,15 @@ class SyncerService(pbg.SyncerServicer):
         learner_id: str = "",
         fragment: int = -1,
         base_version: int = -1,
+        outsider: bool = False,
     ) -> None:
+        """Count a refusal (Status) and log it; an ``outsider``'s (no valid credential) once per kind and window,
+        the rest folded into the next one logged (trainer.core.repeats)."""
         with self.cond:
             self.state.rejections[reason.value] += 1
+            repeats = self.outsider_repeats.admit((call, reason.value), self.timer()) if outsider else 0
+        if repeats is None:
+            return
         learner_id = learner_id[:MAX_NAME]  # a refused message's own id, cut short: it may be megabytes
         self.log.emit(
             ev.Reject(
@@ -215,6 +264,7 @@ class SyncerService(pbg.SyncerServicer):
                 learner_id=learner_id,
                 fragment=fragment,
                 base_version=base_version,
+                repeats=repeats,
             )
         )
 
@@ -486,7 +536,7 @@ class SyncerService(pbg.SyncerServicer):
         t0 = time.monotonic()
         arrays, meta = self.state.to_checkpoint()
         meta["config_hash"] = self.config_hash
-        path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta)
+        path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta, key=self.ckpt_key)
         self.log.emit(
             ev.Checkpoint(
                 merges_total=self.state.merges_total,
@@ -608,6 +658,13 @@ class SyncerService(pbg.SyncerServicer):
             self.cond.notify_all()
             self._checkpoint_locked()
             versions, merges = list(self.state.versions), self.state.merges_total
+            folded = self.outsider_repeats.drain()
+        for (call, reason), n in sorted(folded.items()):
+            self.log.emit(
+                ev.Reject(
+                    call=call, reason=reason, detail="refusals folded since the last one logged", repeats=n - 1
+                )
+            )
         self._eval_queue.put(None)
         # Join the background threads: a daemon thread still inside XLA when the interpreter exits aborts it.
         for t in self._threads:
@@ -629,22 +686,24 @@ def serve(
     exit_on_finish: bool = True,
     max_workers: int = 64,
     max_call_s: float = MAX_CALL_S,
+    first_message_s: float = FIRST_MESSAGE_S,
     metrics: EventMetrics | None = None,
+    start_fresh: bool = False,
 ) -> tuple[grpc.Server, SyncerService, int]:
     """Start the syncer's gRPC server; returns (server, service, bound port)."""
     holder: dict[str, SyncerService] = {}
 
-    def on_reject(call: str, reason: RejectReason, detail: str) -> None:
+    def on_reject(call: str, reason: RejectReason, detail: str, outsider: bool = False) -> None:
         if "svc" in holder:
-            holder["svc"].record_reject(call, reason, detail)
+            holder["svc"].record_reject(call, reason, detail, outsider=outsider)
 
-    # Enough workers for every learner's long calls (one long poll per fragment, an upload, a state fetch) plus
-    # the reserved ones; a caller over its share is refused at once (trainer.admission).
-    per_learner = cfg.algorithm.num_fragments + 4
-    max_workers = max(max_workers, cfg.algorithm.num_learners * per_learner + RESERVED_WORKERS)
-    slots = Slots(total=max_workers - RESERVED_WORKERS, per_caller=per_learner)
+    # Workers for every caller's share of every kind of call; a caller over its share is refused at once
+    # (trainer.admission).
+    budget = worker_budget(cfg.algorithm.num_learners, cfg.algorithm.num_fragments, at_least=max_workers)
+    max_workers = budget.workers
+    pools = Pools.of(budget, cfg.algorithm.num_fragments)
     interceptors: list[grpc.ServerInterceptor] = [_AuthInterceptor(token, on_reject)] if token else []
-    interceptors.append(AdmissionInterceptor(SERVICE_NAME, slots, token, on_reject, max_call_s))
+    interceptors.append(AdmissionInterceptor(SERVICE_NAME, pools, token, on_reject, max_call_s, first_message_s))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=interceptors,
@@ -679,6 +738,7 @@ def serve(
         exit_on_finish=exit_on_finish,
         secret=token or None,
         metrics=metrics,
+        start_fresh=start_fresh,
     )
     holder["svc"] = svc
     pbg.add_SyncerServicer_to_server(svc, server)
@@ -702,6 +762,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-exit-on-finish", action="store_true", help="keep serving after the token budget is reached"
     )
+    ap.add_argument(
+        "--start-fresh",
+        action="store_true",
+        help="where checkpoints are there and none can be restored, train from the beginning (versions start above "
+        "theirs) instead of refusing to start",
+    )
     add_metrics_arguments(ap)
     args = ap.parse_args(argv)
     cfg = config_from_arguments(args)
@@ -724,10 +790,14 @@ def main(argv: list[str] | None = None) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             metrics=metrics,
+            start_fresh=args.start_fresh,
         )
     except AddressInUse as err:
         print(f"error: {err}", file=sys.stderr)
         return AddressInUse.EXIT_CODE
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     info = run_dir / "syncer.json"
     tmp = info.with_suffix(".json.tmp")
     tmp.write_text(

@@ -141,7 +141,7 @@ class EventMetrics:
             )
             self.last_merge.set(e.ts)
         elif isinstance(e, ev.Reject):
-            self.rejections.labels(call=e.call, reason=e.reason).inc()
+            self.rejections.labels(call=e.call, reason=e.reason).inc(1 + e.repeats)
         elif isinstance(e, ev.Upload):
             self.uploads.inc()
             self.upload_bytes.inc(e.bytes)

@@ -270,7 +270,7 @@ class DockerBackend(ProxiedUnits):
         )
         self.start(SYNCER)
         deadline = time.monotonic() + 120
-        while not serving(self.d.address(SYNCER, SYNCER_PORT)):  # health, not a sleep
+        while not serving(self.d.address(SYNCER, SYNCER_PORT), token=self.active.token):  # health, not a sleep
             if not self.alive(SYNCER):
                 raise RunError(f"the syncer container exited during start-up: {self._tail_log(SYNCER)}")
             if time.monotonic() > deadline:

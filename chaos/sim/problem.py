@@ -76,6 +76,14 @@ class QuadraticProblem:
         )
         return cls(dict(shapes), curvature, center, offsets, noise, floor, dims)
 
+    def coordinate_step_bound(self) -> float:
+        """The most one SGD step moves a coordinate, in units of lr, beside ``MAX_CURVATURE·|θ|``: the gradient
+        ``a⊙(θ − c − offset) + noise`` with ``a ≤ 1``, so ``max|c| + max|offset|`` + six standard deviations of
+        noise (the syncer's per-coordinate bound, trainer.core.upload_checks.check_coordinates)."""
+        centre = max(float(np.abs(c).max()) for c in self.center.values())
+        offset = max(float(np.abs(o).max()) for off in self.offsets for o in off.values())
+        return centre + offset + 6 * self.noise
+
     def init_params(self) -> Tensors:
         return {n: np.zeros(self.dims, np.float32) for n in sorted(self.shapes)}
 

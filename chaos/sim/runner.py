@@ -217,11 +217,15 @@ class Simulation:
         # curvature a ≤ 1: the same form with the simulator's lr and twice the curvature in the decay's place
         # (K = 10 covers ‖c‖ + noise ≈ 3.8·√n; the 2 covers a learner's θ drifting from the current Θ). Without
         # that bound a learner sending garbage from the first round had nothing to compare against (the merged-norm
-        # median needs a history) and blew the model up (nightly, 2026-12-02). Data-parallel uploads gradients: no
+        # median needs a history) and blew the model up (nightly, 2026-12-02). Per coordinate the surrogate's own
+        # bound replaces AdamW's (QuadraticProblem.coordinate_step_bound). Data-parallel uploads gradients: no
         # step bound there, as in the trainer.
         policy = policy_from_config(self.cfg)
         self.policy = replace(
-            policy, inner_lr=opts.inner_lr if policy.inner_lr > 0 else 0.0, inner_weight_decay=2 * MAX_CURVATURE
+            policy,
+            inner_lr=opts.inner_lr if policy.inner_lr > 0 else 0.0,
+            inner_weight_decay=2 * MAX_CURVATURE,
+            coordinate_step_bound=self.problem.coordinate_step_bound(),
         )
         self.tokens_per_step = self.policy.tokens_per_step
         self.records: list[Any] = []

@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from benchmarks.measures import percentile
 from tests.support import served_syncer, tiny_config, wait_until
 from trainer import events as ev
-from trainer.admission import RESERVED_WORKERS
+from trainer.admission import worker_budget
 from trainer.client import SyncClient, specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
@@ -29,6 +29,7 @@ from trainer.core.syncer_policy import STEP_SLACK
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
+from trainer.syncer import OUTSIDER_LOG_S
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration
@@ -232,7 +233,7 @@ def test_long_calls_cannot_starve_status_and_health(tmp_path):
     """One learner holding 3× its share of long polls, the operator flooding the rest of the pool: each learner
     gets its share, the rest is refused at once (busy), and Status and health answer throughout."""
     cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
-    per_learner, total = cfg.algorithm.num_fragments + 4, 32 - RESERVED_WORKERS
+    per_learner, total = cfg.algorithm.num_fragments + 4, worker_budget(2, 2, at_least=32).long
     learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
     operator_md = (("authorization", f"Bearer {TOKEN}"),)
     wait_s = 20.0
@@ -263,6 +264,107 @@ def test_long_calls_cannot_starve_status_and_health(tmp_path):
             svc.shutdown("test over")  # wakes the long polls
             outcomes = Counter(f.result(timeout=60) for f in mine + flood)
         assert outcomes == {"held": total, "RESOURCE_EXHAUSTED": 3 * per_learner}, outcomes
+
+
+def _half_open(channel, method: str, metadata, release: threading.Event):
+    """A call whose headers are sent and whose request never is (a client stream that blocks): its future."""
+
+    def never():
+        release.wait()
+        return
+        yield
+
+    call = channel.stream_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    return call.future(never(), timeout=60, metadata=metadata)
+
+
+def test_calls_opened_and_never_sent_cannot_starve_status_and_health(tmp_path):
+    """Invariant `capacity` (docs/security.md): 100 half-open Syncer calls and 100 half-open health checks without a
+    credential, and an insider's half-open Reports and long polls: Status and the operator's health answer at
+    once; an outsider's health probe is refused busy at once, never left hanging. (Before: every call hung until its
+    deadline.) The first-message timer is long here, so no slot frees up during the test; the next test shortens it."""
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
+    learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
+    operator_md = (("authorization", f"Bearer {TOKEN}"),)
+    release = threading.Event()
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN, first_message_s=120) as (svc, port),
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        chans = [grpc.insecure_channel(f"127.0.0.1:{port}") for _ in range(4)]
+        try:
+            held = [
+                _half_open(chans[i % 4], method, md, release)
+                for i in range(100)
+                for method, md in (
+                    ("/diloco.v1.Syncer/Status", ()),
+                    ("/grpc.health.v1.Health/Check", ()),
+                    ("/diloco.v1.Syncer/Report", learner_md),
+                    ("/diloco.v1.Syncer/GetFragment", learner_md),
+                )
+            ]
+            wait_until(lambda: sum(f.done() for f in held) >= 200, 30, "the outsider's Status calls refused")
+            health = health_pb2_grpc.HealthStub(channel)
+            for _ in range(5):
+                t = time.monotonic()
+                st = pbg.SyncerStub(channel).Status(pb.StatusRequest(), timeout=5, metadata=operator_md)
+                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=5, metadata=operator_md)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING and time.monotonic() - t < 2.0
+            with pytest.raises(grpc.RpcError) as probe:
+                health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert probe.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # at once, not at its deadline
+            codes = Counter(f.exception().code().name for f in held if f.done())
+            assert codes["UNAUTHENTICATED"] == 100 and codes["RESOURCE_EXHAUSTED"] >= 96, codes
+            assert st.rejections["busy"] > 0
+        finally:
+            release.set()
+            for c in chans:
+                c.close()
+
+
+def test_an_outsiders_flood_costs_the_log_one_line_per_kind_and_window(tmp_path):
+    """Invariant `output` (docs/security.md): 300 calls without a credential are all refused and counted (Status),
+    logged once per call, reason and OUTSIDER_LOG_S, the rest folded into the next line; after shutdown the log's
+    lines account for every one (1 + repeats each), so nothing is lost and nothing grows per call."""
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2})
+    with served_syncer(cfg, tmp_path, token=TOKEN) as (svc, port):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pbg.SyncerStub(channel)
+            t0 = time.monotonic()
+            for _ in range(300):
+                with pytest.raises(grpc.RpcError):
+                    stub.Status(pb.StatusRequest(), timeout=5)
+            elapsed = time.monotonic() - t0
+            st = pbg.SyncerStub(channel).Status(
+                pb.StatusRequest(), timeout=5, metadata=(("authorization", f"Bearer {TOKEN}"),)
+            )
+        assert st.rejections["missing_token"] == 300
+        lines = [e for e in ev.read_events(tmp_path / "events" / "syncer.jsonl") if isinstance(e, ev.Reject)]
+        assert len(lines) <= 1 + elapsed / OUTSIDER_LOG_S, (len(lines), elapsed)
+    after = [e for e in ev.read_events(tmp_path / "events" / "syncer.jsonl") if isinstance(e, ev.Reject)]
+    assert sum(1 + e.repeats for e in after) == 300 and {(e.call, e.reason) for e in after} == {
+        ("Status", "missing_token")
+    }
+
+
+def test_a_call_whose_request_never_comes_is_cancelled(tmp_path):
+    """A half-open call that got a slot holds it only until its request is overdue (``first_message_s``)."""
+    cfg = tiny_config(**{"token_budget": 10**9, "algorithm.num_learners": 2, "algorithm.num_fragments": 2})
+    learner_md = (("authorization", f"Bearer {learner_credential(TOKEN, 'learner-0')}"),)
+    release = threading.Event()
+    with (
+        served_syncer(cfg, tmp_path, token=TOKEN, first_message_s=1.0) as (svc, port),
+        grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        try:
+            held = [
+                _half_open(channel, m, md, release)
+                for m, md in (("/diloco.v1.Syncer/Report", learner_md), ("/grpc.health.v1.Health/Check", ()))
+            ]
+            wait_until(lambda: all(f.done() for f in held), 20, "the half-open calls cancelled")
+            assert {f.exception().code() for f in held} == {grpc.StatusCode.CANCELLED}
+        finally:
+            release.set()
 
 
 def test_a_flood_of_short_calls_cannot_starve_status(tmp_path):

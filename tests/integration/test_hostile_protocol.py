@@ -1,7 +1,7 @@
 """Generated hostile traffic over the real protocol, with the syncer's invariants checked after every batch.
 
 Hypothesis draws batches of messages — Join, Leave, Report, Upload (well-formed or not, chunked right or not),
-GetFragment — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
+GetFragment, bursts of Reports, and methods the service does not have under its path — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
 absurd magnitudes), sent by two rogue learners holding their own credentials, a forged credential and no
 credential, to one real syncer on a real socket. Three honest learners upload a small honest update after each
 batch (they are the majority whose merged norms the outlier guard follows). After each batch:
@@ -11,7 +11,12 @@ batch (they are the majority whose merged norms the outlier guard follows). Afte
   answers, and their p99 is bounded relative to the same calls between batches (:func:`monitor_bound`);
 - versions only move by merges, one per merge, and every merged contribution was accepted by a reply;
 - the parameters stay finite and small; no honest upload is refused;
-- the budget is not reached, the counted tokens stay in range, the learner table holds only real identities.
+- the budget is not reached, the counted tokens stay in range, the learner table holds only real identities;
+- every metric label naming a call is one of the service's methods or ``unknown`` (invariant ``outsider-series``,
+  docs/security.md: before, each made-up method an outsider called became a new series);
+- refusals of callers without a credential are logged once per call, reason and window (invariant ``output``);
+- the tokens counted per learner id stay within what time allows since it joined, bursts of hundreds of Reports
+  claiming far more included (invariant ``budget``).
 
 And around every single message: a refused one (a reason, or a gRPC error) leaves the syncer's state as it was
 — versions, merges, pending rounds, the learner table (liveness and counters included), counted tokens, step
@@ -44,15 +49,19 @@ from trainer import events as ev
 from trainer.client import specs_to_pb
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
+from trainer.core.reasons import RejectReason
+from trainer.core.syncer_policy import STEP_SLACK
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import serve
+from trainer.syncer import OUTSIDER_LOG_S, SERVICE_NAME, SYNCER_CALLS, serve
+from trainer.telemetry import EventMetrics
 from trainer.wire import crc32, encode_tensors
 
 pytestmark = [pytest.mark.integration, pytest.mark.nightly_sized]  # BATCH and the profile's examples
 SECRET = "hostile-protocol-secret"
 ROGUES = ("rogue-0", "rogue-1")
+OUTSIDER_REASONS = (RejectReason.MISSING_TOKEN.value, RejectReason.BAD_TOKEN.value)
 HONEST = ("honest-0", "honest-1", "honest-2")
 BATCH = 40 if OPTIONS.nightly else 12
 STATUS_BOUND_S = 5.0  # Status + health, each batch, on a loaded 2-core machine
@@ -119,9 +128,25 @@ def messages(draw):
     inc = draw(_mostly(f"{lid}-inc", TEXT))
     kind = draw(
         st.sampled_from(
-            ["join", "leave", "report", "report", "upload", "upload", "upload", "upload", "get_fragment"]
+            [
+                "join",
+                "leave",
+                "report",
+                "report",
+                "upload",
+                "upload",
+                "upload",
+                "upload",
+                "get_fragment",
+                "path",
+                "report_burst",
+            ]
         )
     )
+    if kind == "report_burst":  # Reports back to back, each claiming far more than time allows (budget minting)
+        return sender, kind, dict(learner_id=lid, incarnation=inc, n=draw(st.integers(50, 300)))
+    if kind == "path":  # a method the service does not have, under its path: the caller names it
+        return sender, kind, dict(method=draw(st.from_regex(r"[A-Za-z0-9_.-]{1,64}", fullmatch=True)))
     if kind == "join":
         return sender, kind, dict(learner_id=lid, incarnation=inc, hash_ok=draw(st.booleans()))
     if kind == "leave":
@@ -217,13 +242,19 @@ class Harness:
                 "syncer.liveness_timeout_s": 600,
             }
         )
-        self.server, self.svc, port = serve(self.cfg, tmp_path, host="127.0.0.1", port=0, token=SECRET)
+        self.metrics = EventMetrics(num_fragments=2, role="syncer")
+        self.server, self.svc, port = serve(
+            self.cfg, tmp_path, host="127.0.0.1", port=0, token=SECRET, metrics=self.metrics
+        )
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.stub = pbg.SyncerStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self.tps = policy_from_config(self.cfg).tokens_per_step
         self.names = [list(f.names) for f in self.svc.fragments]
         self.outcomes: Counter[str] = Counter()
+        self.started_at = (
+            time.monotonic()
+        )  # before any learner joins: the time bound of invariant `budget` starts here
         self.accepted: set[tuple[str, str, int, int, int]] = set()
         self.latencies: list[float] = []
         self.versions = [0] * len(self.names)
@@ -237,6 +268,7 @@ class Harness:
             for p in range(len(self.names)):
                 self.honest_upload(lid, p)
         self.monitor = Monitor(f"127.0.0.1:{port}")
+        self.started = time.monotonic()
 
     def close(self) -> None:
         self.monitor.close()
@@ -382,6 +414,26 @@ class Harness:
                     metadata=md,
                 )
                 return self._count(kind, r.ok, r.reason)
+            elif kind == "report_burst":
+                refused = True
+                for i in range(f["n"]):
+                    r = self.stub.Report(
+                        pb.ReportRequest(
+                            learner_id=f["learner_id"],
+                            incarnation=f["incarnation"],
+                            step=10**6 * (i + 1),
+                            tokens=10**6 * (i + 1) * self.tps,
+                            step_time_s=0.05,
+                        ),
+                        timeout=10,
+                        metadata=md,
+                    )
+                    refused = self._count(kind, r.ok, r.reason) and refused
+                return refused
+            elif kind == "path":
+                call = self.channel.unary_unary(f"/{SERVICE_NAME}/{f['method']}")
+                call(b"", timeout=10, metadata=md)
+                return self._count(kind, True, "")  # no such method answered: the check after the batch fails it
             elif kind == "get_fragment":
                 req = pb.FragmentRequest(
                     learner_id=f["learner_id"],
@@ -451,9 +503,8 @@ class Harness:
         assert h.status == health_pb2.HealthCheckResponse.SERVING
         assert not st_.finished and 0 <= st_.tokens < MAX_COUNT, st_.tokens
         with self.svc.cond:  # merges are logged under the lock: versions and the log agree inside it
-            merges = [
-                e for e in ev.read_events(self.svc.run_dir / "events" / "syncer.jsonl") if isinstance(e, ev.Merge)
-            ]
+            events = ev.read_events(self.svc.run_dir / "events" / "syncer.jsonl")
+            merges = [e for e in events if isinstance(e, ev.Merge)]
             versions = list(self.svc.state.versions)
             params = {n: t.copy() for n, t in self.svc.state.params.items()}
             learners = set(self.svc.state.learners)
@@ -467,6 +518,31 @@ class Harness:
                 assert key in self.accepted, f"merged but never accepted: {key}"
         assert all(np.all(np.isfinite(t)) and np.max(np.abs(t)) < 1e3 for t in params.values())
         assert learners <= set(HONEST) | set(ROGUES), learners  # credentials name the only ids that can join
+        # Invariant `outsider-series` (docs/security.md): every label value from a closed set, whatever was called.
+        calls = {
+            s.labels["call"] for m in self.metrics.registry.collect() for s in m.samples if "call" in s.labels
+        }
+        assert calls <= SYNCER_CALLS | {"unknown"}, sorted(calls - SYNCER_CALLS)[:5]
+        assert not self.outcomes["path: ok"], "a method the Syncer service does not have answered"
+        # Invariant `budget`: tokens counted per learner id, over its incarnations, at most what time allows since it
+        # first joined at max_speedup × the pace (three honest learners report 0.05 s steps: the lower median), the
+        # slack once.
+        pol = self.svc.state.policy
+        allowed = self.tps * (
+            pol.max_speedup * (time.monotonic() - self.started_at) / 0.05
+            + STEP_SLACK
+            + self.svc.state.algorithm.overlap_floor
+        )
+        with self.svc.cond:
+            counted = Counter[str]()
+            for k, n in self.svc.state.tokens_by_incarnation.items():
+                counted[k.split("/", 1)[0]] += n  # ids here hold no "/": the credentials name them
+        assert all(n <= allowed for n in counted.values()), (dict(counted), allowed)
+        # Invariant `output`: refusals of callers without a credential cost the log one event per kind and window.
+        outsider = [e for e in events if isinstance(e, ev.Reject) and e.reason in OUTSIDER_REASONS]
+        windows = (time.monotonic() - self.started) / OUTSIDER_LOG_S + 1
+        kinds = {(e.call, e.reason) for e in outsider}
+        assert len(outsider) <= len(kinds) * windows, (len(outsider), len(kinds), windows)
 
 
 @pytest.fixture(scope="module")

@@ -512,16 +512,16 @@ def _load_previous_checkpoint(load_latest: Callable[..., Any]) -> Callable[..., 
     """trainer.checkpoint.load_latest as the syncer shell sees it, picking the checkpoint before the newest. A fresh
     syncer (no checkpoint: a fault-free run's only start) gets None as before."""
 
-    def mutant(directory: Any) -> Any:
+    def mutant(directory: Any, **kw: Any) -> Any:
         from trainer.checkpoint import list_checkpoints, read_checkpoint
 
-        newest = load_latest(directory)
+        newest = load_latest(directory, **kw)
         if newest is None:
             return None
         older = [p for p in list_checkpoints(directory) if p.name < newest[2].name]
         if not older:
             return newest
-        arrays, meta = read_checkpoint(older[-1])  # BUG: e.g. a sort that takes [-2] for the newest
+        arrays, meta = read_checkpoint(older[-1], kw.get("key"))  # BUG: e.g. a sort that takes [-2] for the newest
         return arrays, meta, older[-1]
 
     return mutant
@@ -531,8 +531,8 @@ def _load_without(*keys: str) -> Callable[[Callable[..., Any]], Callable[..., An
     """load_latest as the syncer shell sees it, dropping metadata fields (a reader that keeps an older schema's)."""
 
     def make(load_latest: Callable[..., Any]) -> Callable[..., Any]:
-        def mutant(directory: Any) -> Any:
-            got = load_latest(directory)
+        def mutant(directory: Any, **kw: Any) -> Any:
+            got = load_latest(directory, **kw)
             if got is None:
                 return None
             arrays, meta, path = got

@@ -7,7 +7,15 @@ import os
 import numpy as np
 import pytest
 
-from trainer.checkpoint import KEEP, list_checkpoints, load_latest, read_checkpoint, save_checkpoint
+from trainer.checkpoint import (
+    KEEP,
+    NoIntactCheckpoint,
+    list_checkpoints,
+    load_latest,
+    read_checkpoint,
+    save_checkpoint,
+)
+from trainer.core.credentials import checkpoint_key
 from trainer.errors import CheckpointError
 
 
@@ -95,10 +103,55 @@ def test_read_checkpoint_raises_checkpoint_error_for_corrupt_files(tmp_path, how
         read_checkpoint(path)
 
 
-def test_all_corrupt_returns_none(tmp_path):
-    p = save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
-    _corrupt(p, "garbage")
-    assert load_latest(tmp_path) is None
+def test_with_every_checkpoint_corrupt_the_restore_refuses_naming_each(tmp_path):
+    """Invariant `restore-integrity` (docs/security.md): no silent start from scratch."""
+    for k in (1, 2):
+        _corrupt(save_checkpoint(tmp_path, k, _arrays(1.0), _meta(k)), "garbage")
+    with pytest.raises(NoIntactCheckpoint, match="--start-fresh") as err:
+        load_latest(tmp_path)
+    assert [p.split(":")[0].rsplit("/", 1)[-1] for p in err.value.problems] == [
+        "ckpt-0000000002.npz",
+        "ckpt-0000000001.npz",
+    ]
+
+
+def test_a_restore_serves_only_a_checkpoint_whose_digest_matches(tmp_path):
+    """Invariant `restore-integrity`: altered contents, another key's digest, no digest or an unkeyed one where the
+    run has a key: each skipped for the older intact checkpoint."""
+    key = checkpoint_key("s3cret")
+    save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1), key=key)
+    bad = save_checkpoint(tmp_path, 2, _arrays(2.0), _meta(2), key=key)
+    with np.load(bad) as z:  # the same file with one value changed and its digest kept
+        arrays = {k: z[k] for k in z.files}
+    arrays["param/w"] = arrays["param/w"] + 1
+    altered = tmp_path / "ckpt-0000000003.npz"
+    np.savez(altered, **arrays)
+    elsewhere = tmp_path / "elsewhere"  # written apart: saving here would rotate the intact ones away
+    forged = save_checkpoint(elsewhere, 4, _arrays(4.0), _meta(4), key=checkpoint_key("another secret"))
+    unkeyed = save_checkpoint(elsewhere, 5, _arrays(5.0), _meta(5))  # SHA-256 only: anyone can write that
+    forged.rename(tmp_path / forged.name)
+    unkeyed.rename(tmp_path / unkeyed.name)
+    for name, why in (
+        ("ckpt-0000000003.npz", "does not match"),
+        ("ckpt-0000000004.npz", "does not match"),
+        ("ckpt-0000000005.npz", "no hmac-sha256 digest"),
+    ):
+        with pytest.raises(CheckpointError, match=why):
+            read_checkpoint(tmp_path / name, key, verify=True)
+    got = load_latest(tmp_path, key=key, verify=True)
+    assert got is not None and got[2].name == "ckpt-0000000002.npz" and got[1]["merges_total"] == 2
+    assert read_checkpoint(tmp_path / "ckpt-0000000005.npz")[1]["merges_total"] == 5  # no key: SHA-256 checked
+
+
+def test_a_restore_skips_a_checkpoint_its_check_finds_wrong(tmp_path):
+    save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
+    save_checkpoint(tmp_path, 2, {"param/w": np.array([np.nan, 1.0], np.float32)}, _meta(2))
+
+    def finite(arrays):
+        return [f"{k} holds NaN or Inf" for k, v in arrays.items() if not np.all(np.isfinite(v))]
+
+    got = load_latest(tmp_path, verify=True, check=finite)
+    assert got is not None and got[1]["merges_total"] == 1
 
 
 def test_npz_without_metadata_is_refused(tmp_path):

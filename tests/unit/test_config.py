@@ -365,6 +365,7 @@ def test_settings_added_later_keep_old_hashes_until_set() -> None:
     base = RunConfig()
     tree = base.model_dump(mode="json")
     tree["syncer"].pop("audit_keep_fraction")
+    tree["syncer"].pop("audit_keep_bytes")
     for section, name in ADDED_SETTINGS:
         tree[section].pop(name)
     blob = json.dumps(tree, sort_keys=True, separators=(",", ":"))

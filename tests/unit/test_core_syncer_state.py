@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from tests.support import syncer_policy
 from trainer.checkpoint import load_latest, save_checkpoint
+from trainer.core import claims
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.syncer_policy import STEP_SLACK
@@ -833,6 +834,21 @@ def test_one_learner_cannot_steer_the_outlier_reference():
     )  # 1000 AdamW steps' worth in one: no reference needed
 
 
+def test_no_coordinate_moves_further_than_its_steps_of_adamw_can():
+    """Invariant `value` (docs/security.md): an update within the fragment's L2 bound that puts it all into one
+    coordinate is refused; the same norm spread over the fragment is accepted."""
+    n = 10_000
+    s = make_state(outer_momentum=0.0, inner_lr=1e-3, sizes={"w": n})
+    join_all(s, 3)
+    l2_budget = 0.9 * claims.adam_step_norm_bound(1e-3, n, s.policy.inner_weight_decay, 0.0)  # per step, in L2
+    spread = np.full(n, l2_budget / np.sqrt(n), np.float32)
+    spike = np.zeros(n, np.float32)
+    spike[7] = l2_budget  # ~100× what one step moves one coordinate
+    s.submit(contrib("L0", "inc-1", 0, 0, {"w": spread}), now=1.0)
+    with pytest.raises(Rejected, match="coordinate 7 of tensor 'w'"):
+        s.submit(contrib("L1", "inc-1", 0, 0, {"w": spike}), now=1.0)
+
+
 def test_step_counts_are_capped_by_time_at_the_clusters_pace_and_tokens_derived():
     s = make_state(tokens_per_step=64, max_speedup=4.0, overlap_steps=2)
     join_all(s, 3)
@@ -845,14 +861,55 @@ def test_step_counts_are_capped_by_time_at_the_clusters_pace_and_tokens_derived(
     cap = 40 + STEP_SLACK + 2
     (p,) = s.merge(0, now=1.0).participants
     assert (p.c_steps, p.c_tokens) == (cap, 64 * cap)
-    # Reports: counted only as fast as time allows since the count last grew; the rest is counted later.
+    # Reports: counted only as fast as time allows since the learner first joined (the slack once); the rest later.
     s.report("L2", "inc-1", step=10**9, tokens=64 * 10**9, step_time_s=0.1, now=2.0)
     assert s.tokens_by_incarnation["L2/inc-1"] == 64 * (4 * 20 + STEP_SLACK + 2)
     before = s.tokens_by_incarnation["L2/inc-1"]
     s.report("L2", "inc-1", step=10**9, tokens=64 * 10**9, step_time_s=0.1, now=3.0)
-    assert s.tokens_by_incarnation["L2/inc-1"] == before + 64 * (4 * 10 + STEP_SLACK + 2)
+    assert s.tokens_by_incarnation["L2/inc-1"] == before + 64 * 4 * 10
     with pytest.raises(Rejected, match="out of range"):
         s.report("L2", "inc-1", step=2**62, tokens=64 * 2**62, step_time_s=0.1, now=3.0)
+
+
+def _paced(now: float = 0.0) -> SyncerState:
+    """Three learners joined at ``now``, two reporting a 0.1 s step: the cluster's pace is 0.1 s."""
+    s = make_state(tokens_per_step=64, max_speedup=4.0, overlap_steps=2)
+    join_all(s, 3, now=now)
+    for lid in ("L0", "L1"):
+        s.report(lid, "inc-1", step=0, tokens=0, step_time_s=0.1, now=now)
+    return s
+
+
+def _counted(s: SyncerState, learner_id: str) -> int:
+    return sum(v for k, v in s.tokens_by_incarnation.items() if k.startswith(f"{learner_id}/"))
+
+
+# Invariant `budget` (docs/security.md): over 10 s at a 0.1 s pace, 4 × 100 steps plus the slack once, however often
+# a learner reports and under however many incarnations.
+BUDGET_10S = 64 * (4 * 100 + STEP_SLACK + 2)
+
+
+def test_reports_sent_often_count_no_faster_than_time_allows():
+    s = _paced()
+    for i in range(1, 1001):  # a Report every 10 ms, each claiming far more than it could have trained
+        s.report("L2", "inc-1", step=10**9, tokens=64 * 10**9, step_time_s=0.1, now=i * 0.01)
+    assert _counted(s, "L2") <= BUDGET_10S, _counted(s, "L2") / BUDGET_10S
+
+
+def test_cycling_incarnations_counts_no_faster_than_time_allows():
+    s = _paced()
+    for i in range(1, 1001):  # a new incarnation every 10 ms, each claiming a fresh cumulative count
+        s.join("L2", f"inc-{i}", now=i * 0.01)
+        s.report("L2", f"inc-{i}", step=10**9, tokens=64 * 10**9, step_time_s=0.1, now=i * 0.01)
+    assert _counted(s, "L2") <= BUDGET_10S, _counted(s, "L2") / BUDGET_10S
+
+
+def test_an_honest_learner_at_the_pace_is_counted_in_full():
+    s = _paced()
+    for i in range(1, 101):  # one step per 0.1 s, a Report each step
+        for lid in ("L0", "L1"):
+            s.report(lid, "inc-1", step=i, tokens=64 * i, step_time_s=0.1, now=i * 0.1)
+    assert _counted(s, "L0") == _counted(s, "L1") == 64 * 100
 
 
 def test_a_refused_upload_or_report_changes_nothing():

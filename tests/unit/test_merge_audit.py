@@ -22,8 +22,9 @@ from chaos.checkers.base import MergeFacts
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
 from trainer import events as ev
+from trainer.audit_log import AUDIT_DIR, AuditWriter
 from trainer.core.algorithm import Algorithm
-from trainer.core.audit import digest
+from trainer.core.audit import MergeAudit, digest
 from trainer.core.merge import MergeRule, Weighting, merge_fragment
 from trainer.core.merge import token_weight as merge_token_weight
 from trainer.core.outer import outer_optimizer, outer_step
@@ -217,3 +218,22 @@ def test_uniform_weights_are_audited_as_uniform() -> None:
     with mock.patch.object(ss, "token_weight", lambda t, s, w="tokens": merge_token_weight(t, s)):
         v = _audit("straggler", **uniform)
     assert v.status == "fail" and "uniform weights" in " ".join(v.evidence["first_problems"]), v
+
+
+def _merge_audit(version: int, n: int = 10_000) -> MergeAudit:
+    t = {"w": np.full(n, float(version), np.float32)}
+    return MergeAudit(0, version - 1, version, t, (t,), (None,), t, t, t, t, 1.0)
+
+
+def test_kept_audit_files_stay_within_their_byte_bound_across_a_restart(tmp_path: Path) -> None:
+    """Invariant `output` (docs/security.md): a long run keeps whole merges only up to syncer.audit_keep_bytes, the
+    files a restarted syncer finds counted; past it every merge is still digested."""
+    bound = 250_000  # about three merges of these (6 arrays of 40 KB each)
+    w = AuditWriter(tmp_path, keep_fraction=1.0, seed=0, keep_bytes=bound)
+    names = [w.record(_merge_audit(v), "a").file for v in range(1, 6)]
+    assert names[:1] and names[0] and not names[-1], names
+    restarted = AuditWriter(tmp_path, keep_fraction=1.0, seed=0, keep_bytes=bound)
+    more = [restarted.record(_merge_audit(v), "b") for v in range(6, 10)]
+    assert not any(d.file for d in more) and all(d.result for d in more)
+    on_disk = sum(p.stat().st_size for p in (tmp_path / AUDIT_DIR).glob("*.npz"))
+    assert 0 < on_disk <= bound, on_disk

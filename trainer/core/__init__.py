@@ -21,7 +21,9 @@ Modules, one concept each:
   (per-fragment bookkeeping), :mod:`~trainer.core.replies` (reacting to the syncer's answers),
   :mod:`~trainer.core.step_timer`, :mod:`~trainer.core.header_lag`;
 - trust: :mod:`~trainer.core.upload_checks` (what an upload must satisfy), :mod:`~trainer.core.claims` (what a
-  learner claims, bounded), :mod:`~trainer.core.reasons` (why something is refused),
+  learner claims, bounded), :mod:`~trainer.core.token_allowance` (the tokens time allows a learner id),
+  :mod:`~trainer.core.reasons` (why something is refused), :mod:`~trainer.core.repeats` (repeated refusals
+  logged once per window),
   :mod:`~trainer.core.credentials`, :mod:`~trainer.core.audit` (the merge audit's record),
   :mod:`~trainer.core.corruption` (the ``corrupt`` fault's payloads).
 """

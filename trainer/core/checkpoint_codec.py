@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["PARAM", "OPT", "encode_arrays", "decode_params", "decode_opt_state"]
+__all__ = ["PARAM", "OPT", "encode_arrays", "decode_params", "decode_opt_state", "restore_problems"]
 
 PARAM, OPT = "param/", "opt/"
 
@@ -49,3 +49,28 @@ def decode_opt_state(arrays: Mapping[str, np.ndarray], fragment: int, template: 
     return jax.tree_util.tree_unflatten(
         treedef, [np.array(arrays[f"{OPT}{fragment}/{i}"]) for i in range(len(leaves))]
     )
+
+
+def restore_problems(arrays: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> list[str]:
+    """What keeps a checkpoint's arrays from being served (docs/security.md, ``restore-integrity``): names the model
+    does not have or lacks, a shape or dtype not the model's, NaN or Inf. ``expected``: a fresh state's arrays.
+
+    >>> want = {"param/w": np.zeros(2, np.float32)}
+    >>> restore_problems({"param/w": np.ones(2, np.float32)}, want)
+    []
+    >>> restore_problems({"param/w": np.ones(3, np.float32), "param/x": np.ones(1)}, want)
+    ['param/x is not in the model', 'param/w has shape (3,), the model has (2,)']
+    >>> restore_problems({"param/w": np.array([1.0, np.nan], np.float32)}, want)
+    ['param/w holds NaN or Inf']
+    """
+    problems = [f"{k} is not in the model" for k in sorted(set(arrays) - set(expected))]
+    problems += [f"{k} is missing" for k in sorted(set(expected) - set(arrays))]
+    for k in sorted(set(arrays) & set(expected)):
+        a, e = arrays[k], expected[k]
+        if a.shape != e.shape:
+            problems.append(f"{k} has shape {a.shape}, the model has {e.shape}")
+        elif a.dtype != e.dtype:
+            problems.append(f"{k} has dtype {a.dtype}, the model has {e.dtype}")
+        elif np.issubdtype(a.dtype, np.inexact) and not np.all(np.isfinite(a)):
+            problems.append(f"{k} holds NaN or Inf")
+    return problems

@@ -56,6 +56,12 @@ def presented(metadata) -> str | None:  # noqa: ANN001
     return got[len("Bearer ") :] if isinstance(got, str) and got.startswith("Bearer ") else ""
 
 
+def checkpoint_key(secret: str) -> bytes:
+    """The key of the syncer's checkpoint digests (trainer.checkpoint): one who can write the run directory but
+    does not hold the secret cannot forge a checkpoint the syncer restores. Derived apart from the credentials."""
+    return hmac.new(secret.encode(), b"diloco-chaos checkpoint", hashlib.sha256).digest()
+
+
 def learner_credential(secret: str, learner_id: str) -> str:
     """The credential a launcher gives the process of ``learner_id`` instead of the shared secret."""
     return f"{PREFIX}{learner_id}:{_mac(secret, learner_id)}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer.core.algorithm import Algorithm
+from trainer.core.claims import ADAM_STEP_BOUND
 from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, progress_scale
 
 __all__ = [
@@ -47,6 +48,9 @@ class SyncerPolicy:
     max_speedup: float = 4.0
     inner_lr: float = 0.0
     inner_weight_decay: float = 0.0
+    # The most one inner step moves one coordinate, in units of lr, beside the decay's lr·wd·|θ| (AdamW's normalised
+    # step: trainer.core.claims.ADAM_STEP_BOUND; deterministic mode's surrogate SGD learners have their own).
+    coordinate_step_bound: float = ADAM_STEP_BOUND
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
     @property

@@ -63,7 +63,6 @@ class LearnerRecord:
     tokens: int = 0
     merged_contributions: int = 0
     merged_since_back: bool = False  # merged since it joined or came back from an absence (settle waits for it)
-    counted_at: float = 0.0  # when this incarnation's counted tokens last grew (the time bound runs from here)
 
     def active(self, now: float, timeout_s: float) -> bool:
         return not self.left and now - self.last_seen <= timeout_s

@@ -124,6 +124,7 @@ from trainer.core.syncer_records import (
     Tensors,
     tensor_specs,
 )
+from trainer.core.token_allowance import Allowance
 from trainer.core.upload_checks import (
     check_base,
     check_finite,
@@ -146,6 +147,9 @@ class SyncerState:
     learners: dict[str, LearnerRecord] = field(default_factory=dict)
     incarnation_counts: dict[str, int] = field(default_factory=dict)
     tokens_by_incarnation: dict[str, int] = field(default_factory=dict)  # "learner/incarnation" -> tokens
+    # Per learner id, over its incarnations: the steps time allows it so far (not checkpointed: a restored
+    # syncer starts each id's allowance afresh at its join).
+    allowances: dict[str, Allowance] = field(default_factory=dict)
     rounds: dict[int, Round] = field(default_factory=dict)  # fragment -> its pending round
     merged_keys: set[Key] = field(default_factory=set)
     last_merge_at: list[float | None] = field(default_factory=list)
@@ -250,7 +254,9 @@ class SyncerState:
             return JoinResult(rec.incarnation_index, tuple(self.versions), True, self.clock_reading(now))
         index = self.incarnation_counts.get(learner_id, 0)
         self.incarnation_counts[learner_id] = index + 1
-        self.learners[learner_id] = LearnerRecord(learner_id, incarnation, index, now, now, counted_at=now)
+        self.learners[learner_id] = LearnerRecord(learner_id, incarnation, index, now, now)
+        if learner_id not in self.allowances:
+            self.allowances[learner_id] = Allowance.starting(now, STEP_SLACK + self.algorithm.overlap_floor)
         return JoinResult(index, tuple(self.versions), rec is not None or index > 0, self.clock_reading(now))
 
     def leave(self, learner_id: str, incarnation: str, now: float) -> None:
@@ -338,8 +344,9 @@ class SyncerState:
     ) -> bool:
         """Record a learner's progress; returns True when the learner should stop (budget reached).
 
-        Counted toward the budget: the claimed tokens, but no more than the steps time allows since the
-        incarnation's count last grew (trainer.core.claims); a cumulative count capped now is counted later.
+        Counted toward the budget: the claimed tokens, but no more than the steps time allows the learner id since
+        it first joined, over all its incarnations (trainer.core.token_allowance); a cumulative count capped now is
+        counted later.
         """
         claims.check_count("step", step)
         claims.check_count("tokens", tokens)
@@ -347,6 +354,7 @@ class SyncerState:
         claims.check_tokens(step, tokens, self.policy.tokens_per_step, "report")
         rec = self._member(learner_id, incarnation, now)
         rec.step, rec.tokens = step, tokens
+        self._accrue(now)  # every id's allowance, at the pace until this report changes it
         if step_time_s > 0:
             self.step_times[learner_id] = float(step_time_s)
             if self.algorithm.clocked:
@@ -357,10 +365,11 @@ class SyncerState:
         key = f"{learner_id}/{incarnation}"
         counted = self.tokens_by_incarnation.get(key, 0)
         if tokens > counted:
-            possible = self.steps_possible(rec.counted_at, now)
             per = self.policy.tokens_per_step  # 0: tokens per step unknown, the claim is all there is
-            counted = tokens if possible is None or not per else min(tokens, counted + possible * per)
-            rec.counted_at = now
+            bounded = bool(per) and self.pace(now) is not None and self.policy.max_speedup > 0
+            allowance, grown = self.allowances[learner_id].counting(tokens - counted, per, bounded)
+            self.allowances[learner_id] = allowance
+            counted += grown
         self.tokens_by_incarnation[key] = counted
         if self.policy.token_budget and self.tokens_total >= self.policy.token_budget:
             if self.budget_reached_at is None:
@@ -373,6 +382,12 @@ class SyncerState:
     def budget_reached(self) -> bool:
         """The run's result is fixed: final eval and checkpoint now (training may go on settling)."""
         return self.stopped or self.budget_reached_at is not None
+
+    def _accrue(self, now: float) -> None:
+        """Every learner id's allowance (:mod:`trainer.core.token_allowance`) accrued to ``now`` at the pace now."""
+        pace = self.pace(now)
+        for lid, a in self.allowances.items():
+            self.allowances[lid] = a.accrued(now, pace, self.policy.max_speedup)
 
     def awaited(self, now: float) -> list[str]:
         """Learners the syncer has seen (this incarnation or a checkpointed one) that are away, or back but not
@@ -514,6 +529,7 @@ class SyncerState:
                 self.merged_norms[c.fragment],
                 self.algorithm.num_learners,
                 p.max_norm_ratio,
+                p.coordinate_step_bound,
             )
         self._touch(self.learners[c.learner_id], now)
         rnd = self.rounds.get(c.fragment)
