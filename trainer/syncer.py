@@ -188,7 +188,7 @@ class SyncerService(pbg.SyncerServicer):
             # Versions start above every version the broken checkpoints' syncer can have served.
             newest = max(merges_of(p) for p in list_checkpoints(self.ckpt_dir))
             skip = newest + restore_version_skip(cfg.syncer.checkpoint_every_merges)
-            self.state.versions = [skip] * len(self.state.versions)
+            self.state.start_at_version(skip)
             print(f"warning: --start-fresh: {err}\nstarting from scratch at version {skip}", file=sys.stderr)
             restored = None
         if restored is not None:

@@ -94,6 +94,8 @@ def test_with_no_intact_checkpoint_the_syncer_refuses_to_start_unless_told_to_st
     fresh = service(tmp_path, SECRET, start_fresh=True)
     try:  # versions start above every version the broken checkpoints' syncer can have served
         assert fresh.state.versions == [80] * 4 and fresh.state.restored_from_merges == -1
+        # Uploads based on version 80 can be rebased after the next merge: its values are remembered.
+        assert not fresh.state.algorithm.rebases or all((p, 80) in fresh.state.past_values for p in range(4))
     finally:
         fresh.shutdown("test")
 

@@ -211,6 +211,14 @@ class SyncerState:
     def algorithm(self) -> Algorithm:
         return self.policy.algorithm
 
+    def start_at_version(self, version: int) -> None:
+        """A fresh state whose versions start at ``version`` (a syncer told to start fresh over checkpoints it could
+        not restore: every version it serves must be above theirs)."""
+        self.versions = [version] * len(self.versions)
+        self.past_values = {}
+        for fragment in range(len(self.fragments)):
+            self._remember(fragment)
+
     def _remember(self, fragment: int) -> None:
         """Keep the fragment's current value for rebasing contributions against older bases."""
         if not self.algorithm.rebases:
