@@ -8,8 +8,8 @@ derived by the syncer or capped by a bound the syncer can compute itself:
   is ``c × tokens_per_step`` tokens and any other token count is refused;
 - **steps** cannot outrun time: in ``elapsed`` seconds at most
   ``max_speedup × elapsed / pace + slack`` steps fit, ``pace`` being the
-  cluster's (the lower median of the active learners' step times: a minority
-  cannot set it). A claim above that is capped there, never refused — an
+  cluster's (the lower median over the M configured learners' step times: a
+  minority cannot set it). A claim above that is capped there, never refused — an
   honest learner's cumulative counts catch up on its next report;
 - **update size**: an inner AdamW step moves each parameter by about ``lr``
   (its normalised step is at most a few units before ``lr``, plus decoupled

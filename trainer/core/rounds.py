@@ -7,8 +7,9 @@ that the syncer owns:
 
     S(t) = anchor_step + (t − anchor_time) / pace
 
-where ``pace`` is the lower median of the active learners' reported step times
-(a minority of slow or lying learners cannot set it). Re-pacing re-anchors at
+where ``pace`` is the lower median over the M configured learners of their step
+times (:func:`cluster_pace`; each the last one heard, kept while its learner is
+away): a minority of slow, lying or absent learners cannot set it. Re-pacing re-anchors at
 the current S, so S is continuous and never goes back. Round r of fragment p
 opens when S reaches ``offset(p) + r·H`` (:class:`FragmentSchedule`'s
 staggered offsets). The syncer sends (S, pace) in its replies; a learner
@@ -113,14 +114,23 @@ def sync_step(clock: StepClock, now: float, own_step_s: float) -> float:
     return math.nextafter(s + own_step_s / clock.pace_s, -math.inf)
 
 
-def cluster_pace(step_times: Iterable[float]) -> float | None:
-    """The lower median of positive finite step times (None when there are none).
+def cluster_pace(step_times: Iterable[float], slots: int = 0) -> float | None:
+    """The lower median of positive finite step times, over at least ``slots`` values: the learners not heard
+    from yet fill the missing slots as +∞ (None when the median is one of them, or there are no values).
+
+    Over the M configured slots, one learner moves the median by at most one rank: it stays between two other
+    learners' values whatever that one says, and a minority that has not reported cannot be outvoted by a
+    minority that has (docs/security.md, invariant ``pace``).
 
     >>> cluster_pace([0.05, 0.05, 0.1, 0.1]), cluster_pace([0.05, 1e-9, 0.05]), cluster_pace([])
     (0.05, 0.05, None)
+    >>> cluster_pace([1e-9], slots=4), cluster_pace([1e-9, 0.1], slots=4), cluster_pace([1e-9, 0.1, 0.2], slots=4)
+    (None, 0.1, 0.1)
     """
     ts = sorted(t for t in step_times if math.isfinite(t) and t > 0)
-    return ts[(len(ts) - 1) // 2] if ts else None
+    ts += [math.inf] * max(slots - len(ts), 0)
+    pace = ts[(len(ts) - 1) // 2] if ts else None
+    return pace if pace is not None and math.isfinite(pace) else None
 
 
 @overload

@@ -92,9 +92,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import statistics
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -104,6 +105,7 @@ from trainer.core.algorithm import Algorithm
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
 from trainer.core.checkpoint_codec import decode_opt_state, decode_params, encode_arrays
 from trainer.core.checkpoint_meta import CheckpointMeta, Key
+from trainer.core.ema import Ema
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import Fragment
 from trainer.core.grace import Timing, merge_time, waited_for
@@ -167,7 +169,11 @@ class SyncerState:
     # Not checkpointed: after a restore only the current versions are held (older bases are refused as stale).
     past_values: dict[tuple[int, int], Tensors] = field(default_factory=dict)
     clock: StepClock = field(default_factory=StepClock)
-    step_times: dict[str, float] = field(default_factory=dict)  # learner id -> its last reported step time
+    # Per learner id: its last reported step time, kept while it is away (its slot in the pace).
+    step_times: dict[str, float] = field(default_factory=dict)
+    # Per learner id: the moving average of its uploads' durations; the window's t_upload is their median, so one
+    # learner's slow uploads do not stretch every round's hold (invariant round).
+    upload_times: dict[str, Ema] = field(default_factory=dict)
     made_at: dict[tuple[int, int], float] = field(
         default_factory=dict
     )  # (fragment, version) -> when it was merged
@@ -320,7 +326,7 @@ class SyncerState:
         return now if t is None else t
 
     def _repace(self, now: float) -> None:
-        """Follow the active learners' pace (lower median of their step times); the clock starts with the first."""
+        """Follow the cluster's pace (:meth:`pace`); the clock starts once it has one."""
         pace = self.pace(now)
         if pace is not None and pace != self.clock.pace_s:
             self.clock = self.clock.repaced(now, pace)
@@ -337,9 +343,12 @@ class SyncerState:
         return sum(self.tokens_by_incarnation.values())
 
     def pace(self, now: float) -> float | None:
-        """The cluster's pace for bounding claims: the lower median of the active learners' step times."""
-        active = {r.learner_id for r in self.active_learners(now)}
-        return cluster_pace(t for lid, t in self.step_times.items() if lid in active)
+        """The cluster's pace, for the clock and for bounding claims: the lower median over the M configured slots
+        (:func:`cluster_pace`) of each learner's last reported step time, kept while the learner is away. Until
+        half the slots have a value, a provisional one: the lower median of those reported (the first reporter
+        starts the clock; docs/security.md says what that leaves open)."""
+        values = self.step_times.values()
+        return cluster_pace(values, self.algorithm.num_learners) or cluster_pace(values)
 
     def steps_possible(self, since: float, now: float) -> int | None:
         """The most steps a learner can have taken since ``since`` (None: the cluster has no pace yet)."""
@@ -367,14 +376,15 @@ class SyncerState:
             self.step_times[learner_id] = float(step_time_s)
             if self.algorithm.clocked:
                 self._repace(now)
-                self.timing = self.timing.observe_step(self.clock.pace_s)
+                if self.clock.started:  # (before half the learners have reported there is no pace to average)
+                    self.timing = self.timing.observe_step(self.clock.pace_s)
             else:
                 self.timing = self.timing.observe_step(step_time_s)
         key = f"{learner_id}/{incarnation}"
         counted = self.tokens_by_incarnation.get(key, 0)
         if tokens > counted:
             per = self.policy.tokens_per_step  # 0: tokens per step unknown, the claim is all there is
-            bounded = bool(per) and self.pace(now) is not None and self.policy.max_speedup > 0
+            bounded = bool(per) and self.policy.max_speedup > 0  # with no pace yet: the slack alone
             allowance, grown = self.allowances[learner_id].counting(tokens - counted, per, bounded)
             self.allowances[learner_id] = allowance
             counted += grown
@@ -564,9 +574,19 @@ class SyncerState:
         if rnd.quorum_at is None and len(rnd.contributions) >= self.algorithm.min_quorum:
             rnd.quorum_at = now
             self.timing = self.timing.observe_quorum(max(now - rnd.opened_at, 0.0))
-        if c.upload_seconds > 0:
-            self.timing = self.timing.observe_upload(c.upload_seconds)
+        self._observe_upload(c, now)
         return SubmitResult(True, current, late=late)
+
+    def _observe_upload(self, c: Contribution, now: float) -> None:
+        """An accepted upload's duration: the hold's t_upload is the median over learners of each one's moving
+        average, one value each, so one learner's slow uploads do not stretch every round's hold."""
+        if c.upload_seconds > 0:
+            lid = c.learner_id
+            self.upload_times[lid] = self.upload_times.get(lid, Ema(self.policy.ema_alpha)).update(
+                c.upload_seconds
+            )
+            median = statistics.median_low([e.get() for e in self.upload_times.values()])
+            self.timing = replace(self.timing, t_upload=replace(self.timing.t_upload, value=median))
 
     def waited_for(self, rnd: Round, now: float) -> int | None:
         """How many learners ``rnd`` waits for with ``grace_waits_for: heard`` (None: every active one)."""
