@@ -170,7 +170,25 @@ def read_checkpoint(
             raise CheckpointError(
                 f"{path}: its digest does not match its contents: altered, or forged without the key"
             )
+        if (wrong := misnamed(Path(path), meta)) is not None:
+            raise CheckpointError(wrong)
     return arrays, meta
+
+
+def misnamed(path: Path, meta: Mapping[str, Any]) -> str | None:
+    """Why a checkpoint's name disagrees with the merges its contents were taken at (None: it agrees, or either is
+    unknown). The digest covers the contents, not the name: a genuine checkpoint copied under a newer name would
+    be served as new state.
+
+    >>> misnamed(Path("ckpt-0000000040.npz"), {"merges_total": 40}) is None
+    True
+    >>> misnamed(Path("ckpt-0000000090.npz"), {"merges_total": 40})
+    'ckpt-0000000090.npz: its name says 90 merges, its contents 40: copied or renamed from another checkpoint'
+    """
+    named, held = _NAME.match(path.name), meta.get("merges_total")
+    if named is None or not isinstance(held, int) or held == int(named.group(1)):
+        return None
+    return f"{path}: its name says {int(named.group(1))} merges, its contents {held}: copied or renamed from another checkpoint"
 
 
 def _meta_json(meta: Mapping[str, Any]) -> str:
