@@ -61,6 +61,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/trainer.md", "corpus-trained", "corpus_trained.json"),
     ("docs/benchmarks.md", "reference-parity-small", "reference_parity_small.json"),
     ("docs/benchmarks.md", "ablations-small", "ablations_small.json"),
+    ("docs/benchmarks.md", "ablations-small-hetero", "ablations_small_hetero.json"),
     ("docs/trainer.md", "compute-dtype", "compute_dtype.json"),
     ("docs/benchmarks.md", "state-size", "state_size.json"),
 ]

@@ -16,7 +16,9 @@ batch (they are the majority whose merged norms the outlier guard follows). Afte
   docs/security.md: before, each made-up method an outsider called became a new series);
 - refusals of callers without a credential are logged once per call, reason and window (invariant ``output``);
 - the tokens counted per learner id stay within what time allows since it joined, bursts of hundreds of Reports
-  claiming far more included (invariant ``budget``).
+  claiming far more included (invariant ``budget``);
+- the cluster's pace stays the honest learners' step time, whatever step times the two rogues report (invariant
+  ``pace``).
 
 And around every single message: a refused one (a reason, or a gRPC error) leaves the syncer's state as it was
 — versions, merges, pending rounds, the learner table (liveness and counters included), counted tokens, step
@@ -538,6 +540,11 @@ class Harness:
             for k, n in self.svc.state.tokens_by_incarnation.items():
                 counted[k.split("/", 1)[0]] += n  # ids here hold no "/": the credentials name them
         assert all(n <= allowed for n in counted.values()), (dict(counted), allowed)
+        # Invariant `pace`: two colluding rogues hold two of the five slots, whatever step times they report; the
+        # lower median stays the three honest learners' 0.05 s (its negative control: test_invariants_pace_round.py).
+        with self.svc.cond:
+            pace = self.svc.state.pace(self.svc.clock())
+        assert pace == 0.05, pace
         # Invariant `output`: refusals of callers without a credential cost the log one event per kind and window.
         outsider = [e for e in events if isinstance(e, ev.Reject) and e.reason in OUTSIDER_REASONS]
         windows = (time.monotonic() - self.started) / OUTSIDER_LOG_S + 1
