@@ -33,26 +33,34 @@ SS = "tests/unit/test_core_syncer_state.py::"
 PR = "tests/unit/test_invariants_pace_round.py::"
 CT = "tests/unit/test_checkpoint_tampering.py::"
 SR = "tests/integration/test_syncer_restore.py::"
+IC = "tests/unit/test_invariants_claims.py::"
 
 REGISTRY: dict[str, Coverage] = {
     "weight": Coverage(
+        generated=(IC + "test_no_claim_weighs_more_than_the_steps_time_allows",),
+        controls=(IC + "test_weight_negative_control",),
         examples=(
             SS + "test_step_counts_are_capped_by_time_at_the_clusters_pace_and_tokens_derived",
             HL + "test_self_declared_tokens_cannot_take_over_a_merge",
-        )
+        ),
     ),
     "pace": Coverage(
         generated=(PR + "test_insiders_move_the_pace_no_further_than_the_honest_step_times", HP),
         controls=(PR + "test_pace_negative_control",),
     ),
     "budget": Coverage(
-        generated=(HP,),
+        generated=(HP, IC + "test_no_report_pattern_counts_more_tokens_than_time_allows"),
+        controls=(IC + "test_budget_negative_control",),
         examples=(
             SS + "test_reports_sent_often_count_no_faster_than_time_allows",
             SS + "test_cycling_incarnations_counts_no_faster_than_time_allows",
         ),
     ),
-    "value": Coverage(examples=(SS + "test_no_coordinate_moves_further_than_its_steps_of_adamw_can",)),
+    "value": Coverage(
+        generated=(IC + "test_no_coordinate_moves_further_than_its_steps_can",),
+        examples=(SS + "test_no_coordinate_moves_further_than_its_steps_of_adamw_can",),
+        controls=(IC + "test_value_negative_control",),
+    ),
     "drift": Coverage(),
     "round": Coverage(
         generated=(PR + "test_insiders_stretch_no_round_beyond_what_the_honest_uploads_need",),
@@ -102,8 +110,8 @@ REGISTRY: dict[str, Coverage] = {
 
 # Invariants without a generated property test, and without an automated negative control (their controls so far
 # were manual: the defence removed by hand, the test seen failing, the code restored). Each is work left in issue 41.
-GAPS_GENERATED = {"weight", "value", "drift", "capacity", "restore-versions", "deadline", "concurrency"}
-GAPS_CONTROL = set(REGISTRY) - {"pace", "round", "restore-integrity"}
+GAPS_GENERATED = {"drift", "capacity", "restore-versions", "deadline", "concurrency"}
+GAPS_CONTROL = set(REGISTRY) - {"weight", "pace", "budget", "value", "round", "restore-integrity"}
 
 
 def documented_ids() -> list[str]:
