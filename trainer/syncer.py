@@ -71,6 +71,8 @@ from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split
 SERVICE_NAME = "diloco.v1.Syncer"
 OUTSIDER_LOG_S = 10.0  # refusals of callers without a credential: one event per call and reason this often
 SYNCER_CALLS = frozenset(pb.DESCRIPTOR.services_by_name["Syncer"].methods_by_name)
+# Every method this server serves (Syncer's and health's): the closed set a refusal's ``call`` label comes from.
+SERVED_CALLS = SYNCER_CALLS | frozenset(health_pb2.DESCRIPTOR.services_by_name["Health"].methods_by_name)
 
 
 def call_name(method: str) -> str:

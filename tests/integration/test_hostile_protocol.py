@@ -1,14 +1,16 @@
 """Generated hostile traffic over the real protocol, with the syncer's invariants checked after every batch.
 
 Hypothesis draws batches of messages — Join, Leave, Report, Upload (well-formed or not, chunked right or not),
-GetFragment, bursts of Reports, and methods the service does not have under its path — with hostile field values (int64 extremes, NaN and infinite floats, odd strings, wrong shapes,
-absurd magnitudes), sent by two rogue learners holding their own credentials, a forged credential and no
+GetFragment, bursts of Reports, calls opened and never sent (held until the batch is over), and methods the
+service does not have under its path — with hostile field values (int64 extremes, NaN and infinite floats, odd
+strings, wrong shapes, absurd magnitudes), sent by two rogue learners holding their own credentials, a forged credential and no
 credential, to one real syncer on a real socket. Three honest learners upload a small honest update after each
 batch (they are the majority whose merged norms the outlier guard follows). After each batch:
 
 - the syncer answers Status and health (latencies kept: the bound below is on their maximum), and all through
-  the flood an operator's monitor on its own connection polls both every 50 ms (:class:`Monitor`): every call
-  answers, and their p99 is bounded relative to the same calls between batches (:func:`monitor_bound`);
+  the flood an operator's monitor on its own connection polls both every 50 ms (:class:`Monitor`), while the
+  batch's half-open calls are held (invariants ``capacity`` and ``concurrency``): every call answers, and their
+  p99 is bounded relative to the same calls between batches (:func:`monitor_bound`);
 - versions only move by merges, one per merge, and every merged contribution was accepted by a reply;
 - the parameters stay finite and small; no honest upload is refused;
 - the budget is not reached, the counted tokens stay in range, the learner table holds only real identities;
@@ -47,6 +49,7 @@ from hypothesis import strategies as st
 from benchmarks.measures import percentile
 from chaos.pytest_plugin import OPTIONS, chaos_settings
 from tests.support import tiny_config, wait_until
+from trainer import admission
 from trainer import events as ev
 from trainer.client import specs_to_pb
 from trainer.core.claims import MAX_COUNT
@@ -56,7 +59,7 @@ from trainer.core.syncer_policy import STEP_SLACK
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import OUTSIDER_LOG_S, SERVICE_NAME, SYNCER_CALLS, serve
+from trainer.syncer import OUTSIDER_LOG_S, SERVED_CALLS, SERVICE_NAME, serve
 from trainer.telemetry import EventMetrics
 from trainer.wire import crc32, encode_tensors
 
@@ -100,6 +103,14 @@ TEXT = st.one_of(
     st.sampled_from(["", "x", "honest-0", "rogue-0", "rogue-1", "é" * 50, "\x00", "a" * 4096]),
     st.text(max_size=20),
 )
+HALF_OPEN_METHODS = (
+    "/diloco.v1.Syncer/Status",
+    "/grpc.health.v1.Health/Check",
+    "/diloco.v1.Syncer/Report",
+    "/diloco.v1.Syncer/Join",
+    "/diloco.v1.Syncer/GetFragment",
+    "/diloco.v1.Syncer/Upload",
+)
 SENDERS = st.sampled_from(ROGUES * 4 + ("forged", "anonymous"))  # mostly rogues past authentication
 
 
@@ -142,9 +153,12 @@ def messages(draw):
                 "get_fragment",
                 "path",
                 "report_burst",
+                "half_open",
             ]
         )
     )
+    if kind == "half_open":  # calls whose headers come and whose request never does, held to the batch's end
+        return sender, kind, dict(method=draw(st.sampled_from(HALF_OPEN_METHODS)), n=draw(st.integers(1, 40)))
     if kind == "report_burst":  # Reports back to back, each claiming far more than time allows (budget minting)
         return sender, kind, dict(learner_id=lid, incarnation=inc, n=draw(st.integers(50, 300)))
     if kind == "path":  # a method the service does not have, under its path: the caller names it
@@ -217,7 +231,7 @@ class Monitor:
             t0 = time.monotonic()
             try:
                 self.stub.Status(pb.StatusRequest(), timeout=STATUS_BOUND_S, metadata=md)
-                self.health.Check(health_pb2.HealthCheckRequest(), timeout=STATUS_BOUND_S)
+                self.health.Check(health_pb2.HealthCheckRequest(), timeout=STATUS_BOUND_S, metadata=md)
             except grpc.RpcError as err:
                 self.failures.append(err.code().name)
             self.latencies.append(time.monotonic() - t0)
@@ -269,10 +283,29 @@ class Harness:
         for lid in HONEST:  # the honest majority's merged norms are the outlier guard's reference from the start
             for p in range(len(self.names)):
                 self.honest_upload(lid, p)
+        # Half-open calls come over connections of their own, as an attacker's would, and are held until the batch
+        # is over (invariants `capacity` and `concurrency`: they take at most their sender's share).
+        self.attack_channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for _ in range(2)]
+        self.release = threading.Event()
+        self.held: list[grpc.Future] = []
         self.monitor = Monitor(f"127.0.0.1:{port}")
         self.started = time.monotonic()
 
+    def release_held(self) -> None:
+        """End the batch's half-open calls (their streams close with no request) and wait for each to finish."""
+        self.release.set()
+        for f in self.held:
+            try:
+                f.result(timeout=30)
+            except grpc.RpcError:
+                pass
+        assert all(f.done() for f in self.held)
+        self.held, self.release = [], threading.Event()
+
     def close(self) -> None:
+        self.release_held()
+        for c in self.attack_channels:
+            c.close()
         self.monitor.close()
         self.channel.close()
         self.svc.shutdown("test over")
@@ -436,6 +469,12 @@ class Harness:
                 call = self.channel.unary_unary(f"/{SERVICE_NAME}/{f['method']}")
                 call(b"", timeout=10, metadata=md)
                 return self._count(kind, True, "")  # no such method answered: the check after the batch fails it
+            elif kind == "half_open":
+                for i in range(f["n"]):
+                    chan = self.attack_channels[i % len(self.attack_channels)]
+                    self.held.append(_half_open(chan, f["method"], md, self.release))
+                self._count(kind, False, "held")
+                return False  # not answered yet: the merges of earlier uploads may go on meanwhile
             elif kind == "get_fragment":
                 req = pb.FragmentRequest(
                     learner_id=f["learner_id"],
@@ -497,10 +536,9 @@ class Harness:
     # ---- invariants ------------------------------------------------------
     def check(self) -> None:
         t0 = time.monotonic()
-        st_ = self.stub.Status(
-            pb.StatusRequest(), timeout=STATUS_BOUND_S * 2, metadata=(("authorization", f"Bearer {SECRET}"),)
-        )
-        h = self.health.Check(health_pb2.HealthCheckRequest(), timeout=STATUS_BOUND_S * 2)
+        md = (("authorization", f"Bearer {SECRET}"),)  # the operator's: a probe with no credential may be refused
+        st_ = self.stub.Status(pb.StatusRequest(), timeout=STATUS_BOUND_S * 2, metadata=md)
+        h = self.health.Check(health_pb2.HealthCheckRequest(), timeout=STATUS_BOUND_S * 2, metadata=md)
         self.latencies.append(time.monotonic() - t0)
         assert h.status == health_pb2.HealthCheckResponse.SERVING
         assert not st_.finished and 0 <= st_.tokens < MAX_COUNT, st_.tokens
@@ -524,7 +562,7 @@ class Harness:
         calls = {
             s.labels["call"] for m in self.metrics.registry.collect() for s in m.samples if "call" in s.labels
         }
-        assert calls <= SYNCER_CALLS | {"unknown"}, sorted(calls - SYNCER_CALLS)[:5]
+        assert calls <= SERVED_CALLS | {"unknown"}, sorted(calls - SERVED_CALLS)[:5]
         assert not self.outcomes["path: ok"], "a method the Syncer service does not have answered"
         # Invariant `budget`: tokens counted per learner id, over its incarnations, at most what time allows since it
         # first joined at max_speedup × the pace (three honest learners report 0.05 s steps: the lower median), the
@@ -552,6 +590,18 @@ class Harness:
         assert len(outsider) <= len(kinds) * windows, (len(outsider), len(kinds), windows)
 
 
+def _half_open(channel, method: str, metadata, release: threading.Event) -> grpc.Future:  # noqa: ANN001
+    """A call whose headers are sent and whose request never is, until ``release``: its future."""
+
+    def never():  # noqa: ANN202
+        release.wait()
+        return
+        yield
+
+    call = channel.stream_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    return call.future(never(), timeout=60, metadata=metadata)
+
+
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
     h = Harness(tmp_path_factory.mktemp("hostile-protocol"))
@@ -564,8 +614,8 @@ def harness(tmp_path_factory):
     for name, lats in (("between batches", lat), ("monitor during the flood", sorted(h.monitor.latencies))):
         if lats:
             print(
-                f"Status + health, {name}: median {lat[len(lat) // 2]:.3f} s, "
-                f"p99 {percentile(lat, 0.99):.3f} s, max {lat[-1]:.3f} s over {len(lat)} calls"
+                f"Status + health, {name}: median {lats[len(lats) // 2]:.3f} s, "
+                f"p99 {percentile(lats, 0.99):.3f} s, max {lats[-1]:.3f} s over {len(lats)} calls"
             )
     h.close()
 
@@ -575,12 +625,15 @@ def harness(tmp_path_factory):
 def test_generated_hostile_traffic_breaks_no_invariant(harness, batch) -> None:
     for lid in ROGUES:  # as a refused learner does: join again (the batch may make it leave or replace itself)
         harness._join(lid)
-    for sender, kind, fields in batch:
-        harness.send(sender, kind, fields)
-    for i, lid in enumerate(HONEST):
-        harness.report(lid, step=2)
-        harness.honest_upload(lid, i % len(harness.names))
-    harness.check()
+    try:
+        for sender, kind, fields in batch:
+            harness.send(sender, kind, fields)
+        for i, lid in enumerate(HONEST):
+            harness.report(lid, step=2)
+            harness.honest_upload(lid, i % len(harness.names))
+        harness.check()  # with the batch's half-open calls still held
+    finally:  # a failing batch's held calls must not leak into the next (Hypothesis replays it to shrink)
+        harness.release_held()
     assert max(harness.latencies) < STATUS_BOUND_S, harness.latencies
     mon = harness.monitor
     assert not mon.failures, f"the monitor's Status/health calls failed during the flood: {Counter(mon.failures)}"
@@ -588,6 +641,53 @@ def test_generated_hostile_traffic_breaks_no_invariant(harness, batch) -> None:
     assert len(mon.latencies) < 20 or mon.p99() < bound, (
         f"Status + health p99 {mon.p99():.3f} s during the flood (bound {bound:.3f} s: {monitor_bound.__doc__})"
     )
+
+
+HALF_OPEN_FLOOD = [  # one insider's half-open Status calls, then another's: more than the server has workers
+    (rogue, "half_open", dict(method="/diloco.v1.Syncer/Status", n=40)) for rogue in ROGUES for _ in range(2)
+]
+
+
+def _flood_fails_the_checks(tmp_path) -> bool:
+    """Whether the checks after a batch of :data:`HALF_OPEN_FLOOD` fail (a refused or hung operator call)."""
+    tmp_path.mkdir()
+    h = Harness(tmp_path)
+    try:
+        for sender, kind, fields in HALF_OPEN_FLOOD:
+            h.send(sender, kind, fields)
+        try:
+            h.check()
+        except (grpc.RpcError, AssertionError):
+            return True
+        return False
+    finally:
+        h.close()
+
+
+def test_capacity_negative_control(tmp_path, monkeypatch) -> None:
+    """Negative control of invariant ``capacity``: with admission removed (calls go straight to the workers, as a
+    plain gRPC server serves them), the half-open flood takes every worker and the operator's Status hangs; with
+    admission in place the same flood passes the checks."""
+    assert not _flood_fails_the_checks(tmp_path / "defended")
+    monkeypatch.setattr(
+        admission.AdmissionInterceptor, "intercept_service", lambda self, cont, details: cont(details)
+    )
+    assert _flood_fails_the_checks(tmp_path / "undefended")
+
+
+def test_concurrency_negative_control(tmp_path, monkeypatch) -> None:
+    """Negative control of invariant ``concurrency``: with each pool bounded by its total only (no share per
+    learner credential), two insiders' half-open Status calls fill the short pool and the operator's is refused."""
+
+    def total_only(self, who: str) -> bool:  # noqa: ANN001
+        with self._lock:
+            if sum(self._by.values()) >= self.total:
+                return False
+            self._by[who] += 1
+            return True
+
+    monkeypatch.setattr(admission.Slots, "enter", total_only)
+    assert _flood_fails_the_checks(tmp_path / "undefended")
 
 
 def test_the_monitor_bound_tells_a_starving_flood_from_a_stalled_machine() -> None:
