@@ -103,6 +103,11 @@ class Slots:
             if self._by[who] <= 0:
                 del self._by[who]
 
+    def in_flight(self) -> int:
+        """Calls holding a slot now (each holds a worker until its handler returns)."""
+        with self._lock:
+            return sum(self._by.values())
+
 
 class Deadlines:
     """Calls to cancel at their deadlines, on one watchdog thread (a timer thread per call cost two thread starts
@@ -163,6 +168,14 @@ class Pools:
     long: Slots
     short: Slots
     anonymous: Slots
+
+    def in_flight(self) -> dict[str, int]:
+        """Calls holding a worker now, by pool."""
+        return {
+            "long": self.long.in_flight(),
+            "short": self.short.in_flight(),
+            "anonymous": self.anonymous.in_flight(),
+        }
 
     @classmethod
     def of(cls, budget: Budget, num_fragments: int) -> Pools:

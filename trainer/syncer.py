@@ -141,6 +141,7 @@ class SyncerService(pbg.SyncerServicer):
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg = cfg
+        self.pools: Pools | None = None  # the workers' pools, once served (trainer.admission): calls in flight
         # The wall time the core's decisions take as ``now``, and the timer of the durations it learns from
         # (uploads, merges, broadcasts). A test passes fake ones to drive this service and deterministic mode
         # through the same schedule (tests/unit/test_syncer_shells_agree.py).
@@ -743,6 +744,7 @@ def serve(
         start_fresh=start_fresh,
     )
     holder["svc"] = svc
+    svc.pools = pools
     pbg.add_SyncerServicer_to_server(svc, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
