@@ -13,7 +13,7 @@ file and what is wrong with it: a restart must not start from scratch silently.
 Example:
     >>> import numpy as np, tempfile
     >>> d = tempfile.mkdtemp()
-    >>> _ = save_checkpoint(d, 5, {"param/w": np.ones(2, np.float32)}, {"versions": [1]})
+    >>> _ = save_checkpoint(d, {"param/w": np.ones(2, np.float32)}, {"merges_total": 5, "versions": [1]})
     >>> arrays, meta, path = load_latest(d)
     >>> meta["versions"], arrays["param/w"].tolist()
     ([1], [1.0, 1.0])
@@ -73,26 +73,28 @@ def checkpoint_digest(arrays: Mapping[str, np.ndarray], meta_json: str, key: byt
 
 def save_checkpoint(
     directory: str | Path,
-    merges: int,
     arrays: Mapping[str, np.ndarray],
     meta: Mapping[str, Any],
     key: bytes | None = None,
 ) -> Path:
-    """Write ``ckpt-<merges>.npz`` atomically, its digest under ``key`` (None: SHA-256) in its metadata; keep the
-    newest few. Returns its path."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    """Write ``ckpt-<number>.npz`` (:func:`checkpoint_number` of ``meta``) atomically, its digest under ``key``
+    (None: SHA-256) in its metadata; keep the newest few. Returns its path."""
     if "__meta__" in arrays:
         raise CheckpointError("array name '__meta__' is reserved")
     if DIGEST in meta:
         raise CheckpointError(f"metadata field {DIGEST!r} is reserved")
+    number = checkpoint_number(meta)
+    if number is None:
+        raise CheckpointError("a checkpoint's metadata needs merges_total or versions: its name is made of them")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     named = {k: np.asarray(v) for k, v in arrays.items()}
     plain = json.loads(_meta_json(meta))  # as a reader will see it (tuples as lists, keys as strings)
     signed = _meta_json({**plain, DIGEST: checkpoint_digest(named, _meta_json(plain), key)})
     blob = np.frombuffer(signed.encode(), dtype=np.uint8)
     np.savez(buf, __meta__=blob, **named)  # type: ignore[arg-type]  # numpy stub: ** may fill allow_pickle: bool
-    final = d / f"ckpt-{merges:010d}.npz"
+    final = d / f"ckpt-{number:010d}.npz"
     tmp = d / f".{final.name}.tmp-{os.getpid()}"
     with open(tmp, "wb") as fh:
         fh.write(buf.getbuffer())
@@ -100,9 +102,19 @@ def save_checkpoint(
         os.fsync(fh.fileno())
     os.replace(tmp, final)
     _fsync_dir(d)
-    for old in list_checkpoints(d)[:-KEEP]:
-        old.unlink(missing_ok=True)
+    rotate(d, final)
     return final
+
+
+def rotate(directory: Path, written: Path) -> list[Path]:
+    """Delete all but the ``KEEP - 1`` newest checkpoints named below ``written``, the one just written; returns
+    those deleted. Files named above it are not this run's past (unreadable ones a restore skipped, or planted):
+    deleting by name alone deleted the run's own new checkpoints while they were there."""
+    older = [p for p in list_checkpoints(directory) if p.name < written.name]
+    gone = older[: max(len(older) - (KEEP - 1), 0)]
+    for old in gone:
+        old.unlink(missing_ok=True)
+    return gone
 
 
 RESULT_NAME = "result.npz"  # the checkpoint at the token budget; rotation and restore leave it alone
@@ -120,15 +132,31 @@ def result_checkpoint(directory: str | Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-def merges_of(path: Path) -> int:
-    """The merges a checkpoint was taken at, from its name.
+def checkpoint_number(meta: Mapping[str, Any]) -> int | None:
+    """The number a checkpoint is named by: the merges it was taken at, or its highest version where a restore or a
+    fresh start moved the versions past that (None: the metadata has neither). Either way no version its syncer
+    had served when it was written is above it, so a start above the newest name plus what one interval can merge
+    is above them all (docs/security.md, ``restore-versions``).
 
-    >>> merges_of(Path("ckpt-0000000040.npz"))
+    >>> checkpoint_number({"merges_total": 40, "versions": [12, 28]}), checkpoint_number({"merges_total": 40, "versions": [80, 61]})
+    (40, 80)
+    """
+    merges, versions = meta.get("merges_total"), meta.get("versions")
+    numbers = [merges] if isinstance(merges, int) else []
+    if isinstance(versions, list):
+        numbers += [v for v in versions if isinstance(v, int)]
+    return max(numbers) if numbers else None
+
+
+def number_of(path: Path) -> int:
+    """The number a checkpoint is named by (:func:`checkpoint_number`).
+
+    >>> number_of(Path("ckpt-0000000040.npz"))
     40
     """
     m = _NAME.match(path.name)
     if m is None:
-        raise CheckpointError(f"{path}: not a checkpoint's name (ckpt-<merges>.npz)")
+        raise CheckpointError(f"{path}: not a checkpoint's name (ckpt-<number>.npz)")
     return int(m.group(1))
 
 
@@ -176,19 +204,19 @@ def read_checkpoint(
 
 
 def misnamed(path: Path, meta: Mapping[str, Any]) -> str | None:
-    """Why a checkpoint's name disagrees with the merges its contents were taken at (None: it agrees, or either is
+    """Why a checkpoint's name disagrees with its contents' :func:`checkpoint_number` (None: it agrees, or either is
     unknown). The digest covers the contents, not the name: a genuine checkpoint copied under a newer name would
     be served as new state.
 
-    >>> misnamed(Path("ckpt-0000000040.npz"), {"merges_total": 40}) is None
+    >>> misnamed(Path("ckpt-0000000040.npz"), {"merges_total": 40, "versions": [40, 3]}) is None
     True
     >>> misnamed(Path("ckpt-0000000090.npz"), {"merges_total": 40})
-    'ckpt-0000000090.npz: its name says 90 merges, its contents 40: copied or renamed from another checkpoint'
+    'ckpt-0000000090.npz: its name says 90, its contents 40: copied or renamed from another checkpoint'
     """
-    named, held = _NAME.match(path.name), meta.get("merges_total")
-    if named is None or not isinstance(held, int) or held == int(named.group(1)):
+    named, held = _NAME.match(path.name), checkpoint_number(meta)
+    if named is None or held is None or held == int(named.group(1)):
         return None
-    return f"{path}: its name says {int(named.group(1))} merges, its contents {held}: copied or renamed from another checkpoint"
+    return f"{path}: its name says {int(named.group(1))}, its contents {held}: copied or renamed from another checkpoint"
 
 
 def _meta_json(meta: Mapping[str, Any]) -> str:

@@ -42,28 +42,22 @@ from trainer.admission import FIRST_MESSAGE_S, MAX_CALL_S, AdmissionInterceptor,
 from trainer.audit_log import AuditWriter, fragment_digests
 from trainer.checkpoint import (
     RESULT_NAME,
-    NoIntactCheckpoint,
-    list_checkpoints,
-    load_latest,
-    merges_of,
     save_checkpoint,
 )
 from trainer.client import specs_from_pb, specs_to_pb
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
-from trainer.core.checkpoint_codec import encode_arrays, restore_problems
 from trainer.core.claims import MAX_NAME
 from trainer.core.credentials import caller, checkpoint_key, presented
 from trainer.core.fragments import partition_tensors
 from trainer.core.reasons import Rejected, RejectReason
 from trainer.core.repeats import Repeats
 from trainer.core.syncer_driver import EXIT_POLL_S, Merged, MergeRefused, ResultFixed, exit_due, next_wake, tick
-from trainer.core.syncer_policy import restore_version_skip
 from trainer.core.syncer_records import Contribution
-from trainer.core.syncer_state import SyncerState
-from trainer.errors import AddressInUse, CheckpointError, ConfigError
+from trainer.errors import AddressInUse, CheckpointError
 from trainer.policy import merge_fields, policy_from_config, upload_fields
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
+from trainer.restore import restore, set_aside
 from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
 from trainer.training import TrainingSetup
 from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split_chunks
@@ -175,44 +169,27 @@ class SyncerService(pbg.SyncerServicer):
         self._result_fixed = False
         init = self.setup.init_params()
         self.fragments = partition_tensors({k: int(v.size) for k, v in init.items()}, cfg.algorithm.num_fragments)
-        policy = policy_from_config(cfg)
-        self.state = SyncerState.create(policy, self.fragments, init)
-        expected = encode_arrays(self.state.params, self.state.opt_states)
-        try:
-            restored = load_latest(
-                self.ckpt_dir,
-                key=self.ckpt_key,
-                verify=True,
-                check=lambda arrays: restore_problems(arrays, expected),
-            )
-        except NoIntactCheckpoint as err:
-            if not start_fresh:
-                raise
-            # Versions start above every version the broken checkpoints' syncer can have served.
-            newest = max(merges_of(p) for p in list_checkpoints(self.ckpt_dir))
-            skip = newest + restore_version_skip(cfg.syncer.checkpoint_every_merges)
-            self.state.start_at_version(skip)
-            print(f"warning: --start-fresh: {err}\nstarting from scratch at version {skip}", file=sys.stderr)
-            restored = None
-        if restored is not None:
-            arrays, meta, path = restored
-            if meta.get("config_hash") not in (None, self.config_hash):
-                raise ConfigError(
-                    f"{path}: checkpoint was written by config {meta.get('config_hash')}, "
-                    f"this run's is {self.config_hash}; use a fresh run directory"
-                )
-            unreadable = sum(1 for p in list_checkpoints(self.ckpt_dir) if p.name > path.name)
-            skip = restore_version_skip(cfg.syncer.checkpoint_every_merges, unreadable)
-            self.state = SyncerState.from_checkpoint(policy, self.fragments, arrays, meta, version_skip=skip)
+        restored = restore(
+            policy_from_config(cfg),
+            self.fragments,
+            init,
+            self.ckpt_dir,
+            self.ckpt_key,
+            self.config_hash,
+            start_fresh,
+        )
+        self.state = restored.state
+        if restored.path is not None:
+            assert restored.meta is not None
             self.log.emit(
                 ev.Restore(
                     merges_total=self.state.merges_total,
-                    checkpoint_versions=meta["versions"],
+                    checkpoint_versions=restored.meta["versions"],
                     versions=list(self.state.versions),
-                    version_skip=skip,
-                    path=str(path),
+                    version_skip=restored.skip,
+                    path=str(restored.path),
                     digests=fragment_digests(self.state.fragment_digests()),
-                    state_digest=self.state.state_digest(version_skip=skip),
+                    state_digest=self.state.state_digest(version_skip=restored.skip),
                 )
             )
         self.log.emit(
@@ -229,8 +206,14 @@ class SyncerService(pbg.SyncerServicer):
         # At start (fresh or restored) the core asks for a checkpoint: a crash before the first interval must
         # not restart from scratch, and a second crash must not restore the same versions again.
         with self.cond:
-            if self.state.checkpoint_due():
-                self._checkpoint_locked()
+            assert self.state.checkpoint_due()
+            written = self._checkpoint_locked()
+        # Those skipped are held in the versions just written: out of the next restore's count and the rotation's way.
+        if moved := set_aside(self.ckpt_dir, restored.refused, written, self.incarnation):
+            print(
+                f"warning: set aside {len(moved)} checkpoint(s) the restore skipped: {moved[0].parent}",
+                file=sys.stderr,
+            )
         self._threads = [
             threading.Thread(target=self._merge_loop, name="merge", daemon=True),
             threading.Thread(target=self._eval_loop, name="eval", daemon=True),
@@ -539,7 +522,7 @@ class SyncerService(pbg.SyncerServicer):
         t0 = time.monotonic()
         arrays, meta = self.state.to_checkpoint()
         meta["config_hash"] = self.config_hash
-        path = save_checkpoint(self.ckpt_dir, self.state.merges_total, arrays, meta, key=self.ckpt_key)
+        path = save_checkpoint(self.ckpt_dir, arrays, meta, key=self.ckpt_key)
         self.log.emit(
             ev.Checkpoint(
                 merges_total=self.state.merges_total,

@@ -30,7 +30,7 @@ def _plant(run_dir: Path, merges: int, change, key: bytes | None) -> Path:
     change(arrays)
     meta["merges_total"] = merges
     elsewhere = run_dir / "elsewhere"  # saving in place would rotate the intact checkpoint away
-    path = save_checkpoint(elsewhere, merges, arrays, meta, key=key)
+    path = save_checkpoint(elsewhere, arrays, meta, key=key)
     return path.rename(run_dir / "checkpoints" / path.name)
 
 

@@ -260,6 +260,7 @@ def refs(*names: str) -> tuple[ScenarioRef, ...]:
 SS = "trainer.core.syncer_state"
 SYNCER_NODE, LEARNER_NODE = "chaos.sim.syncer_node", "chaos.sim.learner_node"  # deterministic mode's nodes
 LEARNER, SYNCER_SHELL, TRAINING = "trainer.learner", "trainer.syncer", "trainer.training"  # the shells (real only)
+RESTORE_SHELL = "trainer.restore"  # the syncer shell's restore path (real only)
 
 # A corrupt learner that sends random bit patterns (mostly finite, absurd magnitudes): the outlier guard's case.
 # corrupt-learner's own schedule with mode garbage instead of nan.
@@ -389,7 +390,7 @@ def _no_wake(wake: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _no_version_skip(restore_version_skip: Callable[..., int]) -> Callable[..., int]:
-    def mutant(checkpoint_every_merges: int, unreadable_newer: int = 0) -> int:
+    def mutant(checkpoint_every_merges: int, *args: Any, **kw: Any) -> int:
         return 0  # BUG: a restored syncer reissues versions it handed out before the crash
 
     return mutant
@@ -747,7 +748,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "restore",
         "the syncer shell restores without skipping its versions ahead: it reissues versions it had handed out",
         refs("syncer-crash"),
-        (Patch(SYNCER_SHELL, "restore_version_skip", _no_version_skip),),
+        (Patch(RESTORE_SHELL, "restore_version_skip", _no_version_skip),),
         fault_free_unchanged=True,
         modes=REAL,
     ),
@@ -756,7 +757,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "restore",
         "the syncer shell restores the checkpoint before the newest (and skips versions for the one it missed)",
         refs("syncer-crash"),
-        (Patch(SYNCER_SHELL, "load_latest", _load_previous_checkpoint),),
+        (Patch(RESTORE_SHELL, "load_latest", _load_previous_checkpoint),),
         fault_free_unchanged=True,
         modes=REAL,
     ),
@@ -766,7 +767,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the syncer shell's checkpoint reader drops a field (merged_keys): a restored syncer forgets which "
         "uploads it merged",
         refs("syncer-crash"),
-        (Patch(SYNCER_SHELL, "load_latest", _load_without("merged_keys")),),
+        (Patch(RESTORE_SHELL, "load_latest", _load_without("merged_keys")),),
         fault_free_unchanged=True,
         modes=REAL,
     ),

@@ -140,9 +140,8 @@ def test_restore_mutants_leave_a_fresh_start_alone_and_change_a_restore(tmp_path
     for merges in (10, 20, 30):
         save_checkpoint(
             tmp_path,
-            merges,
             {"param/w": np.full(1, merges, np.float32)},
-            {"versions": [merges], "merged_keys": [["a", "b", 1, 2, 3]]},
+            {"versions": [merges], "merges_total": merges, "merged_keys": [["a", "b", 1, 2, 3]]},
         )
     found, kept, latest = previous(tmp_path), dropped(tmp_path), load_latest(tmp_path)
     assert found is not None and kept is not None and latest is not None

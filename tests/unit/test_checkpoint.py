@@ -28,13 +28,18 @@ def _arrays(k: float) -> dict[str, np.ndarray]:
 
 
 def _meta(k: int) -> dict:
-    return {"versions": [k, k + 1], "merges_total": k, "tokens_by_incarnation": {"a/i": 10 * k}, "finished": False}
+    return {
+        "versions": [k, max(k - 1, 0)],
+        "merges_total": k,
+        "tokens_by_incarnation": {"a/i": 10 * k},
+        "finished": False,
+    }
 
 
 def test_round_trip(tmp_path):
     arrays = _arrays(1.5)
     meta = _meta(3)
-    path = save_checkpoint(tmp_path, 3, arrays, meta)
+    path = save_checkpoint(tmp_path, arrays, meta)
     assert path.exists() and path.name == "ckpt-0000000003.npz"
     got_arrays, got_meta, got_path = load_latest(tmp_path)
     assert got_path == path
@@ -47,13 +52,13 @@ def test_round_trip(tmp_path):
 
 def test_save_creates_the_directory(tmp_path):
     d = tmp_path / "a" / "b"
-    save_checkpoint(d, 1, _arrays(1), _meta(1))
+    save_checkpoint(d, _arrays(1), _meta(1))
     assert load_latest(d) is not None
 
 
 def test_newest_wins(tmp_path):
     for k in (1, 7, 3):
-        save_checkpoint(tmp_path, k, _arrays(float(k)), _meta(k))
+        save_checkpoint(tmp_path, _arrays(float(k)), _meta(k))
     arrays, meta, path = load_latest(tmp_path)
     assert meta["merges_total"] == 7
     assert path.name == "ckpt-0000000007.npz"
@@ -61,8 +66,8 @@ def test_newest_wins(tmp_path):
 
 
 def test_newest_is_by_number_not_by_text(tmp_path):
-    save_checkpoint(tmp_path, 9, _arrays(9), _meta(9))
-    save_checkpoint(tmp_path, 10, _arrays(10), _meta(10))
+    save_checkpoint(tmp_path, _arrays(9), _meta(9))
+    save_checkpoint(tmp_path, _arrays(10), _meta(10))
     assert load_latest(tmp_path)[1]["merges_total"] == 10
 
 
@@ -83,8 +88,8 @@ def _corrupt(path, how: str) -> None:
 
 @pytest.mark.parametrize("how", ["garbage", "empty", "truncated", "flipped"])
 def test_corrupt_newest_is_skipped_and_previous_loads(tmp_path, how, capsys):
-    save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
-    newest = save_checkpoint(tmp_path, 2, _arrays(2.0), _meta(2))
+    save_checkpoint(tmp_path, _arrays(1.0), _meta(1))
+    newest = save_checkpoint(tmp_path, _arrays(2.0), _meta(2))
     _corrupt(newest, how)
     result = load_latest(tmp_path)
     assert result is not None
@@ -97,7 +102,7 @@ def test_corrupt_newest_is_skipped_and_previous_loads(tmp_path, how, capsys):
 
 @pytest.mark.parametrize("how", ["garbage", "empty", "truncated", "flipped"])
 def test_read_checkpoint_raises_checkpoint_error_for_corrupt_files(tmp_path, how):
-    path = save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
+    path = save_checkpoint(tmp_path, _arrays(1.0), _meta(1))
     _corrupt(path, how)
     with pytest.raises(CheckpointError, match=str(path.name)):
         read_checkpoint(path)
@@ -106,7 +111,7 @@ def test_read_checkpoint_raises_checkpoint_error_for_corrupt_files(tmp_path, how
 def test_with_every_checkpoint_corrupt_the_restore_refuses_naming_each(tmp_path):
     """Invariant `restore-integrity` (docs/security.md): no silent start from scratch."""
     for k in (1, 2):
-        _corrupt(save_checkpoint(tmp_path, k, _arrays(1.0), _meta(k)), "garbage")
+        _corrupt(save_checkpoint(tmp_path, _arrays(1.0), _meta(k)), "garbage")
     with pytest.raises(NoIntactCheckpoint, match="--start-fresh") as err:
         load_latest(tmp_path)
     assert [p.split(":")[0].rsplit("/", 1)[-1] for p in err.value.problems] == [
@@ -119,16 +124,16 @@ def test_a_restore_serves_only_a_checkpoint_whose_digest_matches(tmp_path):
     """Invariant `restore-integrity`: altered contents, another key's digest, no digest or an unkeyed one where the
     run has a key: each skipped for the older intact checkpoint."""
     key = checkpoint_key("s3cret")
-    save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1), key=key)
-    bad = save_checkpoint(tmp_path, 2, _arrays(2.0), _meta(2), key=key)
+    save_checkpoint(tmp_path, _arrays(1.0), _meta(1), key=key)
+    bad = save_checkpoint(tmp_path, _arrays(2.0), _meta(2), key=key)
     with np.load(bad) as z:  # the same file with one value changed and its digest kept
         arrays = {k: z[k] for k in z.files}
     arrays["param/w"] = arrays["param/w"] + 1
     altered = tmp_path / "ckpt-0000000003.npz"
     np.savez(altered, **arrays)
     elsewhere = tmp_path / "elsewhere"  # written apart: saving here would rotate the intact ones away
-    forged = save_checkpoint(elsewhere, 4, _arrays(4.0), _meta(4), key=checkpoint_key("another secret"))
-    unkeyed = save_checkpoint(elsewhere, 5, _arrays(5.0), _meta(5))  # SHA-256 only: anyone can write that
+    forged = save_checkpoint(elsewhere, _arrays(4.0), _meta(4), key=checkpoint_key("another secret"))
+    unkeyed = save_checkpoint(elsewhere, _arrays(5.0), _meta(5))  # SHA-256 only: anyone can write that
     forged.rename(tmp_path / forged.name)
     unkeyed.rename(tmp_path / unkeyed.name)
     for name, why in (
@@ -144,8 +149,8 @@ def test_a_restore_serves_only_a_checkpoint_whose_digest_matches(tmp_path):
 
 
 def test_a_restore_skips_a_checkpoint_its_check_finds_wrong(tmp_path):
-    save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
-    save_checkpoint(tmp_path, 2, {"param/w": np.array([np.nan, 1.0], np.float32)}, _meta(2))
+    save_checkpoint(tmp_path, _arrays(1.0), _meta(1))
+    save_checkpoint(tmp_path, {"param/w": np.array([np.nan, 1.0], np.float32)}, _meta(2))
 
     def finite(arrays):
         return [f"{k} holds NaN or Inf" for k, v in arrays.items() if not np.all(np.isfinite(v))]
@@ -163,22 +168,38 @@ def test_npz_without_metadata_is_refused(tmp_path):
 
 def test_only_the_newest_keep_files_are_kept(tmp_path):
     for k in range(1, KEEP + 4):
-        save_checkpoint(tmp_path, k * 10, _arrays(float(k)), _meta(k))
+        save_checkpoint(tmp_path, _arrays(float(k)), _meta(k * 10))
     names = [p.name for p in list_checkpoints(tmp_path)]
     assert names == [f"ckpt-{k * 10:010d}.npz" for k in range(4, KEEP + 4)]
     assert len(names) == KEEP
 
 
+def test_rotation_keeps_files_named_above_the_one_written(tmp_path):
+    """Files named above the newest written are not the run's past (a restore skipped them, or they were planted):
+    rotating by name alone deleted each new checkpoint as it was written (tests/unit/test_restore_versions.py)."""
+    for k in (50, 60, 70):
+        (tmp_path / f"ckpt-{k:010d}.npz").write_bytes(b"junk")
+    for k in range(1, KEEP + 3):
+        save_checkpoint(tmp_path, _arrays(float(k)), _meta(k))
+    names = [p.name for p in list_checkpoints(tmp_path)]
+    assert names == [f"ckpt-{k:010d}.npz" for k in [*range(3, KEEP + 3), 50, 60, 70]]
+
+
+def test_a_checkpoint_is_named_by_the_highest_of_its_merges_and_versions(tmp_path):
+    path = save_checkpoint(tmp_path, _arrays(1.0), {"merges_total": 4, "versions": [9, 2]})
+    assert path.name == "ckpt-0000000009.npz" and load_latest(tmp_path)[2] == path
+
+
 def test_no_temp_files_left_behind(tmp_path):
     for k in range(1, 6):
-        save_checkpoint(tmp_path, k, _arrays(float(k)), _meta(k))
+        save_checkpoint(tmp_path, _arrays(float(k)), _meta(k))
     leftovers = sorted(os.listdir(tmp_path))
     assert leftovers == [p.name for p in list_checkpoints(tmp_path)]
     assert not any("tmp" in n for n in leftovers)
 
 
 def test_other_files_are_ignored(tmp_path):
-    save_checkpoint(tmp_path, 2, _arrays(2.0), _meta(2))
+    save_checkpoint(tmp_path, _arrays(2.0), _meta(2))
     (tmp_path / "ckpt-99.npz").write_bytes(b"junk")  # not 10 digits
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / ".ckpt-0000000009.npz.tmp-1").write_bytes(b"torn")
@@ -194,19 +215,19 @@ def test_load_latest_on_empty_or_missing_dir_returns_none(tmp_path):
 
 def test_reserved_array_name_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="__meta__"):
-        save_checkpoint(tmp_path, 1, {"__meta__": np.zeros(1)}, {})
+        save_checkpoint(tmp_path, {"__meta__": np.zeros(1)}, {})
     assert list_checkpoints(tmp_path) == []
 
 
 def test_loading_never_needs_pickle(tmp_path):
-    path = save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
+    path = save_checkpoint(tmp_path, _arrays(1.0), _meta(1))
     with np.load(path, allow_pickle=False) as z:
         assert z["__meta__"].dtype == np.uint8
 
 
 @pytest.mark.parametrize("blob", [b"{not json", b"\xff\xfe\x00garbage"])
 def test_unparseable_metadata_is_skipped_like_any_corrupt_file(tmp_path, blob):
-    save_checkpoint(tmp_path, 1, _arrays(1.0), _meta(1))
+    save_checkpoint(tmp_path, _arrays(1.0), _meta(1))
     bad = tmp_path / "ckpt-0000000002.npz"
     np.savez(bad, __meta__=np.frombuffer(blob, dtype=np.uint8), w=np.ones(2))
     with pytest.raises(CheckpointError, match=bad.name):

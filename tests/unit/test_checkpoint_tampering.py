@@ -27,7 +27,7 @@ def arrays(k: int) -> dict[str, np.ndarray]:
 
 
 def meta(k: int) -> dict:
-    return {"versions": [k, k + 1], "merges_total": k, "tokens_by_incarnation": {"a/i": 7 * k}, "finished": False}
+    return {"versions": [k, k - 1], "merges_total": k, "tokens_by_incarnation": {"a/i": 7 * k}, "finished": False}
 
 
 def name(k: int) -> str:
@@ -79,14 +79,14 @@ def tamper(d, action) -> None:  # noqa: ANN001
     elif kind == "forge":
         other = d / "elsewhere"  # written apart: saving in d would rotate the genuine ones away
         key = checkpoint_key("another secret") if args[1] == "another key" else None
-        save_checkpoint(other, args[0], arrays(args[0]), meta(args[0]), key=key).rename(d / name(args[0]))
+        save_checkpoint(other, arrays(args[0]), meta(args[0]), key=key).rename(d / name(args[0]))
     elif kind == "delete":
         (d / name(args[0])).unlink()
 
 
 def check_restore(d, tampering) -> None:  # noqa: ANN001
     for k in GENUINE:
-        save_checkpoint(d, k, arrays(k), meta(k), key=KEY)
+        save_checkpoint(d, arrays(k), meta(k), key=KEY)
     for action in tampering:
         tamper(d, action)
     try:

@@ -688,7 +688,7 @@ def _trained_state():
 def test_checkpoint_round_trip_restores_and_skips_versions(tmp_path):
     s = _trained_state()
     arrays, meta = s.to_checkpoint()
-    save_checkpoint(tmp_path, s.merges_total, arrays, meta)
+    save_checkpoint(tmp_path, arrays, meta)
     arrays2, meta2, _ = load_latest(tmp_path)
     r = SyncerState.from_checkpoint(s.policy, s.fragments, arrays2, meta2, version_skip=7)
     for n in s.params:

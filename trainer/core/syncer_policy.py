@@ -3,6 +3,7 @@ own settings, which together decide everything :class:`~trainer.core.syncer_stat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainer.core.algorithm import Algorithm
@@ -75,12 +76,18 @@ PLANTED_BUGS: tuple[str, ...] = ("none", "forget_rejoined")
 STEP_SLACK = 4  # steps a claim may exceed what time allows: a step in flight at each end, and rounding
 
 
-def restore_version_skip(checkpoint_every_merges: int, unreadable_newer: int = 0) -> int:
-    """How far a restored syncer moves every version ahead: one checkpoint interval of merges that may have been
-    lost, plus one interval per newer checkpoint that could not be read (those merges are lost too), so versions
-    never go backwards.
+def restore_version_skip(
+    checkpoint_every_merges: int, versions: Sequence[int] = (), newest_unreadable: int | None = None
+) -> int:
+    """How far a restored syncer moves every version ahead of its checkpoint's ``versions``, so that none goes
+    backwards: past one checkpoint interval of merges that may have been lost since, and — where newer checkpoints
+    could not be read — past the newest of their names plus an interval. A checkpoint's name is at least every
+    version served when it was written (trainer.checkpoint.checkpoint_number), and at most an interval of merges
+    follows the newest one; counting intervals per unreadable file instead fell short after a restore's own skip.
 
-    >>> restore_version_skip(20), restore_version_skip(20, unreadable_newer=2)
-    (20, 60)
+    >>> restore_version_skip(20), restore_version_skip(20, versions=[40, 3], newest_unreadable=80)
+    (20, 97)
     """
-    return checkpoint_every_merges * (1 + unreadable_newer)
+    if newest_unreadable is None:
+        return checkpoint_every_merges
+    return max(checkpoint_every_merges, newest_unreadable + checkpoint_every_merges - min(versions, default=0))
