@@ -228,6 +228,7 @@ def syncer(tmp_path_factory):
     print("\ndeadline: how the generated calls ended:", dict(OUTCOMES.most_common()))
 
 
+@pytest.mark.nightly_sized  # the profile's examples
 @chaos_settings(examples=max(chaos_examples() // 2, 1))
 @given(stalls=st.lists(STALLS, min_size=1, max_size=6))
 def test_no_call_outlives_the_cap(syncer, stalls) -> None:
