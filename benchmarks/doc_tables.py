@@ -64,6 +64,8 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "ablations-small-hetero", "ablations_small_hetero.json"),
     ("docs/trainer.md", "compute-dtype", "compute_dtype.json"),
     ("docs/benchmarks.md", "state-size", "state_size.json"),
+    ("docs/security.md", "drift-ratio", "drift_ratio.json"),
+    ("docs/security.md", "soak", "soak_trial.json"),
 ]
 
 
