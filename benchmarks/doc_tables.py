@@ -65,7 +65,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/trainer.md", "compute-dtype", "compute_dtype.json"),
     ("docs/benchmarks.md", "state-size", "state_size.json"),
     ("docs/security.md", "drift-ratio", "drift_ratio.json"),
-    ("docs/security.md", "soak", "soak_trial.json"),
+    ("docs/security.md", "soak", "soak.json"),
 ]
 
 
