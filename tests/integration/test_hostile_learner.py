@@ -22,7 +22,7 @@ from benchmarks.measures import percentile
 from tests.support import served_syncer, tiny_config, wait_until
 from trainer import events as ev
 from trainer.admission import worker_budget
-from trainer.client import SyncClient, specs_to_pb
+from trainer.client import SyncClient, upload_request
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
 from trainer.core.syncer_policy import STEP_SLACK
@@ -30,7 +30,6 @@ from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
 from trainer.syncer import OUTSIDER_LOG_S
-from trainer.wire import crc32, encode_tensors
 
 pytestmark = pytest.mark.integration
 TOKEN = "hostile-test-token"
@@ -449,18 +448,7 @@ def test_a_stalled_upload_is_cancelled_after_the_cap(tmp_path):
         with SyncClient(f"127.0.0.1:{port}", TOKEN, timeout_s=10.0) as operator:
             assert operator.join("learner-0", "i", cfg.config_hash()).ok
         tps = policy_from_config(cfg).tokens_per_step
-        specs, data = encode_tensors(_update(svc, 0, 0.0))
-        header = pb.UploadHeader(
-            learner_id="learner-0",
-            incarnation="i",
-            fragment=0,
-            base_version=0,
-            c_steps=1,
-            c_tokens=tps,
-            tensors=specs_to_pb(specs),
-            total_bytes=len(data),
-            crc32=crc32(data),
-        )
+        header, _ = upload_request("learner-0", "i", 0, 0, _update(svc, 0, 0.0), 1, tps)
         try:
             t0 = time.monotonic()
             with pytest.raises(grpc.RpcError) as err:

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 import grpc
 import numpy as np
@@ -29,12 +30,11 @@ from hypothesis import strategies as st
 from chaos.pytest_plugin import chaos_examples, chaos_settings
 from tests.support import served_syncer, tiny_config
 from trainer import admission
-from trainer.client import specs_to_pb
+from trainer.client import upload_messages, upload_request
 from trainer.core.credentials import learner_credential
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.wire import crc32, encode_tensors, split_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -116,23 +116,10 @@ class Calls:
     def _stalled_upload(self, s: Stall) -> Iterator[pb.UploadChunk]:
         lid = s.sender if s.sender in LEARNERS else LEARNERS[0]
         names = self.svc.fragments[0].names
-        specs, data = encode_tensors({n: np.zeros_like(self.svc.state.params[n]) for n in names})
         tps = policy_from_config(self.svc.cfg).tokens_per_step
-        yield pb.UploadChunk(
-            header=pb.UploadHeader(
-                learner_id=lid,
-                incarnation=f"inc-{lid}",
-                fragment=0,
-                base_version=0,
-                c_steps=1,
-                c_tokens=tps,
-                tensors=specs_to_pb(specs),
-                total_bytes=len(data),
-                crc32=crc32(data),
-            )
-        )
-        for offset, chunk in list(split_chunks(data, max(len(data) // 8, 1)))[: s.chunks]:
-            yield pb.UploadChunk(data=pb.DataChunk(offset=offset, data=chunk))
+        zeros = {n: np.zeros_like(self.svc.state.params[n]) for n in names}
+        header, payload = upload_request(lid, f"inc-{lid}", 0, 0, zeros, 1, tps)
+        yield from islice(upload_messages(header, payload, max(len(payload) // 8, 1)), 1 + s.chunks)
         self.release.wait()
 
     def _never(self) -> Iterator[bytes]:
