@@ -179,6 +179,7 @@ class SyncerService(pbg.SyncerServicer):
             start_fresh,
         )
         self.state = restored.state
+        self.state.warm_up()  # compiled before any round is due, not in the first rounds' merges
         if restored.path is not None:
             assert restored.meta is not None
             self.log.emit(

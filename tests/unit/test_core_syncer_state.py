@@ -957,3 +957,23 @@ def test_data_parallel_applies_one_adamw_update_to_the_mean_gradient_with_the_pr
     assert 0.5 < progress_scale(spec, 0.5) < 1 and np.abs(want - params["w"]).min() > 1e-4
     np.testing.assert_allclose(s.params["w"], want, rtol=1e-6, atol=1e-7)
     assert s.versions == [1]
+
+
+def test_warm_up_compiles_every_fragment_step_before_the_first_merge_and_changes_nothing():
+    """The syncer's first merges must not wait for a compile (it held CI's container run ~3 s, failing the merge
+    audit's lag bound): after warm_up, merging each fragment compiles nothing; warm_up itself changes no state."""
+    from trainer.core.outer import _compiled
+
+    st_ = make_state(num_learners=2, sizes={"w": 6, "b": 3, "e": 5}, num_fragments=3)
+    join_all(st_, 2)
+    before = snapshot(st_)
+    st_.warm_up()
+    assert_same_snapshot(before, snapshot(st_))
+    step = _compiled(st_.optimizer)
+    compiled = step._cache_size()
+    for p in range(3):
+        for i, lid in enumerate(("L0", "L1")):
+            st_.submit(contrib(lid, "inc-1", p, 0, grad(st_, p, 0.1 * (i + 1)), c_tokens=64 * (i + 1)), now=1.0)
+        st_.merge(p, now=1.0)
+    assert st_.versions == [1, 1, 1]
+    assert step._cache_size() == compiled, "a merge compiled a step warm_up did not"
