@@ -25,7 +25,13 @@ batch (they are the majority whose merged norms the outlier guard follows). Afte
 And around every single message: a refused one (a reason, or a gRPC error) leaves the syncer's state as it was
 — versions, merges, pending rounds, the learner table (liveness and counters included), counted tokens, step
 times (:meth:`Harness.fingerprint`; after an accepted upload the harness waits for its merge first, so nothing
-moves in between).
+moves in between; invariant ``refusal``); and one sent with a forged credential or none is refused, whatever it
+is (``outsider-state``).
+
+Negative controls (the same checks failing with a defence removed): admission (``capacity``), per-credential
+shares (``concurrency``), and :data:`CONTROLS` — a Report's counters recorded before they are checked
+(``refusal``), a credential's MAC not checked (``outsider-state``), a refusal labelled with the method the caller
+named (``outsider-series``), outsiders' refusals not folded (``output``).
 
 Per change: the Hypothesis profile's examples (``chaos``: 10) batches of 12 messages; nightly (``--chaos-nightly``,
 profile ``chaos-nightly``: 25) batches of 40. Counts by outcome are printed and attached to the test's report.
@@ -38,6 +44,7 @@ import math
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import grpc
 import numpy as np
@@ -51,11 +58,15 @@ from chaos.pytest_plugin import OPTIONS, chaos_settings
 from tests.support import tiny_config, wait_until
 from trainer import admission
 from trainer import events as ev
+from trainer import syncer as syncer_module
 from trainer.client import specs_to_pb
+from trainer.core import credentials
 from trainer.core.claims import MAX_COUNT
 from trainer.core.credentials import learner_credential
 from trainer.core.reasons import RejectReason
+from trainer.core.repeats import Repeats
 from trainer.core.syncer_policy import STEP_SLACK
+from trainer.core.syncer_state import SyncerState
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
@@ -111,7 +122,8 @@ HALF_OPEN_METHODS = (
     "/diloco.v1.Syncer/GetFragment",
     "/diloco.v1.Syncer/Upload",
 )
-SENDERS = st.sampled_from(ROGUES * 4 + ("forged", "anonymous"))  # mostly rogues past authentication
+OUTSIDERS = ("forged", "anonymous")  # a credential made with another secret, and none
+SENDERS = st.sampled_from(ROGUES * 4 + OUTSIDERS)  # mostly rogues past authentication
 
 
 def _metadata(sender: str) -> tuple[tuple[str, str], ...]:
@@ -283,6 +295,7 @@ class Harness:
         for lid in HONEST:  # the honest majority's merged norms are the outlier guard's reference from the start
             for p in range(len(self.names)):
                 self.honest_upload(lid, p)
+        self._quiet()  # their merges done: a first message's refusal is judged on a still state
         # Half-open calls come over connections of their own, as an attacker's would, and are held until the batch
         # is over (invariants `capacity` and `concurrency`: they take at most their sender's share).
         self.attack_channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for _ in range(2)]
@@ -402,9 +415,12 @@ class Harness:
         wait_until(merged, 10, "the accepted upload's merge")
 
     def send(self, sender: str, kind: str, f: dict) -> None:
-        """Send one message; a refused one must change nothing."""
+        """Send one message; a refused one must change nothing (invariant ``refusal``), and one without a valid
+        credential must be refused, whatever it is (``outsider-state``; a half-open call is judged by the checks)."""
         before = self.fingerprint()
         refused = self._send(sender, kind, f)
+        if sender in OUTSIDERS and kind != "half_open":
+            assert refused, f"a {kind} with a {sender} credential was answered ({self.last}): {f}"
         if refused:
             assert self.fingerprint() == before, f"a refused {kind} ({self.last}) changed the syncer's state: {f}"
         elif kind == "upload":
@@ -587,7 +603,10 @@ class Harness:
         outsider = [e for e in events if isinstance(e, ev.Reject) and e.reason in OUTSIDER_REASONS]
         windows = (time.monotonic() - self.started) / OUTSIDER_LOG_S + 1
         kinds = {(e.call, e.reason) for e in outsider}
-        assert len(outsider) <= len(kinds) * windows, (len(outsider), len(kinds), windows)
+        assert len(outsider) <= len(kinds) * windows, (
+            f"{len(outsider)} refusals of callers without a credential logged, {len(kinds)} kinds over "
+            f"{windows:.2f} windows of {OUTSIDER_LOG_S:g} s: more than one per kind and window"
+        )
 
 
 def _half_open(channel, method: str, metadata, release: threading.Event) -> grpc.Future:  # noqa: ANN001
@@ -648,20 +667,26 @@ HALF_OPEN_FLOOD = [  # one insider's half-open Status calls, then another's: mor
 ]
 
 
-def _flood_fails_the_checks(tmp_path) -> bool:
-    """Whether the checks after a batch of :data:`HALF_OPEN_FLOOD` fail (a refused or hung operator call)."""
+def _failure(tmp_path, batch: list[tuple[str, str, dict]]) -> str | None:
+    """How ``batch`` (sent as the generated test sends, each message judged) or the checks after it fail: an
+    assertion, or a refused or hung operator call (None: they pass)."""
     tmp_path.mkdir()
     h = Harness(tmp_path)
     try:
-        for sender, kind, fields in HALF_OPEN_FLOOD:
-            h.send(sender, kind, fields)
         try:
+            for sender, kind, fields in batch:
+                h.send(sender, kind, fields)
             h.check()
-        except (grpc.RpcError, AssertionError):
-            return True
-        return False
+        except (grpc.RpcError, AssertionError) as failed:
+            print(f"{tmp_path.name}: {type(failed).__name__}: {str(failed)[:300]}")
+            return str(failed)
+        return None
     finally:
         h.close()
+
+
+def _flood_fails_the_checks(tmp_path) -> bool:
+    return _failure(tmp_path, HALF_OPEN_FLOOD) is not None
 
 
 def test_capacity_negative_control(tmp_path, monkeypatch) -> None:
@@ -688,6 +713,80 @@ def test_concurrency_negative_control(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(admission.Slots, "enter", total_only)
     assert _flood_fails_the_checks(tmp_path / "undefended")
+
+
+REPORT = dict(learner_id="rogue-0", incarnation="rogue-0-inc", step=2, tokens="consistent", step_time_s=0.05)
+
+
+def _reports_before_checking(original):  # noqa: ANN001, ANN202
+    """A syncer that records a Report's counters on the learner's record before checking them."""
+
+    def report(self, learner_id, incarnation, step, tokens, step_time_s, now):  # noqa: ANN001, ANN202
+        rec = self.learners.get(learner_id)
+        if rec is not None and rec.incarnation == incarnation:
+            rec.step, rec.tokens = step, tokens
+        return original(self, learner_id, incarnation, step, tokens, step_time_s, now)
+
+    return report
+
+
+def _unverified(secret: str, presented: str) -> credentials.Caller | None:
+    """A syncer that reads the learner id a credential names without checking its MAC (the shared token still
+    compared)."""
+    if presented.startswith(credentials.PREFIX) and presented.count(":") >= 2:
+        return credentials.Caller(presented[len(credentials.PREFIX) :].rsplit(":", 1)[0])
+    return credentials.caller(secret, presented)
+
+
+class _Folding(Repeats):
+    """No folding: every refusal logged."""
+
+    def admit(self, kind, now):  # noqa: ANN001, ANN202
+        return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Control:
+    batch: list[tuple[str, str, dict]]
+    remove: Callable[[pytest.MonkeyPatch], None]  # the defence
+    says: str  # what the failure must say
+
+
+CONTROLS = {  # by invariant id
+    "refusal": Control(
+        [("rogue-0", "report", {**REPORT, "step": 3, "tokens": 2**40})],  # tokens not steps × tokens per step
+        lambda mp: mp.setattr(SyncerState, "report", _reports_before_checking(SyncerState.report)),
+        "changed the syncer's state",
+    ),
+    "outsider-state": Control(
+        [("forged", "report", REPORT)],
+        lambda mp: mp.setattr(syncer_module, "caller", _unverified),
+        "with a forged credential was answered",
+    ),
+    "outsider-series": Control(
+        [("anonymous", "path", dict(method="made-up-1")), ("forged", "path", dict(method="made-up-2"))],
+        lambda mp: mp.setattr(syncer_module, "call_name", lambda method: method.rsplit("/", 1)[-1]),
+        "made-up-1",
+    ),
+    "output": Control(
+        [(sender, "report", REPORT) for sender in OUTSIDERS for _ in range(20)],
+        lambda mp: mp.setattr(syncer_module, "Repeats", _Folding),
+        "refusals of callers without a credential",
+    ),
+}
+
+
+@pytest.mark.parametrize("invariant", sorted(CONTROLS))
+def test_outsider_and_refusal_negative_controls(invariant, tmp_path, monkeypatch) -> None:
+    """Negative controls of invariants ``refusal`` (a Report's counters recorded before they are checked),
+    ``outsider-state`` (a credential's MAC not checked), ``outsider-series`` (a refusal labelled with the method
+    the caller named) and ``output`` (outsiders' refusals not folded): the batch passes the checks with the defence
+    in place and fails them with it removed."""
+    control = CONTROLS[invariant]
+    assert _failure(tmp_path / "defended", control.batch) is None
+    control.remove(monkeypatch)
+    failure = _failure(tmp_path / "undefended", control.batch)
+    assert failure is not None and control.says in failure, failure
 
 
 def test_the_monitor_bound_tells_a_starving_flood_from_a_stalled_machine() -> None:

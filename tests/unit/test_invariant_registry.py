@@ -29,6 +29,7 @@ class Coverage:
 
 HPF = "tests/integration/test_hostile_protocol.py::"
 HP = HPF + "test_generated_hostile_traffic_breaks_no_invariant"
+HPC = HPF + "test_outsider_and_refusal_negative_controls"  # parametrized by invariant id
 HL = "tests/integration/test_hostile_learner.py::"
 SS = "tests/unit/test_core_syncer_state.py::"
 PR = "tests/unit/test_invariants_pace_round.py::"
@@ -70,9 +71,11 @@ REGISTRY: dict[str, Coverage] = {
         examples=(PR + "test_the_hold_follows_the_median_learner_one_value_each",),
         controls=(PR + "test_round_negative_control",),
     ),
-    "refusal": Coverage(generated=(HP,), examples=(SS + "test_a_refused_upload_or_report_changes_nothing",)),
-    "outsider-state": Coverage(generated=(HP,)),
-    "outsider-series": Coverage(generated=(HP,)),
+    "refusal": Coverage(
+        generated=(HP,), examples=(SS + "test_a_refused_upload_or_report_changes_nothing",), controls=(HPC,)
+    ),
+    "outsider-state": Coverage(generated=(HP,), controls=(HPC,)),
+    "outsider-series": Coverage(generated=(HP,), controls=(HPC,)),
     "capacity": Coverage(
         generated=(HP,),
         examples=(
@@ -116,24 +119,14 @@ REGISTRY: dict[str, Coverage] = {
             "tests/unit/test_merge_audit.py::test_kept_audit_files_stay_within_their_byte_bound_across_a_restart",
             HL + "test_an_outsiders_flood_costs_the_log_one_line_per_kind_and_window",
         ),
+        controls=(HPC,),
     ),
 }
 
 # Invariants without a generated property test, and without an automated negative control (their controls so far
 # were manual: the defence removed by hand, the test seen failing, the code restored). Each is work left in issue 41.
 GAPS_GENERATED = {"drift"}
-GAPS_CONTROL = set(REGISTRY) - {
-    "weight",
-    "pace",
-    "budget",
-    "value",
-    "round",
-    "restore-integrity",
-    "restore-versions",
-    "capacity",
-    "concurrency",
-    "deadline",
-}
+GAPS_CONTROL = {"drift"}
 
 
 def documented_ids() -> list[str]:
@@ -176,3 +169,18 @@ def test_a_missing_test_or_an_undocumented_id_fails_the_registry(monkeypatch) ->
     monkeypatch.setitem(REGISTRY, "pace", Coverage(generated=(PR + "test_that_does_not_exist",)))
     with pytest.raises(AssertionError):
         test_every_test_the_registry_names_exists()
+
+
+def test_the_parametrized_controls_are_the_invariants_that_name_them() -> None:
+    """The hostile protocol's parametrized control runs one case per invariant id (its ``CONTROLS`` keys): exactly
+    the invariants whose controls name it."""
+    path, name = HPC.split("::")
+    tree = ast.parse((ROOT / path).read_text())
+    (controls,) = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONTROLS" for t in n.targets)
+    ]
+    assert isinstance(controls, ast.Dict)
+    cases = {k.value for k in controls.keys if isinstance(k, ast.Constant)}
+    assert cases == {i for i, c in REGISTRY.items() if HPC in c.controls}, cases
