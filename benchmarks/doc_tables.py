@@ -65,6 +65,8 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/trainer.md", "compute-dtype", "compute_dtype.json"),
     ("docs/benchmarks.md", "state-size", "state_size.json"),
     ("docs/security.md", "drift-ratio", "drift_ratio.json"),
+    ("docs/security.md", "drift-bound", "drift_bound.json"),
+    ("docs/security.md", "drift-bound-real", "drift_bound_real.json"),
     ("docs/security.md", "soak", "soak.json"),
 ]
 

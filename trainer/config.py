@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainer.core.algorithm import Algorithm
+from trainer.core.drift import DRIFT_K, DRIFT_WINDOW
 from trainer.errors import ConfigError
 
 __all__ = [
@@ -65,6 +66,8 @@ ADDED_SETTINGS = (
     ("algorithm", "wire_format"),
     ("algorithm", "grace_waits_for"),
     ("algorithm", "weighting"),
+    ("syncer", "drift_k"),
+    ("syncer", "drift_window"),
 )
 
 
@@ -199,6 +202,14 @@ class SyncerSection(_Strict):
         description="refuse updates whose norm per step exceeds this many "
         "times the fragment's recent average (0: off)",
     )
+    drift_k: float = Field(
+        DRIFT_K,
+        ge=0,
+        description="refuse the uploads of a learner whose deviation from the rounds' medians, summed over about "
+        "drift_window merges of a fragment, is above drift_k × √drift_window lr per step (trainer.core.drift; "
+        "0: summed and logged, not enforced)",
+    )
+    drift_window: float = Field(DRIFT_WINDOW, ge=1, description="merges of a fragment the drift sum spans")
     max_speedup: float = Field(
         4.0,
         gt=0,

@@ -114,6 +114,9 @@ class ParticipantInfo(BaseModel):
     c_tokens: int
     base_version: int = -1  # the global version its outer gradient was computed from (-1: older logs)
     round: int = 0
+    drift: float = (
+        0.0  # its pull from the rounds' medians after this merge, lr per step summed (trainer.core.drift)
+    )
 
 
 class FragmentDigest(BaseModel):

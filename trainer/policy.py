@@ -39,6 +39,8 @@ def policy_from_config(cfg: RunConfig) -> SyncerPolicy:
         planted_bug=cfg.syncer.planted_bug,
         tokens_per_step=cfg.inner.batch_size * MODEL_SIZES[cfg.model.size].seq_len,
         max_speedup=cfg.syncer.max_speedup,
+        drift_k=cfg.syncer.drift_k,
+        drift_window=cfg.syncer.drift_window,
     )
 
 
@@ -87,6 +89,7 @@ def merge_fields(rec: MergeRecord, tokens_total: int, audit: ev.MergeDigests | N
                 c_tokens=x.c_tokens,
                 base_version=x.base_version,
                 round=x.round,
+                drift=x.drift,
             )
             for x in rec.participants
         ],

@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import copy
 import os
+import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -53,6 +54,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.support import syncer_policy
+from trainer.core.ema import Ema
 from trainer.core.fragments import partition_tensors
 from trainer.core.grace import Timing, merge_time
 from trainer.core.merge import fragment_norm
@@ -284,6 +286,7 @@ class SyncerMachine(RuleBasedStateMachine):
         self.rounds: dict[int, ModelRound] = {}
         a = self.policy.ema_alpha
         self.timing = Timing.with_alpha(a)
+        self.upload_emas: dict[str, Ema] = {}
         self.merged_keys: set[Key] = set(merged_keys)  # what the syncer must still answer "duplicate" for
         self.saved_at: int | None = None  # merges_total at the last checkpoint since start/restore
         self.effective_keys: set[Key] = set(effective)  # merges that the current parameters contain
@@ -626,8 +629,11 @@ class SyncerMachine(RuleBasedStateMachine):
         if rnd.quorum_at is None and len(rnd.contribs) >= self.policy.algorithm.min_quorum:
             rnd.quorum_at = self.now
             self.timing = self.timing.observe_quorum(self.now - rnd.opened_at)
-        if upload_seconds > 0:
-            self.timing = self.timing.observe_upload(upload_seconds)
+        if upload_seconds > 0:  # t_upload: the median over learners of each one's moving average (invariant round)
+            ema = self.upload_emas.get(learner, Ema(self.policy.ema_alpha)).update(upload_seconds)
+            self.upload_emas[learner] = ema
+            median = statistics.median_low([e.get() for e in self.upload_emas.values()])
+            self.timing = replace(self.timing, t_upload=replace(self.timing.t_upload, value=median))
         if merge_after:
             self._merge_due()  # the upload wakes the merge loop, which merges whatever is due
 

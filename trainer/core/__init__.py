@@ -22,6 +22,7 @@ Modules, one concept each:
   :mod:`~trainer.core.step_timer`, :mod:`~trainer.core.header_lag`;
 - trust: :mod:`~trainer.core.upload_checks` (what an upload must satisfy), :mod:`~trainer.core.claims` (what a
   learner claims, bounded), :mod:`~trainer.core.token_allowance` (the tokens time allows a learner id),
+  :mod:`~trainer.core.drift` (a learner's pull from the merges' medians, summed over rounds),
   :mod:`~trainer.core.reasons` (why something is refused), :mod:`~trainer.core.repeats` (repeated refusals
   logged once per window),
   :mod:`~trainer.core.credentials`, :mod:`~trainer.core.audit` (the merge audit's record),

@@ -29,6 +29,7 @@ class RejectReason(str, Enum):  # noqa: UP042 (StrEnum would change str() of a m
     BAD_DTYPE = "bad_dtype"
     NON_FINITE = "non_finite"
     OUTLIER_NORM = "outlier_norm"
+    DRIFT = "drift"  # summed over rounds, the learner pulls away from the others (trainer.core.drift)
     BAD_CHECKSUM = "bad_checksum"
     DUPLICATE_CHUNK = "duplicate_chunk"
     OVERSIZE = "oversize"

@@ -135,6 +135,7 @@ class Participant:
     c_tokens: int
     base_version: int
     round: int = 0
+    drift: float = 0.0  # its pull from the rounds' medians after this merge (trainer.core.drift), lr per step
 
 
 @dataclass(frozen=True)

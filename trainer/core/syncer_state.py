@@ -105,6 +105,7 @@ from trainer.core.algorithm import Algorithm
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
 from trainer.core.checkpoint_codec import decode_opt_state, decode_params, encode_arrays
 from trainer.core.checkpoint_meta import CheckpointMeta, Key
+from trainer.core.drift import after_merge, check_drift, drift_bound, drift_of
 from trainer.core.ema import Ema
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import Fragment
@@ -184,6 +185,9 @@ class SyncerState:
     # A round waits a bounded hold for those announced by its merge time (trainer.core.inflight). Not
     # checkpointed: a restarted syncer's in-flight calls died with it.
     announced: dict[Key, float] = field(default_factory=dict)
+    # Per fragment, per learner id: its deviation from the rounds' medians, summed over about drift_window merges
+    # (trainer.core.drift, invariant drift). Not checkpointed: a restored syncer sums afresh.
+    drift: dict[int, dict[str, dict[str, np.ndarray]]] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -480,7 +484,16 @@ class SyncerState:
         check_base(fragment, base_version, current, a.max_staleness, a.rebases, held)
         frag = {n: self.params[n] for n in self.fragments[fragment].names}
         check_layout(fragment, specs, tensor_specs(frag, a.wire_format))
+        if self.policy.validate_uploads and self.policy.drift_k > 0:
+            p = self.policy
+            check_drift(
+                fragment, learner_id, self.drift_of(fragment, learner_id), drift_bound(p.drift_k, p.drift_window)
+            )
         return current
+
+    def drift_of(self, fragment: int, learner_id: str) -> float:
+        """How far ``learner_id`` has pulled ``fragment`` from the rounds' medians lately (lr per step, summed)."""
+        return drift_of(self.drift.get(fragment, {}).get(learner_id))
 
     def announce(
         self,
@@ -695,6 +708,13 @@ class SyncerState:
         for stale in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.algorithm.max_staleness]:
             del self.made_at[stale]
         self.merged_norms[fragment].update({c.learner_id: per_step_norm(c.tensors, c.c_steps) for c in contribs})
+        if self.policy.validate_uploads:  # the learner's own update, not rebased: what it trained
+            self.drift[fragment] = after_merge(
+                self.drift.get(fragment, {}),
+                [(c.learner_id, c.tensors, c.c_steps) for c in contribs],
+                self.policy.inner_lr,
+                self.policy.drift_window,
+            )
         self.merges_total += 1
         total_w = sum(weights) or float(len(weights))
         participants = []
@@ -713,6 +733,7 @@ class SyncerState:
                     c.c_tokens,
                     c.base_version,
                     c.round,
+                    self.drift_of(fragment, c.learner_id),
                 )
             )
         # Keys below the previous version can never be re-sent usefully: keep the set small.

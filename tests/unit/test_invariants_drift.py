@@ -1,0 +1,157 @@
+"""Invariant ``drift`` (docs/security.md) over generated insider behaviour on the pure core, with its negative control.
+
+M learners (3 to 7), a minority of them insiders, upload one fragment round after round, each round some of them
+(any number: rounds with fewer than three participants are not compared). The honest ones send a signal they
+share plus noise of their own (up to half an lr per step per coordinate: measured honest pulls are far smaller,
+benchmarks/results/drift_bound.json). The insiders send anything the per-round bound (``value``) lets through: a
+push of any size on any coordinates, on and off with any period, with noise of any size on top, the same or not
+for each of them. The test keeps its own leaky sums of each learner's deviation from each merge's coordinate-wise
+median (the property's definition, docs/security.md), over what was merged, and checks after every merge:
+
+- no learner's sum is above ``k·√W`` by more than the deviation of the one merge just made (the check runs before
+  an upload is accepted; its own round may add one deviation);
+- no honest upload is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_core_syncer_state import contrib, join_all, make_state
+from trainer.core.claims import ADAM_STEP_BOUND
+from trainer.core.drift import DRIFT_K, DRIFT_WINDOW, MIN_PARTICIPANTS
+from trainer.core.reasons import Rejected, RejectReason
+
+LR, N = 1e-3, 8  # inner lr; coordinates of the one fragment
+BOUND = DRIFT_K * math.sqrt(DRIFT_WINDOW)
+
+
+@st.composite
+def insider(draw):
+    """One insider's behaviour: push size (lr per step), which coordinates and which way, on/off period and duty,
+    noise on top."""
+    return dict(
+        push=draw(st.floats(0.0, ADAM_STEP_BOUND)),
+        direction=draw(st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=N, max_size=N)),
+        period=draw(st.integers(1, 12)),
+        duty=draw(st.floats(0.1, 1.0)),
+        noise=draw(st.floats(0.0, ADAM_STEP_BOUND)),
+    )
+
+
+@st.composite
+def runs(draw):
+    m = draw(st.sampled_from([3, 4, 5, 7]))
+    k = draw(st.integers(1, (m - 1) // 2))
+    return dict(
+        m=m,
+        insiders=[draw(insider()) for _ in range(k)],
+        honest_noise=draw(st.floats(0.0, 0.5)),
+        signal=draw(st.floats(0.0, 1.0)),
+        attendance=draw(st.floats(0.3, 1.0)),
+        rounds=draw(st.integers(20, 80)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def check_drift(run: dict) -> None:
+    m, insiders = run["m"], run["insiders"]
+    rng = np.random.default_rng(run["seed"])
+    s = make_state(num_learners=m, min_quorum=1, sizes={"w": N}, inner_lr=LR, outer_momentum=0.0)
+    ids = join_all(s, m)
+    rogue = {ids[i]: b for i, b in enumerate(insiders)}  # the first k ids
+    keep = 1.0 - 1.0 / DRIFT_WINDOW
+    sums = {lid: np.zeros(N) for lid in ids}
+    for t in range(run["rounds"]):
+        now = float(t + 1)
+        signal = run["signal"] * rng.standard_normal(N)
+        for lid in ids:
+            s.join(lid, "inc-1", now=now)  # a heartbeat: every learner stays active
+            if rng.random() > run["attendance"]:
+                continue
+            b = rogue.get(lid)
+            if b is None:
+                per_step = signal + run["honest_noise"] * rng.uniform(-1, 1, N)
+            else:
+                on = (t % b["period"]) < b["duty"] * b["period"]
+                per_step = b["push"] * on * np.asarray(b["direction"]) + b["noise"] * rng.uniform(-1, 1, N)
+            update = np.clip(per_step, -ADAM_STEP_BOUND, ADAM_STEP_BOUND) * LR  # within `value`: one step
+            try:
+                s.submit(contrib(lid, "inc-1", 0, s.versions[0], {"w": update.astype(np.float32)}), now=now)
+            except Rejected as err:
+                assert lid in rogue, f"honest {lid} refused in round {t}: {err}"
+                assert err.reason in (RejectReason.DRIFT, RejectReason.OUTLIER_NORM), err
+                event(f"an insider refused: {err.reason.value}")
+        if not s.rounds.get(0) or not s.rounds[0].contributions:
+            continue
+        merged = list(s.rounds[0].contributions.values())
+        rec = s.merge(0, now=now)
+        assert {p.learner_id for p in rec.participants} == {c.learner_id for c in merged}
+        for lid in sums:
+            sums[lid] *= keep
+        if len(merged) >= MIN_PARTICIPANTS:
+            per = np.stack([np.asarray(c.tensors["w"], np.float64) / c.c_steps / LR for c in merged])
+            med = np.median(per, axis=0)
+            for c, row in zip(merged, per):
+                d = row - med
+                sums[c.learner_id] += d
+                worst = float(np.max(np.abs(sums[c.learner_id])))
+                assert worst <= BOUND + float(np.max(np.abs(d))) + 1e-3, (
+                    f"{c.learner_id} ({'insider' if c.learner_id in rogue else 'honest'}) pulled {worst:.2f} lr per "
+                    f"step summed over its recent merges, above {BOUND:.1f} + this round's {np.max(np.abs(d)):.2f} "
+                    f"(round {t})"
+                )
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs())
+def test_no_learner_pulls_further_than_the_drift_bound_and_no_honest_one_is_refused(run) -> None:
+    check_drift(run)
+
+
+PUSHER: dict[str, Any] = dict(
+    push=ADAM_STEP_BOUND, direction=[1.0] + [0.0] * (N - 1), period=1, duty=1.0, noise=0.0
+)
+STEADY_PUSH: dict[str, Any] = dict(
+    m=3,
+    insiders=[PUSHER],
+    honest_noise=0.1,
+    signal=0.5,
+    attendance=1.0,
+    rounds=40,
+    seed=0,
+)
+
+
+def test_a_steady_push_is_refused_once_over_the_bound() -> None:
+    """One insider of three pushing one coordinate by the most a step may, every round: refused for drift within a
+    few rounds, and again each time its sum decays back under the bound."""
+    s = make_state(num_learners=3, min_quorum=1, sizes={"w": N}, inner_lr=LR, outer_momentum=0.0)
+    join_all(s, 3)
+    refused = []
+    for t in range(40):
+        for lid, value in (("L0", 2 * LR), ("L1", 3 * LR), ("L2", ADAM_STEP_BOUND * LR)):
+            w = np.full(N, 2.5 * LR, np.float32)  # alike elsewhere: the norm guard has nothing to say
+            w[0] = value
+            try:
+                s.submit(contrib(lid, "inc-1", 0, s.versions[0], {"w": w}), now=float(t + 1))
+            except Rejected as err:
+                assert lid == "L2" and err.reason is RejectReason.DRIFT, err
+                refused.append(t)
+        s.merge(0, now=float(t + 1))
+    assert refused and refused[0] <= 4, refused  # 7 lr per round over the median: 7, 13.6, 19.8, 25.6 > 20
+    assert 20 <= len(refused) < 40, refused  # refused most rounds, let back in when its sum has decayed
+
+
+def test_drift_negative_control(monkeypatch) -> None:
+    """With the drift check removed, a steady push sums far past the bound (every round is within ``value``)."""
+    monkeypatch.setattr("trainer.core.syncer_state.check_drift", lambda *a, **k: None)
+    with pytest.raises(AssertionError, match="insider"):
+        check_drift(STEADY_PUSH)
+    check_drift({**STEADY_PUSH, "insiders": [dict(PUSHER, push=0.0)]})  # no push: passes
