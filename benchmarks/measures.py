@@ -171,7 +171,7 @@ def grace_waits(events: Sequence[Any]) -> list[float]:
 
 def late_refused(events: Sequence[Any]) -> int:
     """Uploads refused because their round had merged (``late_round``)."""
-    return sum(1 for e in _of(events, ev.Reject) if e.reason == RejectReason.LATE_ROUND.value)
+    return sum(e.refusals for e in _of(events, ev.Reject) if e.reason == RejectReason.LATE_ROUND.value)
 
 
 def format_median_p90(values: Sequence[float], digits: int = 2) -> str:

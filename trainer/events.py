@@ -100,9 +100,15 @@ class Reject(_Event):
     learner_id: str = ""
     fragment: int = -1
     base_version: int = -1
-    # Refusals of the same call and reason folded into this one (callers without a credential: logged once per
-    # window, trainer.core.repeats); the event stands for 1 + repeats refusals.
+    # Refusals of the same kind folded into this one (trainer.core.repeats: a caller without a credential's logged
+    # once per call, reason and window; a learner's, a few per learner, call, reason and window); the event stands
+    # for 1 + repeats refusals.
     repeats: int = 0
+
+    @property
+    def refusals(self) -> int:
+        """How many refusals this event stands for."""
+        return 1 + self.repeats
 
 
 class ParticipantInfo(BaseModel):

@@ -64,6 +64,9 @@ from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split
 
 SERVICE_NAME = "diloco.v1.Syncer"
 OUTSIDER_LOG_S = 10.0  # refusals of callers without a credential: one event per call and reason this often
+# A learner's refusals: this many events per learner id, call and reason each OUTSIDER_LOG_S, the rest folded (an
+# honest learner's occasional refusal is each logged; an insider's flood costs the log a few lines per window).
+LEARNER_LOG_BURST = 10
 SYNCER_CALLS = frozenset(pb.DESCRIPTOR.services_by_name["Syncer"].methods_by_name)
 # Every method this server serves (Syncer's and health's): the closed set a refusal's ``call`` label comes from.
 SERVED_CALLS = SYNCER_CALLS | frozenset(health_pb2.DESCRIPTOR.services_by_name["Health"].methods_by_name)
@@ -152,6 +155,7 @@ class SyncerService(pbg.SyncerServicer):
         )
         self.ckpt_dir = run_dir / "checkpoints"
         self.outsider_repeats = Repeats(window_s=OUTSIDER_LOG_S)
+        self.learner_repeats = Repeats(window_s=OUTSIDER_LOG_S, burst=LEARNER_LOG_BURST)
         # Checkpoints are digested under a key from the secret: one who can write the run directory but does not
         # hold the secret cannot make this syncer serve a checkpoint of its own (docs/security.md).
         self.ckpt_key = checkpoint_key(secret) if secret else None
@@ -235,14 +239,20 @@ class SyncerService(pbg.SyncerServicer):
         base_version: int = -1,
         outsider: bool = False,
     ) -> None:
-        """Count a refusal (Status) and log it; an ``outsider``'s (no valid credential) once per kind and window,
-        the rest folded into the next one logged (trainer.core.repeats)."""
+        """Count a refusal (Status) and log it; an ``outsider``'s (no valid credential) once per call, reason and
+        window, a learner's :data:`LEARNER_LOG_BURST` per learner id, call, reason and window, the rest folded into
+        the next one logged (trainer.core.repeats)."""
+        # The id a credential proved (or the operator's token named): a wrong_learner refusal's is the caller's
+        # choice, so it is not part of the kind.
+        learner_id = "" if outsider or reason is RejectReason.WRONG_LEARNER else learner_id[:MAX_NAME]
         with self.cond:
             self.state.rejections[reason.value] += 1
-            repeats = self.outsider_repeats.admit((call, reason.value), self.timer()) if outsider else 0
+            if outsider:
+                repeats = self.outsider_repeats.admit((call, reason.value), self.timer())
+            else:
+                repeats = self.learner_repeats.admit((learner_id, call, reason.value), self.timer())
         if repeats is None:
             return
-        learner_id = learner_id[:MAX_NAME]  # a refused message's own id, cut short: it may be megabytes
         self.log.emit(
             ev.Reject(
                 call=call,
@@ -645,11 +655,17 @@ class SyncerService(pbg.SyncerServicer):
             self.cond.notify_all()
             self._checkpoint_locked()
             versions, merges = list(self.state.versions), self.state.merges_total
-            folded = self.outsider_repeats.drain()
-        for (call, reason), n in sorted(folded.items()):
+            # (learner id, call, reason) -> refusals folded: an outsider's have no id
+            folded = {("", *kind): n for kind, n in self.outsider_repeats.drain().items()}
+            folded.update(self.learner_repeats.drain())
+        for (learner_id, call, reason), n in sorted(folded.items()):
             self.log.emit(
                 ev.Reject(
-                    call=call, reason=reason, detail="refusals folded since the last one logged", repeats=n - 1
+                    call=call,
+                    reason=reason,
+                    detail="refusals folded since the last one logged",
+                    learner_id=learner_id,
+                    repeats=n - 1,
                 )
             )
         self._eval_queue.put(None)

@@ -94,7 +94,7 @@ def real_run(name: str, preset: str, seed: int) -> dict[str, Any]:
     for m in merges:
         for p in m.participants:
             largest[p.learner_id] = max(largest.get(p.learner_id, 0.0), p.drift / math.sqrt(drift.DRIFT_WINDOW))
-    refused = sum(1 for e in events if isinstance(e, ev.Reject) and e.reason == "drift")
+    refused = sum(e.refusals for e in events if isinstance(e, ev.Reject) and e.reason == "drift")
     return {
         "largest_k": dict(sorted(largest.items())),
         "merges": len(merges),

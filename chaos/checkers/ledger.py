@@ -138,9 +138,13 @@ class SyncerBook:
 def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[str]]:
     """The learners' side: what each sent, what it was told, checked against the syncer's book."""
     h = inp.history
-    rejects = Counter(
-        (r.learner_id, r.fragment, r.base_version, r.reason) for r in h.of(ev.Reject) if r.call == "Upload"
-    )
+    uploads_refused = [r for r in h.of(ev.Reject) if r.call == "Upload"]
+    rejects = Counter((r.learner_id, r.fragment, r.base_version, r.reason) for r in uploads_refused)
+    # Refusals the syncer folded into a logged one (trainer.core.repeats: a learner's beyond a few per reason and
+    # window): counted per learner and reason, each accounts for one refusal a learner was told of and no event names.
+    folded = Counter[tuple[str, str]]()
+    for r in uploads_refused:
+        folded[(r.learner_id, r.reason)] += r.repeats
     bins: Counter = Counter()
     problems: list[str] = []
     incarnation: dict[str, str] = {}
@@ -174,7 +178,11 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
             bins["no answer" if key not in syncer.accepted else "accepted, answer lost"] += tokens
         else:
             bins[f"refused: {e.reason}"] += tokens
-            if not rejects[(e.source, e.fragment, e.base_version, e.reason)]:
+            if rejects[(e.source, e.fragment, e.base_version, e.reason)]:
+                continue
+            if folded[(e.source, e.reason)] > 0:
+                folded[(e.source, e.reason)] -= 1
+            else:
                 problems.append(
                     f"{e.source} was told {e.reason!r} for fragment {e.fragment} (base "
                     f"v{e.base_version}); the syncer recorded no such refusal"

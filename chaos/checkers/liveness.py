@@ -71,7 +71,10 @@ def participation(
             (e.ts, e.learner_incarnation) for e in history.of(ev.LearnerStart, ev.Join) if e.learner_id == lid
         ]
         latest = max(starts)[1] if starts else None
-        refused = Counter(r.reason for r in history.of(ev.Reject) if r.learner_id == lid and r.ts >= since)
+        refused = Counter[str]()
+        for r in history.of(ev.Reject):
+            if r.learner_id == lid and r.ts >= since:
+                refused[r.reason] += r.refusals
         out[lid] = {
             "last_merged_s": _rel(max(merged, default=None), origin),
             "last_upload_s": _rel(max((u.ts for u in uploads), default=None), origin),

@@ -62,7 +62,9 @@ def check_safety(inp: CheckInput) -> Verdict:
                         "without an accepted upload"
                     )
             pending[e.fragment] = set()
-    rejects = Counter(r.reason for r in h.of(ev.Reject))
+    rejects = Counter[str]()
+    for r in h.of(ev.Reject):
+        rejects[r.reason] += r.refusals  # folded ones included (trainer.core.repeats)
     evidence = {
         "rejected_uploads": dict(rejects),
         "unbacked_participants": unbacked,

@@ -31,7 +31,7 @@ is (``outsider-state``).
 Negative controls (the same checks failing with a defence removed): admission (``capacity``), per-credential
 shares (``concurrency``), and :data:`CONTROLS` — a Report's counters recorded before they are checked
 (``refusal``), a credential's MAC not checked (``outsider-state``), a refusal labelled with the method the caller
-named (``outsider-series``), outsiders' refusals not folded (``output``).
+named (``outsider-series``), refusals not folded, outsiders' or an insider's (``output``).
 
 Per change: the Hypothesis profile's examples (``chaos``: 10) batches of 12 messages; nightly (``--chaos-nightly``,
 profile ``chaos-nightly``: 25) batches of 40. Counts by outcome are printed and attached to the test's report.
@@ -70,7 +70,7 @@ from trainer.core.syncer_state import SyncerState
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.syncer import OUTSIDER_LOG_S, SERVED_CALLS, SERVICE_NAME, serve
+from trainer.syncer import LEARNER_LOG_BURST, OUTSIDER_LOG_S, SERVED_CALLS, SERVICE_NAME, serve
 from trainer.telemetry import EventMetrics
 from trainer.wire import crc32, encode_tensors
 
@@ -599,14 +599,20 @@ class Harness:
         with self.svc.cond:
             pace = self.svc.state.pace(self.svc.clock())
         assert pace == 0.05, pace
-        # Invariant `output`: refusals of callers without a credential cost the log one event per kind and window.
-        outsider = [e for e in events if isinstance(e, ev.Reject) and e.reason in OUTSIDER_REASONS]
+        # Invariant `output`: refusals cost the log a few events per kind and window, however many were received:
+        # one per call and reason for callers without a credential, LEARNER_LOG_BURST per learner id, call and
+        # reason for learners (every window of a kind starts at one of its events: at most elapsed / window + 1).
         windows = (time.monotonic() - self.started) / OUTSIDER_LOG_S + 1
-        kinds = {(e.call, e.reason) for e in outsider}
-        assert len(outsider) <= len(kinds) * windows, (
-            f"{len(outsider)} refusals of callers without a credential logged, {len(kinds)} kinds over "
-            f"{windows:.2f} windows of {OUTSIDER_LOG_S:g} s: more than one per kind and window"
-        )
+        logged = Counter[tuple[str, str, str]]()
+        for e in events:
+            if isinstance(e, ev.Reject):
+                logged["" if e.reason in OUTSIDER_REASONS else e.learner_id or "?", e.call, e.reason] += 1
+        for (who, call, reason), n in logged.items():
+            burst = LEARNER_LOG_BURST if who else 1
+            assert n <= burst * windows, (
+                f"{n} refusals ({who or 'no credential'}, {call}, {reason}) logged over {windows:.2f} windows of "
+                f"{OUTSIDER_LOG_S:g} s: more than {burst} per kind and window"
+            )
 
 
 def _half_open(channel, method: str, metadata, release: threading.Event) -> grpc.Future:  # noqa: ANN001
@@ -768,10 +774,11 @@ CONTROLS = {  # by invariant id
         lambda mp: mp.setattr(syncer_module, "call_name", lambda method: method.rsplit("/", 1)[-1]),
         "made-up-1",
     ),
-    "output": Control(
-        [(sender, "report", REPORT) for sender in OUTSIDERS for _ in range(20)],
+    "output": Control(  # outsiders' refusals, and an insider's (tokens not steps × tokens per step)
+        [(sender, "report", REPORT) for sender in OUTSIDERS for _ in range(20)]
+        + [("rogue-0", "report", {**REPORT, "step": 3, "tokens": 2**40})] * (2 * LEARNER_LOG_BURST + 5),
         lambda mp: mp.setattr(syncer_module, "Repeats", _Folding),
-        "refusals of callers without a credential",
+        "per kind and window",
     ),
 }
 
@@ -780,7 +787,7 @@ CONTROLS = {  # by invariant id
 def test_outsider_and_refusal_negative_controls(invariant, tmp_path, monkeypatch) -> None:
     """Negative controls of invariants ``refusal`` (a Report's counters recorded before they are checked),
     ``outsider-state`` (a credential's MAC not checked), ``outsider-series`` (a refusal labelled with the method
-    the caller named) and ``output`` (outsiders' refusals not folded): the batch passes the checks with the defence
+    the caller named) and ``output`` (refusals not folded): the batch passes the checks with the defence
     in place and fails them with it removed."""
     control = CONTROLS[invariant]
     assert _failure(tmp_path / "defended", control.batch) is None

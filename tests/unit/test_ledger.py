@@ -112,3 +112,38 @@ def test_the_ledger_fails_each_planted_defect(defect: str) -> None:
         v = _ledger("kill-and-rejoin")
     assert v.status == "fail", v
     assert says in v.summary, v.summary
+
+
+def _refolded(keep_count: bool):
+    """The ledger's learners' book on a deterministic run whose upload refusals the syncer logged folded, as the
+    real syncer does beyond a few per learner, reason and window (trainer.core.repeats): per learner and reason
+    the first event kept, the others dropped, their number in its ``repeats`` (or not, when ``keep_count`` is
+    false: refusals the learners were told of that the syncer has no record of)."""
+    from chaos.checkers.base import CheckInput, RunFacts
+    from chaos.checkers.ledger import check_ledger
+    from chaos.history import History
+    from trainer import events as ev
+
+    scenario = scenario_with("latency-jitter")  # ~55 late_round refusals per delayed learner
+    r = simulate(scenario, OPTS)
+    events: list[ev.Event] = []
+    first: dict[tuple[str, str], ev.Reject] = {}
+    for e in r.history.events:
+        if isinstance(e, ev.Reject) and e.call == "Upload":
+            kind = (e.learner_id, e.reason)
+            if kind in first:
+                if keep_count:
+                    first[kind].repeats += 1
+                continue
+            first[kind] = e = e.model_copy()
+        events.append(e)
+    assert any(e.repeats for e in first.values()) or not keep_count, "the run refused too few uploads to fold"
+    inp = CheckInput(History(r.history.records, events), RunFacts.of(scenario), scenario.checks, None)
+    return check_ledger(inp)
+
+
+def test_refusals_the_syncer_folded_are_accounted_for_by_their_count() -> None:
+    v = _refolded(keep_count=True)
+    assert v.status == "pass", v.summary
+    v = _refolded(keep_count=False)  # negative control: the count is what accounts for them
+    assert v.status == "fail" and "recorded no such refusal" in v.summary, v.summary
