@@ -233,7 +233,7 @@ class Corrupt:
     _injected: list[bool] = field(default_factory=list, init=False, repr=False, compare=False)
 
     class Params(FaultParams):
-        mode: Literal["nan", "garbage"] = Field("nan", examples=["nan", "garbage"])
+        mode: Literal["nan", "garbage", "push"] = Field("nan", examples=["nan", "garbage", "push"])
 
     def __post_init__(self) -> None:
         require_targets(self.fault_id, self.targets)

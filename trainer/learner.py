@@ -49,6 +49,7 @@ from trainer.client import SyncClient
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core import wire_formats
 from trainer.core.audit import digest
+from trainer.core.claims import ADAM_STEP_BOUND
 from trainer.core.corruption import CORRUPT_MODES, corrupted
 from trainer.core.learner_book import SyncStart
 from trainer.core.learner_protocol import Action, LearnerProtocol, Note, Rejoin, take, upload_arrays
@@ -134,8 +135,9 @@ class Comm:
             s = job.start
             t0 = time.monotonic()
             arrays = job.arrays()
-            if self.l.corrupt:
-                arrays = corrupted(arrays, self.l.corrupt, self._corrupt_rng)
+            if self.l.corrupt:  # bound: the most its steps may move a coordinate (push stays within it)
+                bound = s.c_steps * self.l.cfg.inner.lr * ADAM_STEP_BOUND
+                arrays = corrupted(arrays, self.l.corrupt, self._corrupt_rng, bound)
             fmt = self.l.cfg.algorithm.wire_format
             nbytes = sum(wire_formats.nbytes(fmt, a.size) for a in arrays.values())  # on the wire
             sent_step = self.l.proto.clock.step_at(time.monotonic())

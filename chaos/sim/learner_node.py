@@ -272,8 +272,9 @@ class LearnerNode:
             self._act([u.note(digest({n: self.base[n] for n in names}))])
             local = self.params if grads is None else grads
             arrays = upload_arrays({n: local[n] for n in names}, self.base if grads is None else None)
-            if self.corrupt:
-                arrays = corrupted(arrays, self.corrupt, self.corrupt_rng)
+            if self.corrupt:  # bound: the most its steps may move a coordinate (the syncer's, for the surrogate)
+                bound = u.start.c_steps * self.sim.policy.inner_lr * self.sim.policy.coordinate_step_bound
+                arrays = corrupted(arrays, self.corrupt, self.corrupt_rng, bound)
             self.uploads.append(_Job(u.start, arrays))
         self._pump_uploads()
         self._apply_ready()

@@ -155,3 +155,28 @@ def test_drift_negative_control(monkeypatch) -> None:
     with pytest.raises(AssertionError, match="insider"):
         check_drift(STEADY_PUSH)
     check_drift({**STEADY_PUSH, "insiders": [dict(PUSHER, push=0.0)]})  # no push: passes
+
+
+def _pushing_learner(drift_k: float) -> tuple[int, float]:
+    """Deterministic mode's corrupt-learner with its corrupt learner pushing (mode ``push``): the uploads refused
+    for drift and the final eval loss."""
+    from chaos.scenario import scenario_with
+    from chaos.sim import SimOptions, simulate
+    from trainer import events as ev
+
+    base = scenario_with("corrupt-learner", cluster={"syncer": {"drift_k": drift_k}})
+    scenario = base.model_copy(update={"schedule": [f.model_copy(update={"mode": "push"}) for f in base.schedule]})
+    events = simulate(scenario, SimOptions(baseline=False)).history.events
+    refused = sum(e.refusals for e in events if isinstance(e, ev.Reject) and e.reason == "drift")
+    (final,) = [e.loss for e in events if isinstance(e, ev.Eval) and e.final]
+    return refused, final
+
+
+def test_a_learner_pushing_every_round_is_refused_for_drift_and_hurts_less() -> None:
+    """The corrupt fault's ``push`` mode end to end in deterministic mode: each upload within every per-round check,
+    refused for drift once their sum passes the bound; with the bound off nothing is refused and the final loss is
+    worse (measured on the real system: benchmarks.costs.drift_attack)."""
+    refused, defended = _pushing_learner(DRIFT_K)
+    none, undefended = _pushing_learner(0.0)
+    assert refused > 0 and none == 0, (refused, none)
+    assert undefended > defended, (undefended, defended)
