@@ -67,6 +67,8 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/security.md", "drift-ratio", "drift_ratio.json"),
     ("docs/security.md", "drift-bound", "drift_bound.json"),
     ("docs/security.md", "drift-bound-real", "drift_bound_real.json"),
+    ("docs/security.md", "drift-attack", "drift_attack.json"),
+    ("docs/security.md", "round-hold", "round_hold.json"),
     ("docs/security.md", "soak", "soak.json"),
 ]
 

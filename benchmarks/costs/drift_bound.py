@@ -51,18 +51,19 @@ def largest_k(name: str, budget_times: float, windows: list[float], seed: int) -
     merge = SyncerState.merge
 
     def watched_merge(self: SyncerState, fragment: int, now: float) -> Any:
-        contribs = list(self.rounds[fragment].contributions.values())
+        tensors = {c.learner_id: c.tensors for c in self.rounds[fragment].contributions.values()}
+        rec = merge(self, fragment, now)
         counts["merges"] += 1
-        counts["measured"] += len(contribs) >= drift.MIN_PARTICIPANTS
+        counts["measured"] += len(tensors) >= drift.MIN_PARTICIPANTS
         for w in windows:
             sums[(w, fragment)] = after = drift.after_merge(
                 sums.get((w, fragment), {}),
-                [(c.learner_id, c.tensors, c.c_steps) for c in contribs],
+                [(p.learner_id, tensors[p.learner_id], p.c_steps, p.weight) for p in rec.participants],
                 self.policy.inner_lr,
                 w,
             )
             largest[w] = max([largest[w], *(drift.drift_of(t) / math.sqrt(w) for t in after.values())])
-        return merge(self, fragment, now)
+        return rec
 
     SyncerState.merge = watched_merge  # type: ignore[method-assign]
     try:

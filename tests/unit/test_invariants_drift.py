@@ -40,6 +40,7 @@ def insider(draw):
         push=draw(st.floats(0.0, ADAM_STEP_BOUND)),
         direction=draw(st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=N, max_size=N)),
         period=draw(st.integers(1, 12)),
+        steps=draw(st.integers(1, 6)),  # uploads carrying several rounds' steps at once weigh more (tokens)
         duty=draw(st.floats(0.1, 1.0)),
         noise=draw(st.floats(0.0, ADAM_STEP_BOUND)),
     )
@@ -81,9 +82,11 @@ def check_drift(run: dict) -> None:
             else:
                 on = (t % b["period"]) < b["duty"] * b["period"]
                 per_step = b["push"] * on * np.asarray(b["direction"]) + b["noise"] * rng.uniform(-1, 1, N)
-            update = np.clip(per_step, -ADAM_STEP_BOUND, ADAM_STEP_BOUND) * LR  # within `value`: one step
+            steps = 1 if b is None else b["steps"]
+            update = np.clip(per_step, -ADAM_STEP_BOUND, ADAM_STEP_BOUND) * LR * steps  # within `value`
+            c = contrib(lid, "inc-1", 0, s.versions[0], {"w": update.astype(np.float32)}, steps, 64 * steps)
             try:
-                s.submit(contrib(lid, "inc-1", 0, s.versions[0], {"w": update.astype(np.float32)}), now=now)
+                s.submit(c, now=now)
             except Rejected as err:
                 assert lid in rogue, f"honest {lid} refused in round {t}: {err}"
                 assert err.reason in (RejectReason.DRIFT, RejectReason.OUTLIER_NORM), err
@@ -95,11 +98,13 @@ def check_drift(run: dict) -> None:
         assert {p.learner_id for p in rec.participants} == {c.learner_id for c in merged}
         for lid in sums:
             sums[lid] *= keep
-        if len(merged) >= MIN_PARTICIPANTS:
+        if len(merged) >= MIN_PARTICIPANTS:  # each one's pull on the merged update: share × per-step deviation
             per = np.stack([np.asarray(c.tensors["w"], np.float64) / c.c_steps / LR for c in merged])
             med = np.median(per, axis=0)
+            weight = {p.learner_id: p.weight for p in rec.participants}
+            typical = float(np.median([c.c_steps for c in merged]))
             for c, row in zip(merged, per):
-                d = row - med
+                d = (row - med) * len(merged) * weight[c.learner_id] * c.c_steps / typical
                 sums[c.learner_id] += d
                 worst = float(np.max(np.abs(sums[c.learner_id])))
                 assert worst <= BOUND + float(np.max(np.abs(d))) + 1e-3, (
@@ -116,7 +121,7 @@ def test_no_learner_pulls_further_than_the_drift_bound_and_no_honest_one_is_refu
 
 
 PUSHER: dict[str, Any] = dict(
-    push=ADAM_STEP_BOUND, direction=[1.0] + [0.0] * (N - 1), period=1, duty=1.0, noise=0.0
+    push=ADAM_STEP_BOUND, direction=[1.0] + [0.0] * (N - 1), period=1, duty=1.0, noise=0.0, steps=1
 )
 STEADY_PUSH: dict[str, Any] = dict(
     m=3,

@@ -8,12 +8,19 @@ participant's, in units of the inner learning rate (one AdamW step moves a coord
 
     d_j = (c_j / steps_j − median_k (c_k / steps_k)) / lr
 
+and, scaled by its share of this merge, its pull on the merged update (1 × d_j when it weighs and steps like the
+others; a learner that uploads five rounds' steps at once carries five times the update at most of the merge's
+weight, and pulls that much more — measured: a pusher whose uploads were refused came back with ~30 steps where the
+others had 6, at 0.8 of the merge's weight)::
+
+    pull_j = n · w_j · (steps_j / median_k steps_k) · d_j          (n participants, w_j its merge weight)
+
 The median, not the mean: an insider's push moves the mean of the others (with three participants each honest one
 would show half of it, and be refused with it) but not the median. Per fragment and learner id a leaky sum keeps a
 window of about ``W`` of the fragment's merges; every merge of the fragment leaks every learner's sum, so a learner
 that is refused (or away) sees its sum decay::
 
-    D_j ← (1 − 1/W) · D_j + d_j   (d_j = 0 when j is not measured in this merge)      drift_j = max |D_j|
+    D_j ← (1 − 1/W) · D_j + pull_j   (0 when j is not measured in this merge)      drift_j = max |D_j|
 
 Deviations that change sign from round to round keep ``drift`` near ``√W`` times their size; a steady push of
 ``a`` per step grows it to ``W · a``. A learner whose drift is above ``k · √W`` is refused (``drift``) until the
@@ -27,13 +34,17 @@ Example:
     [[-0.5, 0.0], [0.0, 0.0], [7.5, 0.0]]
     >>> deviations(ups[:2], steps=[1, 1], lr=1.0) is None
     True
+    >>> alike = [("a", ups[0], 1, 1 / 3), ("b", ups[1], 1, 1 / 3), ("c", ups[2], 1, 1 / 3)]
     >>> sums = {}
     >>> for _ in range(3):
-    ...     sums = after_merge(sums, [("a", ups[0], 1), ("b", ups[1], 1), ("c", ups[2], 1)], lr=1.0, window=2.0)
-    >>> drift_of(sums["c"]), drift_of(sums["b"])        # 7.5 + 7.5/2 + 7.5/4
+    ...     sums = after_merge(sums, alike, lr=1.0, window=2.0)
+    >>> round(drift_of(sums["c"]), 4), drift_of(sums["b"])        # 7.5 + 7.5/2 + 7.5/4
     (13.125, 0.0)
-    >>> drift_of(after_merge(sums, [("a", ups[0], 1)], lr=1.0, window=2.0)["c"])   # a merge it is not in: decays
+    >>> round(drift_of(after_merge(sums, alike[:1], lr=1.0, window=2.0)["c"]), 4)   # a merge it is not in: decays
     6.5625
+    >>> batched = [("a", ups[0], 1, 0.2), ("b", ups[1], 1, 0.2), ("c", {"w": 3 * ups[2]["w"]}, 3, 0.6)]
+    >>> round(drift_of(after_merge({}, batched, lr=1.0, window=2.0)["c"]), 4)   # 3 rounds' steps at once: 3 · 0.6 · 3
+    40.5
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ from trainer.core.reasons import Rejected, RejectReason
 Tensors = Mapping[str, np.ndarray]
 MIN_PARTICIPANTS = 3  # with two, each one's deviation is the other's negative
 DRIFT_WINDOW = 16.0  # merges of a fragment
-DRIFT_K = 5.0  # honest learners reached 2.7 (benchmarks/results/drift_bound.json)
+DRIFT_K = 5.0  # honest learners reached 2.8 (deterministic mode), 0.87 (real): results/drift_bound*.json
 
 
 def deviations(updates: Sequence[Tensors], steps: Sequence[int], lr: float) -> list[dict[str, np.ndarray]] | None:
@@ -68,16 +79,24 @@ def deviations(updates: Sequence[Tensors], steps: Sequence[int], lr: float) -> l
 
 
 def after_merge(
-    sums: Mapping[str, Tensors], participants: Sequence[tuple[str, Tensors, int]], lr: float, window: float
+    sums: Mapping[str, Tensors],
+    participants: Sequence[tuple[str, Tensors, int, float]],
+    lr: float,
+    window: float,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """One fragment's sums by learner id after a merge of ``participants`` (learner id, update, steps): every sum
-    leaked by ``1 − 1/window``, each participant's deviation added when there are enough to compare."""
+    """One fragment's sums by learner id after a merge of ``participants`` (learner id, update, steps, its weight
+    in the merge): every sum leaked by ``1 − 1/window``, each participant's pull added when there are enough to
+    compare."""
     keep = np.float32(1.0 - 1.0 / window)
     out = {lid: {n: keep * v for n, v in total.items()} for lid, total in sums.items()}
-    devs = deviations([u for _, u, _ in participants], [s for _, _, s in participants], lr)
-    for (lid, _, _), d in zip(participants, devs or ()):
+    steps = [max(s, 1) for _, _, s, _ in participants]
+    devs = deviations([u for _, u, _, _ in participants], steps, lr)
+    typical = float(np.median(steps))
+    for (lid, _, s, w), d in zip(participants, devs or ()):
+        share = np.float32(len(participants) * w * s / typical)
         total = out.get(lid)
-        out[lid] = dict(d) if total is None else {n: total[n] + d[n] for n in d}
+        pull = {n: (share * v).astype(np.float32) for n, v in d.items()}
+        out[lid] = pull if total is None else {n: total[n] + pull[n] for n in pull}
     return out
 
 

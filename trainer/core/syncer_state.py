@@ -708,17 +708,18 @@ class SyncerState:
         for stale in [k for k in self.made_at if k[0] == fragment and k[1] < v - self.algorithm.max_staleness]:
             del self.made_at[stale]
         self.merged_norms[fragment].update({c.learner_id: per_step_norm(c.tensors, c.c_steps) for c in contribs})
+        self.merges_total += 1
+        total_w = sum(weights) or float(len(weights))
+        shares = [w / total_w if sum(weights) else 1 / len(weights) for w in weights]
         if self.policy.validate_uploads:  # the learner's own update, not rebased: what it trained
             self.drift[fragment] = after_merge(
                 self.drift.get(fragment, {}),
-                [(c.learner_id, c.tensors, c.c_steps) for c in contribs],
+                [(c.learner_id, c.tensors, c.c_steps, w) for c, w in zip(contribs, shares)],
                 self.policy.inner_lr,
                 self.policy.drift_window,
             )
-        self.merges_total += 1
-        total_w = sum(weights) or float(len(weights))
         participants = []
-        for c, w in zip(contribs, weights):
+        for c, w in zip(contribs, shares):
             self.merged_keys.add(c.key)
             rec = self.learners.get(c.learner_id)
             if rec is not None and rec.incarnation == c.incarnation:
@@ -728,7 +729,7 @@ class SyncerState:
                 Participant(
                     c.learner_id,
                     c.incarnation,
-                    w / total_w if sum(weights) else 1 / len(weights),
+                    w,
                     c.c_steps,
                     c.c_tokens,
                     c.base_version,
