@@ -142,9 +142,10 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
     rejects = Counter((r.learner_id, r.fragment, r.base_version, r.reason) for r in uploads_refused)
     # Refusals the syncer folded into a logged one (trainer.core.repeats: a learner's beyond a few per reason and
     # window): counted per learner and reason, each accounts for one refusal a learner was told of and no event names.
+    # The events that carry the folded ones left at shutdown name no upload (fragment -1): they stand for theirs only.
     folded = Counter[tuple[str, str]]()
     for r in uploads_refused:
-        folded[(r.learner_id, r.reason)] += r.repeats
+        folded[(r.learner_id, r.reason)] += r.repeats if r.fragment >= 0 else r.refusals
     bins: Counter = Counter()
     problems: list[str] = []
     incarnation: dict[str, str] = {}

@@ -114,11 +114,12 @@ def test_the_ledger_fails_each_planted_defect(defect: str) -> None:
     assert says in v.summary, v.summary
 
 
-def _refolded(keep_count: bool):
+def _refolded(keep_count: bool, at_shutdown: bool = False):
     """The ledger's learners' book on a deterministic run whose upload refusals the syncer logged folded, as the
     real syncer does beyond a few per learner, reason and window (trainer.core.repeats): per learner and reason
-    the first event kept, the others dropped, their number in its ``repeats`` (or not, when ``keep_count`` is
-    false: refusals the learners were told of that the syncer has no record of)."""
+    the first event kept, the others dropped, their number in its ``repeats`` — or, ``at_shutdown``, in an event
+    of their own at the end that names no upload, as the syncer drains what it folded when it stops — (or not,
+    when ``keep_count`` is false: refusals the learners were told of that the syncer has no record of)."""
     from chaos.checkers.base import CheckInput, RunFacts
     from chaos.checkers.ledger import check_ledger
     from chaos.history import History
@@ -138,12 +139,21 @@ def _refolded(keep_count: bool):
             first[kind] = e = e.model_copy()
         events.append(e)
     assert any(e.repeats for e in first.values()) or not keep_count, "the run refused too few uploads to fold"
+    if at_shutdown:  # the counts move to carriers after the last event
+        end = events[-1].ts
+        for (lid, reason), e in first.items():
+            if e.repeats:
+                carrier = ev.Reject(ts=end, source="syncer", call="Upload", reason=reason, detail="folded")
+                events.append(carrier.model_copy(update={"learner_id": lid, "repeats": e.repeats - 1}))
+                e.repeats = 0
     inp = CheckInput(History(r.history.records, events), RunFacts.of(scenario), scenario.checks, None)
     return check_ledger(inp)
 
 
 def test_refusals_the_syncer_folded_are_accounted_for_by_their_count() -> None:
     v = _refolded(keep_count=True)
+    assert v.status == "pass", v.summary
+    v = _refolded(keep_count=True, at_shutdown=True)
     assert v.status == "pass", v.summary
     v = _refolded(keep_count=False)  # negative control: the count is what accounts for them
     assert v.status == "fail" and "recorded no such refusal" in v.summary, v.summary
