@@ -203,11 +203,12 @@ class SyncerSection(_Strict):
         "times the fragment's recent average (0: off)",
     )
     drift_k: float = Field(
-        DRIFT_K,
+        0.0,
         ge=0,
-        description="refuse the uploads of a learner whose deviation from the rounds' medians, summed over about "
-        "drift_window merges of a fragment, is above drift_k × √drift_window lr per step (trainer.core.drift; "
-        "0: summed and logged, not enforced)",
+        description="refuse the uploads of a learner whose pull on the merges, summed over about drift_window "
+        f"merges of a fragment, is above drift_k × √drift_window lr per step (trainer.core.drift; {DRIFT_K:g} when "
+        "enforced; 0, the default: summed and recorded in merge events, not enforced — honest uploads delayed by "
+        "slow links can pull that far: docs/security.md, drift)",
     )
     drift_window: float = Field(DRIFT_WINDOW, ge=1, description="merges of a fragment the drift sum spans")
     max_speedup: float = Field(

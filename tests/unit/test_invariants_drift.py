@@ -64,7 +64,7 @@ def runs(draw):
 def check_drift(run: dict) -> None:
     m, insiders = run["m"], run["insiders"]
     rng = np.random.default_rng(run["seed"])
-    s = make_state(num_learners=m, min_quorum=1, sizes={"w": N}, inner_lr=LR, outer_momentum=0.0)
+    s = make_state(num_learners=m, min_quorum=1, sizes={"w": N}, inner_lr=LR, outer_momentum=0.0, drift_k=DRIFT_K)
     ids = join_all(s, m)
     rogue = {ids[i]: b for i, b in enumerate(insiders)}  # the first k ids
     keep = 1.0 - 1.0 / DRIFT_WINDOW
@@ -137,7 +137,7 @@ STEADY_PUSH: dict[str, Any] = dict(
 def test_a_steady_push_is_refused_once_over_the_bound() -> None:
     """One insider of three pushing one coordinate by the most a step may, every round: refused for drift within a
     few rounds, and again each time its sum decays back under the bound."""
-    s = make_state(num_learners=3, min_quorum=1, sizes={"w": N}, inner_lr=LR, outer_momentum=0.0)
+    s = make_state(num_learners=3, min_quorum=1, sizes={"w": N}, inner_lr=LR, outer_momentum=0.0, drift_k=DRIFT_K)
     join_all(s, 3)
     refused = []
     for t in range(40):

@@ -59,7 +59,10 @@ from trainer.core.reasons import Rejected, RejectReason
 Tensors = Mapping[str, np.ndarray]
 MIN_PARTICIPANTS = 3  # with two, each one's deviation is the other's negative
 DRIFT_WINDOW = 16.0  # merges of a fragment
-DRIFT_K = 5.0  # honest learners reached 2.8 (deterministic mode), 0.87 (real): results/drift_bound*.json
+# The bound when enforced (syncer.drift_k; off by default): honest learners reached 1.2 on the real system, but in
+# deterministic mode uploads delayed by slow links, many steps at most of a merge's weight, pulled up to 31
+# (benchmarks/results/drift_bound*.json; docs/security.md, "Drift on honest learners").
+DRIFT_K = 5.0
 
 
 def deviations(updates: Sequence[Tensors], steps: Sequence[int], lr: float) -> list[dict[str, np.ndarray]] | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from trainer.core.algorithm import Algorithm
 from trainer.core.claims import ADAM_STEP_BOUND
-from trainer.core.drift import DRIFT_K, DRIFT_WINDOW
+from trainer.core.drift import DRIFT_WINDOW
 from trainer.core.outer import AdamWSpec, adamw, outer_optimizer, progress_scale
 
 __all__ = [
@@ -54,8 +54,8 @@ class SyncerPolicy:
     # step: trainer.core.claims.ADAM_STEP_BOUND; deterministic mode's surrogate SGD learners have their own).
     coordinate_step_bound: float = ADAM_STEP_BOUND
     # Summed over about drift_window merges of a fragment, how far one learner may pull from the rounds' medians:
-    # drift_k · √drift_window lr per step (trainer.core.drift; 0: summed, not enforced).
-    drift_k: float = DRIFT_K
+    # drift_k · √drift_window lr per step (trainer.core.drift; 0, the default: summed, not enforced).
+    drift_k: float = 0.0
     drift_window: float = DRIFT_WINDOW
     planted_bug: str = "none"  # tests of the test harness only: see PLANTED_BUGS
 
