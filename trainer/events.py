@@ -7,6 +7,9 @@ lines with :func:`parse_event` / :func:`read_events`, so a field added here is
 seen everywhere. ``docs/events.md`` documents each kind; a test keeps the two
 in step.
 
+Why one module: the schema is one closed union (:data:`Event`) that every reader parses against; split, each
+reader would import every part, and a kind added to one file and not the union would be silently unreadable.
+
 Example:
     >>> e = Merge(source="syncer", fragment=0, version=3, base_version=2, participants=[],
     ...           rule="rda", wait_s=0.01, quorum_wait_s=0.0, outer_grad_norm=0.5,
