@@ -95,11 +95,12 @@ def after_merge(
     steps = [max(s, 1) for _, _, s, _ in participants]
     devs = deviations([u for _, u, _, _ in participants], steps, lr)
     typical = float(np.median(steps))
-    for (lid, _, s, w), d in zip(participants, devs or ()):
-        share = np.float32(len(participants) * w * s / typical)
-        total = out.get(lid)
-        pull = {n: (share * v).astype(np.float32) for n, v in d.items()}
-        out[lid] = pull if total is None else {n: total[n] + pull[n] for n in pull}
+    with np.errstate(over="ignore", invalid="ignore"):  # an unchecked garbage update (guards off): inf, refused
+        for (lid, _, s, w), d in zip(participants, devs or ()):
+            share = np.float32(len(participants) * w * s / typical)
+            total = out.get(lid)
+            pull = {n: (share * v).astype(np.float32) for n, v in d.items()}
+            out[lid] = pull if total is None else {n: total[n] + pull[n] for n in pull}
     return out
 
 

@@ -185,8 +185,8 @@ class SyncerState:
     # A round waits a bounded hold for those announced by its merge time (trainer.core.inflight). Not
     # checkpointed: a restarted syncer's in-flight calls died with it.
     announced: dict[Key, float] = field(default_factory=dict)
-    # Per fragment, per learner id: its deviation from the rounds' medians, summed over about drift_window merges
-    # (trainer.core.drift, invariant drift). Not checkpointed: a restored syncer sums afresh.
+    # Per fragment, per learner id: its pull on the merges (from their medians), summed over about drift_window
+    # merges (trainer.core.drift, invariant drift). Not checkpointed: a restored syncer sums afresh.
     drift: dict[int, dict[str, dict[str, np.ndarray]]] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------
@@ -492,7 +492,7 @@ class SyncerState:
         return current
 
     def drift_of(self, fragment: int, learner_id: str) -> float:
-        """How far ``learner_id`` has pulled ``fragment`` from the rounds' medians lately (lr per step, summed)."""
+        """How far ``learner_id`` has pulled ``fragment``'s merges from their medians lately (lr per step, summed)."""
         return drift_of(self.drift.get(fragment, {}).get(learner_id))
 
     def announce(
