@@ -744,7 +744,7 @@ def _unverified(secret: str, presented: str) -> credentials.Caller | None:
     return credentials.caller(secret, presented)
 
 
-class _Folding(Repeats):
+class _NoFolding(Repeats):
     """No folding: every refusal logged."""
 
     def admit(self, kind, now):  # noqa: ANN001, ANN202
@@ -777,7 +777,7 @@ CONTROLS = {  # by invariant id
     "output": Control(  # outsiders' refusals, and an insider's (tokens not steps × tokens per step)
         [(sender, "report", REPORT) for sender in OUTSIDERS for _ in range(20)]
         + [("rogue-0", "report", {**REPORT, "step": 3, "tokens": 2**40})] * (2 * LEARNER_LOG_BURST + 5),
-        lambda mp: mp.setattr(syncer_module, "Repeats", _Folding),
+        lambda mp: mp.setattr(syncer_module, "Repeats", _NoFolding),
         "per kind and window",
     ),
 }
