@@ -24,7 +24,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Literal, TextIO
 
@@ -112,6 +113,14 @@ class Reject(_Event):
     def refusals(self) -> int:
         """How many refusals this event stands for."""
         return 1 + self.repeats
+
+
+def refusals_by_reason(rejects: Iterable[Reject]) -> Counter[str]:
+    """How many refusals ``rejects`` stand for, by reason (folded ones included: :attr:`Reject.refusals`)."""
+    out = Counter[str]()
+    for r in rejects:
+        out[r.reason] += r.refusals
+    return out
 
 
 class ParticipantInfo(BaseModel):

@@ -41,10 +41,7 @@ def run(seed: int, drift_k: float, preset: str) -> dict[str, Any]:
         cmd += ["--set", f"cluster.syncer.drift_k={drift_k}", "--no-baseline", "--quiet", "--out", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         events = ev.read_events(out / "events" / "syncer.jsonl")
-    refused: dict[str, int] = {}
-    for e in events:
-        if isinstance(e, ev.Reject):
-            refused[e.reason] = refused.get(e.reason, 0) + e.refusals
+    refused = dict(ev.refusals_by_reason(e for e in events if isinstance(e, ev.Reject)))
     return {"final_loss": final_eval_loss(events), "refused": refused, "exit": proc.returncode}
 
 

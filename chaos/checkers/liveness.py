@@ -18,7 +18,6 @@ and how it was derived.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Required, TypedDict
 
 from chaos.checkers.base import CheckInput, Verdict, covered, unavailable_intervals
@@ -71,10 +70,7 @@ def participation(
             (e.ts, e.learner_incarnation) for e in history.of(ev.LearnerStart, ev.Join) if e.learner_id == lid
         ]
         latest = max(starts)[1] if starts else None
-        refused = Counter[str]()
-        for r in history.of(ev.Reject):
-            if r.learner_id == lid and r.ts >= since:
-                refused[r.reason] += r.refusals
+        refused = ev.refusals_by_reason(r for r in history.of(ev.Reject) if r.learner_id == lid and r.ts >= since)
         out[lid] = {
             "last_merged_s": _rel(max(merged, default=None), origin),
             "last_upload_s": _rel(max((u.ts for u in uploads), default=None), origin),

@@ -16,7 +16,6 @@ checkpoint holds may not.
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 from chaos.checkers.base import CheckInput, Verdict
 from trainer import events as ev
@@ -62,9 +61,7 @@ def check_safety(inp: CheckInput) -> Verdict:
                         "without an accepted upload"
                     )
             pending[e.fragment] = set()
-    rejects = Counter[str]()
-    for r in h.of(ev.Reject):
-        rejects[r.reason] += r.refusals  # folded ones included (trainer.core.repeats)
+    rejects = ev.refusals_by_reason(h.of(ev.Reject))
     evidence = {
         "rejected_uploads": dict(rejects),
         "unbacked_participants": unbacked,
