@@ -1,9 +1,10 @@
 """What invariant ``drift``'s bound must let honest learners through: their summed pull from the rounds' medians.
 
-In deterministic mode the bound is not enforced (``syncer.drift_k: 0``): this only watches. Every merge with at
-least three participants gives each participant its deviation from the coordinate-wise median per step, in units
-of the inner lr, to a leaky sum over about ``W`` of the fragment's merges (:mod:`trainer.core.drift`); the drift is
-that sum's largest coordinate. This runs built-in scenarios (their own schedules, each of ``--budget-times`` ×
+In deterministic mode the bound is not enforced (``syncer.drift_k: 0``): this only reads what the syncer records.
+Every merge with at least three participants adds each participant's pull (its deviation from the coordinate-wise
+median per step, in units of the inner lr, scaled by its share of the merge) to a leaky sum over about ``W`` of the
+fragment's merges (:mod:`trainer.core.drift`); the drift is that sum's largest coordinate, recorded per
+participant in each ``merge`` event. This runs built-in scenarios (their own schedules, each of ``--budget-times`` ×
 their token budget, seeds given) and reports, over the seeds, the largest ``drift / √W`` any learner reached (all
 honest): the ``k`` of a bound ``drift ≤ k·√W`` must stay above it. A steady push of ``a`` lr per step reaches
 ``a·√W`` on that scale.
@@ -24,53 +25,31 @@ import argparse
 import math
 from typing import Any
 
-import numpy as np
-
 from benchmarks.common import fmt, markdown_table, write_results
 from trainer.core import drift
 
 
 def largest_k(name: str, budget_times: float, windows: list[float], seed: int) -> dict[str, Any]:
-    """Per window: the largest ``drift / √W`` of any learner over one deterministic-mode run; and how many merges
-    had enough participants to be measured."""
-    from chaos.fault_plan import plan
+    """Per window: the largest ``drift / √W`` of any learner over one deterministic-mode run (the syncer's own record:
+    each participant's drift after each merge, ``merge`` events); and how many merges had enough participants to be
+    measured."""
     from chaos.scenario import scenario_with
-    from chaos.sim.options import SimOptions
-    from chaos.sim.runner import Simulation
-    from trainer.core.syncer_state import SyncerState
+    from chaos.sim import SimOptions, simulate
+    from trainer import events as ev
 
     base = scenario_with(name)
-    scenario = scenario_with(
-        name,
-        seed=seed,
-        cluster={"token_budget": int(base.cluster.token_budget * budget_times), "syncer": {"drift_k": 0.0}},
-    )
-    sums: dict[tuple[float, int], dict[str, dict[str, np.ndarray]]] = {}
-    largest = {w: 0.0 for w in windows}
-    counts = {"merges": 0, "measured": 0}
-    merge = SyncerState.merge
-
-    def watched_merge(self: SyncerState, fragment: int, now: float) -> Any:
-        tensors = {c.learner_id: c.tensors for c in self.rounds[fragment].contributions.values()}
-        rec = merge(self, fragment, now)
-        counts["merges"] += 1
-        counts["measured"] += len(tensors) >= drift.MIN_PARTICIPANTS
-        for w in windows:
-            sums[(w, fragment)] = after = drift.after_merge(
-                sums.get((w, fragment), {}),
-                [(p.learner_id, tensors[p.learner_id], p.c_steps, p.weight) for p in rec.participants],
-                self.policy.inner_lr,
-                w,
-            )
-            largest[w] = max([largest[w], *(drift.drift_of(t) / math.sqrt(w) for t in after.values())])
-        return rec
-
-    SyncerState.merge = watched_merge  # type: ignore[method-assign]
-    try:
-        Simulation(scenario, SimOptions(baseline=False), plan(scenario)).run()
-    finally:
-        SyncerState.merge = merge  # type: ignore[method-assign]
-    return {"largest_k": {str(w): v for w, v in largest.items()}, **counts}
+    budget = int(base.cluster.token_budget * budget_times)
+    largest: dict[str, float] = {}
+    for w in windows:
+        scenario = scenario_with(
+            name, seed=seed, cluster={"token_budget": budget, "syncer": {"drift_k": 0.0, "drift_window": w}}
+        )
+        merges = [
+            e for e in simulate(scenario, SimOptions(baseline=False)).history.events if isinstance(e, ev.Merge)
+        ]
+        largest[str(w)] = max((p.drift / math.sqrt(w) for m in merges for p in m.participants), default=0.0)
+    measured = sum(1 for m in merges if len(m.participants) >= drift.MIN_PARTICIPANTS)
+    return {"largest_k": largest, "merges": len(merges), "measured": measured}
 
 
 def real_run(name: str, preset: str, seed: int) -> dict[str, Any]:
