@@ -13,7 +13,8 @@ honest): the ``k`` of a bound ``drift ≤ k·√W`` must stay above it. A steady
 
 With ``--real``, the same on the real system: each built-in named is run (``diloco-chaos run``, the local backend,
 real JAX learners, no baseline) at ``--preset``, and the syncer's own record of each participant's drift after each
-merge (``merge`` events) is read, with the uploads it refused for drift (``syncer.drift_k``, enforced):
+merge (``merge`` events) is read, with the uploads it refused for drift (``syncer.drift_k`` set to
+:data:`~trainer.core.drift.DRIFT_K`, enforced; as it was by default when the committed results were measured):
 
     .venv/bin/python -m benchmarks.costs.drift_bound --real straggler random-mix --preset tiny small --seeds 300
     # writes benchmarks/results/drift_bound_real.json
@@ -65,6 +66,7 @@ def real_run(name: str, preset: str, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="drift-bound-") as tmp:
         out = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "chaos.cli", "run", name, "--preset", preset, "--seed", str(seed)]
+        cmd += ["--set", f"cluster.syncer.drift_k={drift.DRIFT_K}"]  # enforced: a refusal of an honest upload shows
         proc = subprocess.run(
             [*cmd, "--no-baseline", "--quiet", "--out", str(out)], capture_output=True, text=True
         )
