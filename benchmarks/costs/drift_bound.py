@@ -66,7 +66,7 @@ def real_run(name: str, preset: str, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="drift-bound-") as tmp:
         out = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "chaos.cli", "run", name, "--preset", preset, "--seed", str(seed)]
-        cmd += ["--set", f"cluster.syncer.drift_k={drift.DRIFT_K}"]  # enforced: a refusal of an honest upload shows
+        cmd += ["--set", f"cluster.syncer.drift_k={drift.DRIFT_K}"]  # enforced: an honest refusal shows
         proc = subprocess.run(
             [*cmd, "--no-baseline", "--quiet", "--out", str(out)], capture_output=True, text=True
         )
