@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from tests.unit.test_core_syncer_state import contrib, join_all, make_state
 from trainer.core.claims import ADAM_STEP_BOUND
-from trainer.core.drift import DRIFT_K, DRIFT_WINDOW, MIN_PARTICIPANTS
+from trainer.core.drift import DRIFT_K, DRIFT_WINDOW, MIN_PARTICIPANTS, coordinate_median
 from trainer.core.reasons import Rejected, RejectReason
 
 LR, N = 1e-3, 8  # inner lr; coordinates of the one fragment
@@ -185,3 +185,28 @@ def test_a_learner_pushing_every_round_is_refused_for_drift_and_hurts_less() -> 
     none, undefended = _pushing_learner(0.0)
     assert refused > 0 and none == 0, (refused, none)
     assert undefended > defended, (undefended, defended)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 11).flatmap(
+        lambda n: st.lists(
+            st.lists(
+                st.one_of(st.floats(-1e3, 1e3, width=32), st.sampled_from([0.0, -0.0, math.inf, -math.inf])),
+                min_size=5,
+                max_size=5,
+            ),
+            min_size=n,
+            max_size=n,
+        )
+    )
+)
+def test_the_drift_median_is_numpys_median_exactly(rows):
+    """``coordinate_median`` (the sorting network the syncer's driver runs on every merge) against numpy's median,
+    ties, infinities and more rows than the network takes included."""
+    arrays = [np.array(r, np.float32) for r in rows]
+    with np.errstate(invalid="ignore"):
+        want = np.median(np.stack(arrays), axis=0)
+        got = coordinate_median(arrays)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

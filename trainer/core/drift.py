@@ -63,6 +63,7 @@ DRIFT_WINDOW = 16.0  # merges of a fragment
 # deterministic mode uploads delayed by slow links, many steps at most of a merge's weight, pulled up to 31
 # (benchmarks/results/drift_bound*.json; docs/security.md, "Drift on honest learners").
 DRIFT_K = 5.0
+NETWORK_ROWS = 8  # participants up to which coordinate_median sorts with a network (its cost grows as n²)
 
 
 def deviations(updates: Sequence[Tensors], steps: Sequence[int], lr: float) -> list[dict[str, np.ndarray]] | None:
@@ -74,11 +75,35 @@ def deviations(updates: Sequence[Tensors], steps: Sequence[int], lr: float) -> l
     out: list[dict[str, np.ndarray]] = [{} for _ in updates]
     with np.errstate(over="ignore", invalid="ignore"):  # an unchecked garbage update (guards off) sums to inf
         for n in per_step[0]:
-            stacked = np.stack([u[n] for u in per_step])
-            med = np.median(stacked, axis=0)
-            for j in range(len(updates)):
-                out[j][n] = (stacked[j] - med) / np.float32(lr)
+            rows = [u[n] for u in per_step]
+            med = coordinate_median(rows)
+            for j, row in enumerate(rows):
+                out[j][n] = (row - med) / np.float32(lr)
     return out
+
+
+def coordinate_median(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """The coordinate-wise median of a few equally shaped arrays, exactly ``np.median(np.stack(rows), axis=0)``.
+
+    Why not that: the syncer's driver computes it on every merge over whole fragments, and numpy's median along a
+    short first axis took 28 ms for three rows of 0.8M floats (the outer step itself takes 1.6 ms); an odd-even
+    transposition network of elementwise minima and maxima sorts the rows in place of each coordinate, ~5× faster
+    up to :data:`NETWORK_ROWS` rows.
+
+    >>> coordinate_median([np.array([3.0, 1.0]), np.array([1.0, 5.0]), np.array([2.0, 2.0])]).tolist()
+    [2.0, 2.0]
+    >>> coordinate_median([np.array([4.0]), np.array([1.0]), np.array([2.0]), np.array([8.0])]).tolist()
+    [3.0]
+    """
+    n = len(rows)
+    if n > NETWORK_ROWS:
+        return np.median(np.stack(rows), axis=0)
+    r = list(rows)
+    for i in range(n):  # n rounds of odd-even transposition sort every coordinate's n values
+        for j in range(i % 2, n - 1, 2):
+            r[j], r[j + 1] = np.minimum(r[j], r[j + 1]), np.maximum(r[j], r[j + 1])
+    mid = (n - 1) // 2
+    return r[mid] if n % 2 else (r[mid] + r[mid + 1]) / r[mid].dtype.type(2)
 
 
 def after_merge(
