@@ -27,10 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from chaos.controller import RunOptions, run_scenario
 from chaos.errors import RunError
 from chaos.history import History
-from chaos.scenario import Scenario
+from chaos.scenario import Scenario, resolve
+from trainer import presets
 from trainer.presets import PRESETS
 
 # Every benchmark run: a Step event per step (training start and rates are read from them). Liveness and
@@ -101,6 +104,18 @@ def run_cluster(
     )
     say(f"[{label}] done in {time.monotonic() - t:.0f} s")
     return History.read(out)
+
+
+def builtin_cluster(name: str, preset: str = "tiny") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A built-in scenario's cluster (``preset`` applied over it, as ``diloco-chaos run --preset`` does) and its
+    schedule, as trees a benchmark edits and hands to :func:`run_cluster`.
+
+    >>> cluster, schedule = builtin_cluster("corrupt-learner")
+    >>> cluster["algorithm"]["num_learners"], [f["fault"] for f in schedule]
+    (3, ['corrupt'])
+    """
+    tree = yaml.safe_load(resolve(name).read_text())
+    return presets.apply(tree.get("cluster") or {}, preset), [dict(f) for f in tree.get("schedule") or []]
 
 
 def differences(a: Scenario, b: Scenario) -> list[str]:

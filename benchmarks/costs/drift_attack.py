@@ -3,7 +3,7 @@
 The built-in ``corrupt-learner`` with its corrupt learner in mode ``push`` (trainer.core.corruption: the real
 update, its first coordinate of every tensor set to half of what the upload's steps may move it — every upload
 passes every per-round check), run with the drift bound enforced (``syncer.drift_k`` at its default) and with it
-off (``syncer.drift_k=0``), paired by seed, real learners on the local backend, no baseline. Reported per seed:
+off (``syncer.drift_k=0``), paired by seed, real learners on the local backend (``benchmarks.harness.run_cluster``: no baseline). Reported per seed:
 the final eval loss of each arm, their difference, and the uploads refused for drift; over seeds the mean
 difference with its 95% t interval.
 
@@ -14,35 +14,31 @@ difference with its 95% t interval.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import fmt, markdown_table, write_results
+from benchmarks.harness import builtin_cluster, quiet_progress, run_cluster
 from benchmarks.measures import final_eval_loss, format_ci, mean_ci95
-from chaos.scenario import resolve
 from trainer import events as ev
 from trainer.core.drift import DRIFT_K
 
 ARMS = {"bound": DRIFT_K, "no bound": 0.0}
 
 
-def run(seed: int, drift_k: float, preset: str) -> dict[str, Any]:
+def run(seed: int, drift_k: float, preset: str, out_root: Path) -> dict[str, Any]:
     """One real run: its final eval loss and what the syncer refused."""
-    text = resolve("corrupt-learner").read_text()
-    assert "mode: nan" in text, "the built-in corrupt-learner changed: update this benchmark"
-    with tempfile.TemporaryDirectory(prefix="drift-attack-") as tmp:
-        scenario = Path(tmp) / "pushing-learner.yaml"
-        scenario.write_text(text.replace("mode: nan", "mode: push"))
-        out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "chaos.cli", "run", str(scenario), "--seed", str(seed), "--preset", preset]
-        cmd += ["--set", f"cluster.syncer.drift_k={drift_k}", "--no-baseline", "--quiet", "--out", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        events = ev.read_events(out / "events" / "syncer.jsonl")
+    cluster, schedule = builtin_cluster("corrupt-learner", preset)
+    corrupt = [f for f in schedule if f["fault"] == "corrupt"]
+    assert len(corrupt) == 1, "the built-in corrupt-learner changed: update this benchmark"
+    corrupt[0]["mode"] = "push"
+    cluster["syncer"] = {**cluster.get("syncer", {}), "drift_k": drift_k}
+    label = f"seed{seed}-{'bound' if drift_k else 'no-bound'}"
+    h = run_cluster(label, cluster, out_root, schedule=schedule, seed=seed, progress=quiet_progress)
+    events = [e for e in h.events if e.source == "syncer"]
     refused = dict(ev.refusals_by_reason(e for e in events if isinstance(e, ev.Reject)))
-    return {"final_loss": final_eval_loss(events), "refused": refused, "exit": proc.returncode}
+    return {"final_loss": final_eval_loss(events), "refused": refused}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,10 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results: dict[str, dict[str, Any]] = {}
     rows, diffs = [], []
+    with tempfile.TemporaryDirectory(prefix="drift-attack-") as tmp:
+        for seed in args.seeds:
+            results[str(seed)] = {arm: run(seed, k, args.preset, Path(tmp)) for arm, k in ARMS.items()}
+            print(seed, results[str(seed)], flush=True)
     for seed in args.seeds:
-        results[str(seed)] = {arm: run(seed, k, args.preset) for arm, k in ARMS.items()}
         r = results[str(seed)]
-        print(seed, r, flush=True)
         a, b = r["bound"]["final_loss"], r["no bound"]["final_loss"]
         if a is not None and b is not None:
             diffs.append(b - a)

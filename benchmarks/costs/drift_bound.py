@@ -11,8 +11,8 @@ honest): the ``k`` of a bound ``drift ≤ k·√W`` must stay above it. A steady
 
     .venv/bin/python -m benchmarks.costs.drift_bound --seeds 0 1 2 3 4   # writes benchmarks/results/drift_bound.json
 
-With ``--real``, the same on the real system: each built-in named is run (``diloco-chaos run``, the local backend,
-real JAX learners, no baseline) at ``--preset``, and the syncer's own record of each participant's drift after each
+With ``--real``, the same on the real system: each built-in named is run (``benchmarks.harness.run_cluster``: the local
+backend, real JAX learners, no baseline) at ``--preset``, and the syncer's own record of each participant's drift after each
 merge (``merge`` events) is read, with the uploads it refused for drift (``syncer.drift_k`` set to
 :data:`~trainer.core.drift.DRIFT_K`, enforced; as it was by default when the committed results were measured):
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from benchmarks.common import fmt, markdown_table, write_results
@@ -53,24 +55,21 @@ def largest_k(name: str, budget_times: float, windows: list[float], seed: int) -
     return {"largest_k": largest, "merges": len(merges), "measured": measured}
 
 
-def real_run(name: str, preset: str, seed: int) -> dict[str, Any]:
+def real_run(name: str, preset: str, seed: int, out_root: Path) -> dict[str, Any]:
     """One real run of a built-in: each learner's largest ``drift / √W`` (the syncer's W), merges measured, and the
     uploads refused for drift."""
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
+    from benchmarks.harness import builtin_cluster, quiet_progress, run_cluster
     from trainer import events as ev
 
-    with tempfile.TemporaryDirectory(prefix="drift-bound-") as tmp:
-        out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "chaos.cli", "run", name, "--preset", preset, "--seed", str(seed)]
-        cmd += ["--set", f"cluster.syncer.drift_k={drift.DRIFT_K}"]  # enforced: an honest refusal shows
-        proc = subprocess.run(
-            [*cmd, "--no-baseline", "--quiet", "--out", str(out)], capture_output=True, text=True
-        )
-        events = ev.read_events(out / "events" / "syncer.jsonl")
+    cluster, schedule = builtin_cluster(name, preset)
+    cluster["syncer"] = {
+        **cluster.get("syncer", {}),
+        "drift_k": drift.DRIFT_K,
+    }  # enforced: an honest refusal shows
+    h = run_cluster(
+        f"{preset}-{name}-{seed}", cluster, out_root, schedule=schedule, seed=seed, progress=quiet_progress
+    )
+    events = [e for e in h.events if e.source == "syncer"]
     merges = [e for e in events if isinstance(e, ev.Merge)]
     largest: dict[str, float] = {}
     for m in merges:
@@ -82,7 +81,6 @@ def real_run(name: str, preset: str, seed: int) -> dict[str, Any]:
         "merges": len(merges),
         "measured": sum(1 for m in merges if len(m.participants) >= drift.MIN_PARTICIPANTS),
         "refused_for_drift": refused,
-        "exit": proc.returncode,
     }
 
 
@@ -92,7 +90,8 @@ def main_real(names: list[str], presets: list[str], seeds: list[int]) -> int:
     for preset in presets:
         results[preset] = {}
         for name in names:
-            results[preset][name] = {str(s): real_run(name, preset, s) for s in seeds}
+            with tempfile.TemporaryDirectory(prefix="drift-bound-") as tmp:
+                results[preset][name] = {str(s): real_run(name, preset, s, Path(tmp)) for s in seeds}
             for s, r in results[preset][name].items():
                 print(preset, name, s, r, flush=True)
                 k = " / ".join(fmt(v, 2) for v in r["largest_k"].values())

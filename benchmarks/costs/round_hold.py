@@ -4,7 +4,7 @@ Before the hold followed the median learner (docs/security.md, ``round``), one m
 set how long a round waited for an announced body: one learner whose uploads crawled stretched every round's hold,
 and the honest learners' merges fell to 12% of normal. Here learner-2's link is capped at ``--rate-kbps`` (its
 uploads, each legal, take seconds where the others' take milliseconds) for most of a real run of the tiny preset
-(real learners, the local backend, Toxiproxy), beside the same run fault-free, paired by seed. Reported: merges per
+(real learners, the local backend, Toxiproxy; ``benchmarks.harness.run_cluster``: no baseline), beside the same run fault-free, paired by seed. Reported: merges per
 second while the cap is on (the fault-free run over the same seconds), their ratio, and the merges the two honest
 learners took part in.
 
@@ -15,54 +15,42 @@ learners took part in.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import fmt, markdown_table, write_results
+from benchmarks.harness import builtin_cluster, quiet_progress, run_cluster
 from benchmarks.measures import format_ci
-from chaos.scenario import resolve
 from trainer import events as ev
 
 AT_S, DURATION_S = 3.0, 40.0
 HONEST = ("learner-0", "learner-1")
 
 
-def scenario_text(rate_kbps: float | None) -> str:
-    """throttle-all's cluster, its schedule replaced: learner-2's link capped (None: no fault)."""
-    text = resolve("throttle-all").read_text()
-    head, _ = text.split("schedule:", 1)
-    _, checks = text.split("checks:", 1)
+def run(seed: int, rate_kbps: float | None, out_root: Path) -> dict[str, Any]:
+    """One real run of throttle-all's cluster, its schedule replaced by learner-2's link capped (None: no fault):
+    merges per second in the window the cap covers (from the steady phase's start)."""
+    from chaos.history import Phase
+
+    cluster, _ = builtin_cluster("throttle-all")
     schedule = (
-        "schedule: []\n"
+        []
         if rate_kbps is None
-        else (
-            f"schedule:\n  - fault: bandwidth\n    rate_kbps: {rate_kbps:g}\n    targets: [learner-2]\n"
-            f"    at: {AT_S:g}\n    duration: {DURATION_S:g}\n"
-        )
+        else [
+            {
+                "fault": "bandwidth",
+                "rate_kbps": rate_kbps,
+                "targets": ["learner-2"],
+                "at": AT_S,
+                "duration": DURATION_S,
+            }
+        ]
     )
-    body = head.split("seed:", 1)[1]
-    about = "name: slow-uploader\ndescription: learner-2's link capped, its uploads crawling, each one legal.\n"
-    return about + "seed:" + body + schedule + "checks:" + checks
-
-
-def run(seed: int, rate_kbps: float | None) -> dict[str, Any]:
-    """One real run: merges per second in the window the cap covers (from the steady phase's start)."""
-    from chaos.history import History, Phase
-
-    with tempfile.TemporaryDirectory(prefix="round-hold-") as tmp:
-        scenario = Path(tmp) / "slow-uploader.yaml"
-        scenario.write_text(scenario_text(rate_kbps))
-        out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "chaos.cli", "run", str(scenario), "--seed", str(seed)]
-        proc = subprocess.run(
-            [*cmd, "--no-baseline", "--quiet", "--out", str(out)], capture_output=True, text=True
-        )
-        h = History.read(out)
+    label = f"seed{seed}-{'fault-free' if rate_kbps is None else 'slow-uploader'}"
+    h = run_cluster(label, cluster, out_root, schedule=schedule, seed=seed, progress=quiet_progress)
     steady = h.phase("steady")
-    assert isinstance(steady, Phase), f"run of seed {seed} never reached its steady phase: {proc.stderr[-2000:]}"
+    assert isinstance(steady, Phase), f"run of seed {seed} never reached its steady phase: see {out_root / label}"
     finished = h.of(ev.Finished)  # the budget reached: merges after it only settle
     lo = steady.ts + AT_S + 1.0
     hi = min([steady.ts + AT_S + DURATION_S, *(f.ts for f in finished)])
@@ -73,7 +61,6 @@ def run(seed: int, rate_kbps: float | None) -> dict[str, Any]:
         "merges_per_s": len(merges) / (hi - lo),
         "honest_merges_per_s": honest / (hi - lo),
         "slow_learner_uploads": len(uploads),
-        "exit": proc.returncode,
     }
 
 
@@ -84,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results: dict[str, Any] = {}
     rows, ratios = [], []
+    with tempfile.TemporaryDirectory(prefix="round-hold-") as tmp:
+        for seed in args.seeds:
+            r = {"slow uploader": run(seed, args.rate_kbps, Path(tmp)), "fault-free": run(seed, None, Path(tmp))}
+            results[str(seed)] = r
+            print(seed, r, flush=True)
     for seed in args.seeds:
-        r = {"slow uploader": run(seed, args.rate_kbps), "fault-free": run(seed, None)}
-        results[str(seed)] = r
-        print(seed, r, flush=True)
+        r = results[str(seed)]
         ratio = r["slow uploader"]["honest_merges_per_s"] / r["fault-free"]["honest_merges_per_s"]
         ratios.append(ratio)
         rows.append(
