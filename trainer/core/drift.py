@@ -3,15 +3,24 @@
 Each round is bounded alone (``value``: no coordinate moves further than its steps of AdamW can), so a learner can
 push the model a little in one direction every round and pass every round's check. What tells a push from honest
 noise is the sum over rounds. Each merge with at least :data:`MIN_PARTICIPANTS` participants gives each
-participant ``j`` its deviation per coordinate: its update per step less the coordinate-wise median of every
-participant's, in units of the inner learning rate (one AdamW step moves a coordinate by about ``lr``)::
+participant ``j`` its deviation per coordinate: its update per step less what the others did per step over the
+same span of training, in units of the inner learning rate (one AdamW step moves a coordinate by about ``lr``)::
 
-    d_j = (c_j / steps_j − median_k (c_k / steps_k)) / lr
+    d_j = (c_j / steps_j − m̄_j) / lr,     m̄_j = Σ_u typ_u · med_u / Σ_u typ_u
 
-and, scaled by its share of this merge, its pull on the merged update (1 × d_j when it weighs and steps like the
-others; a learner that uploads five rounds' steps at once carries five times the update at most of the merge's
-weight, and pulls that much more — measured: a pusher whose uploads were refused came back with ~30 steps where the
-others had 6, at 0.8 of the merge's weight)::
+where ``med_u`` is merge ``u``'s coordinate-wise median of its participants' updates per step, ``typ_u`` their
+median steps, and ``u`` runs over this merge and the fragment's earlier measured merges made since ``j``'s base
+version (:class:`MergeMedian`). A learner that trained from the current version is compared with this merge's
+median alone. One whose upload was delayed (a slow link, refused uploads) trained from an older base over several
+rounds, and is compared with the medians of those rounds: measured, against this round's median alone, honest
+lumps pulled up to 31 · √W in deterministic mode (throttle-all) and 4 · √W on real learners — the reference,
+extrapolated over five rounds' steps, carried five times one round's noise, where five rounds' noise adds up like
+√5 — and the bound could not be on by default.
+
+Scaled by its share of this merge, a deviation is its pull on the merged update (1 × d_j when it weighs and steps
+like the others; a learner that uploads five rounds' steps at once carries five times the update at most of the
+merge's weight, and pulls that much more — measured: a pusher whose uploads were refused came back with ~30 steps
+where the others had 6, at 0.8 of the merge's weight)::
 
     pull_j = n · w_j · (steps_j / median_k steps_k) · d_j          (n participants, w_j its merge weight)
 
@@ -25,32 +34,44 @@ that is refused (or away) sees its sum decay::
 Deviations that change sign from round to round keep ``drift`` near ``√W`` times their size; a steady push of
 ``a`` per step grows it to ``W · a``. A learner whose drift is above ``k · √W`` is refused (``drift``) until the
 leak brings it back under. With two participants the deviations are each other's negatives (nobody can tell who
-pulled), and with one there is nobody to compare with: nothing is added.
+pulled), and with one there is nobody to compare with: nothing is added, and the merge is no reference.
 
 Example:
     >>> import numpy as np
     >>> ups = [{"w": np.array([1.0, 0.0])}, {"w": np.array([1.5, 0.0])}, {"w": np.array([9.0, 0.0])}]
-    >>> [d["w"].tolist() for d in deviations(ups, steps=[1, 1, 1], lr=1.0)]   # the third pulls coordinate 0
-    [[-0.5, 0.0], [0.0, 0.0], [7.5, 0.0]]
-    >>> deviations(ups[:2], steps=[1, 1], lr=1.0) is None
-    True
-    >>> alike = [("a", ups[0], 1, 1 / 3), ("b", ups[1], 1, 1 / 3), ("c", ups[2], 1, 1 / 3)]
-    >>> sums = {}
-    >>> for _ in range(3):
-    ...     sums = after_merge(sums, alike, lr=1.0, window=2.0)
+    >>> alike = [Taking(lid, u, 1, 1 / 3, 0) for lid, u in zip("abc", ups)]   # the third pulls coordinate 0
+    >>> sums, made = after_merge({}, alike, lr=1.0, window=2.0, version=1)
+    >>> [sums[lid]["w"].tolist() for lid in "abc"], made.per_step["w"].tolist()
+    ([[-0.5, 0.0], [0.0, 0.0], [7.5, 0.0]], [1.5, 0.0])
+    >>> for v in (2, 3):
+    ...     sums, _ = after_merge(sums, [t._replace(base=v - 1) for t in alike], lr=1.0, window=2.0, version=v)
     >>> round(drift_of(sums["c"]), 4), drift_of(sums["b"])        # 7.5 + 7.5/2 + 7.5/4
     (13.125, 0.0)
-    >>> round(drift_of(after_merge(sums, alike[:1], lr=1.0, window=2.0)["c"]), 4)   # a merge it is not in: decays
+    >>> round(drift_of(after_merge(sums, alike[:2], lr=1.0, window=2.0, version=4)[0]["c"]), 4)  # not in it: decays
     6.5625
-    >>> batched = [("a", ups[0], 1, 0.2), ("b", ups[1], 1, 0.2), ("c", {"w": 3 * ups[2]["w"]}, 3, 0.6)]
-    >>> round(drift_of(after_merge({}, batched, lr=1.0, window=2.0)["c"]), 4)   # 3 rounds' steps at once: 3 · 0.6 · 3
+    >>> batched = [*alike[:2], Taking("c", {"w": 3 * ups[2]["w"]}, 3, 0.6, 0)]
+    >>> round(drift_of(after_merge({}, batched, lr=1.0, window=2.0, version=1)[0]["c"]), 4)  # 3 rounds' steps at once
     40.5
+
+A lump from an older base is compared with the rounds it covers: the others moved coordinate 0 by 4 per step, then
+by 0, now by 1; a learner that trained from version 0 through all three rounds moved it by 5 in its 3 steps, as
+they did, and pulls nothing — against this round's median alone it would pull 3 · 0.6 · 3 · (5/3 − 1)::
+
+    >>> hist = [MergeMedian(1, {"w": np.array([4.0])}, 1.0), MergeMedian(2, {"w": np.array([0.0])}, 1.0)]
+    >>> now = [Taking("a", {"w": np.array([1.0])}, 1, 0.2), Taking("b", {"w": np.array([1.0])}, 1, 0.2),
+    ...        Taking("late", {"w": np.array([5.0])}, 3, 0.6, base=0)]
+    >>> round(abs(float(after_merge({}, now, lr=1.0, window=2.0, version=3, history=hist)[0]["late"]["w"][0])), 4)
+    0.0
+    >>> round(float(after_merge({}, now, lr=1.0, window=2.0, version=3)[0]["late"]["w"][0]), 4)
+    3.6
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,20 +87,70 @@ DRIFT_K = 5.0
 NETWORK_ROWS = 8  # participants up to which coordinate_median sorts with a network (its cost grows as n²)
 
 
-def deviations(updates: Sequence[Tensors], steps: Sequence[int], lr: float) -> list[dict[str, np.ndarray]] | None:
-    """Each participant's update per step less the coordinate-wise median of all of them, in units of ``lr``
-    (None: fewer than :data:`MIN_PARTICIPANTS`, nothing to compare)."""
-    if len(updates) < MIN_PARTICIPANTS or lr <= 0:
-        return None
-    per_step = [{n: np.asarray(t, np.float32) / max(s, 1) for n, t in u.items()} for u, s in zip(updates, steps)]
-    out: list[dict[str, np.ndarray]] = [{} for _ in updates]
+class Taking(NamedTuple):
+    """One participant of a merge, as the drift sums see it."""
+
+    learner_id: str
+    update: Tensors  # its own update, not rebased: what it trained
+    steps: int
+    weight: float  # its share of the merge's weight
+    base: int = 0  # the version it trained from
+
+
+@dataclass(frozen=True)
+class MergeMedian:
+    """What one measured merge's participants did per step: the reference of later lumps that trained through it."""
+
+    version: int  # the version the merge made
+    per_step: dict[str, np.ndarray]  # the coordinate-wise median of the participants' updates per step
+    steps: float  # their median steps
+
+
+def after_merge(
+    sums: Mapping[str, Tensors],
+    participants: Sequence[Taking],
+    lr: float,
+    window: float,
+    version: int,
+    history: Sequence[MergeMedian] = (),
+) -> tuple[dict[str, dict[str, np.ndarray]], MergeMedian | None]:
+    """One fragment's sums by learner id after the merge of ``participants`` that makes ``version``, and that merge's
+    :class:`MergeMedian` (None: too few participants to measure). Every sum is leaked by ``1 − 1/window``; with
+    enough participants each one's pull is added, its reference the medians of ``history`` (the fragment's earlier
+    measured merges) made since its base, and this merge's."""
+    keep = np.float32(1.0 - 1.0 / window)
+    out = {lid: {n: keep * v for n, v in total.items()} for lid, total in sums.items()}
+    if len(participants) < MIN_PARTICIPANTS or lr <= 0:
+        return out, None
+    steps = [max(p.steps, 1) for p in participants]
+    typical = float(np.median(steps))
+    rows = [{n: np.asarray(t, np.float32) / s for n, t in p.update.items()} for p, s in zip(participants, steps)]
     with np.errstate(over="ignore", invalid="ignore"):  # an unchecked garbage update (guards off) sums to inf
-        for n in per_step[0]:
-            rows = [u[n] for u in per_step]
-            med = coordinate_median(rows)
-            for j, row in enumerate(rows):
-                out[j][n] = (row - med) / np.float32(lr)
-    return out
+        made = MergeMedian(version, {n: coordinate_median([r[n] for r in rows]) for n in rows[0]}, typical)
+        for p, s, row in zip(participants, steps, rows):
+            span = [h for h in history if h.version > p.base] + [made]
+            ref = made.per_step if len(span) == 1 else _mean_per_step(span)
+            scale = np.float32(len(participants) * p.weight * s / typical / lr)
+            pull = {n: ((row[n] - ref[n]) * scale).astype(np.float32) for n in row}
+            total = out.get(p.learner_id)
+            out[p.learner_id] = pull if total is None else {n: total[n] + pull[n] for n in pull}
+    return out, made
+
+
+def _mean_per_step(span: Sequence[MergeMedian]) -> dict[str, np.ndarray]:
+    """The medians per step of ``span``'s merges, each weighted by its median steps: the others' pace over it."""
+    steps = sum(m.steps for m in span)
+    return {
+        n: sum((np.float32(m.steps / steps) * m.per_step[n] for m in span), np.zeros_like(span[0].per_step[n]))
+        for n in span[0].per_step
+    }
+
+
+def kept_history(history: Sequence[MergeMedian], made: MergeMedian | None, oldest_base: int) -> list[MergeMedian]:
+    """``history`` with ``made`` added, less the merges no acceptable base can precede (made at or before
+    ``oldest_base``, the oldest base version an upload may still have)."""
+    kept = [h for h in history if h.version > oldest_base]
+    return kept + [made] if made is not None else kept
 
 
 def coordinate_median(rows: Sequence[np.ndarray]) -> np.ndarray:
@@ -104,29 +175,6 @@ def coordinate_median(rows: Sequence[np.ndarray]) -> np.ndarray:
             r[j], r[j + 1] = np.minimum(r[j], r[j + 1]), np.maximum(r[j], r[j + 1])
     mid = (n - 1) // 2
     return r[mid] if n % 2 else (r[mid] + r[mid + 1]) / r[mid].dtype.type(2)
-
-
-def after_merge(
-    sums: Mapping[str, Tensors],
-    participants: Sequence[tuple[str, Tensors, int, float]],
-    lr: float,
-    window: float,
-) -> dict[str, dict[str, np.ndarray]]:
-    """One fragment's sums by learner id after a merge of ``participants`` (learner id, update, steps, its weight
-    in the merge): every sum leaked by ``1 − 1/window``, each participant's pull added when there are enough to
-    compare."""
-    keep = np.float32(1.0 - 1.0 / window)
-    out = {lid: {n: keep * v for n, v in total.items()} for lid, total in sums.items()}
-    steps = [max(s, 1) for _, _, s, _ in participants]
-    devs = deviations([u for _, u, _, _ in participants], steps, lr)
-    typical = float(np.median(steps))
-    with np.errstate(over="ignore", invalid="ignore"):  # an unchecked garbage update (guards off): inf, refused
-        for (lid, _, s, w), d in zip(participants, devs or ()):
-            share = np.float32(len(participants) * w * s / typical)
-            total = out.get(lid)
-            pull = {n: (share * v).astype(np.float32) for n, v in d.items()}
-            out[lid] = pull if total is None else {n: total[n] + pull[n] for n in pull}
-    return out
 
 
 def drift_of(total: Tensors | None) -> float:

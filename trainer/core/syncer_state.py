@@ -105,7 +105,7 @@ from trainer.core.algorithm import Algorithm
 from trainer.core.audit import MergeAudit, digest, optimizer_leaves
 from trainer.core.checkpoint_codec import decode_opt_state, decode_params, encode_arrays
 from trainer.core.checkpoint_meta import CheckpointMeta, Key
-from trainer.core.drift import after_merge, check_drift, drift_bound, drift_of
+from trainer.core.drift import MergeMedian, Taking, after_merge, check_drift, drift_bound, drift_of, kept_history
 from trainer.core.ema import Ema
 from trainer.core.fragment_schedule import FragmentSchedule
 from trainer.core.fragments import Fragment
@@ -188,6 +188,9 @@ class SyncerState:
     # Per fragment, per learner id: its pull on the merges (from their medians), summed over about drift_window
     # merges (trainer.core.drift, invariant drift). Not checkpointed: a restored syncer sums afresh.
     drift: dict[int, dict[str, dict[str, np.ndarray]]] = field(default_factory=dict)
+    # Per fragment: the medians of its measured merges since the oldest base an upload may have (a late upload's
+    # reference: what the others did per step over the rounds it trained through). Not checkpointed either.
+    drift_medians: dict[int, list[MergeMedian]] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------
     @classmethod
@@ -712,11 +715,16 @@ class SyncerState:
         total_w = sum(weights) or float(len(weights))
         shares = [w / total_w if sum(weights) else 1 / len(weights) for w in weights]
         if self.policy.validate_uploads:  # the learner's own update, not rebased: what it trained
-            self.drift[fragment] = after_merge(
+            self.drift[fragment], made = after_merge(
                 self.drift.get(fragment, {}),
-                [(c.learner_id, c.tensors, c.c_steps, w) for c, w in zip(contribs, shares)],
+                [Taking(c.learner_id, c.tensors, c.c_steps, w, c.base_version) for c, w in zip(contribs, shares)],
                 self.policy.inner_lr,
                 self.policy.drift_window,
+                v,
+                self.drift_medians.get(fragment, ()),
+            )
+            self.drift_medians[fragment] = kept_history(
+                self.drift_medians.get(fragment, ()), made, v - self.algorithm.max_staleness
             )
         participants = []
         for c, w in zip(contribs, shares):
