@@ -78,6 +78,7 @@ from trainer.metrics import RunMetrics, summarize_run
 from trainer.telemetry import MetricsServer, announce
 
 DEFAULT_CACHE = Path(".cache/diloco-chaos/baselines")
+CHORE_S = 0.05  # the loop's chores (is the syncer alive, a progress line) wait when a fault is due sooner
 STEP_ERRORS = (FaultError, TrainerError, ChaosError)  # a fault step that raises one of these is recorded as failed
 
 
@@ -93,7 +94,10 @@ class RunOptions:
     baseline_cache: Path = DEFAULT_CACHE
     progress: Callable[[str], None] | None = print
     steady_timeout_s: float = FIRST_MERGE_S  # no first merge by then: the run is ended and judged (chaos.watchdog)
-    poll_s: float = 0.1
+    poll_s: float = 0.1  # the scheduling loop's longest sleep (it wakes at the plan's next step before that)
+    # False: sleep poll_s whatever the plan says (the controller before it woke on time; for the fault-latency
+    # benchmark's side-by-side run only).
+    wake_at_plan: bool = True
     # Benchmarks end a run early (e.g. on reaching a target eval loss): called with each polled syncer
     # Status; True ends the run as if the budget were reached, except that nothing waits for learners to leave.
     stop_when: Callable[[Any], bool] | None = None
@@ -105,6 +109,16 @@ class RunOptions:
     # computing them into the same cache (a test on another worker: tests/nightly), the two run at once and this
     # run then waits on the cache's lock and reads them.
     baseline_after: bool = False
+
+
+@dataclass
+class _Seen:
+    """What the status thread saw (:meth:`Controller._watch`), read by the scheduling loop."""
+
+    result_fixed: bool = False  # the syncer reached the budget
+    stop_when_met: bool = False
+    stall: Any = None  # the watchdog's stall: the run ends and is judged
+    error: BaseException | None = None  # the thread failed: the loop raises it
 
 
 class Interrupted(ChaosError):
@@ -274,17 +288,21 @@ class _Execution:
         self.progress = self.progress.observe(st.merges, st.tokens, time.time())
         return st
 
-    def _stalled(self) -> bool:
-        """The progress watchdog over what the run has recorded so far (chaos.watchdog): on a stall, record it
-        (the liveness check reads it) and say so; the caller ends the run."""
+    def _stall(self) -> Any:
+        """The progress watchdog over what the run has recorded so far (chaos.watchdog): the stall, or None."""
         history = History(list(self.recorder.records), list(self.syncer_events.read()))
-        stall = stalled(
+        return stalled(
             history,
             self.progress,
             time.time(),
             self.scenario.checks.liveness,
             first_merge_s=self.opts.steady_timeout_s,
         )
+
+    def _stalled(self, stall: Any = None) -> bool:
+        """On a stall (``stall``, or the watchdog's verdict now), record it (the liveness check reads it) and say
+        so; the caller ends the run."""
+        stall = stall or self._stall()
         if stall is None:
             return False
         self.recorder.add(StalledPhase(detail=stall))
@@ -317,42 +335,70 @@ class _Execution:
     def _syncer_fault_active(self) -> bool:
         return any(syncer_only(p.kind) or "syncer" in p.targets for p, _ in self.interp.active.values())
 
-    def _loop(self) -> None:
-        assert self.steady_at is not None
-        deadline = time.monotonic() + self.scenario.timeout_s
-        stopped_early = stalled_run = False
-        result_fixed = False  # the syncer reached the budget: a settle phase may follow, no new faults start
-        last_status = last_say = 0.0
-        with self.backend.client() as client:
-            while True:
-                now = time.time()
-                rel = now - self.steady_at
-                if time.monotonic() - last_status > POLL_S:
-                    last_status = time.monotonic()
+    def _watch(self, seen: _Seen, wake: threading.Event, done: threading.Event) -> None:
+        """The status thread: the syncer's Status every POLL_S (merges, the result fixed, the stop condition) and
+        the watchdog, off the scheduling loop, so that a slow or hung Status call never delays a fault; wakes the
+        loop when the merge count moves (faults ``at_merge``) or the run must end."""
+        try:
+            with self.backend.client() as client:
+                while not done.is_set():
+                    before = self.merges
                     st = self._poll_status(client)
                     if st is not None:
-                        result_fixed = result_fixed or bool(st.finished)
+                        seen.result_fixed = seen.result_fixed or bool(st.finished)
                         self.status_line = (
                             f"merges {st.merges} tokens {st.tokens}/{st.token_budget} "
                             f"eval {st.eval_loss:.3f}" + (" (settling)" if st.finished else "")
                         )
-                        if self.opts.stop_when is not None and self.opts.stop_when(st):
-                            stopped_early = True
-                            self.say(f"stop condition met: {self.status_line}")
-                            break
-                    if self._stalled():
-                        stalled_run = True
-                        break
-                for step in self.interp.due(now, self.merges, result_fixed):
+                        seen.stop_when_met = self.opts.stop_when is not None and self.opts.stop_when(st)
+                    if not seen.stop_when_met:
+                        seen.stall = self._stall()
+                    if seen.stop_when_met or seen.stall is not None or self.merges != before:
+                        wake.set()
+                    if seen.stop_when_met or seen.stall is not None:
+                        return
+                    done.wait(POLL_S)
+        except BaseException as err:  # noqa: BLE001 - handed to the loop, which raises it on its own thread
+            seen.error = err
+            wake.set()
+
+    def _loop(self) -> None:
+        assert self.steady_at is not None
+        deadline = time.monotonic() + self.scenario.timeout_s
+        stopped_early = stalled_run = False
+        last_alive = last_say = 0.0
+        seen, wake, done = _Seen(), threading.Event(), threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(seen, wake, done), name="status-watch", daemon=True)
+        watcher.start()
+        try:
+            while True:
+                wake.clear()
+                if seen.error is not None:
+                    raise seen.error
+                if seen.stop_when_met:
+                    stopped_early = True
+                    self.say(f"stop condition met: {self.status_line}")
+                    break
+                if seen.stall is not None:
+                    stalled_run = self._stalled(seen.stall)
+                    break
+                now = time.time()
+                rel = now - self.steady_at
+                # result fixed: the syncer reached the budget; a settle phase may follow, no new faults start
+                for step in self.interp.due(now, self.merges, seen.result_fixed):
                     self.inject(step.planned, rel) if isinstance(step, Inject) else self.heal(step)
-                if not self.backend.alive("syncer") and not self._syncer_fault_active():
-                    code = self.backend.exit_code("syncer")
-                    if code != 0:
-                        raise RunError(
-                            f"the syncer exited with code {code} outside any fault; "
-                            f"{see_log(self.run_dir / 'logs' / 'syncer.log')}"
-                        )
-                    break  # budget reached: the syncer finished and exited
+                nxt = self.interp.next_time()
+                soon = nxt is not None and nxt - time.time() < CHORE_S  # a step due before a chore could end
+                if not soon and time.monotonic() - last_alive > POLL_S:
+                    last_alive = time.monotonic()
+                    if not self.backend.alive("syncer") and not self._syncer_fault_active():
+                        code = self.backend.exit_code("syncer")
+                        if code != 0:
+                            raise RunError(
+                                f"the syncer exited with code {code} outside any fault; "
+                                f"{see_log(self.run_dir / 'logs' / 'syncer.log')}"
+                            )
+                        break  # budget reached: the syncer finished and exited
                 if time.monotonic() > deadline:  # the last resort: the watchdog ends a run that stops progressing
                     raise RunError(
                         f"the run did not finish within timeout_s = {self.scenario.timeout_s}s "
@@ -360,11 +406,19 @@ class _Execution:
                         "outside faults, or the watchdog would have ended it: raise timeout_s, shrink the "
                         "token budget or shorten the faults"
                     )
-                if time.monotonic() - last_say > 3.0:
+                if not soon and time.monotonic() - last_say > 3.0:
                     last_say = time.monotonic()
                     act = ", ".join(f"{fid}:{p.kind}" for fid, (p, _) in self.interp.active.items())
                     self.say(f"+{rel:.0f}s {self.status_line}" + (f" | active {act}" if act else ""))
-                time.sleep(self.opts.poll_s)
+                # Sleep until the plan's next step (woken early by the status thread), at most poll_s: faults
+                # start and heal on time, not on a poll's phase. wake_at_plan False: the fixed poll it replaced.
+                wait = self.opts.poll_s
+                if nxt is not None and self.opts.wake_at_plan:
+                    wait = min(wait, max(nxt - time.time(), 0.0))
+                wake.wait(wait)
+        finally:
+            done.set()
+            watcher.join(timeout=30.0)
         if not stalled_run:
             self.recorder.add(
                 Phase(name="finished", detail={"merges": self.merges, "stopped_early": stopped_early})

@@ -43,7 +43,9 @@ Columns of the table (times in ms; median and worst over the kind's repeats):
   injector's own work (a Toxiproxy API call, a signal, a process start).
 - ``heal→recovery``: the heal invoke record → recovery first observed (and held for the kind's ``stable_s``).
 - ``sched lag``: the controller's scheduling lag, inject invoke time − (steady + planned ``at``), both from
-  its own ``controller.jsonl``; the loop polls every 0.1 s, and a heal that restarts the syncer blocks it.
+  its own ``controller.jsonl``; the loop sleeps until the plan's next step (``--compare-poll`` runs the schedule
+  again with the fixed 0.1 s poll it had before, and tables both arms' lags), and a heal that restarts the syncer
+  blocks it.
 - ``res.``: the median period of the observer(s) used (effect / recovery when they differ).
 
 Effect and recovery per kind:
@@ -54,9 +56,8 @@ Effect and recovery per kind:
 - ``pause``: state T / state no longer T.
 - ``slow`` (fraction 0.5, period 0.1 s, the scenario default): first state T, which comes after the duty
   cycle's first run phase (~50 ms by design) / not T for 0.3 s (three periods: the cycle has stopped). The
-  period equals the controller's poll, so the heal comes a whole number of polls after the inject, at the
-  same phase of the cycle: in its run phase, and recovery reads ~0 (up to the stop phase, 50 ms, when the
-  loop drifts).
+  slot's duration is a whole number of periods, so the heal comes at the phase of the cycle it started in: its
+  run phase, and recovery reads ~0 (up to the stop phase, 50 ms, when the heal is late).
 - ``syncer_crash``: the syncer's pid dead / Status answers from a new syncer incarnation (restored from
   its checkpoint).
 - ``corrupt`` (nan): the syncer's ``non_finite`` rejections rise (the corrupt restart joined, trained and
@@ -303,8 +304,11 @@ def scenario_tree(slots: Sequence[Slot], seed: int) -> dict[str, Any]:
     }
 
 
-def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[ControllerRecord], float]:
-    """The chaos run with the observers attached; returns them, the controller's records and the wall time."""
+def run(
+    slots: Sequence[Slot], seed: int, work: Path, wake_at_plan: bool = True
+) -> tuple[Observer, list[ControllerRecord], float]:
+    """The chaos run with the observers attached; returns them, the controller's records and the wall time.
+    ``wake_at_plan`` False: the controller's loop as it was before it woke at the plan's next step (a fixed poll)."""
     from chaos.backends.local import LocalBackend
     from chaos.controller import RunOptions, run_scenario
     from chaos.scenario import parse_scenario
@@ -328,9 +332,15 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[Co
 
     end = max((s.end_s for s in slots), default=FIRST_SLOT_S)
     try:
-        run_scenario(
-            scenario, RunOptions(out, backend=backend, baseline=False, progress=None, stop_when=after_last_slot)
+        opts = RunOptions(
+            out,
+            backend=backend,
+            baseline=False,
+            progress=None,
+            stop_when=after_last_slot,
+            wake_at_plan=wake_at_plan,
         )
+        run_scenario(scenario, opts)
         if not started or started[-1] - started[0] <= end:
             raise RuntimeError("the chaos run finished training before its schedule ended")  # budget is 10^12
     finally:
@@ -340,6 +350,33 @@ def run(slots: Sequence[Slot], seed: int, work: Path) -> tuple[Observer, list[Co
     if teardown and (teardown.proxies_left or teardown.processes_left):
         obs.errors.append(f"teardown left something: {teardown.model_dump()}")
     return obs, records, time.monotonic() - t0
+
+
+ARMS = {
+    "plan": "wakes at the plan's next step (the controller now)",
+    "poll": "a fixed 0.1 s poll (the controller before)",
+}
+
+
+def compare_lags(records_of: dict[str, list[ControllerRecord]]) -> tuple[dict[str, Any], str]:
+    """Per arm (:data:`ARMS`): every step's scheduling lag (injects and heals, ms) with its median, p99 and worst;
+    and their table."""
+    out: dict[str, Any] = {}
+    rows = []
+    for arm, records in records_of.items():
+        steady, times = fault_times(records)
+        pairs = [scheduling_lags(steady, ft) for ft in times.values()] if steady is not None else []
+        lags = [x * 1e3 for pair in pairs for x in pair if x is not None and x == x]  # NaN: a fault at_merge
+        med, p99 = percentile(lags, 0.5), percentile(lags, 0.99)
+        out[arm] = {
+            "lags_ms": [round(x, 3) for x in lags],
+            "median_ms": med,
+            "p99_ms": p99,
+            "worst_ms": max(lags, default=None),
+        }
+        rows.append([ARMS[arm], len(lags), ms_cell(med), ms_cell(p99), ms_cell(max(lags, default=None))])
+    header = ["controller loop", "steps (injects and heals)", "sched lag median", "p99", "worst"]
+    return out, markdown_table(header, rows)
 
 
 def resolution(obs: Observer) -> dict[str, dict[str, float | None]]:
@@ -479,6 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the order, targets and start jitter (default 0)")
     ap.add_argument("--out-dir", type=Path, default=RESULTS)
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset of: " + ", ".join(KINDS))
+    ap.add_argument(
+        "--compare-poll",
+        action="store_true",
+        help="run the schedule a second time with the controller's fixed 0.1 s poll (its loop before it woke at the "
+        "plan's next step) and compare the scheduling lags",
+    )
     args = ap.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
@@ -493,9 +536,12 @@ def main(argv: list[str] | None = None) -> int:
         f"teardown); seed {args.seed}; {m['cpus_usable']} cores, load {m['load_avg_at_start']}",
         flush=True,
     )
+    before: list[ControllerRecord] = []
     with tempfile.TemporaryDirectory(prefix="fault-latency-") as tmp:
         try:
-            obs, records, wall = run(slots, args.seed, Path(tmp))
+            obs, records, wall = run(slots, args.seed, Path(tmp) / "plan")
+            if args.compare_poll:
+                _, before, _ = run(slots, args.seed, Path(tmp) / "poll", wake_at_plan=False)
         except KeyboardInterrupt:
             print("interrupted; the controller healed every fault and stopped every process", file=sys.stderr)
             return 130
@@ -538,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         "lead_s": LEAD_S,
         "jitter_s": JITTER_S,
         "controller_poll_s": 0.1,
+        "compare_poll": args.compare_poll,
     }
     results = {
         "summary": summary,
@@ -546,6 +593,10 @@ def main(argv: list[str] | None = None) -> int:
         "observer_errors": obs.errors,
         "samples": [asdict(s) for s in samples],
     }
+    if args.compare_poll:
+        results["schedule_lag"], results["schedule_table"] = compare_lags({"plan": records, "poll": before})
+        print()
+        print(results["schedule_table"])
     path = write_results(NAME, config=config, results=results, table=table, out_dir=args.out_dir)
     png = plot(samples, kinds, args.out_dir)
     print(f"\nwrote {path} and {png}")

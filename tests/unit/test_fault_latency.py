@@ -434,3 +434,25 @@ def test_measure_all_ends_windows_at_the_next_inject_and_flags_overlap() -> None
     assert a.overlapped and not b.overlapped
     assert a.recovery_ms is None  # a's recovery window ended at b's inject (101.5), before a's heal
     assert b.effect_ms == 0.0  # already stopped when b was invoked
+
+
+def test_compare_lags_reads_each_arms_injects_and_heals() -> None:
+    """The controller-loop comparison (``--compare-poll``): every time-planned inject and its heal, per arm."""
+
+    def records(late_s: float) -> list[ControllerRecord]:
+        op = dict(fault_id="a", fault_kind="pause", targets=["learner-0"])
+        fault = PlannedFault(
+            fault_id="a", kind="pause", targets=["learner-0"], at=1.0, at_merge=None, duration=0.5, params={}
+        )
+        return [
+            PlanRecord(ts=99.0, scenario="s", seed=0, faults=[fault]),
+            Phase(ts=100.0, name="steady"),
+            FaultOp(ts=101.0 + late_s, outcome="invoke", action="inject", **op),
+            FaultOp(ts=101.5 + 3 * late_s, outcome="invoke", action="heal", **op),
+        ]
+
+    lags, table = fl.compare_lags({"plan": records(0.001), "poll": records(0.05)})
+    assert lags["plan"]["lags_ms"] == pytest.approx([1.0, 2.0]) and lags["poll"]["worst_ms"] == pytest.approx(
+        100.0
+    )
+    assert table.count("\n") == 3 and "fixed 0.1 s poll" in table
