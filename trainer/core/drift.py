@@ -127,9 +127,12 @@ def after_merge(
     rows = [{n: np.asarray(t, np.float32) / s for n, t in p.update.items()} for p, s in zip(participants, steps)]
     with np.errstate(over="ignore", invalid="ignore"):  # an unchecked garbage update (guards off) sums to inf
         made = MergeMedian(version, {n: coordinate_median([r[n] for r in rows]) for n in rows[0]}, typical)
+        refs: dict[int, dict[str, np.ndarray]] = {}  # by base version: participants from one base share a span
         for p, s, row in zip(participants, steps, rows):
-            span = [h for h in history if h.version > p.base] + [made]
-            ref = made.per_step if len(span) == 1 else _mean_per_step(span)
+            if p.base not in refs:
+                span = [h for h in history if h.version > p.base] + [made]
+                refs[p.base] = made.per_step if len(span) == 1 else _mean_per_step(span)
+            ref = refs[p.base]
             scale = np.float32(len(participants) * p.weight * s / typical / lr)
             pull = {n: ((row[n] - ref[n]) * scale).astype(np.float32) for n in row}
             total = out.get(p.learner_id)
