@@ -47,6 +47,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "grace-waits", "grace_waits.json"),
     ("docs/benchmarks.md", "grace-waits-local", "grace_waits_local.json"),
     ("docs/benchmarks.md", "fault-latency", "fault_latency.json"),
+    ("docs/benchmarks.md", "fault-schedule", "fault_latency.json"),
     ("docs/benchmarks.md", "learner-overhead", "learner_overhead.json"),
     ("docs/benchmarks.md", "search-phases", "search_phases.json"),
     ("docs/scale-simulator.md", "scale-paper-table", "scale_paper_table.json"),
@@ -127,6 +128,7 @@ def calibration_table(result: dict[str, Any]) -> str:
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "scale-speed": speed_table,
     "scale-sim-to-real-calibration": calibration_table,
+    "fault-schedule": lambda result: result["results"]["schedule_table"],  # fault_latency --compare-poll
 }
 
 

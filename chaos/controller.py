@@ -328,7 +328,9 @@ class _Execution:
                 time.sleep(0.2)
         self.steady_at = time.time()
         self.interp = PlanInterpreter(self.planned, origin=self.steady_at)
-        self.recorder.add(Phase(name="steady", detail={"merges": self.merges}))
+        self.recorder.add(
+            Phase(ts=self.steady_at, name="steady", detail={"merges": self.merges})
+        )  # the plan's origin
         self.say("steady: first merge seen; the fault schedule's clock starts")
         return True
 

@@ -88,10 +88,13 @@ class Observer:
         from trainer.proto import diloco_pb2 as pb
 
         b = self.backend
-        address, metadata = f"127.0.0.1:{b.port}", (("authorization", f"Bearer {b.procs.token}"),)
-        prober = _Prober(address, "status", metadata)
+        metadata = (("authorization", f"Bearer {b.procs.token}"),)
+        prober = _Prober(f"127.0.0.1:{b.port}", "status", metadata)
         try:
             while not self.stop.is_set():
+                if prober.address != f"127.0.0.1:{b.port}":  # the port is chosen at bring-up, after attach
+                    prober.close()
+                    prober = _Prober(f"127.0.0.1:{b.port}", "status", metadata)
                 t0 = time.time()
                 try:
                     r = prober.stub.Status(pb.StatusRequest(), timeout=0.3, metadata=metadata)
