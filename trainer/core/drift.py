@@ -80,9 +80,9 @@ from trainer.core.reasons import Rejected, RejectReason
 Tensors = Mapping[str, np.ndarray]
 MIN_PARTICIPANTS = 3  # with two, each one's deviation is the other's negative
 DRIFT_WINDOW = 16.0  # merges of a fragment
-# The bound when enforced (syncer.drift_k; off by default): honest learners reached 1.2 on the real system, but in
-# deterministic mode uploads delayed by slow links, many steps at most of a merge's weight, pulled up to 31
-# (benchmarks/results/drift_bound*.json; docs/security.md, "Drift on honest learners").
+# The bound when enforced (syncer.drift_k; off by default): honest real learners reached 4.8 over throttled links
+# (about 1 otherwise), and in deterministic mode uploads of many steps against peers' few, at most of a merge's
+# weight, pulled up to 31 (benchmarks/results/drift_bound*.json; docs/security.md, "Drift on honest learners").
 DRIFT_K = 5.0
 NETWORK_ROWS = 8  # participants up to which coordinate_median sorts with a network (its cost grows as n²)
 
