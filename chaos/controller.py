@@ -328,9 +328,8 @@ class _Execution:
                 time.sleep(0.2)
         self.steady_at = time.time()
         self.interp = PlanInterpreter(self.planned, origin=self.steady_at)
-        self.recorder.add(
-            Phase(ts=self.steady_at, name="steady", detail={"merges": self.merges})
-        )  # the plan's origin
+        # Recorded at the plan's origin: a fault's scheduling lag is measured from it.
+        self.recorder.add(Phase(ts=self.steady_at, name="steady", detail={"merges": self.merges}))
         self.say("steady: first merge seen; the fault schedule's clock starts")
         return True
 

@@ -3,9 +3,9 @@
 The built-in ``corrupt-learner`` with its corrupt learner in mode ``push`` (trainer.core.corruption: the real
 update, its first coordinate of every tensor set to half of what the upload's steps may move it — every upload
 passes every per-round check), run with the drift bound enforced (``syncer.drift_k`` at its default) and with it
-off (``syncer.drift_k=0``), paired by seed, real learners on the local backend (``benchmarks.harness.run_cluster``: no baseline). Reported per seed:
-the final eval loss of each arm, their difference, and the uploads refused for drift; over seeds the mean
-difference with its 95% t interval.
+off (``syncer.drift_k=0``), paired by seed, real learners on the local backend (``benchmarks.harness.run_cluster``:
+no baseline). Reported per seed: the final eval loss of each arm, their difference, and the uploads refused for
+drift; over seeds the mean difference with its 95% t interval.
 
     .venv/bin/python -m benchmarks.costs.drift_attack --seeds 400 401 402 403 404
     # writes benchmarks/results/drift_attack.json

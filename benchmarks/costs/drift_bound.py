@@ -11,12 +11,12 @@ honest): the ``k`` of a bound ``drift ≤ k·√W`` must stay above it. A steady
 
     .venv/bin/python -m benchmarks.costs.drift_bound --seeds 0 1 2 3 4   # writes benchmarks/results/drift_bound.json
 
-With ``--real``, the same on the real system: each built-in named is run (``benchmarks.harness.run_cluster``: the local
-backend, real JAX learners, no baseline) at ``--preset``, and the syncer's own record of each participant's drift after each
-merge (``merge`` events) is read, with the uploads it refused for drift (``syncer.drift_k`` set to
+With ``--real``, the same on the real system: each built-in named is run (``benchmarks.harness.run_cluster``: the
+local backend, real JAX learners, no baseline) at ``--preset``, and the syncer's own record of each participant's
+drift after each merge (``merge`` events) is read, with the uploads it refused for drift (``syncer.drift_k`` set to
 :data:`~trainer.core.drift.DRIFT_K`, enforced; as it was by default when the committed results were measured):
 
-    .venv/bin/python -m benchmarks.costs.drift_bound --real straggler random-mix --preset tiny small --seeds 300
+    .venv/bin/python -m benchmarks.costs.drift_bound --real straggler random-mix throttle-all --seeds 300 301 302 303 304
     # writes benchmarks/results/drift_bound_real.json
 """
 
@@ -62,10 +62,8 @@ def real_run(name: str, preset: str, seed: int, out_root: Path) -> dict[str, Any
     from trainer import events as ev
 
     cluster, schedule = builtin_cluster(name, preset)
-    cluster["syncer"] = {
-        **cluster.get("syncer", {}),
-        "drift_k": drift.DRIFT_K,
-    }  # enforced: an honest refusal shows
+    # Enforced: an honest refusal shows.
+    cluster["syncer"] = {**cluster.get("syncer", {}), "drift_k": drift.DRIFT_K}
     h = run_cluster(
         f"{preset}-{name}-{seed}", cluster, out_root, schedule=schedule, seed=seed, progress=quiet_progress
     )

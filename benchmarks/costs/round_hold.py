@@ -4,9 +4,9 @@ Before the hold followed the median learner (docs/security.md, ``round``), one m
 set how long a round waited for an announced body: one learner whose uploads crawled stretched every round's hold,
 and the honest learners' merges fell to 12% of normal. Here learner-2's link is capped at ``--rate-kbps`` (its
 uploads, each legal, take seconds where the others' take milliseconds) for most of a real run of the tiny preset
-(real learners, the local backend, Toxiproxy; ``benchmarks.harness.run_cluster``: no baseline), beside the same run fault-free, paired by seed. Reported: merges per
-second while the cap is on (the fault-free run over the same seconds), their ratio, and the merges the two honest
-learners took part in.
+(real learners, the local backend, Toxiproxy; ``benchmarks.harness.run_cluster``: no baseline), beside the same
+run fault-free, paired by seed. Reported: merges per second while the cap is on (the fault-free run over the same
+seconds), their ratio, and the merges the two honest learners took part in.
 
     .venv/bin/python -m benchmarks.costs.round_hold --seeds 500 501 502 503 504
     # writes benchmarks/results/round_hold.json

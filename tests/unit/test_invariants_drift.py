@@ -121,9 +121,8 @@ def check_drift(run: dict) -> None:
             except Rejected as err:
                 assert lid in rogue or contested, f"honest {lid} refused in round {t}: {err}"
                 assert err.reason in (RejectReason.DRIFT, RejectReason.OUTLIER_NORM), err
-                event(
-                    f"{'an insider' if lid in rogue else 'honest, after a merge insiders held'} refused: {err.reason.value}"
-                )
+                who = "an insider" if lid in rogue else "honest, after a merge insiders held"
+                event(f"{who} refused: {err.reason.value}")
         if not s.rounds.get(0) or not s.rounds[0].contributions:
             continue
         merged = list(s.rounds[0].contributions.values())

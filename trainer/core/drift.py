@@ -12,10 +12,11 @@ where ``med_u`` is merge ``u``'s coordinate-wise median of its participants' upd
 median steps, and ``u`` runs over this merge and the fragment's earlier measured merges made since ``j``'s base
 version (:class:`MergeMedian`). A learner that trained from the current version is compared with this merge's
 median alone. One whose upload was delayed (a slow link, refused uploads) trained from an older base over several
-rounds, and is compared with the medians of those rounds: measured, against this round's median alone, honest
-lumps pulled up to 31 · √W in deterministic mode (throttle-all) and 4 · √W on real learners — the reference,
-extrapolated over five rounds' steps, carried five times one round's noise, where five rounds' noise adds up like
-√5 — and the bound could not be on by default.
+rounds, and is compared with the medians of those rounds: this round's median extrapolated over five rounds'
+steps would carry five times one round's noise and trend, where five rounds' noise adds up like √5. Measured, that
+changed little (docs/security.md, ``drift``): what keeps the bound off by default is uploads of many steps against
+peers' few, which 1–2 steps of reference cannot judge — honest ones pulled up to 31 · √W in deterministic mode
+(throttle-all) and 4.8 · √W on real learners.
 
 Scaled by its share of this merge, a deviation is its pull on the merged update (1 × d_j when it weighs and steps
 like the others; a learner that uploads five rounds' steps at once carries five times the update at most of the
