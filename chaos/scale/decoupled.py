@@ -69,7 +69,7 @@ from chaos.scale.outages import Outages
 from chaos.scale.result import Timeline, Trace
 from trainer.core.ema import Ema
 from trainer.core.fragment_schedule import FragmentSchedule
-from trainer.core.grace import Timing, merge_time
+from trainer.core.grace import Timing, grace_seconds, merge_time_with_grace
 from trainer.core.reasons import RejectReason
 from trainer.core.replies import upload_outcome
 from trainer.core.rounds import cluster_pace, round_at, round_opens
@@ -267,27 +267,27 @@ class _Active:
         self.counts = counts
         self.m = len(outages)
 
-    def at(self, t: float) -> int:
+    def span(self, t: float) -> tuple[float, float, int]:
+        """``(lo, hi, n)``: ``n`` learners are not out at every time in ``[lo, hi)``, ``t`` among them (the
+        syncer asks once per accepted upload, and the answer changes only at an outage's start or end)."""
         k = bisect.bisect_right(self.times, t)
-        return self.m if k == 0 else self.counts[k - 1]
-
-
-@dataclass
-class _Book:
-    """One learner's sync state for one fragment, as its LearnerBook holds it."""
-
-    incarnation: int
-    inc_start: float
-    ref_step: int  # counters count from here: the step the last received version was applied after
-    base_version: int  # the version it holds
-    answered_at_step: float = 0.0  # its last sync is answered after this step (inf: still waiting)
-    waiting_for: int | None = None  # the version its last accepted upload asked for, not merged yet
-    sync_step: int = 0  # the step its last sync started after
+        lo = -math.inf if k == 0 else self.times[k - 1]
+        hi = math.inf if k == len(self.times) else self.times[k]
+        return lo, hi, self.m if k == 0 else self.counts[k - 1]
 
 
 class _Syncer:
-    """The syncer's rounds, one fragment after another; the trainer's ``merge_time`` and ``upload_outcome``
-    decide when a round merges and what each learner does with its reply."""
+    """The syncer's rounds, one fragment after another; the trainer's ``merge_time`` (with its grace window kept
+    while the timing is unchanged) and ``upload_outcome`` decide when a round merges and what each learner does
+    with its reply.
+
+    Each learner's sync state for the fragment is what its LearnerBook holds, kept as one list per field indexed
+    by learner (the hot loop runs once per upload: millions in a simulated week, so no object per upload):
+    its incarnation and when it began, ``ref`` (counters count from this step: the one the last received version
+    was applied after), ``base`` (the version it holds), ``answered`` (its last sync is answered after this step;
+    inf while waiting), ``waiting`` (the version its last accepted upload asked for, not merged yet; -1: none)
+    and ``synced`` (the step its last sync started after).
+    """
 
     def __init__(
         self,
@@ -315,98 +315,107 @@ class _Syncer:
     ) -> None:
         """Every upload of fragment ``p``, in header order: (learner, step, header, arrival, incarnation, its
         start, round)."""
-        self.books: dict[int, _Book] = {}
-        self.version = 0
-        self.members: dict[int, int] = {}  # learner -> c_steps in the pending round (a newer upload replaces)
-        self.p, self.round, self.last_round = p, -1, -1
-        self.opened = self.last_arrival = 0.0
-        self.quorum_at: float | None = None
+        m = len(self.outages)
+        inc_of, inc_start_of = [-1] * m, [0.0] * m
+        ref, base, synced, waiting = [0] * m, [0] * m, [0] * m, [-1] * m
+        answered: list[float] = [0.0] * m
+        work_before = [o.work_before if o.elastic else None for o in self.outages]
+        steps_s, down, floor = self.steps_s, self.down, self.a.overlap_floor
+        k_min, max_staleness, carry = self.a.min_quorum, self.a.max_staleness, self.carry
+        active_span, policy = self.active.span, self.policy
+        active_lo, active_hi, active = math.inf, -math.inf, 0  # active's value, valid while lo <= time < hi
+        # upload_outcome(...).want less the syncer's version, by (reason, base - version)
+        wants: dict[tuple[str, int], int | None] = {}
+        merge_times, merge_tokens = self.merge_times, self.merge_tokens
+        tokens_per_step = self.tokens_per_merged_step
+        late_reason, stale_reason = RejectReason.LATE_ROUND.value, RejectReason.STALE_VERSION.value
+        grace = grace_seconds(policy, self.timing)
+        version, round_, last_round = 0, -1, -1
+        opened = last_arrival = 0.0
+        quorum_at: float | None = None
+        members: dict[int, int] = {}  # learner -> c_steps in the pending round (a newer upload replaces)
+
+        def receive(i: int, at: float, version: int, overlap: bool = True) -> None:
+            """Learner ``i`` got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
+            after its sync started unless that sync failed (LearnerBook.ready), and its counters reset."""
+            wb = work_before[i]
+            step = math.ceil((wb(at) if wb is not None else at - inc_start_of[i]) / steps_s[i] - 1e-9)
+            earliest = synced[i] + floor if overlap else 0
+            answered[i] = ref[i] = step if step > earliest else earliest
+            base[i], waiting[i] = version, -1
+
+        # When the pending round merges: merge_time of its state, kept as it changes (on an accepted upload) and
+        # compared with every next header (inf: no quorum yet, merge_time says None).
+        due = math.inf
+
+        def close() -> None:
+            nonlocal version, last_round, quorum_at, last_arrival, due
+            at = max(due, last_arrival)  # the members' bodies are in (within the hold)
+            version += 1
+            last_round = round_
+            merge_times.append(at)
+            merge_tokens.append(sum(members.values()) * tokens_per_step)
+            self.participants += len(members)
+            for j in members:
+                if waiting[j] == version:
+                    receive(j, at + down, version)
+            members.clear()
+            quorum_at, last_arrival, due = None, 0.0, math.inf
+
         for i, s, header, arr, inc, inc_start, r in rows:
-            self._merge_due(before=header)
-            self._offer(i, s, arr, inc, inc_start, r)
-        self._merge_due(before=horizon)
-
-    def opens_at(self, r: int) -> float:
-        return round_opens(self.fragment_schedule, self.p, r) * self.pace
-
-    def _merge_due(self, before: float) -> None:
-        if self.members:
-            mt = merge_time(
-                self.policy,
-                self.timing,
-                self.quorum_at,
-                len(self.members),
-                self.active.at(self.last_arrival),
-                self.opened,
-            )
-            if mt is not None and mt < before:  # the next header comes after the merge time: it missed the round
-                self._close(max(mt, self.last_arrival))  # the members' bodies are in (within the hold)
-
-    def _offer(self, i: int, s: int, arr: float, inc: int, inc_start: float, r: int) -> None:
-        b = self.books.get(i)
-        if b is None or b.incarnation != inc:
-            b = self.books[i] = _Book(inc, inc_start, 0, self.version)  # a (re)joined learner fetches the current
-        elif b.answered_at_step >= s:
-            # The previous sync of this fragment is unanswered (LearnerBook.on_step runs before ready() at a
-            # step boundary, so one answered at this very step still counts as in flight): skip, counters carry on.
-            self.skipped += 1
-            return
-        b.sync_step = s
-        late = r <= self.last_round
-        if late and not self.carry:
-            reason = RejectReason.LATE_ROUND.value  # its round has merged: it misses that merge
-        elif self.version - b.base_version > self.a.max_staleness:
-            reason = RejectReason.STALE_VERSION.value
-        else:
-            reason = ""
-        accepted = not reason
-        out = upload_outcome(accepted, reason, b.base_version, self.version)
-        if not accepted:
-            self.refused += 1
-            self.late += reason == RejectReason.LATE_ROUND.value
-        else:
-            target = max(r, self.last_round + 1)  # a late upload is carried into the next round
-            if target > self.round:  # a new round, or one short of quorum carrying its contributions on into it
-                self.round, self.opened = target, self.opens_at(target)
-            self.carried += late
-            self.members[i] = max(0, s - b.ref_step)
-            self.last_arrival = max(self.last_arrival, arr)
-            if self.quorum_at is None and len(self.members) >= self.a.min_quorum:
-                self.quorum_at = arr
-                q = max(arr - self.opened, 0.0)
-                if self.timing.t_quorum.value != q:  # an EMA of an unchanged sample is unchanged: skip the work
-                    self.timing = self.timing.observe_quorum(q)
-        assert out.want is not None
-        if out.want <= self.version:
-            # What it asked for exists: the reply brings it. A refused sync is failed, so no overlap wait.
-            self._receive(b, i, arr + self.down, self.version, overlap=not out.failed)
-        else:
-            b.answered_at_step, b.waiting_for = math.inf, out.want
-
-    def _close(self, at: float) -> None:
-        self.version += 1
-        self.last_round = self.round
-        self.merge_times.append(at)
-        self.merge_tokens.append(sum(self.members.values()) * self.tokens_per_merged_step)
-        self.participants += len(self.members)
-        for i in self.members:
-            b = self.books[i]
-            if b.waiting_for == self.version:
-                self._receive(b, i, at + self.down, self.version)
-        self.members.clear()
-        self.quorum_at = None
-        self.last_arrival = 0.0
-
-    def _receive(self, b: _Book, learner: int, at: float, version: int, overlap: bool = True) -> None:
-        """The learner got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
-        after its sync started unless that sync failed (LearnerBook.ready), and its counters reset."""
-        o = self.outages[learner]
-        work = o.work_before(at) if o.elastic else at - b.inc_start
-        earliest = b.sync_step + self.a.overlap_floor if overlap else 0
-        b.answered_at_step = max(math.ceil(work / self.steps_s[learner] - 1e-9), earliest)
-        b.ref_step = int(b.answered_at_step)
-        b.base_version = version
-        b.waiting_for = None
+            if due < header:  # the next header comes after the merge time: it missed the round
+                close()
+            if inc_of[i] != inc:  # a (re)joined learner fetches the current version
+                inc_of[i], inc_start_of[i] = inc, inc_start
+                ref[i], base[i], answered[i], waiting[i], synced[i] = 0, version, 0.0, -1, 0
+            elif answered[i] >= s:
+                # The previous sync of this fragment is unanswered (LearnerBook.on_step runs before ready() at a
+                # step boundary, so one answered at this very step still counts as in flight): skip, counters carry on.
+                self.skipped += 1
+                continue
+            synced[i] = s
+            late = r <= last_round
+            if late and not carry:
+                reason = late_reason  # its round has merged: it misses that merge
+            elif version - base[i] > max_staleness:
+                reason = stale_reason
+            else:
+                reason = ""
+            if reason:
+                self.refused += 1
+                self.late += reason == late_reason
+            else:
+                target = r if r > last_round else last_round + 1  # a late upload is carried into the next round
+                if target > round_:  # a new round, or one short of quorum carrying its contributions on into it
+                    round_, opened = target, round_opens(self.fragment_schedule, p, target) * self.pace
+                self.carried += late
+                members[i] = s - ref[i] if s > ref[i] else 0
+                if arr > last_arrival:
+                    last_arrival = arr
+                if quorum_at is None and len(members) >= k_min:
+                    quorum_at = arr
+                    q = max(arr - opened, 0.0)
+                    # An EMA of an unchanged sample is unchanged: skip the work.
+                    if self.timing.t_quorum.value != q:
+                        self.timing = self.timing.observe_quorum(q)
+                        grace = grace_seconds(policy, self.timing)
+                if quorum_at is not None:
+                    if not active_lo <= last_arrival < active_hi:
+                        active_lo, active_hi, active = active_span(last_arrival)
+                    due = merge_time_with_grace(grace, quorum_at, len(members), active, opened)
+            behind = base[i] - version
+            if (reason, behind) not in wants:  # upload_outcome's want moves with the versions: ask it once
+                wants[reason, behind] = upload_outcome(not reason, reason, behind, 0).want
+            want = wants[reason, behind]
+            assert want is not None
+            want += version
+            if want <= version:
+                # What it asked for exists: the reply brings it. A refused sync is failed, so no overlap wait.
+                receive(i, arr + down, version, overlap=not reason)
+            else:
+                answered[i], waiting[i] = math.inf, want
+        if due < horizon:
+            close()
 
 
 def run(

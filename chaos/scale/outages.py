@@ -75,8 +75,12 @@ class Outages:
         return self.down_before(t1) - self.down_before(t0)
 
     def work_before(self, t: float) -> float:
-        """Seconds the unit was up in ``[0, t)``."""
-        return t - self.down_before(t)
+        """Seconds the unit was up in ``[0, t)``: ``t - down_before(t)``, written out (the scale simulator asks
+        it once per merged upload)."""
+        i = bisect.bisect_left(self._starts_l, t)  # type: ignore[attr-defined]
+        if i > 0 and self._ends_l[i - 1] > t:  # type: ignore[attr-defined]
+            return t - (self._cum_l[i] - (self._ends_l[i - 1] - t))  # type: ignore[attr-defined]
+        return t - self._cum_l[i]  # type: ignore[attr-defined]
 
     @property
     def work_at_starts(self) -> np.ndarray:

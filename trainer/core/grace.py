@@ -175,7 +175,21 @@ def merge_time(
     """
     if quorum_at is None or contributions < policy.min_quorum:
         return None
+    return merge_time_with_grace(
+        grace_seconds(policy, timing), quorum_at, contributions, active_learners, opened_at
+    )
+
+
+def merge_time_with_grace(
+    grace_s: float, quorum_at: float, contributions: int, active_learners: int, opened_at: float | None = None
+) -> float:
+    """:func:`merge_time` of a round that has its quorum, with its grace window ``grace_s`` already computed
+    (:func:`grace_seconds`: it changes only when the timing does, so a caller merging many rounds keeps it).
+
+    >>> merge_time_with_grace(0.5, quorum_at=4.0, contributions=1, active_learners=2, opened_at=5.0)
+    5.5
+    >>> merge_time_with_grace(0.5, quorum_at=4.0, contributions=2, active_learners=2)  # all in: at once
+    4.0
+    """
     start = quorum_at if opened_at is None else max(quorum_at, opened_at)
-    if contributions >= active_learners:
-        return start
-    return start + grace_seconds(policy, timing)
+    return start if contributions >= active_learners else start + grace_s
