@@ -5,6 +5,9 @@ a 12B model more than 20× faster than conventional synchronous training,
 because its communication overlaps computation instead of blocking it.
 
     .venv/bin/python -m benchmarks.claims.slow_links [--rate-kbps 200] [--latency-ms 25] [--sync-every 64] [--seed 0]
+    .venv/bin/python -m benchmarks.claims.slow_links --size small --text --step-s 1.5 --dp-eval-every 32 \
+        --results-name slow_links_small   # the small preset on real text: 13.3 MB in float32, so one full
+                                          # transfer at 200 KB/s is 66 s = 44 steps of 1.5 s, as the tiny default's
 
 Setup (defaults): M = 4 learners of the tiny model (112k parameters, 447 KB in
 float32), P = 4 fragments, batch 8, constant inner LR after warm-up (so the
@@ -54,7 +57,15 @@ from typing import Any
 
 from benchmarks import measures as m
 from benchmarks.common import markdown_table, new_figure, save_figure, write_results
-from benchmarks.harness import add_run_arguments, config_of, link_faults, quiet_progress, run_cluster
+from benchmarks.harness import (
+    add_data_arguments,
+    add_run_arguments,
+    config_of,
+    data_of,
+    link_faults,
+    quiet_progress,
+    run_cluster,
+)
 from chaos.history import History
 from trainer import events as ev
 from trainer.config import merge_trees
@@ -93,6 +104,7 @@ def base_cluster(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "seed": args.seed,
         "model": {"size": args.size},
+        "data": data_of(args),
         "inner": {"batch_size": args.batch, "lr": args.lr, "decay": "constant"},
         "algorithm": {"num_learners": args.learners, "num_fragments": args.fragments},
         "syncer": {"checkpoint_every_merges": 200, "eval_every_merges": args.fragments * 2},
@@ -111,7 +123,7 @@ def mode_cluster(args: argparse.Namespace, mode: str, budget: int, **algo: Any) 
         a["num_fragments"] = (
             1  # one AdamW on the whole mean gradient (global-norm clipping), as data-parallel does
         )
-        syncer["eval_every_merges"] = 4  # every 4 steps
+        syncer["eval_every_merges"] = args.dp_eval_every
     return merge_trees(base_cluster(args), {"token_budget": budget, "algorithm": a, "syncer": syncer})
 
 
@@ -156,6 +168,7 @@ def projected(label: str, mode: str, fast: History, slow: History, target: float
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_run_arguments(ap, sync_every=64)
+    add_data_arguments(ap)
     ap.add_argument("--rate-kbps", type=int, default=200, help="bandwidth of every link, KB/s each direction")
     ap.add_argument("--latency-ms", type=int, default=25, help="added latency each direction")
     ap.add_argument("--dp-budget", type=int, default=600_000, help="tokens of the data-parallel reference run")
@@ -169,6 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--dp-direct", action="store_true", help="also run data-parallel over slow links to the target"
     )
+    ap.add_argument(
+        "--dp-eval-every",
+        type=int,
+        default=4,
+        help="data-parallel evaluates every this many steps (its time-to-target resolution; on the small preset "
+        "an eval of the held-out text costs several steps, so raise it there)",
+    )
+    ap.add_argument("--results-name", default="slow_links", help="benchmarks/results/<this>.json and .png")
     ap.add_argument(
         "--overlap",
         type=int,
@@ -304,18 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     config = config_of(args)
     config.update(model_bytes=model_bytes, transfer_steps=transfer_steps, target=target)
     path = write_results(
-        "slow_links",
+        args.results_name,
         config=config,
         results={"outcomes": [o.to_json() for o in outcomes]},
         table=table,
         out_dir=args.out_dir,
     )
-    _plot(outcomes, target, args.out_dir)
+    _plot(outcomes, target, args.out_dir, args.results_name)
     print(f"\nresults: {path}")
     return 0
 
 
-def _plot(outcomes: list[Outcome], target: float, out_dir: Path) -> None:
+def _plot(outcomes: list[Outcome], target: float, out_dir: Path, name: str) -> None:
     fig, (ax, bx) = new_figure(12, 4.5, ncols=2)
     for o in outcomes:
         points = [(t, loss) for t, _, loss in o.curve if t >= 0.5]  # log axis: drop the evals before training
@@ -347,7 +368,7 @@ def _plot(outcomes: list[Outcome], target: float, out_dir: Path) -> None:
     bx.xaxis.set_minor_formatter(NullFormatter())
     bx.set_xlabel("seconds to target over slow links (log)")
     bx.tick_params(axis="y", labelsize=7)
-    save_figure(fig, "slow_links", out_dir)
+    save_figure(fig, name, out_dir)
 
 
 if __name__ == "__main__":
