@@ -316,10 +316,12 @@ class _Syncer:
         """Every upload of fragment ``p``, in header order: (learner, step, header, arrival, incarnation, its
         start, round)."""
         m = len(self.outages)
-        inc_of, inc_start_of = [-1] * m, [0.0] * m
+        inc_of = [-1] * m
         ref, base, synced, waiting = [0] * m, [0] * m, [0] * m, [-1] * m
         answered: list[float] = [0.0] * m
-        work_before = [o.work_before if o.elastic else None for o in self.outages]
+        # Each learner's work before a time (Outages.work_before; a non-elastic incarnation's: time since it began)
+        # is that time less `up_down` throughout [up_lo, up_hi): kept, since merges ask about nearby times.
+        up_lo, up_hi, up_down = [math.inf] * m, [-math.inf] * m, [0.0] * m
         steps_s, down, floor = self.steps_s, self.down, self.a.overlap_floor
         k_min, max_staleness, carry = self.a.min_quorum, self.a.max_staleness, self.carry
         active_span, policy = self.active.span, self.policy
@@ -338,8 +340,13 @@ class _Syncer:
         def receive(i: int, at: float, version: int, overlap: bool = True) -> None:
             """Learner ``i`` got ``version`` back at ``at``: applied at the next step boundary, not before τ steps
             after its sync started unless that sync failed (LearnerBook.ready), and its counters reset."""
-            wb = work_before[i]
-            step = math.ceil((wb(at) if wb is not None else at - inc_start_of[i]) / steps_s[i] - 1e-9)
+            if up_lo[i] <= at < up_hi[i]:  # its work so far is at - up_down[i] within [up_lo, up_hi)
+                work = at - up_down[i]
+            else:
+                o = self.outages[i]
+                up_lo[i], up_hi[i], up_down[i] = o.up_span(at)
+                work = o.work_before(at)  # (at - up_down[i] where the new span holds at; not while it is out)
+            step = math.ceil(work / steps_s[i] - 1e-9)
             earliest = synced[i] + floor if overlap else 0
             answered[i] = ref[i] = step if step > earliest else earliest
             base[i], waiting[i] = version, -1
@@ -366,7 +373,9 @@ class _Syncer:
             if due < header:  # the next header comes after the merge time: it missed the round
                 close()
             if inc_of[i] != inc:  # a (re)joined learner fetches the current version
-                inc_of[i], inc_start_of[i] = inc, inc_start
+                inc_of[i] = inc
+                if not self.outages[i].elastic:
+                    up_lo[i], up_hi[i], up_down[i] = -math.inf, math.inf, inc_start
                 ref[i], base[i], answered[i], waiting[i], synced[i] = 0, version, 0.0, -1, 0
             elif answered[i] >= s:
                 # The previous sync of this fragment is unanswered (LearnerBook.on_step runs before ready() at a

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +82,22 @@ class Outages:
         if i > 0 and self._ends_l[i - 1] > t:  # type: ignore[attr-defined]
             return t - (self._cum_l[i] - (self._ends_l[i - 1] - t))  # type: ignore[attr-defined]
         return t - self._cum_l[i]  # type: ignore[attr-defined]
+
+    def up_span(self, t: float) -> tuple[float, float, float]:
+        """``(lo, hi, down)``: the unit is up throughout ``[lo, hi)``, ``t`` among them, and ``work_before(u)`` is
+        ``u - down`` there (an empty span while ``t`` is inside an outage). For a caller asking about many nearby
+        times: outages are minutes apart, its questions seconds.
+
+        >>> o = Outages(np.array([10.0]), np.array([15.0]), np.array([10.0]), elastic=True)
+        >>> o.up_span(3.0), o.up_span(20.0), o.up_span(12.0)[:2]
+        ((-inf, 10.0, 0.0), (15.0, inf, 5.0), (12.0, 12.0))
+        """
+        i = bisect.bisect_left(self._starts_l, t)  # type: ignore[attr-defined]
+        if i > 0 and self._ends_l[i - 1] > t:  # type: ignore[attr-defined]
+            return t, t, 0.0
+        lo = self._ends_l[i - 1] if i > 0 else -math.inf  # type: ignore[attr-defined]
+        hi = self._starts_l[i] if i < len(self._starts_l) else math.inf  # type: ignore[attr-defined]
+        return lo, hi, self._cum_l[i]  # type: ignore[attr-defined]
 
     @property
     def work_at_starts(self) -> np.ndarray:
