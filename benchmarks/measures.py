@@ -359,3 +359,16 @@ def percentile(values: Sequence[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, max(0, int(round(q * len(s))) - 1))]
+
+
+def paired_relative(runs: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]]) -> list[float]:
+    """Per seed both have, the final loss's difference from ``base``'s in % of it (paired by seed).
+
+    >>> paired_relative({1: {"final_loss": 2.2}, 2: {"final_loss": 3.0}}, {1: {"final_loss": 2.0}})
+    [10.000000000000009]
+    """
+    return [
+        100 * (r["final_loss"] - base[s]["final_loss"]) / base[s]["final_loss"]
+        for s, r in runs.items()
+        if s in base
+    ]

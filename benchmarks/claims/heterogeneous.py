@@ -23,11 +23,11 @@ clock, so a slow learner covers fewer steps per round and its token weight
 says so: its expected share of the merge weight is its share of the cluster's
 speed (here 1/3 for the two slow learners together).
 
-Columns, mean and 95% t interval over seeds: final eval loss; merged goodput
-(useful learner time over allocated learner time, with each learner's own
-nominal speed) and its ratio to K = 1's on the same seed; participants per
-merge; the slow learners' share of the merge weight against their speed
-share. Prints a table, writes ``benchmarks/results/<results-name>.json``.
+Columns, mean and 95% t interval over seeds: final eval loss, and its difference from K = 1 + grace's on the
+same seed (relative, %: the paired comparison, since losses spread across seeds more than between
+configurations); merged goodput (useful learner time over allocated learner time, with each learner's own
+nominal speed) and its ratio to K = 1's on the same seed; participants per merge; the slow learners' share of
+the merge weight against their speed share. Prints a table, writes ``benchmarks/results/<results-name>.json``.
 
 Where uploads come from: every learner syncs at its last step boundary before
 a round opens, so on a fast link every upload is at the syncer when the round
@@ -157,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                 runs[slug][seed] = summarise(h, args, seed, slow)
                 print(f"  {slug} seed {seed}: {runs[slug][seed]}", flush=True)
     k1 = runs.get("k-1", {})
+    default = runs.get("k-1-grace", {})
     header = [
         "run",
         "final eval loss",
+        "vs K = 1 + grace, same seed (%)",
         "merged goodput",
         "÷ K = 1's merged goodput",
         "participants / merge",
@@ -175,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 label,
                 m.format_ci([r["final_loss"] for r in rs.values()], 4),
+                m.format_ci(m.paired_relative(rs, default), 2) if default and slug != "k-1-grace" else "—",
                 m.format_ci([r["merged_goodput"] for r in rs.values()]),
                 m.format_ci([r["merged_goodput"] / k1[s]["merged_goodput"] for s, r in rs.items() if s in k1])
                 if k1

@@ -128,19 +128,6 @@ def summarise(h: History, args: argparse.Namespace, mode: str) -> dict[str, Any]
     }
 
 
-def paired_relative(runs: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]]) -> list[float]:
-    """Per seed both have, the final loss's difference from ``base``'s in % of it (paired by seed).
-
-    >>> paired_relative({1: {"final_loss": 2.2}, 2: {"final_loss": 3.0}}, {1: {"final_loss": 2.0}})
-    [10.000000000000009]
-    """
-    return [
-        100 * (r["final_loss"] - base[s]["final_loss"]) / base[s]["final_loss"]
-        for s, r in runs.items()
-        if s in base
-    ]
-
-
 def _mean(values: list[Any]) -> str:
     known = [v for v in values if v is not None]
     return f"{sum(known) / len(known):.0f}" if known else "—"
@@ -202,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     for slug, label, mode, _ in variants:
         rs = runs[slug]
         losses = [r["final_loss"] for r in rs.values()]
-        rels = [paired_relative(rs, runs.get(base, {})) if slug != base else [] for base, _ in bases]
+        rels = [m.paired_relative(rs, runs.get(base, {})) if slug != base else [] for base, _ in bases]
         rows.append(
             [
                 label,
