@@ -283,7 +283,7 @@ class _Syncer:
 
     Each learner's sync state for the fragment is what its LearnerBook holds, kept as one list per field indexed
     by learner (the hot loop runs once per upload: millions in a simulated week, so no object per upload):
-    its incarnation and when it began, ``ref`` (counters count from this step: the one the last received version
+    its incarnation, ``ref`` (counters count from this step: the one the last received version
     was applied after), ``base`` (the version it holds), ``answered`` (its last sync is answered after this step;
     inf while waiting), ``waiting`` (the version its last accepted upload asked for, not merged yet; -1: none)
     and ``synced`` (the step its last sync started after).

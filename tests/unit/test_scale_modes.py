@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from chaos.scale import build_scale_config, simulate_scale, sync_diloco
 from chaos.scale.outages import unit_outages
 from chaos.scale.quantities import DAY, YEAR
+from trainer.core.reasons import RejectReason
+from trainer.core.replies import upload_outcome
 
 # Explicit recovery times and algorithm shapes, so these tests do not move with the package's calibrated defaults.
 RECOVERY = {"detect_s": 10.0, "restart_s": 61.0, "reconfigure_s": 11.0, "rejoin_s": 0.0}
@@ -591,3 +593,20 @@ def test_decoupled_rounds_over_a_slow_link_take_every_header_that_made_it():
     assert fixed.details["fragment_round_trip_s"] > 2 * 1.0  # more than τ = 2 steps of 1 s
     for r in (fixed, auto):
         assert r.details["participants_per_merge"] == 4.0 and r.details["refused_late"] == 0, r.details
+
+
+@given(
+    accepted=st.booleans(),
+    reason=st.sampled_from(["", *sorted(r.value for r in RejectReason)]),
+    base=st.integers(0, 50),
+    version=st.integers(0, 50),
+    shift=st.integers(-20, 20),
+)
+def test_an_uploads_outcome_moves_with_the_versions(
+    accepted: bool, reason: str, base: int, version: int, shift: int
+) -> None:
+    """The decoupled model asks upload_outcome once per (reason, base - version) and adds the version: that holds
+    only while what a learner wants after a reply is relative to what it and the syncer hold."""
+    moved = upload_outcome(accepted, reason, base + shift, version + shift).want
+    want = upload_outcome(accepted, reason, base, version).want
+    assert moved == (None if want is None else want + shift)
