@@ -44,6 +44,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "goodput", "goodput.json"),
     ("docs/benchmarks.md", "heterogeneous-wan", "heterogeneous_wan.json"),
     ("docs/benchmarks.md", "heterogeneous-quiet", "heterogeneous_quiet.json"),
+    ("docs/benchmarks.md", "heterogeneous-small", "heterogeneous_small.json"),
     ("docs/benchmarks.md", "grace-waits", "grace_waits.json"),
     ("docs/benchmarks.md", "grace-waits-local", "grace_waits_local.json"),
     ("docs/benchmarks.md", "fault-latency", "fault_latency.json"),
