@@ -28,6 +28,7 @@ from typing import Any
 
 from benchmarks import rendered
 from benchmarks.common import markdown_table
+from benchmarks.costs import tier_times
 from chaos.scale.quantities import format_count
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,81 +134,58 @@ TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min"
-
-
 def _load(root: Path, name: str) -> dict[str, Any] | None:
     path = root / RESULTS / name
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _source(result: dict[str, Any], command: str | None = None) -> str:
+def _source(result: dict[str, Any]) -> str:
     at = str(result.get("commit") or "")[:7]
-    return f"`{command or result['command']}`" + (f", {at}" if at else "") + f", {str(result['finished'])[:10]}"
+    return f"`{result['command']}`" + (f", {at}" if at else "") + f", {str(result['finished'])[:10]}"
 
 
 def waits_table(root: Path = ROOT) -> str:
     """What users wait for (issue 42's rows), each from the results file of the benchmark that measures it side
     by side with what it is compared to; a row whose file is missing says so.
 
-    >>> print(waits_table(Path("/nonexistent")).splitlines()[2])
-    | the scale simulator: 2.4M chips, one week, `--compare` | not measured | — | ≤ 5 s | — | `.venv/bin/python -m benchmarks.costs.scale_speed` |
+    >>> rows = waits_table(Path("/nonexistent")).splitlines()[2:]
+    >>> len(rows), {r.split(" | ")[1] for r in rows}
+    (5, {'not measured'})
     """
+
+    def missing(label: str, goal: str, command: str) -> list[Any]:
+        return [label, "not measured", "—", goal, "—", f"`{command}`"]
+
     rows: list[list[Any]] = []
+    label, goal = "the scale simulator: 2.4M chips, one week, `--compare`", "≤ 5 s"
     speed = _load(root, "scale_speed.json")
     week = (speed or {}).get("results", {}).get("week")
     if speed and week:
         now, before = week["median"]["now"]["wall_s"], week["median"]["baseline"]["wall_s"]
-        base = speed["config"]["baseline"]
-        rows.append(
-            [
-                "the scale simulator: 2.4M chips, one week, `--compare`",
-                f"{now:.1f} s",
-                f"{before:.1f} s before ({base}): {before / now:.1f}× faster",
-                f"≤ {week['case']['goal_s']:g} s",
-                "yes" if now <= week["case"]["goal_s"] else "no",
-                _source(speed),
-            ]
-        )
+        met = "yes" if now <= week["case"]["goal_s"] else "no"
+        base = f"{before:.1f} s before ({speed['config']['baseline']}): {before / now:.1f}× faster"
+        rows.append([label, f"{now:.1f} s", base, f"≤ {week['case']['goal_s']:g} s", met, _source(speed)])
     else:
-        rows.append(
-            [
-                "the scale simulator: 2.4M chips, one week, `--compare`",
-                "not measured",
-                "—",
-                "≤ 5 s",
-                "—",
-                "`.venv/bin/python -m benchmarks.costs.scale_speed`",
-            ]
-        )
+        rows.append(missing(label, goal, ".venv/bin/python -m benchmarks.costs.scale_speed"))
+    label, goal = "a learner's step with background syncing", "≤ 3%"
     lo = _load(root, "learner_overhead.json")
     if lo:
         r = lo["results"]
-        rows.append(
-            [
-                "a learner's step with background syncing",
-                f"{100 * r['overhead']:.1f}% slower",
-                f"a bare JAX loop: {r['median_bare']:.1f} steps/s, the learner {r['median_synced']:.1f}",
-                "≤ 3%",
-                "yes" if r["overhead"] <= 0.03 else "no",
-                _source(lo),
-            ]
-        )
+        beside = f"a bare JAX loop: {r['median_bare']:.1f} steps/s, the learner {r['median_synced']:.1f}"
+        met = "yes" if r["overhead"] <= 0.03 else "no"
+        rows.append([label, f"{100 * r['overhead']:.1f}% slower", beside, goal, met, _source(lo)])
+    else:
+        rows.append(missing(label, goal, ".venv/bin/python -m benchmarks.costs.learner_overhead"))
+    label, goal = "a fault's start or heal, planned time to the controller's call", "≤ 10 ms p99"
     fl = _load(root, "fault_latency.json")
     lag = (fl or {}).get("results", {}).get("schedule_lag")
     if fl and lag:
         plan, poll = lag["plan"], lag["poll"]
-        rows.append(
-            [
-                "a fault's start or heal, planned time to the controller's call",
-                f"p99 {plan['p99_ms']:.1f} ms (median {plan['median_ms']:.1f})",
-                f"a fixed 0.1 s poll: p99 {poll['p99_ms']:.0f} ms",
-                "≤ 10 ms p99",
-                "yes" if plan["p99_ms"] <= 10 else "no",
-                _source(fl),
-            ]
-        )
+        now_s = f"p99 {plan['p99_ms']:.1f} ms (median {plan['median_ms']:.1f})"
+        beside = f"a fixed 0.1 s poll: p99 {poll['p99_ms']:.0f} ms"
+        rows.append([label, now_s, beside, goal, "yes" if plan["p99_ms"] <= 10 else "no", _source(fl)])
+    else:
+        rows.append(missing(label, goal, ".venv/bin/python -m benchmarks.costs.fault_latency --compare-poll"))
     tiers = (_load(root, "tier_times.json") or {}).get("tiers", {})
     for name, label, goal_min, shared in (
         ("main", "`scripts/main` on a fresh machine", 8, False),
@@ -215,13 +193,13 @@ def waits_table(root: Path = ROOT) -> str:
     ):
         t = tiers.get(name)
         if not t or t.get("whole_s") is None:
-            rows.append([label, "not measured", "—", f"≤ {goal_min} min", "—", "`benchmarks.costs.tier_times`"])
+            rows.append(missing(label, f"≤ {goal_min} min", ".venv/bin/python -m benchmarks.costs.tier_times"))
             continue
         parts = ", ".join(f"{part} {sec:.0f} s" for part, sec in t.get("parts_s", {}).items())
         rows.append(
             [
                 label,
-                _minutes(t["whole_s"]),
+                tier_times.minutes(t["whole_s"]),
                 parts or "—",
                 f"≤ {goal_min} min",
                 _met(t["whole_s"] <= goal_min * 60, shared, str(t.get("note", ""))),

@@ -8,7 +8,8 @@ M = 32. The baseline is ``git archive``'d into a temporary directory and run fro
 (baseline, this tree, baseline, ...), each a fresh process, so the machine's noise hits both alike. Per run: wall
 seconds and the CPU seconds the process used (less sensitive to other work on the machine than wall time). The
 results (``--json``: every figure and counter at full precision) must be identical, since the simulator is
-deterministic and a speed-up must not move them: a case whose outputs differ fails the benchmark. Prints a table, writes ``benchmarks/results/<results-name>.json``.
+deterministic and a speed-up must not move them: a case whose outputs differ fails the benchmark. Prints a
+table, writes ``benchmarks/results/<results-name>.json``.
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ def record(tier: str, entry: dict[str, Any], path: Path = RESULTS_PATH) -> Path:
 # ---- the rendered tables ---------------------------------------------------------------------------------------------
 
 
-def _minutes(seconds: float | None) -> str:
+def minutes(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds / 60:.1f} min"
 
 
@@ -233,7 +233,7 @@ def markdown(doc: dict[str, Any]) -> str:
         rows.append(
             [
                 name,
-                f"**{_minutes(t.get('whole_s'))}**",
+                f"**{minutes(t.get('whole_s'))}**",
                 f"{bar} min" if bar else "—",
                 ", ".join(f"{part} {s:.0f} s" for part, s in t.get("parts_s", {}).items()) or "—",
                 passed,
