@@ -175,9 +175,8 @@ def merge_time(
     """
     if quorum_at is None or contributions < policy.min_quorum:
         return None
-    return merge_time_with_grace(
-        grace_seconds(policy, timing), quorum_at, contributions, active_learners, opened_at
-    )
+    grace_s = 0.0 if contributions >= active_learners else grace_seconds(policy, timing)  # all in: no window
+    return merge_time_with_grace(grace_s, quorum_at, contributions, active_learners, opened_at)
 
 
 def merge_time_with_grace(
