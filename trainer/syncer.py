@@ -396,6 +396,8 @@ class SyncerService(pbg.SyncerServicer):
                 if not msg.HasField("data"):
                     raise Rejected(RejectReason.MALFORMED, "a second header arrived inside one upload")
                 asm.add(msg.data.offset, msg.data.data)
+                with self.cond:  # the bytes show the learner alive, its reports queued behind them on a slow link
+                    self.state.hear_body(announced, self.clock())
             tensors = decode_tensors(specs, asm.finish())
             seconds = self.timer() - t0
             contribution = Contribution(

@@ -114,8 +114,9 @@ class LearnerNode:
         on_reply: Callable[[Any], None],
         on_fail: Callable[[], None],
         on_header: Callable[[], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
-        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header)
+        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header, on_lost)
 
     def _down(self) -> None:
         self._act(self.proto.down(self.sim.loop.now, NO_REPLY))
@@ -335,6 +336,7 @@ class LearnerNode:
             lambda reply: self._uploaded(s, nbytes, t0, sent_step, *reply),
             lambda: self._uploaded(s, nbytes, t0, sent_step, False, UNREACHABLE, -1, None, 0.0),
             lambda: syncer.handle_upload_header(c),
+            lambda: syncer.handle_upload_lost(c),
         )
 
     def _uploaded(

@@ -150,6 +150,7 @@ class _Call:
         self.on_reply, self.on_fail = on_reply, on_fail
         self.deadline = sim.loop.now + sim.cfg.learner.rpc_timeout_s
         self.done = False
+        self.on_lost: Callable[[], None] | None = None  # the syncer read the header: tell it if the call fails
         self.timer = sim.loop.at(self.deadline, self._end, on_fail, ())
         sim.inflight[node.lid][self] = None
 
@@ -159,6 +160,8 @@ class _Call:
         self.done = True
         self.timer.cancel()
         self.sim.inflight[self.node.lid].pop(self, None)
+        if fn is self.on_fail and self.on_lost is not None:
+            self.on_lost()  # as a cancelled stream ends the service's read: it stops waiting for the body
         self.node.deliver(self.inc, fn, *args)
 
     def fail_fast(self) -> None:
@@ -174,10 +177,12 @@ class _Call:
         elif self.sim.syncer.serving:
             handler(self.respond, self.fail_fast)
 
-    def header(self, handler: Callable[[], None]) -> None:
-        """The request's first bytes reached the syncer (only a serving one reads them)."""
+    def header(self, handler: Callable[[], None], on_lost: Callable[[], None] | None) -> None:
+        """The request's first bytes reached the syncer (only a serving one reads them); ``on_lost`` runs there if
+        the call then fails before its reply."""
         if not self.done and self.sim.syncer.serving:
             handler()
+            self.on_lost = on_lost
 
     def respond(self, reply: Any, nbytes: int) -> None:
         if self.done:
@@ -269,9 +274,11 @@ class Simulation:
         on_reply: Callable[[Any], None],
         on_fail: Callable[[], None],
         on_header: Callable[[], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`);
-        ``on_header`` runs when the request's first bytes reach the syncer (a streamed upload's header)."""
+        ``on_header`` runs when the request's first bytes reach the syncer (a streamed upload's header),
+        ``on_lost`` there when the call fails after that."""
         call = _Call(self, node, on_reply, on_fail)
         link = self.links[node.lid]
         cut = link.blocked("to_syncer")
@@ -281,7 +288,10 @@ class Simulation:
             t = link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng)
             if on_header is not None:
                 self.loop.after(
-                    t - link.transfer_s("to_syncer", req_bytes, self.opts.bandwidth_Bps), call.header, on_header
+                    t - link.transfer_s("to_syncer", req_bytes, self.opts.bandwidth_Bps),
+                    call.header,
+                    on_header,
+                    on_lost,
                 )
             self.loop.after(t, call.arrive, handler)
 

@@ -224,6 +224,11 @@ class SyncerNode:
         except Rejected:
             pass
 
+    def handle_upload_lost(self, c: Contribution) -> None:
+        """The call of an announced upload failed before its body came: as the service, stop waiting for it."""
+        if self.state is not None:
+            self.state.withdraw(c.key)
+
     def handle_upload(self, c: Contribution, nbytes: int, respond: Respond, abort: Callable[[], None]) -> None:
         st = self.state
         assert st is not None

@@ -181,6 +181,48 @@ def test_active_learners_follow_the_liveness_timeout():
     assert {r.learner_id for r in s.active_learners(now=8.5)} == {"a"}
 
 
+def _announce(s: SyncerState, lid: str, now: float, fragment: int = 0) -> tuple[str, str, int, int, int]:
+    tensors = grad(s, fragment, 0.1)
+    specs = {n: (tuple(t.shape), str(t.dtype)) for n, t in tensors.items()}
+    s.announce(lid, "i", fragment, s.versions[fragment], specs, 1, 64, now)
+    return (lid, "i", fragment, s.versions[fragment], 0)
+
+
+def test_an_upload_still_coming_keeps_its_learner_active_and_a_round_waits_its_grace_for_it():
+    # Over a slow link a body takes longer than the liveness timeout, its learner's reports queued behind it on the
+    # same connection: the bytes arriving are the only word from it. Taken for dead, every round merged at the
+    # first upload and the others were refused as late (small preset over 500 KB/s links: 2.2% worse loss).
+    s = make_state(num_learners=2, liveness_timeout_s=5.0, grace=True, grace_gamma=0.5, overlap_steps=2)
+    s.join("a", "i", now=0.0)
+    s.join("b", "i", now=0.0)
+    _merge_all(s, {"a": "i", "b": "i"}, now=0.5)
+    assert s.awaited(0.5) == []
+    key = _announce(s, "b", now=1.0)
+    for t in (3.0, 5.0, 7.0):
+        s.hear_body(key, now=t)
+    for t in (4.0, 7.5):
+        s.report("a", "i", 1, 64, 0.5, now=t)
+    assert {r.learner_id for r in s.active_learners(now=8.0)} == {"a", "b"}
+    s.submit(contrib("a", "i", 0, 1, grad(s, 0, 0.1)), now=8.0)
+    assert s.due_merges(now=8.0) == []  # one of two in: the round waits (its grace window) for b
+    assert s.submit(contrib("b", "i", 0, 1, grad(s, 0, 0.1)), now=8.2).accepted
+    assert s.due_merges(now=8.2) == [0] and s.learners["b"].bodies == {} and s.learners["b"].last_seen == 8.2
+    assert s.awaited(8.2) == []  # b was never away (silent 7.7 s but for its body): settle need not wait for it
+
+
+def test_an_upload_that_ends_refused_or_cut_is_no_sign_of_life():
+    s = make_state(num_learners=2, liveness_timeout_s=5.0)
+    s.join("a", "i", now=0.0)
+    s.join("b", "i", now=0.0)
+    key = _announce(s, "b", now=4.0)
+    s.hear_body(key, now=6.0)
+    assert [r.learner_id for r in s.active_learners(now=9.0)] == ["b"]
+    assert s.withdraw(key) == 6.0  # the shell: the body never came whole, or was refused
+    assert s.active_learners(now=9.0) == [] and s.learners["b"].heard_at() == 0.0
+    s.hear_body(key, now=9.5)  # a late piece of a withdrawn body counts for nothing
+    assert s.active_learners(now=9.5) == []
+
+
 # ---- version rules ----------------------------------------------------------
 def _advance(s: SyncerState, learner: str, merges: int, now: float) -> None:
     for _ in range(merges):

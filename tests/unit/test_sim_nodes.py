@@ -223,3 +223,48 @@ def test_without_the_rewind_it_waits_for_the_cluster_to_reach_its_own_rounds(mon
     """Negative control for the test above."""
     monkeypatch.setattr("trainer.core.learner_book.REWIND_AFTER_ROUNDS", 10**9)
     assert _back_after_a_partition_while_the_cluster_slowed() > 5.0  # measured: 12.1 s
+
+
+def _call_on_a_loop():
+    """A learner's call (chaos.sim.runner._Call) on a bare event loop: its deadline 10 s, the syncer serving."""
+    from types import SimpleNamespace
+
+    from chaos.sim.runner import _Call
+
+    loop, seen = EventLoop(), list[str]()
+    node = SimpleNamespace(lid="l0", incarnation="l0.0", deliver=lambda inc, fn, *a: fn(*a))
+    sim = SimpleNamespace(
+        loop=loop,
+        cfg=SimpleNamespace(learner=SimpleNamespace(rpc_timeout_s=10.0)),
+        inflight={"l0": {}},
+        syncer=SimpleNamespace(serving=True, up=True),
+        opts=SimpleNamespace(latency_s=0.01, bandwidth_Bps=float("inf")),
+        links={"l0": SimpleNamespace(blocked=lambda direction: None, delay=lambda *a: 0.1)},
+        rng=None,
+    )
+    call = _Call(sim, node, lambda reply: seen.append("reply"), lambda: seen.append("failed"))  # type: ignore[arg-type]
+    return loop, call, seen
+
+
+@pytest.mark.parametrize("ends", ["deadline", "reset"])
+def test_a_call_that_fails_after_its_header_reached_the_syncer_tells_the_syncer(ends: str) -> None:
+    # As the service's read of a cancelled stream ends: the syncer stops waiting for the body and stops counting
+    # its bytes as a sign of life (trainer.core.syncer_state.withdraw); without it the announcement stayed.
+    loop, call, seen = _call_on_a_loop()
+    loop.at(1.0, call.header, lambda: seen.append("header"), lambda: seen.append("lost"))
+    if ends == "reset":
+        loop.at(2.0, call.fail_fast)
+    loop.run(until=20.0)
+    assert seen == ["header", "lost", "failed"]
+
+
+def test_an_answered_call_or_one_failed_before_its_header_arrived_tells_the_syncer_nothing() -> None:
+    loop, call, seen = _call_on_a_loop()
+    loop.at(1.0, call.header, lambda: seen.append("header"), lambda: seen.append("lost"))
+    loop.at(2.0, call.respond, "ok", 10)
+    loop.run(until=20.0)
+    assert seen == ["header", "reply"]
+    loop, call, seen = _call_on_a_loop()
+    loop.at(11.0, call.header, lambda: seen.append("header"), lambda: seen.append("lost"))  # after the deadline
+    loop.run(until=20.0)
+    assert seen == ["failed"]

@@ -63,9 +63,28 @@ class LearnerRecord:
     tokens: int = 0
     merged_contributions: int = 0
     merged_since_back: bool = False  # merged since it joined or came back from an absence (settle waits for it)
+    # Uploads whose header was accepted and whose body is still coming: when each one's latest bytes arrived.
+    bodies: dict[Key, float] = field(default_factory=dict)
+
+    def heard_at(self) -> float:
+        """When the learner last showed it is alive: an accepted message, or bytes of an upload still coming.
+
+        A body crossing a slow link holds the learner's other messages (its reports) queued behind it on the
+        same connection: a 3.4 MB fragment over 500 KB/s keeps it silent for 7 s, longer than the liveness
+        timeout, and its round merged at the first upload, every other learner taken for dead. The bytes
+        count only while the body comes: one that ends refused (or never whole) is no sign of life.
+
+        >>> r = LearnerRecord("a", "i", 0, joined_at=0.0, last_seen=1.0)
+        >>> r.heard_at(), r.active(7.0, timeout_s=5.0)
+        (1.0, False)
+        >>> r.bodies[("a", "i", 0, 0, 0)] = 6.5
+        >>> r.heard_at(), r.active(7.0, timeout_s=5.0)
+        (6.5, True)
+        """
+        return max(self.last_seen, *self.bodies.values()) if self.bodies else self.last_seen
 
     def active(self, now: float, timeout_s: float) -> bool:
-        return not self.left and now - self.last_seen <= timeout_s
+        return not self.left and now - self.heard_at() <= timeout_s
 
 
 @dataclass(frozen=True)

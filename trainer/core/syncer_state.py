@@ -304,8 +304,11 @@ class SyncerState:
             self._touch(rec, now)
         return rec
 
-    def _touch(self, rec: LearnerRecord, now: float) -> None:
-        if now - rec.last_seen > self.policy.liveness_timeout_s:
+    def _touch(self, rec: LearnerRecord, now: float, heard_at: float | None = None) -> None:
+        """The learner is alive at ``now``; ``heard_at``: when it was last heard before this message, where its
+        record no longer says (the body evidence of the upload being accepted)."""
+        before = rec.heard_at() if heard_at is None else max(heard_at, rec.heard_at())
+        if now - before > self.policy.liveness_timeout_s:
             rec.merged_since_back = False  # it was away (partitioned, paused ...): back once merged again
         rec.last_seen = now
 
@@ -518,13 +521,24 @@ class SyncerState:
             learner_id, incarnation, fragment, base_version, specs, c_steps, c_tokens, now, round
         )
         key = (learner_id, incarnation, fragment, base_version, round)
-        if self.algorithm.clocked and key not in self.merged_keys and not self._pending(key):
-            self.announced[key] = now
+        if key not in self.merged_keys and not self._pending(key):
+            self.learners[learner_id].bodies[key] = now  # its bytes show the learner alive while they come
+            if self.algorithm.clocked:
+                self.announced[key] = now
         return current
 
-    def withdraw(self, key: Key) -> None:
-        """The body of an announced upload will not come (its call failed or was refused): stop waiting for it."""
+    def hear_body(self, key: Key, now: float) -> None:
+        """Bytes of an announced upload's body arrived: its learner is alive (:meth:`LearnerRecord.heard_at`)."""
+        rec = self.learners.get(key[0])
+        if rec is not None and key in rec.bodies:
+            rec.bodies[key] = now
+
+    def withdraw(self, key: Key) -> float | None:
+        """The body of an announced upload will not come (its call failed or was refused): stop waiting for it, and
+        its bytes stop counting as a sign of life. Returns when they last arrived (None: not announced)."""
         self.announced.pop(key, None)
+        rec = self.learners.get(key[0])
+        return rec.bodies.pop(key, None) if rec is not None else None
 
     def _in_flight(self, rnd: Round) -> list[Key]:
         """The announced uploads still in flight for ``rnd`` (made for its round or an earlier one)."""
@@ -548,7 +562,7 @@ class SyncerState:
         if c.key in self.merged_keys or self._pending(c.key):
             self._touch(self.learners[c.learner_id], now)
             return SubmitResult(True, current, duplicate=True)
-        self.withdraw(c.key)  # its body is here (if it is refused below, nobody waits for it either)
+        body_heard = self.withdraw(c.key)  # its body is here (if it is refused below, nobody waits for it either)
         c = self._bounded(c, now)
         if self.policy.validate_uploads:
             check_finite(c.fragment, c.tensors)
@@ -565,7 +579,7 @@ class SyncerState:
                 p.max_norm_ratio,
                 p.coordinate_step_bound,
             )
-        self._touch(self.learners[c.learner_id], now)
+        self._touch(self.learners[c.learner_id], now, body_heard)
         rnd = self.rounds.get(c.fragment)
         late = False
         if self.algorithm.clocked:
@@ -608,7 +622,7 @@ class SyncerState:
         """How many learners ``rnd`` waits for with ``grace_waits_for: heard`` (None: every active one)."""
         if self.algorithm.grace_waits_for != "heard":
             return None
-        active = [(r.learner_id, r.last_seen) for r in self.active_learners(now)]
+        active = [(r.learner_id, r.heard_at()) for r in self.active_learners(now)]
         return waited_for(active, rnd.contributions, now, self.policy.heard_within_s)
 
     def _bounded(self, c: Contribution, now: float) -> Contribution:
