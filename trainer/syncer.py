@@ -505,7 +505,7 @@ class SyncerService(pbg.SyncerServicer):
                     active=r.active(now, st.policy.liveness_timeout_s),
                     step=r.step,
                     tokens=r.tokens,
-                    last_seen_age_s=now - r.last_seen,
+                    last_seen_age_s=now - r.heard_at(),
                     merged_contributions=r.merged_contributions,
                 )
                 for r in st.learners.values()
