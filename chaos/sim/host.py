@@ -53,6 +53,7 @@ class SimHost(Protocol):
         on_fail: Callable[[], None],
         on_header: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
+        on_piece: Callable[[], None] | None = None,
     ) -> None:
         """A unary call from a learner (a LearnerNode) to the syncer over its link."""
         ...

@@ -115,8 +115,9 @@ class LearnerNode:
         on_fail: Callable[[], None],
         on_header: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
+        on_piece: Callable[[], None] | None = None,
     ) -> None:
-        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header, on_lost)
+        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header, on_lost, on_piece)
 
     def _down(self) -> None:
         self._act(self.proto.down(self.sim.loop.now, NO_REPLY))
@@ -337,6 +338,7 @@ class LearnerNode:
             lambda: self._uploaded(s, nbytes, t0, sent_step, False, UNREACHABLE, -1, None, 0.0),
             lambda: syncer.handle_upload_header(c),
             lambda: syncer.handle_upload_lost(c),
+            lambda: syncer.handle_upload_piece(c),
         )
 
     def _uploaded(

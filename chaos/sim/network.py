@@ -44,6 +44,10 @@ class Link:
     blocks: dict[str, dict[str, str]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
     latency: dict[str, dict[str, tuple[float, float]]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
     rates: dict[str, dict[str, float]] = field(default_factory=lambda: {d: {} for d in DIRECTIONS})
+    # When the bytes already sent each way have crossed: a learner's calls share one connection, so a message sent
+    # behind an upload waits for it (over a slow link a Report queued behind a fragment arrives after it, as the
+    # real learner's reports did behind its 7 s uploads at 500 KB/s).
+    queued_until: dict[str, float] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0.0))
 
     def block(self, fault_id: str, direction: str, mode: str = "drop") -> None:
         """Cut ``direction``: ``drop`` messages silently, or ``refuse`` them (the connection is closed)."""
@@ -82,6 +86,38 @@ class Link:
         for lat, jit in self.latency[direction].values():
             t += lat + (float(rng.uniform(-jit, jit)) if jit and rng is not None else 0.0)
         return max(t, 0.0) + self.transfer_s(direction, nbytes, bandwidth_Bps)
+
+    def send(
+        self,
+        direction: str,
+        nbytes: int,
+        now: float,
+        base_latency_s: float,
+        bandwidth_Bps: float = float("inf"),
+        rng: np.random.Generator | None = None,
+    ) -> tuple[float, float]:
+        """Send ``nbytes`` at ``now`` behind whatever is still crossing that way: (seconds until its first byte
+        arrives, seconds until its last does).
+
+        >>> link = Link()
+        >>> link.set_rate("bw", "to_syncer", 100)         # 100 KB/s
+        >>> link.send("to_syncer", 300_000, now=0.0, base_latency_s=0.0)      # an upload: 3 s
+        (0.0, 3.0)
+        >>> link.send("to_syncer", 1_000, now=1.0, base_latency_s=0.0)        # a report sent 1 s in waits for it
+        (2.0, 2.01)
+        >>> link.drain(now=1.5); link.send("to_syncer", 1_000, now=1.5, base_latency_s=0.0)  # connections reset
+        (0.0, 0.01)
+        """
+        transfer = self.transfer_s(direction, nbytes, bandwidth_Bps)
+        wait = max(self.queued_until[direction] - now, 0.0)
+        self.queued_until[direction] = now + wait + transfer
+        first = wait + self.delay(direction, 0, base_latency_s, bandwidth_Bps, rng)
+        return first, first + transfer
+
+    def drain(self, now: float) -> None:
+        """The link's connections were closed: nothing sent before ``now`` is still queued."""
+        for d in DIRECTIONS:
+            self.queued_until[d] = min(self.queued_until[d], now)
 
     def transfer_s(self, direction: str, nbytes: int, bandwidth_Bps: float = float("inf")) -> float:
         """The part of :meth:`delay` that the bytes take after the first one arrives (the rate caps)."""

@@ -40,6 +40,7 @@ the network model, the controller's part and the run's lifecycle.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -77,6 +78,7 @@ from trainer import model as model_mod
 from trainer.audit_log import AuditWriter
 from trainer.core.fragments import partition_tensors
 from trainer.policy import policy_from_config
+from trainer.wire import CHUNK_BYTES
 
 if TYPE_CHECKING:
     from chaos.analysis import RunResult
@@ -177,6 +179,11 @@ class _Call:
         elif self.sim.syncer.serving:
             handler(self.respond, self.fail_fast)
 
+    def piece(self, handler: Callable[[], None]) -> None:
+        """Another piece of the request's body reached the syncer (trainer.wire.CHUNK_BYTES each)."""
+        if not self.done and self.sim.syncer.serving:
+            handler()
+
     def header(self, handler: Callable[[], None], on_lost: Callable[[], None] | None) -> None:
         """The request's first bytes reached the syncer (only a serving one reads them); ``on_lost`` runs there if
         the call then fails before its reply."""
@@ -194,7 +201,14 @@ class _Call:
             return
         if cut == "drop":
             return  # lost: the deadline (or the heal's reset) ends the call
-        t = link.delay("from_syncer", nbytes, self.sim.opts.latency_s, self.sim.opts.bandwidth_Bps, self.sim.rng)
+        _, t = link.send(
+            "from_syncer",
+            nbytes,
+            self.sim.loop.now,
+            self.sim.opts.latency_s,
+            self.sim.opts.bandwidth_Bps,
+            self.sim.rng,
+        )
         if self.sim.loop.now + t <= self.deadline:
             self.sim.loop.after(t, self._end, self.on_reply, (reply,))
 
@@ -275,28 +289,32 @@ class Simulation:
         on_fail: Callable[[], None],
         on_header: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
+        on_piece: Callable[[], None] | None = None,
     ) -> None:
-        """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`);
-        ``on_header`` runs when the request's first bytes reach the syncer (a streamed upload's header),
-        ``on_lost`` there when the call fails after that."""
+        """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`), sent
+        behind what its link still carries that way; ``on_header`` runs when the request's first bytes reach the
+        syncer (a streamed upload's header), ``on_piece`` as each further piece of its body does, ``on_lost``
+        there when the call fails after its header."""
         call = _Call(self, node, on_reply, on_fail)
         link = self.links[node.lid]
         cut = link.blocked("to_syncer")
         if cut == "refuse":
             call.fail_fast()
         elif cut is None:
-            t = link.delay("to_syncer", req_bytes, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng)
+            first, t = link.send(
+                "to_syncer", req_bytes, self.loop.now, self.opts.latency_s, self.opts.bandwidth_Bps, self.rng
+            )
             if on_header is not None:
-                self.loop.after(
-                    t - link.transfer_s("to_syncer", req_bytes, self.opts.bandwidth_Bps),
-                    call.header,
-                    on_header,
-                    on_lost,
-                )
+                self.loop.after(first, call.header, on_header, on_lost)
+            if on_piece is not None:
+                pieces = math.ceil(req_bytes / CHUNK_BYTES)
+                for k in range(1, pieces):
+                    self.loop.after(first + (t - first) * k / pieces, call.piece, on_piece)
             self.loop.after(t, call.arrive, handler)
 
     def reset_link(self, lid: str) -> None:
         """The link's connections are closed: every call in flight on it fails now."""
+        self.links[lid].drain(self.loop.now)
         for call in list(self.inflight[lid]):
             call.fail_fast()
 

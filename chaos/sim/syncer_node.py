@@ -224,6 +224,11 @@ class SyncerNode:
         except Rejected:
             pass
 
+    def handle_upload_piece(self, c: Contribution) -> None:
+        """Another piece of an announced upload's body arrived: as the service, its learner is heard."""
+        if self.state is not None:
+            self.state.hear_body(c.key, self.sim.loop.now)
+
     def handle_upload_lost(self, c: Contribution) -> None:
         """The call of an announced upload failed before its body came: as the service, stop waiting for it."""
         if self.state is not None:

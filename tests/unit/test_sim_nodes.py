@@ -239,7 +239,7 @@ def _call_on_a_loop():
         inflight={"l0": {}},
         syncer=SimpleNamespace(serving=True, up=True),
         opts=SimpleNamespace(latency_s=0.01, bandwidth_Bps=float("inf")),
-        links={"l0": SimpleNamespace(blocked=lambda direction: None, delay=lambda *a: 0.1)},
+        links={"l0": SimpleNamespace(blocked=lambda direction: None, send=lambda *a: (0.1, 0.1))},
         rng=None,
     )
     call = _Call(sim, node, lambda reply: seen.append("reply"), lambda: seen.append("failed"))  # type: ignore[arg-type]
@@ -268,3 +268,30 @@ def test_an_answered_call_or_one_failed_before_its_header_arrived_tells_the_sync
     loop.at(11.0, call.header, lambda: seen.append("header"), lambda: seen.append("lost"))  # after the deadline
     loop.run(until=20.0)
     assert seen == ["failed"]
+
+
+def test_over_a_slow_link_reports_wait_behind_uploads_and_the_pieces_keep_every_learner_in_its_rounds() -> None:
+    # The small preset's 3.4 MB fragments over 500 KB/s take ~7 s, past the 5 s liveness timeout, and a learner's
+    # reports wait behind its upload on the one link (chaos.sim.network.Link.send). Heard only through the pieces
+    # of its body, each learner stays in its rounds: without them (the real syncer before it counted them), rounds
+    # merged at the first upload and refused the others as late, 1.2 learners a merge of 3.
+    r = simulate(
+        parse_scenario(
+            {
+                "name": "t",
+                "cluster": {
+                    "token_budget": 15_000_000,
+                    "model": {"size": "small"},
+                    "learner": {"step_delay_s": 1.1},
+                },
+                "schedule": [
+                    {"fault": "bandwidth", "targets": "all", "rate_kbps": 500, "at": 0, "duration": 10**5}
+                ],
+            }
+        )
+    )
+    merges = of(r, ev.Merge)
+    uploads = of(r, ev.Upload)
+    assert len(merges) >= 10 and min(u.seconds for u in uploads[3:]) > 5.0  # past the fast first round
+    assert [len(m.participants) for m in merges] == [3] * len(merges)
+    assert not [e for e in of(r, ev.Reject) if e.reason == "late_round"]
