@@ -15,9 +15,11 @@ beside them at the same tokens.
         uniform no-grace heard tau-2 bf16 int8 int4 --seeds 100 101 102 103 104 --results-name ablations_small \
         --keep-runs DIR [--reuse]              # the ablations, one setting of the defaults each (ABLATIONS),
                                                # each also against the defaults on the same seed
+    .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only decoupled \
+        --links 500 600 --seeds 100 101 102 103 104 --results-name reference_parity_small_links   # over slow links
 
 ``--links KBPS MS`` runs every configuration a second time with every learner's link slowed (Toxiproxy's
-bandwidth and latency toxics, the whole run) and judges that row against the same configuration on fast links,
+bandwidth and latency toxics, from the first merge to the end) and judges that row against the same configuration on fast links,
 same seed. Decoupled DiLoCo's quality may depend on the links; synchronous DiLoCo's and data-parallel's should
 not (every round waits for every learner), so their rows show how far the links move a configuration that should
 not move (a one-seed tiny smoke run at 60k tokens: sync 0.18%, decoupled 0.16%).
