@@ -54,6 +54,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "search-phases", "search_phases.json"),
     ("docs/scale-simulator.md", "scale-paper-table", "scale_paper_table.json"),
     ("docs/scale-simulator.md", "scale-speed", "scale_paper_table.json"),
+    ("docs/scale-simulator.md", "scale-speed-sides", "scale_speed.json"),
     ("docs/scale-simulator.md", "scale-bandwidth", "scale_bandwidth.json"),
     ("docs/scale-simulator.md", "scale-sim-to-real-calibration", "scale_sim_to_real.json"),
     ("docs/scale-simulator.md", "scale-sim-to-real", "scale_sim_to_real.json"),
