@@ -274,13 +274,13 @@ def test_over_a_slow_link_reports_wait_behind_uploads_and_the_pieces_keep_every_
     # The small preset's 3.4 MB fragments over 500 KB/s take ~7 s, past the 5 s liveness timeout, and a learner's
     # reports wait behind its upload on the one link (chaos.sim.network.Link.send). Heard only through the pieces
     # of its body, each learner stays in its rounds: without them (the real syncer before it counted them), rounds
-    # merged at the first upload and refused the others as late, 1.2 learners a merge of 3.
+    # merged at the first upload and refused the others as late, 1.3 learners a merge of 3.
     r = simulate(
         parse_scenario(
             {
                 "name": "t",
                 "cluster": {
-                    "token_budget": 15_000_000,
+                    "token_budget": 6_000_000,
                     "model": {"size": "small"},
                     "learner": {"step_delay_s": 1.1},
                 },
@@ -292,6 +292,7 @@ def test_over_a_slow_link_reports_wait_behind_uploads_and_the_pieces_keep_every_
     )
     merges = of(r, ev.Merge)
     uploads = of(r, ev.Upload)
-    assert len(merges) >= 10 and min(u.seconds for u in uploads[3:]) > 5.0  # past the fast first round
-    assert [len(m.participants) for m in merges] == [3] * len(merges)
+    assert len(merges) >= 5 and min(u.seconds for u in uploads[3:]) > 5.0  # past the fast first round
+    # Every round but the last, which the budget's end flushes with whatever is in.
+    assert [len(m.participants) for m in merges[:-1]] == [3] * (len(merges) - 1)
     assert not [e for e in of(r, ev.Reject) if e.reason == "late_round"]
