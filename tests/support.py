@@ -62,6 +62,33 @@ def served_syncer(cfg: RunConfig, run_dir: Path, **serve_kw: Any) -> Iterator[tu
         server.stop(0).wait(5)
 
 
+def raw_upload(svc: Any, learner_id: str, c_steps: int, tokens_per_step: int) -> tuple[dict[str, Any], Any, bytes]:
+    """A small update of fragment 0 from base 0 in round 0 by ``learner_id`` (incarnation ``i``) to the served syncer
+    ``svc``: (its tensors, the ``UploadHeader`` a raw Upload stream starts with, the encoded body), for tests that
+    send the body's pieces when they choose."""
+    import numpy as np
+
+    from trainer.client import specs_to_pb
+    from trainer.proto import diloco_pb2 as pb
+    from trainer.wire import crc32, encode_tensors
+
+    update = {n: np.full_like(svc.state.params[n], -1e-4) for n in svc.fragments[0].names}
+    specs, data = encode_tensors(update)
+    header = pb.UploadHeader(
+        learner_id=learner_id,
+        incarnation="i",
+        fragment=0,
+        base_version=0,
+        c_steps=c_steps,
+        c_tokens=c_steps * tokens_per_step,
+        tensors=specs_to_pb(specs),
+        total_bytes=len(data),
+        crc32=crc32(data),
+        round=0,
+    )
+    return update, header, data
+
+
 def tiny_config(**overrides: object) -> RunConfig:
     """A tiny-model config; ``overrides`` are dotted keys, e.g. ``{"algorithm.num_learners": 1}``."""
     sets = [f"{k}={v}" for k, v in overrides.items()]

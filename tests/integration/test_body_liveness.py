@@ -10,15 +10,14 @@ from __future__ import annotations
 import threading
 
 import grpc
-import numpy as np
 import pytest
 
-from tests.support import served_syncer, tiny_config, wait_until
-from trainer.client import SyncClient, specs_to_pb
+from tests.support import raw_upload, served_syncer, tiny_config, wait_until
+from trainer.client import SyncClient
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.wire import crc32, encode_tensors, split_chunks
+from trainer.wire import split_chunks
 
 pytestmark = pytest.mark.integration
 TOKEN = "body-liveness-token"
@@ -47,21 +46,8 @@ def test_the_pieces_of_a_body_keep_its_learner_active_past_the_liveness_timeout(
         for lid in ("quiet", "slow"):
             assert client.join(lid, "i", cfg.config_hash()).ok
             assert client.report(pb.ReportRequest(learner_id=lid, incarnation="i", step=1, tokens=tps)).ok
-        update = {n: np.full_like(svc.state.params[n], -1e-4) for n in svc.fragments[0].names}
-        specs, data = encode_tensors(update)
+        _, header, data = raw_upload(svc, "slow", c_steps=1, tokens_per_step=tps)
         pieces = list(split_chunks(data, len(data) // 4 + 1))
-        header = pb.UploadHeader(
-            learner_id="slow",
-            incarnation="i",
-            fragment=0,
-            base_version=0,
-            c_steps=1,
-            c_tokens=tps,
-            tensors=specs_to_pb(specs),
-            total_bytes=len(data),
-            crc32=crc32(data),
-            round=0,
-        )
 
         def body():
             yield pb.UploadChunk(header=header)

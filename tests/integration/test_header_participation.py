@@ -11,16 +11,15 @@ import threading
 import time
 
 import grpc
-import numpy as np
 import pytest
 
-from tests.support import served_syncer, tiny_config, wait_until
+from tests.support import raw_upload, served_syncer, tiny_config, wait_until
 from trainer import events as ev
-from trainer.client import SyncClient, specs_to_pb
+from trainer.client import SyncClient
 from trainer.policy import policy_from_config
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
-from trainer.wire import crc32, encode_tensors, split_chunks
+from trainer.wire import split_chunks
 
 pytestmark = pytest.mark.integration
 TOKEN = "header-test-token"
@@ -61,20 +60,7 @@ def _round(tmp_path, body_after_s: float | None):
                 pb.ReportRequest(learner_id=lid, incarnation="i", step=1, tokens=tps, step_time_s=PACE)
             ).ok
         opens = svc.state.clock.time_of(2.0)  # round 0 of the only fragment: cluster step H = 2
-        update = {n: np.full_like(svc.state.params[n], -1e-4) for n in svc.fragments[0].names}
-        specs, data = encode_tensors(update)
-        header = pb.UploadHeader(
-            learner_id="slow",
-            incarnation="i",
-            fragment=0,
-            base_version=0,
-            c_steps=2,
-            c_tokens=2 * tps,
-            tensors=specs_to_pb(specs),
-            total_bytes=len(data),
-            crc32=crc32(data),
-            round=0,
-        )
+        update, header, data = raw_upload(svc, "slow", c_steps=2, tokens_per_step=tps)
 
         def slow_body():  # the header now, the body when the test says (a slow link, a stalled learner)
             yield pb.UploadChunk(header=header)
