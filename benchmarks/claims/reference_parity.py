@@ -17,10 +17,14 @@ beside them at the same tokens.
                                                # each also against the defaults on the same seed
     .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only decoupled \
         --links 500 600 --seeds 100 101 102 103 104 --results-name reference_parity_small_links   # over slow links
+    .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only sync decoupled \
+        --links 500 600 --seeds 100 101 102 103 104 --results-name reference_parity_small_links_sync \
+        --keep-runs DIR --reuse               # both over slow links, paired (the decoupled runs reused from the above)
 
 ``--links KBPS MS`` runs every configuration a second time with every learner's link slowed (Toxiproxy's
 bandwidth and latency toxics, from the first merge to the end) and judges that row against the same configuration on fast links,
-same seed. Decoupled DiLoCo's quality may depend on the links; synchronous DiLoCo's and data-parallel's should
+same seed; its "vs sync DiLoCo" / "vs data-parallel" columns compare it with that configuration over the same
+links. Decoupled DiLoCo's quality may depend on the links; synchronous DiLoCo's and data-parallel's should
 not (every round waits for every learner), so their rows show how far the links move a configuration that should
 not move (a one-seed tiny smoke run at 60k tokens: sync 0.18%, decoupled 0.16%).
 
@@ -223,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     for slug, label, mode, _ in variants + linked:
         rs = runs[slug]
         losses = [r["final_loss"] for r in rs.values()]
-        rels = [m.paired_relative(rs, runs.get(base, {})) if slug != base else [] for base, _ in bases]
+        # A row over slow links is judged against its base over the same links, so "decoupled vs sync" over slow
+        # links is one paired comparison, not the sum of two tables.
+        over = LINKED if slug.endswith(LINKED) else ""
+        rels = [
+            m.paired_relative(rs, runs.get(f"{base}{over}", {})) if slug != f"{base}{over}" else []
+            for base, _ in bases
+        ]
         if linked:
             fast = runs.get(slug.removesuffix(LINKED), {}) if slug.endswith(LINKED) else {}
             rels.append(m.paired_relative(rs, fast) if fast else [])
