@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ class Spec:
 
     @property
     def nbytes(self) -> int:
-        return wire_formats.nbytes(self.dtype, int(np.prod(self.shape, dtype=np.int64)))
+        # Exact (Python ints): a hostile header's int64 dimensions must not wrap a 64-bit product to a small size.
+        return wire_formats.nbytes(self.dtype, math.prod(self.shape))
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:

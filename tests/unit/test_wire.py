@@ -184,6 +184,18 @@ def test_over_max_bytes_is_oversize():
     Assembler(specs, len(payload), crc32(payload), max_bytes=len(payload))  # exactly at the limit is fine
 
 
+@pytest.mark.parametrize("shape", [(2**32, 2**32), (2**62, 4), (2**63 - 1, 2**63 - 1, 3)])
+def test_a_shape_whose_size_overflows_64_bits_is_oversize_not_empty(shape):
+    """A hostile header's dimensions (int64 on the wire) multiply exactly: with a wrapping 64-bit product,
+    (2**62, 4) came to 0 bytes and an empty body was accepted as that tensor."""
+    specs = [Spec("w", shape, "float32")]
+    assert specs[0].nbytes > 2**64
+    for total in (0, 1 << 20):
+        assert (
+            reason_of(lambda total=total: Assembler(specs, total, 0, max_bytes=1 << 20)) is RejectReason.OVERSIZE
+        )
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float16", "int32", "uint8", "int2", "object"])
 def test_only_the_wire_formats_are_accepted(dtype):
     specs = [Spec("w", (2,), "float32"), Spec("x", (2,), dtype)]

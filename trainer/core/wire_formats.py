@@ -30,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -112,7 +114,7 @@ def encode(x: np.ndarray, fmt: Format) -> bytes:
 
 def decode(data: bytes | memoryview, fmt: Format, shape: tuple[int, ...]) -> np.ndarray:
     """A writable fp32 array of ``shape`` from ``fmt``'s bytes (exactly :func:`nbytes` of them)."""
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # exact: no 64-bit wrap on a hostile shape
     if len(data) != nbytes(fmt, count):
         raise ValueError(f"{len(data)} bytes for {count} values in {fmt}; {nbytes(fmt, count)} expected")
     if fmt == "float32":
