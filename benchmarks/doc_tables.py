@@ -133,6 +133,8 @@ TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "scale-speed": speed_table,
     "scale-sim-to-real-calibration": calibration_table,
     "fault-schedule": lambda result: result["results"]["schedule_table"],  # fault_latency --compare-poll
+    "learner-overhead-cpu": lambda result: result["results"]["cpu_table"],
+    "learner-overhead-small-cpu": lambda result: result["results"]["cpu_table"],
 }
 
 

@@ -5,15 +5,21 @@ interleaved (bare, synced, bare, synced, ...) so machine noise hits both
 alike; the script prints the median throughput of each and their ratio.
 
     .venv/bin/python -m benchmarks.costs.learner_overhead [--size tiny|small] [--repeats 3] [--steps 200]
+    .venv/bin/python -m benchmarks.costs.learner_overhead --size small --steps 40 --results-name learner_overhead_small
 
 The synced learner is a real learner process talking gRPC to a real syncer
 (decoupled mode, M = 1, K = 1) that merges every fragment it receives; its
 throughput is read from the learner's own ``step`` events after a warm-up.
+
+Where the difference goes: each side's CPU per step by thread kind (XLA's compute threads, Python threads —
+the step loop and, in the learner, its upload / download / report threads and gRPC's per-call threads — and
+gRPC's core threads), read from ``/proc/<pid>/task/*/stat`` over the timed window.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -28,10 +34,37 @@ from trainer.config import build_config
 from trainer.launch import THREAD_ENV, LocalCluster
 
 WARMUP = 30
+# Thread kinds by the name the OS knows a thread by (/proc/<pid>/task/<tid>/comm): Python's threads are all
+# "python" (3.11 does not name them), XLA's CPU compute threads "tf_XLAEigen", gRPC core's its own.
+THREAD_KINDS = (("tf_XLA", "XLA compute"), ("python", "Python threads"), ("event_engine", "gRPC core"))
 
 
-def bare_loop(size: str, steps: int, seed: int) -> float:
-    """Steps per second of plain jitted AdamW steps (run in this process)."""
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) each kind of thread of ``pid`` has used so far (threads that exited are lost:
+    gRPC's per-call threads are counted only while alive, so the Python figure is a lower bound)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:  # the thread exited meanwhile
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        kind = next((k for prefix, k in THREAD_KINDS if name.startswith(prefix)), "other")
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def per_step_ms(
+    before: dict[str, float], after: dict[str, float], wall_s: float, step_s: float
+) -> dict[str, float]:
+    """CPU ms per step of each thread kind: its CPU rate over ``wall_s`` times the step's period ``step_s``."""
+    return {k: 1000 * (after.get(k, 0.0) - before.get(k, 0.0)) / wall_s * step_s for k in sorted(after)}
+
+
+def bare_loop(size: str, steps: int, seed: int) -> tuple[float, dict[str, float]]:
+    """Steps per second of plain jitted AdamW steps (run in this process), and its CPU ms per step by thread kind."""
     import jax
     import jax.numpy as jnp
 
@@ -48,11 +81,13 @@ def bare_loop(size: str, steps: int, seed: int) -> float:
         if i == WARMUP:
             float(loss)  # noqa: F821 - drain the async queue before timing
             t0 = time.perf_counter()
+            cpu0 = thread_cpu_s(os.getpid())
         params, state, loss = step(params, state, jnp.asarray(next(batches)))
         if i % 10 == 0:
             float(loss)  # the learner syncs on the loss every few steps too
     float(loss)
-    return steps / (time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    return steps / wall, per_step_ms(cpu0, thread_cpu_s(os.getpid()), wall, wall / steps)
 
 
 def _pinned(cpus: set[int] | None):
@@ -63,7 +98,7 @@ def _pinned(cpus: set[int] | None):
     return old
 
 
-def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> float:
+def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> tuple[float, dict[str, float]]:
     env = dict(os.environ, **THREAD_ENV)
     old = _pinned(cpus)
     try:
@@ -87,12 +122,13 @@ def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> float:
         )
     finally:
         os.sched_setaffinity(0, old)
-    return float(out.stdout.strip().splitlines()[-1])
+    rate, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    return rate, cpu
 
 
 def run_synced(
     size: str, steps: int, seed: int, workdir: Path, learner_cpus: set[int] | None, syncer_cpus: set[int] | None
-) -> tuple[float, int]:
+) -> tuple[float, int, dict[str, float]]:
     cfg = build_config(
         {
             "model": {"size": size},
@@ -109,27 +145,37 @@ def run_synced(
         try:
             cluster.start_syncer()
             _pinned(learner_cpus)
-            cluster.start_learner("learner-0")
+            pid = cluster.start_learner("learner-0").pid
         finally:
             os.sched_setaffinity(0, old)
         deadline = time.monotonic() + 600
+        cpu0: tuple[float, dict[str, float]] | None = None  # (when, CPU by thread kind) once warm
         while time.monotonic() < deadline:
             evs = (
                 [e for e in ev.read_events(path, strict=False) if isinstance(e, ev.Step)] if path.exists() else []
             )
             done = [e for e in evs if e.step >= WARMUP]
+            if done and cpu0 is None:
+                cpu0 = (time.monotonic(), thread_cpu_s(pid))
             if done and done[-1].step - done[0].step >= steps:
+                assert cpu0 is not None
+                cpu, wall = thread_cpu_s(pid), time.monotonic() - cpu0[0]
                 a, b = done[0], done[-1]
                 merges = sum(
                     1
                     for e in ev.read_events(workdir / "events" / "syncer.jsonl", strict=False)
                     if isinstance(e, ev.Merge)
                 )
-                return (b.step - a.step) / (b.ts - a.ts), merges
+                rate = (b.step - a.step) / (b.ts - a.ts)
+                return rate, merges, per_step_ms(cpu0[1], cpu, wall, 1 / rate)
             time.sleep(0.2)
         raise RuntimeError("synced learner did not make progress")
     finally:
         cluster.stop_all()
+
+
+def _fmt(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,9 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out-dir", default="benchmarks/results")
+    ap.add_argument("--results-name", default="learner_overhead", help="<out-dir>/<this>.json (and its figure)")
     args = ap.parse_args(argv)
     if args.bare:
-        print(bare_loop(args.size, args.steps, args.seed))
+        print(json.dumps(bare_loop(args.size, args.steps, args.seed)))
         return 0
     cpus = sorted(os.sched_getaffinity(0))
     # The syncer is another machine in a real deployment: give it its own core so
@@ -153,14 +200,21 @@ def main(argv: list[str] | None = None) -> int:
     pin = not args.no_pin and len(cpus) >= 2
     learner_cpus, syncer_cpus = ({cpus[0]}, set(cpus[1:])) if pin else (None, None)
     bare, synced, merges = [], [], []
+    cpu: dict[str, list[dict[str, float]]] = {"bare": [], "synced": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            bare.append(run_bare(args.size, args.steps, args.seed, learner_cpus))
-            s, m = run_synced(args.size, args.steps, args.seed, Path(tmp) / f"run{r}", learner_cpus, syncer_cpus)
+            b, bare_cpu = run_bare(args.size, args.steps, args.seed, learner_cpus)
+            s, m, synced_cpu = run_synced(
+                args.size, args.steps, args.seed, Path(tmp) / f"run{r}", learner_cpus, syncer_cpus
+            )
+            bare.append(b)
             synced.append(s)
             merges.append(m)
+            cpu["bare"].append(bare_cpu)
+            cpu["synced"].append(synced_cpu)
             print(
-                f"repeat {r}: bare {bare[-1]:.1f} steps/s, synced {synced[-1]:.1f} steps/s ({m} merges)",
+                f"repeat {r}: bare {b:.1f} steps/s, synced {s:.1f} steps/s ({m} merges); CPU ms/step "
+                f"bare {_fmt(bare_cpu)}, synced {_fmt(synced_cpu)}",
                 flush=True,
             )
     mb, ms = statistics.median(bare), statistics.median(synced)
@@ -168,7 +222,31 @@ def main(argv: list[str] | None = None) -> int:
         ["model", "bare steps/s (median)", "synced steps/s (median)", "overhead"],
         [[args.size, round(mb, 1), round(ms, 1), f"{100 * (1 - ms / mb):.1f}%"]],
     )
-    print(f"\n{table}")
+    kinds = sorted({k for side in cpu.values() for c in side for k in c})
+    cpu_median = {
+        side: {k: statistics.median(c.get(k, 0.0) for c in cs) for k in kinds} for side, cs in cpu.items()
+    }
+    cpu_table = markdown_table(
+        ["threads", "bare loop: CPU ms / step (median)", "learner: CPU ms / step (median)", "difference"],
+        [
+            [
+                k,
+                f"{cpu_median['bare'][k]:.2f}",
+                f"{cpu_median['synced'][k]:.2f}",
+                f"{cpu_median['synced'][k] - cpu_median['bare'][k]:+.2f}",
+            ]
+            for k in kinds
+        ]
+        + [
+            [
+                "all",
+                f"{sum(cpu_median['bare'].values()):.2f}",
+                f"{sum(cpu_median['synced'].values()):.2f}",
+                f"{sum(cpu_median['synced'].values()) - sum(cpu_median['bare'].values()):+.2f}",
+            ]
+        ],
+    )
+    print(f"\n{table}\n\n{cpu_table}")
     config = {
         "size": args.size,
         "steps": args.steps,
@@ -185,9 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         "median_bare": mb,
         "median_synced": ms,
         "overhead": 1 - ms / mb,
+        "cpu_ms_per_step": cpu,
+        "cpu_ms_per_step_median": cpu_median,
+        "cpu_table": cpu_table,
     }
     out_dir = Path(args.out_dir)
-    write_results("learner_overhead", config=config, results=results, table=table, out_dir=out_dir)
+    write_results(args.results_name, config=config, results=results, table=table, out_dir=out_dir)
     fig, ax = new_figure(6, 3.5)
     ax.plot(range(1, len(bare) + 1), bare, "o-", label="bare JAX loop")
     ax.plot(range(1, len(synced) + 1), synced, "s-", label="learner, syncing in the background")
@@ -196,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.set_ylim(bottom=0)
     ax.set_title(f"learner overhead: {100 * (1 - ms / mb):.1f}% (medians)")
     ax.legend(fontsize=8)
-    save_figure(fig, "learner_overhead", out_dir)
+    save_figure(fig, args.results_name, out_dir)
     return 0
 
 
