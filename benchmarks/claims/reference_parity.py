@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         losses = [r["final_loss"] for r in rs.values()]
         # A row over slow links is judged against its base over the same links, so "decoupled vs sync" over slow
         # links is one paired comparison, not the sum of two tables.
-        over = LINKED if slug.endswith(LINKED) else ""
+        suffix = LINKED if slug.endswith(LINKED) else ""
         rels = [
-            m.paired_relative(rs, runs.get(f"{base}{over}", {})) if slug != f"{base}{over}" else []
+            m.paired_relative(rs, runs.get(f"{base}{suffix}", {})) if slug != f"{base}{suffix}" else []
             for base, _ in bases
         ]
         if linked:
