@@ -1,5 +1,8 @@
 """The syncer's gRPC client: deadlines on every call, keepalive, retries with backoff, auth metadata.
 
+A call that carries a body has a deadline by its size (trainer.core.deadlines): a slow link takes as long as it
+needs, down to a floor of one piece (``CHUNK_BYTES``) per ``timeout_s``; a dead link is found sooner by keepalive.
+
 Used by learners, by tests speaking the real protocol, and by the chaos
 controller to read status. Retries cover transient transport failures
 (UNAVAILABLE, DEADLINE_EXCEEDED, and RESOURCE_EXHAUSTED: a long call over this
@@ -14,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,6 +27,8 @@ from typing import TypeVar
 import grpc
 import numpy as np
 
+from trainer.core import wire_formats
+from trainer.core.deadlines import deadline_s, state_deadline_s
 from trainer.errors import ProtocolError, SyncerUnavailable
 from trainer.proto import diloco_pb2 as pb
 from trainer.proto import diloco_pb2_grpc as pbg
@@ -54,6 +60,15 @@ class RetryPolicy:
         for _ in range(self.attempts - 1):
             yield d * (0.5 + rng.random())  # jitter so learners don't retry in lockstep
             d = min(d * 2, self.max_backoff_s)
+
+
+def fragment_nbytes(shapes: Mapping[str, Sequence[int]]) -> int:
+    """The bytes of a fragment (or of the whole state) as the syncer sends it: float32.
+
+    >>> fragment_nbytes({"w": (3, 4), "b": (4,)})
+    64
+    """
+    return sum(wire_formats.nbytes("float32", math.prod(shape)) for shape in shapes.values())
 
 
 @dataclass(frozen=True)
@@ -244,7 +259,7 @@ class SyncClient:
             round,
             wire_format,
         )
-        timeout = self.timeout_s + len(payload) / 1e6  # allow ~1 MB/s at worst before giving up
+        timeout = deadline_s(self.timeout_s, len(payload), chunk_bytes)
         return self.call(
             lambda: self.stub.Upload(
                 upload_messages(header, payload, chunk_bytes), timeout=timeout, metadata=self._metadata
@@ -252,12 +267,16 @@ class SyncClient:
             "Upload",
         )
 
-    def get_fragment(self, learner_id: str, fragment: int, min_version: int, wait_s: float) -> FragmentValue:
-        """The global value of a fragment once its version reaches ``min_version`` (or after ``wait_s``)."""
+    def get_fragment(
+        self, learner_id: str, fragment: int, min_version: int, wait_s: float, nbytes: int = 0
+    ) -> FragmentValue:
+        """The global value of a fragment once its version reaches ``min_version`` (or after ``wait_s``); ``nbytes``:
+        its size (:func:`fragment_nbytes`), which sets the deadline."""
         req = pb.FragmentRequest(learner_id=learner_id, fragment=fragment, min_version=min_version, wait_s=wait_s)
+        timeout = deadline_s(self.timeout_s, nbytes, CHUNK_BYTES, wait_s)
 
         def once() -> FragmentValue:
-            stream = self.stub.GetFragment(req, timeout=wait_s + self.timeout_s, metadata=self._metadata)
+            stream = self.stub.GetFragment(req, timeout=timeout, metadata=self._metadata)
             vals = read_fragments(stream)
             if len(vals) != 1:
                 raise ProtocolError(f"GetFragment returned {len(vals)} fragments, expected 1")
@@ -265,10 +284,12 @@ class SyncClient:
 
         return self.call(once, "GetFragment")
 
-    def get_state(self, learner_id: str) -> list[FragmentValue]:
-        """Every fragment's current global value (a joining learner's starting point)."""
+    def get_state(self, learner_id: str, nbytes: int = 0) -> list[FragmentValue]:
+        """Every fragment's current global value (a joining learner's starting point); ``nbytes``: the state's
+        size (:func:`fragment_nbytes`), which sets the deadline (at least three ``timeout_s``)."""
         req = pb.StateRequest(learner_id=learner_id)
+        timeout = state_deadline_s(self.timeout_s, nbytes, CHUNK_BYTES)
         return self.call(
-            lambda: read_fragments(self.stub.GetState(req, timeout=self.timeout_s * 3, metadata=self._metadata)),
+            lambda: read_fragments(self.stub.GetState(req, timeout=timeout, metadata=self._metadata)),
             "GetState",
         )

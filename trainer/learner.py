@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trainer import events as ev
-from trainer.client import SyncClient
+from trainer.client import SyncClient, fragment_nbytes
 from trainer.config import RunConfig, add_config_arguments, config_from_arguments
 from trainer.core import wire_formats
 from trainer.core.audit import digest
@@ -56,6 +56,7 @@ from trainer.core.learner_protocol import Action, LearnerProtocol, Note, Rejoin,
 from trainer.core.replies import UNREACHABLE
 from trainer.core.step_timer import reported_step_time
 from trainer.errors import SyncerUnavailable, TrainerError
+from trainer.model import param_shapes
 from trainer.proto import diloco_pb2 as pb
 from trainer.telemetry import EventMetrics, add_metrics_arguments, expose
 from trainer.training import TrainingSetup, learner_seed_index, lr_scale
@@ -80,6 +81,8 @@ class Comm:
         self.l = learner
         self.client = learner.client
         self.fragments = fragments
+        shapes = param_shapes(learner.setup.model)
+        self.nbytes = [fragment_nbytes({n: shapes[n] for n in names}) for names in fragments]  # deadlines
         self.uploads: queue.Queue[_UploadJob | None] = queue.Queue()
         self.closing = threading.Event()  # threads should exit
         self._corrupt_rng = np.random.default_rng(learner.cfg.seed + learner_seed_index(learner.learner_id))
@@ -191,7 +194,9 @@ class Comm:
             if self.closing.is_set() or want is None:
                 return
             try:
-                val = self.client.get_fragment(self.l.learner_id, p, want, self.l.cfg.learner.long_poll_s)
+                val = self.client.get_fragment(
+                    self.l.learner_id, p, want, self.l.cfg.learner.long_poll_s, self.nbytes[p]
+                )
             except (SyncerUnavailable, TrainerError) as err:
                 self._down(err)
                 self.closing.wait(0.5)
@@ -317,7 +322,7 @@ class Learner:
         )
         if fetch_state:
             t0 = time.monotonic()
-            values = self.client.get_state(self.learner_id)
+            values = self.client.get_state(self.learner_id, fragment_nbytes(param_shapes(self.setup.model)))
             self.base = {n: t for v in values for n, t in v.tensors.items()}
             self.params = {n: jnp.asarray(t) for n, t in self.base.items()}
             versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]

@@ -54,8 +54,10 @@ class SimHost(Protocol):
         on_header: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
         on_piece: Callable[[], None] | None = None,
+        deadline_s: float | None = None,
     ) -> None:
-        """A unary call from a learner (a LearnerNode) to the syncer over its link."""
+        """A unary call from a learner (a LearnerNode) to the syncer over its link (``deadline_s``: None, the RPC
+        timeout)."""
         ...
 
     def upload_seconds(self, lid: str, nbytes: int) -> float:

@@ -17,12 +17,14 @@ from chaos.sim.host import SMALL_MESSAGE, Respond, SimHost
 from trainer import events as ev
 from trainer.core.audit import digest
 from trainer.core.corruption import corrupted
+from trainer.core.deadlines import deadline_s, state_deadline_s
 from trainer.core.learner_book import SyncStart
 from trainer.core.learner_protocol import Action, Fetch, LearnerProtocol, Note, Rejoin, take, upload_arrays
 from trainer.core.replies import UNREACHABLE
 from trainer.core.syncer_records import Contribution
 from trainer.core.wire_formats import roundtrip
 from trainer.training import lr_scale
+from trainer.wire import CHUNK_BYTES
 
 NO_REPLY = "simulated: no reply before the RPC deadline"  # a simulated call's error: it only ever times out
 
@@ -116,8 +118,9 @@ class LearnerNode:
         on_header: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
         on_piece: Callable[[], None] | None = None,
+        deadline_s: float | None = None,
     ) -> None:
-        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header, on_lost, on_piece)
+        self.sim.rpc(self, req_bytes, handler, on_reply, on_fail, on_header, on_lost, on_piece, deadline_s)
 
     def _down(self) -> None:
         self._act(self.proto.down(self.sim.loop.now, NO_REPLY))
@@ -209,11 +212,13 @@ class LearnerNode:
         if fetch_state:
             t0 = self.sim.loop.now
             syncer = self.sim.syncer
+            state_bytes = self.sim.problem.real_bytes(list(self.sim.problem.shapes))
             self.rpc(
                 SMALL_MESSAGE,
                 syncer.handle_state,
                 lambda values: self._got_state(values, t0),
                 lambda: self._join_failed(True),
+                deadline_s=state_deadline_s(self.sim.cfg.learner.rpc_timeout_s, state_bytes, CHUNK_BYTES),
             )
 
     def _got_state(self, values: list[tuple[int, dict[str, np.ndarray]]], t0: float) -> None:
@@ -339,6 +344,7 @@ class LearnerNode:
             lambda: syncer.handle_upload_header(c),
             lambda: syncer.handle_upload_lost(c),
             lambda: syncer.handle_upload_piece(c),
+            deadline_s(self.sim.cfg.learner.rpc_timeout_s, nbytes, CHUNK_BYTES),
         )
 
     def _uploaded(
@@ -381,11 +387,14 @@ class LearnerNode:
             return
         self.fetching[p] = True
         syncer = self.sim.syncer
+        learner = self.sim.cfg.learner
+        nbytes = self.sim.problem.real_bytes(self.sim.fragment_names[p])
         self.rpc(
             SMALL_MESSAGE,
             lambda r, a: syncer.handle_fragment(p, want, r, a),
             lambda reply: self._fetched(p, *reply),
             lambda: self._fetch_failed(p),
+            deadline_s=deadline_s(learner.rpc_timeout_s, nbytes, CHUNK_BYTES, wait_s=learner.long_poll_s),
         )
 
     def _fetched(self, p: int, version: int, tensors: dict[str, np.ndarray]) -> None:

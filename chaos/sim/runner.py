@@ -146,11 +146,16 @@ class _Call:
     """One RPC in flight: it ends exactly once, by a reply, a fast failure (closed connection) or its deadline."""
 
     def __init__(
-        self, sim: Simulation, node: LearnerNode, on_reply: Callable[[Any], None], on_fail: Callable[[], None]
+        self,
+        sim: Simulation,
+        node: LearnerNode,
+        on_reply: Callable[[Any], None],
+        on_fail: Callable[[], None],
+        deadline_s: float,
     ) -> None:
         self.sim, self.node, self.inc = sim, node, node.incarnation
         self.on_reply, self.on_fail = on_reply, on_fail
-        self.deadline = sim.loop.now + sim.cfg.learner.rpc_timeout_s
+        self.deadline = sim.loop.now + deadline_s
         self.done = False
         self.on_lost: Callable[[], None] | None = None  # the syncer read the header: tell it if the call fails
         self.timer = sim.loop.at(self.deadline, self._end, on_fail, ())
@@ -290,12 +295,14 @@ class Simulation:
         on_header: Callable[[], None] | None = None,
         on_lost: Callable[[], None] | None = None,
         on_piece: Callable[[], None] | None = None,
+        deadline_s: float | None = None,
     ) -> None:
-        """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`), sent
-        behind what its link still carries that way; ``on_header`` runs when the request's first bytes reach the
-        syncer (a streamed upload's header), ``on_piece`` as each further piece of its body does, ``on_lost``
-        there when the call fails after its header."""
-        call = _Call(self, node, on_reply, on_fail)
+        """A unary call from a learner to the syncer, with the learner's RPC deadline (see :class:`_Call`;
+        ``deadline_s`` for a call that carries a body: trainer.core.deadlines, as the real client's), sent behind
+        what its link still carries that way; ``on_header`` runs when the request's first bytes reach the syncer (a
+        streamed upload's header), ``on_piece`` as each further piece of its body does, ``on_lost`` there when the
+        call fails after its header."""
+        call = _Call(self, node, on_reply, on_fail, deadline_s or self.cfg.learner.rpc_timeout_s)
         link = self.links[node.lid]
         cut = link.blocked("to_syncer")
         if cut == "refuse":

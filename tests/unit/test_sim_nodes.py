@@ -242,7 +242,7 @@ def _call_on_a_loop():
         links={"l0": SimpleNamespace(blocked=lambda direction: None, send=lambda *a: (0.1, 0.1))},
         rng=None,
     )
-    call = _Call(sim, node, lambda reply: seen.append("reply"), lambda: seen.append("failed"))  # type: ignore[arg-type]
+    call = _Call(sim, node, lambda reply: seen.append("reply"), lambda: seen.append("failed"), 10.0)  # type: ignore[arg-type]
     return loop, call, seen
 
 
@@ -296,3 +296,35 @@ def test_over_a_slow_link_reports_wait_behind_uploads_and_the_pieces_keep_every_
     # Every round but the last, which the budget's end flushes with whatever is in.
     assert [len(m.participants) for m in merges[:-1]] == [3] * (len(merges) - 1)
     assert not [e for e in of(r, ev.Reject) if e.reason == "late_round"]
+
+
+def test_synchronous_diloco_over_a_slow_link_fetches_its_fragments_while_they_cross() -> None:
+    # Synchronous DiLoCo syncs every fragment at once: four 3.4 MB fragments come down a 500 KB/s link one behind
+    # another (~27 s). With a fetch's deadline fixed at the long poll plus one RPC timeout (12 s; the real client's
+    # before trainer.core.deadlines) the later ones missed it, every retry started over, and training stopped; with
+    # a timeout per piece every learner takes every merge and the run ends at its budget.
+    r = simulate(
+        parse_scenario(
+            {
+                "name": "t",
+                "cluster": {
+                    "token_budget": 400_000,
+                    "model": {"size": "small"},
+                    "algorithm": {"mode": "sync-diloco", "num_learners": 3},
+                    "learner": {"step_delay_s": 1.1},
+                },
+                "schedule": [
+                    {"fault": "bandwidth", "targets": "all", "rate_kbps": 500, "at": 0, "duration": 10**5}
+                ],
+            }
+        )
+    )
+    assert not r.timed_out and r.final_loss is not None
+    merges = of(r, ev.Merge)
+    # Every round but the last, which the budget's end flushes with whatever is in.
+    assert len(merges) >= 8 and {len(m.participants) for m in merges[:-1]} == {3}, [
+        len(m.participants) for m in merges
+    ]
+    assert [e.reason for e in of(r, ev.SyncResult) if not e.accepted] == []
+    # Every learner applied every merge but the last round's (the budget ends the run as they come down).
+    assert len(of(r, ev.Apply)) >= 3 * (len(merges) - 4)

@@ -19,7 +19,8 @@ Modules, one concept each:
   :mod:`~trainer.core.checkpoint_codec` (what a checkpoint holds), :mod:`~trainer.core.merged_tokens`;
 - a learner: :mod:`~trainer.core.learner_protocol` (its step protocol, once), :mod:`~trainer.core.learner_book`
   (per-fragment bookkeeping), :mod:`~trainer.core.replies` (reacting to the syncer's answers),
-  :mod:`~trainer.core.step_timer`, :mod:`~trainer.core.header_lag`;
+  :mod:`~trainer.core.step_timer`, :mod:`~trainer.core.header_lag`, :mod:`~trainer.core.deadlines` (a call's
+  deadline by the bytes it carries);
 - trust: :mod:`~trainer.core.upload_checks` (what an upload must satisfy), :mod:`~trainer.core.claims` (what a
   learner claims, bounded), :mod:`~trainer.core.token_allowance` (the tokens time allows a learner id),
   :mod:`~trainer.core.drift` (a learner's pull from the merges' medians, summed over rounds),
