@@ -92,6 +92,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     s = _load(args.scenario, args.seed, args.set, args.preset)
     token = Path(args.token_file).read_text().strip() if args.token_file else None
     opts = ClusterOptions(namespace=args.namespace, image=args.image)
+    if args.cpu:
+        opts = dataclasses.replace(opts, cpu=args.cpu)
+    if args.memory:
+        opts = dataclasses.replace(opts, memory=args.memory)
     if args.kubectl_image:
         opts = dataclasses.replace(opts, kubectl_image=args.kubectl_image)
     if args.netfault_image:
@@ -334,6 +338,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _quantity(text: str) -> str:
+    from chaos.k8s.manifests import quantity
+
+    try:
+        return quantity(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     from trainer.presets import PRESETS, default_preset
 
@@ -468,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--namespace", default="diloco-chaos", help="namespace of every object (default diloco-chaos)")
     ex.add_argument("--image", default="diloco-chaos:latest", help="the project's image, as the cluster pulls it")
     ex.add_argument("--token-file", help="the run's shared token (default: a new random one)")
+    ex.add_argument(
+        "--cpu",
+        type=_quantity,
+        help="CPU each pod requests (default 1: the tiny model trains on one core; the syncer and M learners must fit "
+        "the nodes, e.g. 250m on one 2-core node)",
+    )
+    ex.add_argument("--memory", type=_quantity, help="memory each pod requests (default 2Gi)")
     ex.add_argument(
         "--kubectl-image",
         help="image of the Workflow's exec steps (pause, slow, corrupt, reset_peer, "

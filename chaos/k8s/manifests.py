@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID
@@ -37,12 +38,32 @@ CREDENTIALS_DIR = "/etc/diloco/credentials"
 RUN_DIR = "/data/run"
 
 
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def quantity(text: str) -> str:
+    """A Kubernetes resource quantity (``250m``, ``1``, ``2Gi``), or ValueError naming what a quantity looks like.
+
+    >>> quantity("250m"), quantity("1.5Gi")
+    ('250m', '1.5Gi')
+    >>> quantity("1 core")
+    Traceback (most recent call last):
+    ...
+    ValueError: '1 core' is not a Kubernetes quantity: a number with an optional suffix (250m, 2, 512Mi, 2Gi)
+    """
+    if not QUANTITY.match(text):
+        raise ValueError(
+            f"{text!r} is not a Kubernetes quantity: a number with an optional suffix (250m, 2, 512Mi, 2Gi)"
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class ClusterOptions:
     namespace: str = "diloco-chaos"
     image: str = "diloco-chaos:latest"
     storage: str = "1Gi"  # each pod's volume: checkpoints (syncer), events (all)
-    cpu: str = "1"  # requests per pod: the tiny model trains on one core
+    cpu: str = "1"  # requests per pod: the tiny model trains on one core (a one-node cluster of 2 cores: 250m)
     memory: str = "2Gi"
     # What the Workflow's exec steps run (pause, slow, corrupt: faults.in_pod through kubectl exec).
     kubectl_image: str = "registry.k8s.io/kubectl:v1.35.0"
