@@ -492,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="if this file exists, start corrupt in the mode it names (Kubernetes: faults.in_pod)",
     )
+    ap.add_argument(
+        "--no-exit-on-finish",
+        action="store_true",
+        help="once training is finished, wait for SIGTERM instead of exiting (Kubernetes: a container that exits is "
+        "restarted, and its files can no longer be copied out)",
+    )
     add_metrics_arguments(ap)
     args = ap.parse_args(argv)
     corrupt = args.corrupt
@@ -519,10 +525,12 @@ def main(argv: list[str] | None = None) -> int:
         metrics=expose(args, Path(args.run_dir), args.id, "learner"),
     )
     try:
-        learner.run(stop)
+        why = learner.run(stop)
     except TrainerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if why == "finished" and args.no_exit_on_finish:
+        stop.wait()  # until SIGTERM or SIGINT
     return 0
 
 

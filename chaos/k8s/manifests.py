@@ -58,6 +58,12 @@ def quantity(text: str) -> str:
     return text
 
 
+# A StatefulSet restarts a container that exits, even with code 0: a finished syncer or learner restarted, resumed,
+# found the budget reached and exited again, into CrashLoopBackOff, and `collect` could not copy its events out of a
+# container that was not running (seen on a real cluster, scripts/install-cluster). Finished, each waits for SIGTERM.
+NO_EXIT = "--no-exit-on-finish"
+
+
 @dataclass(frozen=True)
 class ClusterOptions:
     namespace: str = "diloco-chaos"
@@ -226,6 +232,7 @@ def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = Clust
             str(SYNCER_PORT),
             "--token-file",
             f"{CREDENTIALS_DIR}/syncer",
+            NO_EXIT,
             "--metrics-host",
             "0.0.0.0",
             "--metrics-port",
@@ -256,6 +263,7 @@ def cluster_objects(scenario: Scenario, token: str, opts: ClusterOptions = Clust
             RUN_DIR,
             "--token-file",
             f"{CREDENTIALS_DIR}/$(POD_NAME)",
+            NO_EXIT,
             "--metrics-host",
             "0.0.0.0",
             "--metrics-port",

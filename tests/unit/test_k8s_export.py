@@ -245,3 +245,24 @@ def test_export_sizes_each_pods_requests_from_the_command_line(tmp_path, capsys)
         cli.main(["export", "k8s", "kill-and-rejoin", "--out", str(tmp_path / "y"), "--memory", "2 GB"])
     assert stop.value.code == 2 and "'2 GB' is not a Kubernetes quantity" in capsys.readouterr().err
     assert not (tmp_path / "y").exists()
+
+
+def test_every_trainer_container_waits_after_finishing_instead_of_exiting(capsys):
+    # A StatefulSet restarts a container that exits 0: on a real cluster the finished syncer went into
+    # CrashLoopBackOff and `collect` could not copy its events out. Each trainer process gets the flag, and each
+    # one's own command line knows it.
+    from trainer import learner, syncer
+
+    objs = cluster_objects(scenario_with("kill-and-rejoin"), "t0ken")
+    containers = {
+        c["name"]: c["args"]
+        for o in objs
+        if o.kind == "StatefulSet"
+        for c in o.body["spec"]["template"]["spec"]["containers"]
+    }
+    assert set(containers) == {"syncer", "learner"}, containers
+    assert all("--no-exit-on-finish" in args for args in containers.values()), containers
+    for module in (syncer, learner):
+        with pytest.raises(SystemExit) as shown:
+            module.main(["--help"])
+        assert shown.value.code == 0 and "--no-exit-on-finish" in capsys.readouterr().out
