@@ -22,7 +22,16 @@ from typing import Any
 
 from chaos.errors import ChaosError
 from chaos.fault_plan import Planned, plan
-from chaos.history import ControllerRecord, FaultOp, Phase, PlanRecord, Teardown, TeardownPhase
+from chaos.history import (
+    ControllerRecord,
+    FaultOp,
+    NotRun,
+    NotRunPhase,
+    Phase,
+    PlanRecord,
+    Teardown,
+    TeardownPhase,
+)
 from chaos.k8s.chaos_mesh import EXEC_KINDS, template_name
 from chaos.scenario import Scenario
 
@@ -47,6 +56,45 @@ def _events(chaos: Obj) -> list[tuple[float, str, str, str]]:
         for e in record.get("events") or []:
             out.append((_ts(e["timestamp"]), e["operation"], e["type"], e.get("message", "")))
     return sorted(out)
+
+
+# A Kubernetes Event's reason (Chaos Mesh's recorder) as a chaos record's operation and outcome.
+EVENT_OPERATIONS = {"Applied": ("Apply", "Succeeded"), "Recovered": ("Recover", "Succeeded")}
+
+
+def _from_events(node: Obj, events: list[Obj]) -> Obj | None:
+    """The chaos object ``node`` created, re-told from the Kubernetes Events Chaos Mesh wrote for it.
+
+    Chaos Mesh deletes a WorkflowNode's chaos object when the node's deadline passes, so after the Workflow
+    has finished its per-pod records are gone (seen on a real cluster: scripts/cluster-test); the Events it wrote
+    for the object (``Applied`` / ``Recovered`` per pod, ``Failed`` with "apply" or "recover" in the message)
+    outlive it, kept an hour by default. None: the node made no chaos object, or no Event of it is left.
+    """
+    ref = (node.get("status") or {}).get("chaosResource") or {}
+    if not ref.get("name"):
+        return None
+    records = []
+    for e in events:
+        io = e.get("involvedObject") or {}
+        if io.get("kind") != ref.get("kind") or io.get("name") != ref["name"]:
+            continue
+        stamp = e.get("lastTimestamp") or e.get("firstTimestamp") or e.get("eventTime")
+        message = e.get("message") or ""
+        op = EVENT_OPERATIONS.get(e.get("reason", ""))
+        if op is None and e.get("reason") == "Failed":
+            op = next(
+                ((o, "Failed") for word, o in (("apply", "Apply"), ("recover", "Recover")) if word in message),
+                None,
+            )
+        if op and stamp:
+            records.append({"timestamp": stamp, "operation": op[0], "type": op[1], "message": message})
+    if not records:
+        return None
+    return {
+        "kind": ref.get("kind", ""),
+        "metadata": {"name": ref["name"], "labels": {NODE_LABEL: node["metadata"]["name"]}},
+        "status": {"experiment": {"containerRecords": [{"events": records}]}},
+    }
 
 
 def _task_failures(nodes: list[Obj], step: str) -> list[str]:
@@ -132,10 +180,19 @@ def _exec_records(planned: list[Planned], nodes: list[Obj], not_recovered: list[
 
 
 def controller_records(
-    scenario: Scenario, workflow: Obj, nodes: list[Obj], chaos: list[Obj]
+    scenario: Scenario, workflow: Obj, nodes: list[Obj], chaos: list[Obj], k8s_events: list[Obj] | None = None
 ) -> list[ControllerRecord]:
-    """The controller's history of a cluster run, from the Workflow, its nodes and the chaos objects it made."""
+    """The controller's history of a cluster run, from the Workflow, its nodes and the chaos objects it made (those
+    Chaos Mesh already deleted re-told from the namespace's Events, ``k8s_events``: :func:`_from_events`). A planned fault with
+    no record at all is listed as not run."""
     planned = plan(scenario)
+    present = {o["metadata"]["name"] for o in chaos}
+    chaos = chaos + [
+        told
+        for n in nodes
+        if ((n.get("status") or {}).get("chaosResource") or {}).get("name") not in present
+        and (told := _from_events(n, k8s_events or [])) is not None
+    ]
     by_template: dict[str, Planned] = {template_name(p.fault_id, planned): p for p in planned}
     node_template = {n["metadata"]["name"]: n["spec"]["templateName"] for n in nodes}
     steady = _ts(workflow["metadata"]["creationTimestamp"])
@@ -179,7 +236,11 @@ def controller_records(
         elif applied:
             not_recovered.append(p.fault_id)
     records += _exec_records(planned, nodes, not_recovered)
+    started = {r.fault_id for r in records if isinstance(r, FaultOp) and r.action == "inject"}
+    missing = [p.fault_id for p in planned if p.fault_id not in started]
     end = max((r.ts for r in records), default=steady)
+    if missing:  # as the local controller records a fault the run ended before (chaos.history.NotRun)
+        records.append(NotRunPhase(ts=end, detail=NotRun(faults=missing)))
     records.append(
         TeardownPhase(
             ts=end, detail=Teardown(problems=[f"Chaos Mesh recorded no recovery of {f}" for f in not_recovered])

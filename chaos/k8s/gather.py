@@ -56,10 +56,11 @@ def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kube
     flow = _get(kubectl, namespace, "workflow", name)
     nodes = _get(kubectl, namespace, "workflownodes", "-l", selector)["items"]
     chaos = _get(kubectl, namespace, CHAOS_KINDS, "-l", selector)["items"]
-    records = controller_records(scenario, flow, nodes, chaos)
+    events = _get(kubectl, namespace, "events")["items"]  # what Chaos Mesh said of the chaos objects it deleted
+    records = controller_records(scenario, flow, nodes, chaos, events)
     (run_dir / "events").mkdir(parents=True)
     (run_dir / "k8s").mkdir()
-    for label, obj in (("workflow", flow), ("workflownodes", nodes), ("chaos", chaos)):
+    for label, obj in (("workflow", flow), ("workflownodes", nodes), ("chaos", chaos), ("events", events)):
         (run_dir / "k8s" / f"{label}.json").write_text(json.dumps(obj, indent=2))
     for unit in [SYNCER, *learner_ids(scenario.cluster.algorithm.num_learners)]:  # each pod's volume: its events
         _kubectl(

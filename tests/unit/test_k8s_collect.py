@@ -7,13 +7,14 @@ import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chaos.analysis import analyse
 from chaos.errors import ChaosError
 from chaos.fault_plan import plan
-from chaos.history import ControllerRecord, FaultOp, History, Teardown, TeardownPhase
+from chaos.history import ControllerRecord, FaultOp, History, NotRunPhase, Teardown, TeardownPhase
 from chaos.k8s.chaos_mesh import EXEC_KINDS, template_name, workflow
 from chaos.k8s.collect import NODE_LABEL, WORKFLOW_LABEL, controller_records
 from chaos.scenario import builtin_scenarios, load_scenario, scenario_with
@@ -248,3 +249,36 @@ def test_the_fixture_is_chaos_meshs_format() -> None:
     s = load_scenario(builtin_scenarios()["kill-and-rejoin"])
     _, _, chaos = chaos_mesh_objects(s, {"f0": (100.0, 108.0)}, 97.0)
     assert json.loads(json.dumps(chaos))[0]["kind"] == "PodChaos"
+
+
+REAL = (
+    Path(__file__).parents[1] / "data" / "k8s"
+)  # what a real Chaos Mesh left of kill-and-rejoin (scripts/cluster-test)
+
+
+def _real(name: str) -> Any:
+    return json.loads((REAL / f"kill-and-rejoin-{name}.json").read_text())
+
+
+def test_a_fault_whose_chaos_object_chaos_mesh_deleted_is_told_from_its_events():
+    # At the node's deadline Chaos Mesh deletes the PodChaos, so after the Workflow the chaos list is empty; the
+    # Events it wrote (Applied, Recovered: kept an hour) still say when the kill started and ended. Before, the
+    # history had no inject at all and the report passed reintegration with "no fault took a learner out".
+    s = scenario_with("kill-and-rejoin")
+    records = controller_records(s, _real("workflow"), _real("workflownodes"), [], _real("events")["items"])
+    ops = [(r.action, r.outcome, r.ts) for r in records if isinstance(r, FaultOp)]
+    assert [(a, o) for a, o, _ in ops] == [
+        ("inject", "invoke"),
+        ("inject", "ok"),
+        ("heal", "invoke"),
+        ("heal", "ok"),
+    ]
+    assert ops[2][2] - ops[0][2] == s.schedule[0].duration  # 8 s, to Kubernetes' second
+    assert not [r for r in records if isinstance(r, NotRunPhase)]
+
+
+def test_a_planned_fault_with_no_record_at_all_is_not_run():
+    s = scenario_with("kill-and-rejoin")
+    records = controller_records(s, _real("workflow"), _real("workflownodes"), [], [])
+    assert not [r for r in records if isinstance(r, FaultOp)]
+    assert [r.detail.faults for r in records if isinstance(r, NotRunPhase)] == [["f0"]]
