@@ -66,7 +66,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "reference-parity-small", "reference_parity_small.json"),
     ("docs/benchmarks.md", "ablations-small", "ablations_small.json"),
     ("docs/benchmarks.md", "ablations-small-hetero", "ablations_small_hetero.json"),
-    ("docs/benchmarks.md", "reference-parity-small-links", "reference_parity_small_links.json"),
+    ("docs/benchmarks.md", "reference-parity-small-links", "reference_parity_small_links_sync.json"),
     ("docs/trainer.md", "compute-dtype", "compute_dtype.json"),
     ("docs/benchmarks.md", "state-size", "state_size.json"),
     ("docs/security.md", "drift-ratio", "drift_ratio.json"),

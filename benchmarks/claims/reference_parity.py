@@ -15,11 +15,9 @@ beside them at the same tokens.
         uniform no-grace heard tau-2 bf16 int8 int4 --seeds 100 101 102 103 104 --results-name ablations_small \
         --keep-runs DIR [--reuse]              # the ablations, one setting of the defaults each (ABLATIONS),
                                                # each also against the defaults on the same seed
-    .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only decoupled \
-        --links 500 600 --seeds 100 101 102 103 104 --results-name reference_parity_small_links   # over slow links
     .venv/bin/python -m benchmarks.claims.reference_parity --size small --text --step-s 0 --only sync decoupled \
         --links 500 600 --seeds 100 101 102 103 104 --results-name reference_parity_small_links_sync \
-        --keep-runs DIR --reuse               # both over slow links, paired (the decoupled runs reused from the above)
+        [--keep-runs DIR --reuse]             # both on fast and on slow links, paired by seed (~3 h)
 
 ``--links KBPS MS`` runs every configuration a second time with every learner's link slowed (Toxiproxy's
 bandwidth and latency toxics, from the first merge to the end) and judges that row against the same configuration on fast links,
