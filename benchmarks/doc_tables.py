@@ -51,6 +51,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "fault-latency", "fault_latency.json"),
     ("docs/benchmarks.md", "fault-schedule", "fault_latency.json"),
     ("docs/benchmarks.md", "learner-overhead", "learner_overhead.json"),
+    ("docs/benchmarks.md", "learner-overhead-cpu", "learner_overhead.json"),
     ("docs/benchmarks.md", "search-phases", "search_phases.json"),
     ("docs/scale-simulator.md", "scale-paper-table", "scale_paper_table.json"),
     ("docs/scale-simulator.md", "scale-speed", "scale_paper_table.json"),
@@ -134,7 +135,6 @@ TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "scale-sim-to-real-calibration": calibration_table,
     "fault-schedule": lambda result: result["results"]["schedule_table"],  # fault_latency --compare-poll
     "learner-overhead-cpu": lambda result: result["results"]["cpu_table"],
-    "learner-overhead-small-cpu": lambda result: result["results"]["cpu_table"],
 }
 
 
