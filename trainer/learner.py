@@ -81,8 +81,7 @@ class Comm:
         self.l = learner
         self.client = learner.client
         self.fragments = fragments
-        shapes = param_shapes(learner.setup.model)
-        self.nbytes = [fragment_nbytes({n: shapes[n] for n in names}) for names in fragments]  # deadlines
+        self.nbytes = [fragment_nbytes({n: learner.shapes[n] for n in names}) for names in fragments]  # deadlines
         self.uploads: queue.Queue[_UploadJob | None] = queue.Queue()
         self.closing = threading.Event()  # threads should exit
         self._corrupt_rng = np.random.default_rng(learner.cfg.seed + learner_seed_index(learner.learner_id))
@@ -265,6 +264,9 @@ class Learner:
         self.learner_id = learner_id
         self.incarnation = uuid.uuid4().hex[:12]
         self.setup = TrainingSetup.from_config(cfg)
+        self.shapes = param_shapes(
+            self.setup.model
+        )  # the state's and each fragment's size: their calls' deadlines
         self.log = ev.EventLog(
             run_dir / "events" / f"{learner_id}.jsonl",
             learner_id,
@@ -322,7 +324,7 @@ class Learner:
         )
         if fetch_state:
             t0 = time.monotonic()
-            values = self.client.get_state(self.learner_id, fragment_nbytes(param_shapes(self.setup.model)))
+            values = self.client.get_state(self.learner_id, fragment_nbytes(self.shapes))
             self.base = {n: t for v in values for n, t in v.tensors.items()}
             self.params = {n: jnp.asarray(t) for n, t in self.base.items()}
             versions = [v.version for v in sorted(values, key=lambda v: v.fragment)]

@@ -302,7 +302,8 @@ class Simulation:
         what its link still carries that way; ``on_header`` runs when the request's first bytes reach the syncer (a
         streamed upload's header), ``on_piece`` as each further piece of its body does, ``on_lost`` there when the
         call fails after its header."""
-        call = _Call(self, node, on_reply, on_fail, deadline_s or self.cfg.learner.rpc_timeout_s)
+        deadline = self.cfg.learner.rpc_timeout_s if deadline_s is None else deadline_s
+        call = _Call(self, node, on_reply, on_fail, deadline)
         link = self.links[node.lid]
         cut = link.blocked("to_syncer")
         if cut == "refuse":

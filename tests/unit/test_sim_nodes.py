@@ -270,26 +270,27 @@ def test_an_answered_call_or_one_failed_before_its_header_arrived_tells_the_sync
     assert seen == ["failed"]
 
 
-def test_over_a_slow_link_reports_wait_behind_uploads_and_the_pieces_keep_every_learner_in_its_rounds() -> None:
-    # The small preset's 3.4 MB fragments over 500 KB/s take ~7 s, past the 5 s liveness timeout, and a learner's
-    # reports wait behind its upload on the one link (chaos.sim.network.Link.send). Heard only through the pieces
-    # of its body, each learner stays in its rounds: without them (the real syncer before it counted them), rounds
-    # merged at the first upload and refused the others as late, 1.3 learners a merge of 3.
-    r = simulate(
+def _small_over_500_kbps(cluster: dict[str, Any]) -> Any:
+    """A simulated run of the small preset (~1.1 s steps) with every learner's link at 500 KB/s from the start."""
+    return simulate(
         parse_scenario(
             {
                 "name": "t",
-                "cluster": {
-                    "token_budget": 6_000_000,
-                    "model": {"size": "small"},
-                    "learner": {"step_delay_s": 1.1},
-                },
+                "cluster": {"model": {"size": "small"}, "learner": {"step_delay_s": 1.1}, **cluster},
                 "schedule": [
                     {"fault": "bandwidth", "targets": "all", "rate_kbps": 500, "at": 0, "duration": 10**5}
                 ],
             }
         )
     )
+
+
+def test_over_a_slow_link_reports_wait_behind_uploads_and_the_pieces_keep_every_learner_in_its_rounds() -> None:
+    # The small preset's 3.4 MB fragments over 500 KB/s take ~7 s, past the 5 s liveness timeout, and a learner's
+    # reports wait behind its upload on the one link (chaos.sim.network.Link.send). Heard only through the pieces
+    # of its body, each learner stays in its rounds: without them (the real syncer before it counted them), rounds
+    # merged at the first upload and refused the others as late, 1.3 learners a merge of 3.
+    r = _small_over_500_kbps({"token_budget": 6_000_000})
     merges = of(r, ev.Merge)
     uploads = of(r, ev.Upload)
     assert len(merges) >= 5 and min(u.seconds for u in uploads[3:]) > 5.0  # past the fast first round
@@ -303,22 +304,7 @@ def test_synchronous_diloco_over_a_slow_link_fetches_its_fragments_while_they_cr
     # another (~27 s). With a fetch's deadline fixed at the long poll plus one RPC timeout (12 s; the real client's
     # before trainer.core.deadlines) the later ones missed it, every retry started over, and training stopped; with
     # a timeout per piece every learner takes every merge and the run ends at its budget.
-    r = simulate(
-        parse_scenario(
-            {
-                "name": "t",
-                "cluster": {
-                    "token_budget": 400_000,
-                    "model": {"size": "small"},
-                    "algorithm": {"mode": "sync-diloco", "num_learners": 3},
-                    "learner": {"step_delay_s": 1.1},
-                },
-                "schedule": [
-                    {"fault": "bandwidth", "targets": "all", "rate_kbps": 500, "at": 0, "duration": 10**5}
-                ],
-            }
-        )
-    )
+    r = _small_over_500_kbps({"token_budget": 400_000, "algorithm": {"mode": "sync-diloco", "num_learners": 3}})
     assert not r.timed_out and r.final_loss is not None
     merges = of(r, ev.Merge)
     # Every round but the last, which the budget's end flushes with whatever is in.
