@@ -32,11 +32,23 @@ from benchmarks.common import markdown_table, new_figure, save_figure, write_res
 from trainer import events as ev
 from trainer.config import build_config
 from trainer.launch import THREAD_ENV, LocalCluster
+from trainer.learner import SYNC_THREAD_PREFIX
 
 WARMUP = 30
-# Thread kinds by the name the OS knows a thread by (/proc/<pid>/task/<tid>/comm): Python's threads are all
-# "python" (3.11 does not name them), XLA's CPU compute threads "tf_XLAEigen", gRPC core's its own.
-THREAD_KINDS = (("tf_XLA", "XLA compute"), ("python", "Python threads"), ("event_engine", "gRPC core"))
+# The synced learner's algorithm: M = 1, so each fragment syncs every H steps and the learner one every H / P.
+SYNC_EVERY, NUM_FRAGMENTS = 8, 4
+ALGORITHM = {"mode": "decoupled", "num_learners": 1, "num_fragments": NUM_FRAGMENTS, "sync_every": SYNC_EVERY}
+STEPS_PER_SYNC = SYNC_EVERY / NUM_FRAGMENTS
+# Thread kinds by the name the OS knows a thread by (/proc/<pid>/task/<tid>/comm), first prefix that matches: the
+# learner names its sync threads; XLA's CPU compute threads are "tf_XLAEigen", gRPC core's "event_engine"; every
+# other thread is "python" (3.11 does not name them): the step loop, JAX's dispatch thread (which runs compiled
+# code too, so the split between it and XLA's threads moves with how often the loop blocks), gRPC's per-call threads.
+THREAD_KINDS = (
+    (SYNC_THREAD_PREFIX, "sync threads (upload, download, report)"),
+    ("tf_XLA", "XLA compute"),
+    ("event_engine", "gRPC core"),
+    ("python", "step loop, JAX dispatch, other Python"),
+)
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
@@ -134,7 +146,7 @@ def run_synced(
             "model": {"size": size},
             "seed": seed,
             "token_budget": 10**12,
-            "algorithm": {"mode": "decoupled", "num_learners": 1, "num_fragments": 4, "sync_every": 8},
+            "algorithm": ALGORITHM,
             "learner": {"step_event_every": 10},
         }
     )
@@ -246,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             ]
         ],
     )
+    extra_ms = sum(cpu_median["synced"].values()) - sum(cpu_median["bare"].values())
+    per_sync = f"Extra CPU per sync (a sync every {STEPS_PER_SYNC:g} steps): {extra_ms * STEPS_PER_SYNC:.2f} ms."
+    cpu_table += f"\n\n{per_sync}"
     print(f"\n{table}\n\n{cpu_table}")
     config = {
         "size": args.size,
@@ -266,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ms_per_step": cpu,
         "cpu_ms_per_step_median": cpu_median,
         "cpu_table": cpu_table,
+        "steps_per_sync": STEPS_PER_SYNC,
+        "extra_cpu_ms_per_sync": extra_ms * STEPS_PER_SYNC,
     }
     out_dir = Path(args.out_dir)
     write_results(args.results_name, config=config, results=results, table=table, out_dir=out_dir)

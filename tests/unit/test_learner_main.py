@@ -53,3 +53,20 @@ def test_a_finished_learner_exits_by_default(finishing):
     t0 = time.monotonic()
     assert learner_mod.main(finishing) == 0
     assert time.monotonic() - t0 < 1.0
+
+
+def test_a_sync_thread_is_named_where_the_os_shows_it() -> None:
+    """A profile (or benchmarks.costs.learner_overhead) tells the learner's sync threads from the step loop by the
+    name in /proc/<pid>/task/<tid>/comm; names longer than the OS's 15 bytes are cut, not refused."""
+    seen: list[str] = []
+
+    def run(name: str) -> None:
+        learner_mod.name_os_thread(name)
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm") as f:
+            seen.append(f.read().strip())
+
+    for name in ("sync-upload", "sync-download-12345"):
+        t = threading.Thread(target=run, args=(name,))
+        t.start()
+        t.join()
+    assert seen == ["sync-upload", "sync-download-1"]
