@@ -76,21 +76,63 @@ from trainer.core.rounds import cluster_pace, round_at, round_opens
 
 
 @dataclass(frozen=True)
-class Uploads:
-    """Every fragment sync of every learner, one row each (numpy columns)."""
+class FragmentUploads:
+    """One fragment's syncs from every learner, one row each (numpy columns), learner incarnation by incarnation
+    and each in step order (the syncer takes them in header order)."""
 
     learner: np.ndarray
-    fragment: np.ndarray
+    incarnation: np.ndarray
+    inc_start: np.ndarray  # the wall time the incarnation began stepping
     step: np.ndarray  # the learner's step (within its incarnation) the sync started after
     round: np.ndarray  # the fragment's round on the syncer's clock
     arrival: np.ndarray  # wall time the upload reached the syncer (its last byte)
     header: np.ndarray  # wall time its header reached the syncer (its first byte: one latency after it left)
-    incarnation: np.ndarray
-    inc_starts: np.ndarray  # per incarnation: the wall time it began stepping
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """One learner incarnation's delivered syncs (numpy columns), fragment by fragment, each in step order: fragment
+    p's rows are ``bounds[p]:bounds[p + 1]``."""
+
+    learner: int
+    index: int
+    start: float  # the wall time it began stepping
+    step: np.ndarray
+    round: np.ndarray
+    arrival: np.ndarray
+    bounds: np.ndarray
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """Every fragment sync of every learner, kept per incarnation and handed out per fragment: a week at 2.4M
+    chips is ~5M uploads, and columns of them all at once are hundreds of MB of fresh memory (each page's first
+    touch costs ~27 µs on this machine's VM: more than the sorting)."""
+
+    incarnations: list[Incarnation]
+    wire: float  # a header arrives this long before its body's last byte
     lost_at: np.ndarray  # when a failure threw work away ...
     lost_steps: np.ndarray  # ... and how many steps: the one in flight, and for a restart the steps since each
     #                         fragment's last delivered sync (mean over fragments)
     link_skipped: int  # syncs not sent: the previous one of the fragment was still unanswered
+
+    def __len__(self) -> int:
+        return sum(len(c.step) for c in self.incarnations)
+
+    def fragment(self, p: int) -> FragmentUploads:
+        """Fragment ``p``'s uploads, incarnation by incarnation."""
+        parts = [(c, c.bounds[p], c.bounds[p + 1]) for c in self.incarnations]
+        counts = [int(hi - lo) for _, lo, hi in parts]
+        arrival = np.concatenate([c.arrival[lo:hi] for c, lo, hi in parts] or [np.empty(0)])
+        return FragmentUploads(
+            learner=np.repeat(np.array([c.learner for c, _, _ in parts], dtype=np.int32), counts),
+            incarnation=np.repeat(np.array([c.index for c, _, _ in parts], dtype=np.int32), counts),
+            inc_start=np.repeat(np.array([c.start for c, _, _ in parts], dtype=float), counts),
+            step=np.concatenate([c.step[lo:hi] for c, lo, hi in parts] or [np.empty(0, dtype=np.int32)]),
+            round=np.concatenate([c.round[lo:hi] for c, lo, hi in parts] or [np.empty(0, dtype=np.int32)]),
+            arrival=arrival,
+            header=arrival - self.wire,
+        )
 
 
 def _clock_syncs(
@@ -193,14 +235,11 @@ def learner_uploads(
     ``pace`` seconds per cluster step."""
     wire = max(up - cfg.network.latency, 0.0)  # a header arrives this long before its body's last byte
     horizon = float(cfg.duration)
-    cols: dict[str, list[np.ndarray]] = {
-        k: [] for k in Uploads.__dataclass_fields__ if not k.startswith(("lost", "link", "inc_starts"))
-    }
+    nfrag = fragment_schedule.num_fragments
+    incarnations: list[Incarnation] = []
     lost_at: list[float] = []
     lost_steps: list[float] = []
     link_skipped = 0
-    inc_id = 0
-    inc_starts: list[float] = []
     for i, o in enumerate(outages):
         step = cfg.step_s(i)
         if o.elastic:
@@ -221,30 +260,32 @@ def learner_uploads(
                 walls = a + np.arange(1, n + 1) * step
             steps, frags, rounds = _clock_syncs(fragment_schedule, pace, step, walls, a, lag_s=cfg.network.latency)
             start = walls[steps - 1] if len(steps) else np.empty(0)
+            del walls
             sent, arrival = _send(start, frags, up, down)
             ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it
             link_skipped += int((~sent).sum())
-            # int32 where it fits: a week at 2.4M chips and M = 16 is ~10M uploads.
-            for name, col in (
-                ("learner", np.full(len(steps), i, dtype=np.int32)),
-                ("fragment", frags.astype(np.int32)),
-                ("step", steps.astype(np.int32)),
-                ("round", rounds.astype(np.int32)),
-                ("arrival", arrival),
-                ("header", arrival - wire),
-                ("incarnation", np.full(len(steps), inc_id, dtype=np.int32)),
-            ):
-                cols[name].append(col[ok])
-            inc_id += 1
-            inc_starts.append(a)
+            # Fragment by fragment, each in step order (a stable sort); int32 where it fits.
+            order = np.flatnonzero(ok)
+            order = order[np.argsort(frags[order], kind="stable")]
+            incarnations.append(
+                Incarnation(
+                    learner=i,
+                    index=len(incarnations),
+                    start=a,
+                    step=steps[order].astype(np.int32),
+                    round=rounds[order].astype(np.int32),
+                    arrival=arrival[order],
+                    bounds=np.searchsorted(frags[order], np.arange(nfrag + 1), side="left"),
+                )
+            )
             if not o.elastic and b < horizon:
-                last = np.zeros(fragment_schedule.num_fragments)
+                last = np.zeros(nfrag)
                 np.maximum.at(last, frags[ok], steps[ok])
                 lost_at.append(b)
                 lost_steps.append(float(np.mean(n - last)) + ((b - a) % step) / step)
     return Uploads(
-        **{k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()},
-        inc_starts=np.asarray(inc_starts),
+        incarnations,
+        wire=wire,
         lost_at=np.asarray(lost_at),
         lost_steps=np.asarray(lost_steps),
         link_skipped=link_skipped,
@@ -330,6 +371,15 @@ class _Syncer:
         wants: dict[tuple[str, int], int | None] = {}
         merge_times, merge_tokens = self.merge_times, self.merge_tokens
         tokens_per_step = self.tokens_per_merged_step
+        fragment_schedule, pace, outages, inf, ceil = (
+            self.fragment_schedule,
+            self.pace,
+            self.outages,
+            math.inf,
+            math.ceil,
+        )
+        # Counters kept in locals while the loop runs (attribute writes cost, once per upload).
+        skipped = refused = late_refused = carried = participants = 0
         late_reason, stale_reason = RejectReason.LATE_ROUND.value, RejectReason.STALE_VERSION.value
         grace = grace_seconds(policy, self.timing)
         version, round_, last_round = 0, -1, -1
@@ -343,44 +393,45 @@ class _Syncer:
             if up_lo[i] <= at < up_hi[i]:  # its work so far is at - up_down[i] within [up_lo, up_hi)
                 work = at - up_down[i]
             else:
-                o = self.outages[i]
+                o = outages[i]
                 up_lo[i], up_hi[i], up_down[i] = o.up_span(at)
                 work = o.work_before(at)  # (at - up_down[i] where the new span holds at; not while it is out)
-            step = math.ceil(work / steps_s[i] - 1e-9)
+            step = ceil(work / steps_s[i] - 1e-9)
             earliest = synced[i] + floor if overlap else 0
             answered[i] = ref[i] = step if step > earliest else earliest
             base[i], waiting[i] = version, -1
 
         # When the pending round merges: merge_time of its state, kept as it changes (on an accepted upload) and
         # compared with every next header (inf: no quorum yet, merge_time says None).
-        due = math.inf
+        due = inf
 
         def close() -> None:
-            nonlocal version, last_round, quorum_at, last_arrival, due
-            at = max(due, last_arrival)  # the members' bodies are in (within the hold)
+            nonlocal version, last_round, quorum_at, last_arrival, due, participants
+            at = due if due > last_arrival else last_arrival  # the members' bodies are in (within the hold)
             version += 1
             last_round = round_
             merge_times.append(at)
             merge_tokens.append(sum(members.values()) * tokens_per_step)
-            self.participants += len(members)
+            participants += len(members)
+            back = at + down
             for j in members:
                 if waiting[j] == version:
-                    receive(j, at + down, version)
+                    receive(j, back, version)
             members.clear()
-            quorum_at, last_arrival, due = None, 0.0, math.inf
+            quorum_at, last_arrival, due = None, 0.0, inf
 
         for i, s, header, arr, inc, inc_start, r in rows:
             if due < header:  # the next header comes after the merge time: it missed the round
                 close()
             if inc_of[i] != inc:  # a (re)joined learner fetches the current version
                 inc_of[i] = inc
-                if not self.outages[i].elastic:
-                    up_lo[i], up_hi[i], up_down[i] = -math.inf, math.inf, inc_start
+                if not outages[i].elastic:
+                    up_lo[i], up_hi[i], up_down[i] = -inf, inf, inc_start
                 ref[i], base[i], answered[i], waiting[i], synced[i] = 0, version, 0.0, -1, 0
             elif answered[i] >= s:
                 # The previous sync of this fragment is unanswered (LearnerBook.on_step runs before ready() at a
                 # step boundary, so one answered at this very step still counts as in flight): skip, counters carry on.
-                self.skipped += 1
+                skipped += 1
                 continue
             synced[i] = s
             late = r <= last_round
@@ -391,13 +442,13 @@ class _Syncer:
             else:
                 reason = ""
             if reason:
-                self.refused += 1
-                self.late += reason == late_reason
+                refused += 1
+                late_refused += reason == late_reason
             else:
                 target = r if r > last_round else last_round + 1  # a late upload is carried into the next round
                 if target > round_:  # a new round, or one short of quorum carrying its contributions on into it
-                    round_, opened = target, round_opens(self.fragment_schedule, p, target) * self.pace
-                self.carried += late
+                    round_, opened = target, round_opens(fragment_schedule, p, target) * pace
+                carried += late
                 members[i] = s - ref[i] if s > ref[i] else 0
                 if arr > last_arrival:
                     last_arrival = arr
@@ -412,19 +463,24 @@ class _Syncer:
                     if not active_lo <= last_arrival < active_hi:
                         active_lo, active_hi, active = active_span(last_arrival)
                     due = merge_time_with_grace(grace, quorum_at, len(members), active, opened)
-            behind = base[i] - version
-            if (reason, behind) not in wants:  # upload_outcome's want moves with the versions: ask it once
-                wants[reason, behind] = upload_outcome(not reason, reason, behind, 0).want
-            want = wants[reason, behind]
-            assert want is not None
+            key = (reason, base[i] - version)
+            want = wants.get(key)
+            if want is None:  # upload_outcome's want moves with the versions: ask it once
+                want = wants[key] = upload_outcome(not reason, reason, key[1], 0).want
+                assert want is not None
             want += version
             if want <= version:
                 # What it asked for exists: the reply brings it. A refused sync is failed, so no overlap wait.
                 receive(i, arr + down, version, overlap=not reason)
             else:
-                answered[i], waiting[i] = math.inf, want
+                answered[i], waiting[i] = inf, want
         if due < horizon:
             close()
+        self.skipped += skipped
+        self.refused += refused
+        self.late += late_refused
+        self.carried += carried
+        self.participants += participants
 
 
 def run(
@@ -448,18 +504,18 @@ def run(
         cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), fragment_schedule, pace
     )
     for p in range(nfrag):
-        sel = np.flatnonzero(ups.fragment == p)
-        sel = sel[np.argsort(ups.header[sel], kind="stable")]
+        f = ups.fragment(p)
+        sel = np.argsort(f.header, kind="stable")
         syncer.fragment(
             p,
             zip(
-                ups.learner[sel].tolist(),
-                ups.step[sel].tolist(),
-                ups.header[sel].tolist(),
-                ups.arrival[sel].tolist(),
-                ups.incarnation[sel].tolist(),
-                ups.inc_starts[ups.incarnation[sel]].tolist(),
-                ups.round[sel].tolist(),
+                f.learner[sel].tolist(),
+                f.step[sel].tolist(),
+                f.header[sel].tolist(),
+                f.arrival[sel].tolist(),
+                f.incarnation[sel].tolist(),
+                f.inc_start[sel].tolist(),
+                f.round[sel].tolist(),
             ),
             horizon,
         )
@@ -488,7 +544,7 @@ def run(
         failure_times=np.concatenate([o.failure_times for o in outages]),
         timeline=timeline,
         details={
-            "uploads": float(len(ups.step)),
+            "uploads": float(len(ups)),
             "skipped_syncs": float(skipped + ups.link_skipped),
             "refused_stale": float(refused - syncer.late),
             "refused_late": float(syncer.late),
