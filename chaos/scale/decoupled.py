@@ -164,10 +164,30 @@ def _clock_syncs(
         >>> k.tolist(), p.tolist(), r.tolist()
         ([2, 4, 4], [0, 0, 1], [0, 2, 1])
     """
-    n = len(walls)
-    if n == 0:
+    groups = _fragment_syncs(fragment_schedule, pace, step_s, walls, joined, lag_s)
+    if not groups:
         return (np.empty(0, dtype=np.int64),) * 3
-    out = []
+    steps = np.concatenate([k for _, k, _ in groups])
+    frags = np.concatenate([np.full(len(k), p) for p, k, _ in groups])
+    rounds = np.concatenate([r for _, _, r in groups])
+    order = np.argsort(steps, kind="stable")
+    return steps[order], frags[order], rounds[order]
+
+
+def _fragment_syncs(
+    fragment_schedule: FragmentSchedule,
+    pace: float,
+    step_s: float,
+    walls: np.ndarray,
+    joined: float,
+    lag_s: float = 0.0,
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """:func:`_clock_syncs` fragment by fragment: (fragment, steps, rounds), each in step order; fragments with
+    no sync left out."""
+    n = len(walls)
+    out: list[tuple[int, np.ndarray, np.ndarray]] = []
+    if n == 0:
+        return out
     for p in range(fragment_schedule.num_fragments):
         first = (
             round_at(fragment_schedule, p, joined / pace) + 1
@@ -181,12 +201,18 @@ def _clock_syncs(
         ok = idx < n
         r, idx = r[ok], idx[ok]
         newest = np.r_[idx[1:] != idx[:-1], True]  # several rounds at one boundary: the newest only
-        out.append((idx[newest] + 1, np.full(int(newest.sum()), p), r[newest]))
-    if not out:
-        return (np.empty(0, dtype=np.int64),) * 3
-    steps, frags, rounds = (np.concatenate(c) for c in zip(*out))
-    order = np.argsort(steps, kind="stable")
-    return steps[order], frags[order], rounds[order]
+        if newest.any():
+            out.append((p, idx[newest] + 1, r[newest]))
+    return out
+
+
+def _link_keeps_up(starts: list[np.ndarray], up: float, down: float) -> bool:
+    """Whether one learner's link sends every sync at once: uploads starting at ``starts`` (one array per
+    fragment, each in time order) never queue behind each other (``up`` apart or more), and no fragment's sync
+    starts before its previous one's answer is back (``up + down``)."""
+    every = np.sort(np.concatenate(starts)) if starts else np.empty(0)
+    gaps_ok = up <= 0 or bool(np.all(np.diff(every) >= up))
+    return gaps_ok and all(len(s) < 2 or np.min(np.diff(s)) >= up + down for s in starts)
 
 
 def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple[np.ndarray, np.ndarray]:
@@ -205,10 +231,7 @@ def _send(start: np.ndarray, frags: np.ndarray, up: float, down: float) -> tuple
     arrival = start + up
     if len(start) == 0:
         return np.ones(0, dtype=bool), arrival
-    gaps_ok = up <= 0 or bool(np.all(np.diff(start) >= up))
-    same = {p: start[frags == p] for p in np.unique(frags).tolist()}
-    answers_ok = all(len(s) < 2 or np.min(np.diff(s)) >= up + down for s in same.values())
-    if gaps_ok and answers_ok:
+    if _link_keeps_up([start[frags == p] for p in np.unique(frags).tolist()], up, down):
         return np.ones(len(start), dtype=bool), arrival  # the link keeps up: nothing queues, nothing is skipped
     sent = np.zeros(len(start), dtype=bool)
     free = -math.inf
@@ -258,29 +281,44 @@ def learner_uploads(
             else:
                 n = int((min(b, horizon) - a) // step)
                 walls = a + np.arange(1, n + 1) * step
-            steps, frags, rounds = _clock_syncs(fragment_schedule, pace, step, walls, a, lag_s=cfg.network.latency)
-            start = walls[steps - 1] if len(steps) else np.empty(0)
+            groups = _fragment_syncs(fragment_schedule, pace, step, walls, a, lag_s=cfg.network.latency)
+            end = min(b, horizon)  # a learner that dies mid-upload never delivers it
+            if _link_keeps_up([walls[k - 1] for _, k, _ in groups], up, down):
+                # Nothing queues or is skipped: each fragment's uploads arrive `up` after they start.
+                delivered = []
+                for p, k, r in groups:
+                    arrival = walls[k - 1] + up
+                    ok = arrival < end
+                    delivered.append((p, k[ok], r[ok], arrival[ok]))
+            else:
+                steps, frags, rounds = _clock_syncs(fragment_schedule, pace, step, walls, a, cfg.network.latency)
+                sent, arrival = _send(walls[steps - 1], frags, up, down)
+                link_skipped += int((~sent).sum())
+                ok = sent & (arrival < end)
+                delivered = [
+                    (p, steps[sel], rounds[sel], arrival[sel])
+                    for p in range(nfrag)
+                    if len(sel := np.flatnonzero(ok & (frags == p)))
+                ]
             del walls
-            sent, arrival = _send(start, frags, up, down)
-            ok = sent & (arrival < min(b, horizon))  # a learner that dies mid-upload never delivers it
-            link_skipped += int((~sent).sum())
-            # Fragment by fragment, each in step order (a stable sort); int32 where it fits.
-            order = np.flatnonzero(ok)
-            order = order[np.argsort(frags[order], kind="stable")]
+            counts = np.zeros(nfrag, dtype=np.int64)
+            last = np.zeros(nfrag)  # each fragment's last delivered sync
+            for p, k, _, _ in delivered:
+                counts[p] = len(k)
+                last[p] = k[-1] if len(k) else 0
+            # Fragment by fragment, each in step order; int32 where it fits.
             incarnations.append(
                 Incarnation(
                     learner=i,
                     index=len(incarnations),
                     start=a,
-                    step=steps[order].astype(np.int32),
-                    round=rounds[order].astype(np.int32),
-                    arrival=arrival[order],
-                    bounds=np.searchsorted(frags[order], np.arange(nfrag + 1), side="left"),
+                    step=np.concatenate([k for _, k, _, _ in delivered] or [np.empty(0)]).astype(np.int32),
+                    round=np.concatenate([r for _, _, r, _ in delivered] or [np.empty(0)]).astype(np.int32),
+                    arrival=np.concatenate([t for _, _, _, t in delivered] or [np.empty(0)]),
+                    bounds=np.r_[0, np.cumsum(counts)],
                 )
             )
             if not o.elastic and b < horizon:
-                last = np.zeros(nfrag)
-                np.maximum.at(last, frags[ok], steps[ok])
                 lost_at.append(b)
                 lost_steps.append(float(np.mean(n - last)) + ((b - a) % step) / step)
     return Uploads(
