@@ -3,6 +3,7 @@
     DILOCO_JUNIT_DIR=J scripts/test -p no:cacheprovider     # or scripts/test --quick ..., scripts/nightly
     .venv/bin/python -m benchmarks.costs.tier_times J/*.xml [--slowest 3]          # print the per-folder table
     .venv/bin/python -m benchmarks.costs.tier_times J/*.xml --log J/log --record per-change   # into the results file
+    .venv/bin/python -m benchmarks.costs.tier_times --log J/log --record main    # the main job: no tests, its parts
     .venv/bin/python -m benchmarks.costs.tier_times --render     # draw benchmarks/results/tier_times.json into the doc
     .venv/bin/python -m benchmarks.costs.tier_times --check      # exit 1 if docs/ci-tiers.md is not what it renders to
 
@@ -41,6 +42,8 @@ TIERS: dict[str, dict[str, Any]] = {
         "bar_min": 15,
     },
     "nightly": {"measure": "git clone … && ( time CI=true scripts/nightly ) >J/log 2>&1", "bar_min": 60},
+    # The main job (no tests: its parts are scripts/main's `tier:` lines), from a fresh clone with no images.
+    "main": {"measure": "git clone … && ( time scripts/main ) >J/log 2>&1", "bar_min": 8},
 }
 
 
@@ -223,8 +226,11 @@ def markdown(doc: dict[str, Any]) -> str:
     """
     rows, folders, notes = [], [], []
     for name, t in doc["tiers"].items():
-        passed = f"{t['tests'] - t['not_passed']} passed" + (
-            f", **{t['not_passed']} not passed**" if t["not_passed"] else ""
+        passed = (
+            f"{t['tests'] - t['not_passed']} passed"
+            + (f", **{t['not_passed']} not passed**" if t["not_passed"] else "")
+            if t["tests"] or t["not_passed"]
+            else "—"
         )
         at = str(t.get("commit", ""))[:7] + (" + uncommitted" if t.get("uncommitted") else "")
         cores = t.get("machine", {}).get("cpus_usable")
@@ -308,8 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         DOC.write_text(new)
         print(f"rendered {RESULTS_PATH} into {DOC}")
         return 0
-    if not args.junit:
-        ap.error("name the JUnit files (or --render / --check)")
+    if not args.junit and not (args.record and args.log):
+        ap.error(
+            "name the JUnit files (or --record TIER --log LOG for a tier with no tests, or --render / --check)"
+        )
     try:
         times = tier_times(*(path.read_text(encoding="utf-8") for path in args.junit))
         log = args.log.read_text(encoding="utf-8", errors="replace") if args.log else ""
