@@ -11,9 +11,9 @@ The synced learner is a real learner process talking gRPC to a real syncer
 (decoupled mode, M = 1, K = 1) that merges every fragment it receives; its
 throughput is read from the learner's own ``step`` events after a warm-up.
 
-Where the difference goes: each side's CPU per step by thread kind (XLA's compute threads, Python threads —
-the step loop and, in the learner, its upload / download / report threads and gRPC's per-call threads — and
-gRPC's core threads), read from ``/proc/<pid>/task/*/stat`` over the timed window.
+Where the difference goes: each side's CPU per step by thread kind (the learner's sync threads, XLA's compute
+threads, gRPC's core threads and the rest: ``THREAD_KINDS``), read from ``/proc/<pid>/task/*/stat`` over the
+timed window.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ ALGORITHM = {"mode": "decoupled", "num_learners": 1, "num_fragments": NUM_FRAGME
 STEPS_PER_SYNC = SYNC_EVERY / NUM_FRAGMENTS
 # Thread kinds by the name the OS knows a thread by (/proc/<pid>/task/<tid>/comm), first prefix that matches: the
 # learner names its sync threads; XLA's CPU compute threads are "tf_XLAEigen", gRPC core's "event_engine"; every
-# other thread is "python" (3.11 does not name them): the step loop, JAX's dispatch thread (which runs compiled
-# code too, so the split between it and XLA's threads moves with how often the loop blocks), gRPC's per-call threads.
+# other thread is "python" (3.11 does not name them): the step loop and JAX's dispatch thread (which runs compiled
+# code too, so the split between it and XLA's threads moves with how often the loop blocks). A thread inherits its
+# creator's name, so the threads gRPC starts for a sync thread's call (an upload's request stream) count as sync.
 THREAD_KINDS = (
     (SYNC_THREAD_PREFIX, "sync threads (upload, download, report)"),
     ("tf_XLA", "XLA compute"),
@@ -53,7 +54,7 @@ THREAD_KINDS = (
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds (user + system) each kind of thread of ``pid`` has used so far (threads that exited are lost:
-    gRPC's per-call threads are counted only while alive, so the Python figure is a lower bound)."""
+    gRPC's per-call threads are counted only while alive, so the sync threads' figure is a lower bound)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
