@@ -407,6 +407,8 @@ class _Syncer:
         active_lo, active_hi, active = math.inf, -math.inf, 0  # active's value, valid while lo <= time < hi
         # upload_outcome(...).want less the syncer's version, by (reason, base - version)
         wants: dict[tuple[str, int], int | None] = {}
+        want_current = upload_outcome(True, "", 0, 0).want  # an accepted upload based on the current version
+        assert want_current is not None
         merge_times, merge_tokens = self.merge_times, self.merge_tokens
         tokens_per_step = self.tokens_per_merged_step
         fragment_schedule, pace, outages, inf, ceil = (
@@ -501,15 +503,20 @@ class _Syncer:
                     if not active_lo <= last_arrival < active_hi:
                         active_lo, active_hi, active = active_span(last_arrival)
                     due = merge_time_with_grace(grace, quorum_at, len(members), active, opened)
-            key = (reason, base[i] - version)
-            want = wants.get(key)
-            if want is None:  # upload_outcome's want moves with the versions: ask it once
-                want = wants[key] = upload_outcome(not reason, reason, key[1], 0).want
-                assert want is not None
+            behind = base[i] - version
+            if behind == 0 and not reason:  # the usual case, asked once
+                want = want_current
+            else:
+                key = (reason, behind)
+                asked = wants.get(key)
+                if asked is None:  # upload_outcome's want moves with the versions: ask it once
+                    asked = wants[key] = upload_outcome(not reason, reason, behind, 0).want
+                    assert asked is not None
+                want = asked
             want += version
             if want <= version:
                 # What it asked for exists: the reply brings it. A refused sync is failed, so no overlap wait.
-                receive(i, arr + down, version, overlap=not reason)
+                receive(i, arr + down, version, not reason)
             else:
                 answered[i], waiting[i] = inf, want
         if due < horizon:
