@@ -1,9 +1,10 @@
 """Writes a one-layer OCI image archive from local files, for `ctr images import` (no Docker, no registry).
 
     python3 scripts/lib/oci_image.py OUT.tar NAME:TAG --add SRC:/DEST [--add ...] --entrypoint /DEST [ARG ...]
+    python3 scripts/lib/oci_image.py OUT.tar NAME:TAG --layer-tar ROOTFS.tar --user 0:0 --entrypoint /DEST [ARG ...]
 
-The cluster's own images (the pause container) are built this way by scripts/install-cluster: a static binary
-needs no base image. Standard library only; the layer is deterministic (sorted entries, zero mtimes, root-owned).
+The cluster's own images are built this way by scripts/install-cluster: the pause container (a static binary
+needs no base image) and Chaos Mesh's daemon (a debootstrapped root filesystem, tarred, as the one layer). Standard library only; the layer is deterministic (sorted entries, zero mtimes, root-owned).
 """
 
 from __future__ import annotations
@@ -45,14 +46,26 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("ref", help="the image's name:tag")
     ap.add_argument("--add", action="append", default=[], metavar="SRC:/DEST")
+    ap.add_argument(
+        "--layer-tar", type=Path, help="a tar of a whole root filesystem: the layer (instead of --add)"
+    )
+    ap.add_argument("--user", default="65535:65535", help="uid:gid the entrypoint runs as (default: nobody)")
     ap.add_argument("--entrypoint", nargs="+", required=True)
     args = ap.parse_args()
-    files = [(Path(a.split(":", 1)[0]), a.split(":", 1)[1]) for a in args.add]
-    layer, diff_id = _layer(files)
+    if args.layer_tar and args.add:
+        ap.error("--layer-tar is the whole layer: no --add beside it")
+    if args.layer_tar:
+        data = args.layer_tar.read_bytes()
+        layer, diff_id = (
+            gzip.compress(data, compresslevel=1, mtime=0),
+            "sha256:" + hashlib.sha256(data).hexdigest(),
+        )
+    else:
+        layer, diff_id = _layer([(Path(a.split(":", 1)[0]), a.split(":", 1)[1]) for a in args.add])
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Entrypoint": args.entrypoint, "User": "65535:65535"},
+        "config": {"Entrypoint": args.entrypoint, "User": args.user},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     }
     with tarfile.open(args.out, "w") as tar:
