@@ -93,14 +93,21 @@ def median_or_none(values: Sequence[float]) -> float | None:
 
 
 def write_results(
-    name: str, *, config: dict[str, Any], results: dict[str, Any], table: str, out_dir: Path = RESULTS
+    name: str,
+    *,
+    config: dict[str, Any],
+    results: dict[str, Any],
+    table: str,
+    out_dir: Path = RESULTS,
+    command: str | None = None,
 ) -> Path:
-    """``<out_dir>/<name>.json`` with the command, seed-bearing config, machine and results; returns the path."""
+    """``<out_dir>/<name>.json`` with the command (this process's, unless the caller ran on another's behalf),
+    seed-bearing config, machine and results; returns the path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
     doc = {
         "benchmark": name,
-        "command": command_line(),
+        "command": command or command_line(),
         "commit": git_commit(),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),

@@ -53,6 +53,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/benchmarks.md", "learner-overhead", "learner_overhead.json"),
     ("docs/benchmarks.md", "learner-overhead-cpu", "learner_overhead.json"),
     ("docs/benchmarks.md", "learner-overhead-small", "learner_overhead_small.json"),
+    ("docs/kubernetes.md", "cluster-test", "cluster_test.json"),
     ("docs/benchmarks.md", "learner-overhead-small-cpu", "learner_overhead_small.json"),
     ("docs/benchmarks.md", "search-phases", "search_phases.json"),
     ("docs/scale-simulator.md", "scale-paper-table", "scale_paper_table.json"),

@@ -609,6 +609,10 @@ class SyncerService(pbg.SyncerServicer):
         """The budget is reached: checkpoint, ``finished``, final eval — the run's result (a settle phase may follow)."""
         self._result_fixed = True
         shutil.copyfile(self._checkpoint_locked(), self.ckpt_dir / RESULT_NAME)
+        # The refusals folded so far are logged with the result, not only at exit: a syncer kept running after it
+        # (--no-exit-on-finish: Kubernetes) would otherwise have its history read without them, and the ledger
+        # would find learners told of refusals the syncer never recorded.
+        self._log_folded_locked()
         self.log.emit(
             ev.Finished(
                 tokens_total=self.state.tokens_total,
@@ -617,6 +621,23 @@ class SyncerService(pbg.SyncerServicer):
             )
         )
         self._request_eval_locked(final=True)
+
+    def _log_folded_locked(self) -> None:
+        """Log the refusals folded since the last logged one of their kind (trainer.core.repeats), one event per
+        kind naming no upload (the ledger counts each for its refusals), and start counting afresh."""
+        # (learner id, call, reason) -> refusals folded: an outsider's have no id
+        folded = {("", *kind): n for kind, n in self.outsider_repeats.drain().items()}
+        folded.update(self.learner_repeats.drain())
+        for (learner_id, call, reason), n in sorted(folded.items()):
+            self.log.emit(
+                ev.Reject(
+                    call=call,
+                    reason=reason,
+                    detail="refusals folded since the last one logged",
+                    learner_id=learner_id,
+                    repeats=n - 1,
+                )
+            )
 
     def _eval_loop(self) -> None:
         while True:
@@ -657,19 +678,7 @@ class SyncerService(pbg.SyncerServicer):
             self.cond.notify_all()
             self._checkpoint_locked()
             versions, merges = list(self.state.versions), self.state.merges_total
-            # (learner id, call, reason) -> refusals folded: an outsider's have no id
-            folded = {("", *kind): n for kind, n in self.outsider_repeats.drain().items()}
-            folded.update(self.learner_repeats.drain())
-        for (learner_id, call, reason), n in sorted(folded.items()):
-            self.log.emit(
-                ev.Reject(
-                    call=call,
-                    reason=reason,
-                    detail="refusals folded since the last one logged",
-                    learner_id=learner_id,
-                    repeats=n - 1,
-                )
-            )
+            self._log_folded_locked()
         self._eval_queue.put(None)
         # Join the background threads: a daemon thread still inside XLA when the interpreter exits aborts it.
         for t in self._threads:

@@ -52,6 +52,6 @@ class Repeats:
         return None
 
     def drain(self) -> dict[Kind, int]:
-        """The folded counts not logged yet (at shutdown), cleared."""
+        """The folded counts not logged yet (logged with the run's result and at shutdown), cleared."""
         out, self._folded = self._folded, {}
         return out
