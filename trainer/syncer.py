@@ -65,8 +65,11 @@ from trainer.wire import Assembler, crc32, decode_tensors, encode_tensors, split
 SERVICE_NAME = "diloco.v1.Syncer"
 OUTSIDER_LOG_S = 10.0  # refusals of callers without a credential: one event per call and reason this often
 # A learner's refusals: this many events per learner id, call and reason each OUTSIDER_LOG_S, the rest folded (an
-# honest learner's occasional refusal is each logged; an insider's flood costs the log a few lines per window).
-LEARNER_LOG_BURST = 10
+# honest learner's refusals are each logged; an insider's flood costs the log a bounded number of lines per window).
+# Not fewer: an honest learner behind a partition or a syncer restart is refused late_round ~10 times in a window
+# (tests/chaos/test_under_load.py, 2026-12-06), and refusals folded when the syncer is SIGKILLed are never logged,
+# so the ledger finds a learner told of a refusal the syncer did not record (2 of 3 runs failed with a burst of 10).
+LEARNER_LOG_BURST = 50
 SYNCER_CALLS = frozenset(pb.DESCRIPTOR.services_by_name["Syncer"].methods_by_name)
 # Every method this server serves (Syncer's and health's): the closed set a refusal's ``call`` label comes from.
 SERVED_CALLS = SYNCER_CALLS | frozenset(health_pb2.DESCRIPTOR.services_by_name["Health"].methods_by_name)
