@@ -279,9 +279,8 @@ class Learner:
         self.learner_id = learner_id
         self.incarnation = uuid.uuid4().hex[:12]
         self.setup = TrainingSetup.from_config(cfg)
-        self.shapes = param_shapes(
-            self.setup.model
-        )  # the state's and each fragment's size: their calls' deadlines
+        # Parameter shapes: the state's and each fragment's size, which set their calls' deadlines.
+        self.shapes = param_shapes(self.setup.model)
         self.log = ev.EventLog(
             run_dir / "events" / f"{learner_id}.jsonl",
             learner_id,

@@ -24,6 +24,11 @@ from chaos.negative_controls import CONTROLS
 MAY_BE_INDETERMINATE = frozenset({"parity"})
 
 
+def statuses(report: dict[str, Any]) -> dict[str, str]:
+    """Each check's status in a run's ``report.json``, by check."""
+    return {v["name"]: v["status"] for v in report["verdicts"]}
+
+
 def judge(name: str, report: dict[str, Any]) -> tuple[bool, str]:
     """Whether a run's report (``report.json``) shows what it should: for a negative control
     (:mod:`chaos.negative_controls`), its checker FAILS; for any other scenario every check passes (parity may be
@@ -38,7 +43,7 @@ def judge(name: str, report: dict[str, Any]) -> tuple[bool, str]:
     >>> judge("never-rejoins", {**ok, "verdicts": [{"name": "reintegration", "status": "pass"}]})
     (False, 'reintegration is pass, not fail')
     """
-    status = {v["name"]: v["status"] for v in report["verdicts"]}
+    status = statuses(report)
     control = next((c for c in CONTROLS if c.name == name), None)
     if control is not None:
         got = status.get(control.must_fail)
@@ -96,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "judge":
         report = json.loads(args.report.read_text())
         ok, why = judge(args.name, report)
-        status = {v["name"]: v["status"] for v in report["verdicts"]}
-        line = {"name": args.name, "ok": ok, "why": why, "seconds": args.seconds, "checks": status}
+        line = {"name": args.name, "ok": ok, "why": why, "seconds": args.seconds, "checks": statuses(report)}
         with args.append.open("a") as out:
             out.write(json.dumps(line) + "\n")
         print(why)

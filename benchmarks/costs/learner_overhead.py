@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu_median = {
         side: {k: statistics.median(c.get(k, 0.0) for c in cs) for k in kinds} for side, cs in cpu.items()
     }
+    total = {side: sum(c.values()) for side, c in cpu_median.items()}
+    extra_ms = total["synced"] - total["bare"]
     cpu_table = markdown_table(
         ["threads", "bare loop: CPU ms / step (median)", "learner: CPU ms / step (median)", "difference"],
         [
@@ -264,13 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         + [
             [
                 "all",
-                f"{sum(cpu_median['bare'].values()):.2f}",
-                f"{sum(cpu_median['synced'].values()):.2f}",
-                f"{sum(cpu_median['synced'].values()) - sum(cpu_median['bare'].values()):+.2f}",
+                f"{total['bare']:.2f}",
+                f"{total['synced']:.2f}",
+                f"{extra_ms:+.2f}",
             ]
         ],
     )
-    extra_ms = sum(cpu_median["synced"].values()) - sum(cpu_median["bare"].values())
     per_sync = f"Extra CPU per sync (a sync every {STEPS_PER_SYNC:g} steps): {extra_ms * STEPS_PER_SYNC:.2f} ms."
     cpu_table += f"\n\n{per_sync}"
     print(f"\n{table}\n\n{cpu_table}")
