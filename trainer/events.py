@@ -108,6 +108,9 @@ class Reject(_Event):
     # once per call, reason and window; a learner's, a few per learner, call, reason and window); the event stands
     # for 1 + repeats refusals.
     repeats: int = 0
+    # Seconds after this one during which further refusals of its kind are folded (its window's burst is full): one
+    # told of then may stand only in a folded count, which a SIGKILL before the next logged one loses (the ledger).
+    folds_for_s: float = 0.0
 
     @property
     def refusals(self) -> int:

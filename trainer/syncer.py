@@ -250,10 +250,11 @@ class SyncerService(pbg.SyncerServicer):
         learner_id = "" if outsider or reason is RejectReason.WRONG_LEARNER else learner_id[:MAX_NAME]
         with self.cond:
             self.state.rejections[reason.value] += 1
-            if outsider:
-                repeats = self.outsider_repeats.admit((call, reason.value), self.timer())
-            else:
-                repeats = self.learner_repeats.admit((learner_id, call, reason.value), self.timer())
+            repeats_book = self.outsider_repeats if outsider else self.learner_repeats
+            kind = (call, reason.value) if outsider else (learner_id, call, reason.value)
+            now = self.timer()
+            repeats = repeats_book.admit(kind, now)
+            folds_for_s = repeats_book.folds_for(kind, now)
         if repeats is None:
             return
         self.log.emit(
@@ -265,6 +266,7 @@ class SyncerService(pbg.SyncerServicer):
                 fragment=fragment,
                 base_version=base_version,
                 repeats=repeats,
+                folds_for_s=round(folds_for_s, 3),
             )
         )
 

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
+from chaos.history import History
 from chaos.records import JsonObject
 from trainer import events as ev
 from trainer.core.checkpoint_meta import Key  # one upload: learner, incarnation, fragment, base version, round
@@ -135,8 +136,32 @@ class SyncerBook:
             self.bins["in flight at the end"] += sum(t for _, t in frag.values())
 
 
-def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[str]]:
-    """The learners' side: what each sent, what it was told, checked against the syncer's book."""
+def _folds_lost(h: History) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Per (learner, reason): the spans in which a syncer incarnation that was then killed (no ``syncer_stop``)
+    folded that learner's upload refusals (a logged one's ``folds_for_s``): a refusal told in one may stand only
+    in a folded count, which the kill lost before any event carried it."""
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    current: list[ev.Reject] = []
+
+    def close(killed: bool) -> None:
+        for r in current if killed else ():
+            spans.setdefault((r.learner_id, r.reason), []).append((r.ts, r.ts + r.folds_for_s))
+        current.clear()
+
+    for e in h.of(ev.SyncerStart, ev.SyncerStop, ev.Reject):
+        if isinstance(e, ev.SyncerStart):
+            close(killed=True)  # a start after one without its stop: that one was killed
+        elif isinstance(e, ev.SyncerStop):
+            close(killed=False)  # it stopped: it logged what it had folded (trainer.syncer._log_folded_locked)
+        elif e.call == "Upload" and e.folds_for_s > 0:
+            current.append(e)
+    close(killed=True)
+    return spans
+
+
+def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[str], int]:
+    """The learners' side: what each sent, what it was told, checked against the syncer's book; and how many
+    refusals a learner was told stand only in folded counts a killed syncer lost (:func:`_folds_lost`)."""
     h = inp.history
     uploads_refused = [r for r in h.of(ev.Reject) if r.call == "Upload"]
     rejects = Counter((r.learner_id, r.fragment, r.base_version, r.reason) for r in uploads_refused)
@@ -146,10 +171,12 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
     folded = Counter[tuple[str, str]]()
     for r in uploads_refused:
         folded[(r.learner_id, r.reason)] += r.repeats if r.fragment >= 0 else r.refusals
+    lost_folds = _folds_lost(h)
+    lost = 0
     bins: Counter = Counter()
     problems: list[str] = []
     incarnation: dict[str, str] = {}
-    sent: dict[Key, tuple[int, int]] = {}
+    sent: dict[Key, tuple[int, float]] = {}  # -> (c_tokens, when it was sent)
     for e in h.of(ev.LearnerStart, ev.SyncStartEvent, ev.SyncResult):
         if isinstance(e, ev.LearnerStart):
             incarnation[e.learner_id] = e.learner_incarnation
@@ -159,10 +186,10 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
             continue
         key = (e.source, inc, e.fragment, e.base_version, e.round)
         if isinstance(e, ev.SyncStartEvent):
-            sent[key] = (e.c_tokens, e.c_steps)
+            sent[key] = (e.c_tokens, e.ts)
             bins["sent"] += e.c_tokens
             continue
-        tokens = sent.get(key, (0, 0))[0]
+        tokens, sent_at = sent.get(key, (0, e.ts))
         if e.accepted:
             bins["accepted"] += tokens
             if key not in syncer.accepted:
@@ -183,6 +210,8 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
                 continue
             if folded[(e.source, e.reason)] > 0:
                 folded[(e.source, e.reason)] -= 1
+            elif any(a <= e.ts and sent_at <= b for a, b in lost_folds.get((e.source, e.reason), ())):
+                lost += 1  # the syncer was folding these when it was killed: its count of them died with it
             else:
                 problems.append(
                     f"{e.source} was told {e.reason!r} for fragment {e.fragment} (base "
@@ -197,7 +226,7 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
                 f"the syncer accepted an upload of {key[0]}/{key[1]} for fragment {key[2]} (base v{key[3]}, "
                 f"round {key[4]}) that no sync_start of that incarnation sent"
             )
-    return bins, problems
+    return bins, problems, lost
 
 
 def _data_book(inp: CheckInput) -> tuple[dict, list[str]]:
@@ -288,7 +317,7 @@ def check_ledger(inp: CheckInput) -> Verdict:
         elif e.call == "merge":
             book.refused_merge(e)
     book.end()
-    learner_bins, learner_problems = _learner_book(inp, book)
+    learner_bins, learner_problems, folds_lost = _learner_book(inp, book)
     budget, late = _budget(inp)
     data, data_problems = _data_book(inp)
     problems = book.problems + learner_problems + ([late] if late else []) + data_problems
@@ -296,6 +325,7 @@ def check_ledger(inp: CheckInput) -> Verdict:
     evidence: JsonObject = {
         "syncer": {"accepted": accepted, **dict(book.bins)},
         "learners": dict(learner_bins),
+        "refusals_in_folds_a_kill_lost": folds_lost,
         "budget": budget,
         "data": data,
         "problems": len(problems),
@@ -314,6 +344,11 @@ def check_ledger(inp: CheckInput) -> Verdict:
         f"{accepted} uploaded tokens accounted for ({merged} merged); the learners' "
         "and the syncer's books agree"
         + ("; result fixed at the budget" if budget else "")
+        + (
+            f"; {folds_lost} refusal(s) learners were told stand in folded counts a killed syncer lost"
+            if folds_lost
+            else ""
+        )
         + (
             f"; {data['streams']} data streams, each its own incarnation's from its start"
             if data["positions"]

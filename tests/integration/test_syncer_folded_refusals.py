@@ -12,7 +12,7 @@ import pytest
 from trainer import events as ev
 from trainer.config import RunConfig
 from trainer.core.reasons import RejectReason
-from trainer.syncer import LEARNER_LOG_BURST, SyncerService
+from trainer.syncer import LEARNER_LOG_BURST, OUTSIDER_LOG_S, SyncerService
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +30,11 @@ def test_folded_refusals_are_logged_with_the_result(tmp_path: Path) -> None:
         rejects = [e for e in history[:finished] if isinstance(e, ev.Reject) and e.learner_id == "learner-1"]
         assert sum(e.refusals for e in rejects) == told  # every refusal the learner was told of, before `finished`
         assert len(rejects) == LEARNER_LOG_BURST + 1  # the burst, then one event carrying the folded rest
+        # The one that filled the burst says the next are folded for the rest of the window (the ledger reads it
+        # when a SIGKILL loses the folded count); those before it do not
+        burst = rejects[:LEARNER_LOG_BURST]
+        assert all(e.folds_for_s == 0 for e in burst[:-1]), burst
+        assert 0 < burst[-1].folds_for_s <= OUTSIDER_LOG_S, burst[-1]
     finally:
         svc.shutdown("test over")
     after = [e for e in ev.read_events(tmp_path / "events" / "syncer.jsonl") if isinstance(e, ev.Reject)]

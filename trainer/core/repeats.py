@@ -21,6 +21,16 @@ Example:
     >>> b = Repeats(window_s=10.0, burst=2)
     >>> [b.admit(("L0", "Upload", "late_round"), now=t) for t in (0.0, 1.0, 2.0, 3.0, 10.0)]
     [0, 0, None, None, 2]
+
+A logged one that fills its window's burst says for how long the next of its kind are folded (``folds_for``), so
+that a reader of the log knows which refusals may stand only in a folded count — lost, if the process is killed
+before it logs one:
+
+    >>> c = Repeats(window_s=10.0, burst=2)
+    >>> c.admit(("L0", "Upload", "late_round"), now=0.0), c.folds_for(("L0", "Upload", "late_round"), now=0.0)
+    (0, 0.0)
+    >>> c.admit(("L0", "Upload", "late_round"), now=4.0), c.folds_for(("L0", "Upload", "late_round"), now=4.0)
+    (0, 6.0)
 """
 
 from __future__ import annotations
@@ -50,6 +60,13 @@ class Repeats:
             return self._folded.pop(kind, 0)
         self._folded[kind] = self._folded.get(kind, 0) + 1
         return None
+
+    def folds_for(self, kind: Kind, now: float) -> float:
+        """Seconds from ``now`` during which the next of ``kind`` are folded: 0 while its window's burst has room."""
+        start, logged = self._window.get(kind, (None, 0))
+        if start is None or logged < self.burst:
+            return 0.0
+        return max(0.0, start + self.window_s - now)
 
     def drain(self) -> dict[Kind, int]:
         """The folded counts not logged yet (logged with the run's result and at shutdown), cleared."""
