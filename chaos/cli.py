@@ -90,6 +90,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from chaos.k8s.manifests import ClusterOptions
 
     s = _load(args.scenario, args.seed, args.set, args.preset)
+    if args.fault_free is not None:
+        if not 0 <= args.fault_free < s.checks.parity.baseline_seeds:
+            raise ChaosError(
+                f"--fault-free {args.fault_free}: {s.name}'s parity band has runs 0 to "
+                f"{s.checks.parity.baseline_seeds - 1} (checks.parity.baseline_seeds)"
+            )
+        s = s.fault_free(args.fault_free)
     token = Path(args.token_file).read_text().strip() if args.token_file else None
     opts = ClusterOptions(namespace=args.namespace, image=args.image)
     if args.cpu:
@@ -331,6 +338,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ChaosError(f"{run_dir}: no scenario.json; is this a diloco-chaos run directory?")
     scenario = parse_scenario(json.loads(spath.read_text()), str(spath))
     bpath, rpath = run_dir / "baseline.json", run_dir / "reference.json"
+    if args.baseline:  # fault-free runs made elsewhere (on Kubernetes): they become the run's parity band
+        from chaos.baselines import from_run_dirs
+
+        from_run_dirs(scenario, [Path(b) for b in args.baseline]).write(bpath)
     baseline = Baseline.read(bpath) if bpath.exists() else None
     reference = Baseline.read(rpath) if rpath.exists() else None
     result = analyse(scenario, run_dir, baseline, reference)
@@ -499,6 +510,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="image of the learners' netfault sidecar, for reset_peer and data_limit "
         "(needs sh, ss and iptables; default nicolaka/netshoot)",
     )
+    ex.add_argument(
+        "--fault-free",
+        type=int,
+        metavar="K",
+        help="export run K of the scenario's parity band instead (its cluster at seed + K, no faults; "
+        "`report RUN --baseline` takes them, in order)",
+    )
     _add_outputs(ex, junit=False)
     ex.set_defaults(fn=cmd_export)
     co = sub.add_parser(
@@ -515,6 +533,13 @@ def build_parser() -> argparse.ArgumentParser:
     co.set_defaults(fn=cmd_collect)
     rep = sub.add_parser("report", help="re-run the checks and rewrite the reports of a run directory")
     rep.add_argument("run_dir", metavar="RUN_DIR")
+    rep.add_argument(
+        "--baseline",
+        action="append",
+        metavar="DIR",
+        help="a fault-free run of the band made elsewhere (export k8s --fault-free K, then collect k8s), once per "
+        "run in order; written as RUN_DIR/baseline.json",
+    )
     _add_outputs(rep)
     rep.set_defaults(fn=cmd_report)
     return ap

@@ -42,11 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos import baselines
 from chaos.analysis import RunResult, analyse
 from chaos.backends import Backend
 from chaos.backends.local import LocalBackend
-from chaos.checkers.goodput import compute_goodput
-from chaos.checkers.parity import band_origin
 from chaos.errors import ChaosError, RunError
 from chaos.fault_metrics import FaultMetrics
 from chaos.fault_plan import Planned, plan
@@ -63,7 +62,7 @@ from chaos.history import (
     TeardownPhase,
 )
 from chaos.interpreter import Heal, Inject, PlanInterpreter, carry_out
-from chaos.run_report import Band, Baseline
+from chaos.run_report import Baseline
 from chaos.scenario import Scenario
 from chaos.watchdog import FIRST_MERGE_S, POLL_S, Progress, stalled
 from faults.base import Fault
@@ -495,20 +494,11 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baseline
     cached = opts.baseline_cache / key
     metrics_path = cached / "metrics.json"
 
-    def record(m: RunMetrics, was_cached: bool) -> Baseline:
-        return Baseline(
-            final_eval_loss=m.final_eval_loss,
-            loss_floor=m.loss_floor,
-            run_dir=str(cached),
-            cached=was_cached,
-            config_hash=key,
-        )
-
     with _exclusive(opts.baseline_cache / f"{key}.lock"):
         if metrics_path.exists():
             m = RunMetrics.read(metrics_path)
             if m.final_eval_is_final:
-                return record(m, True)
+                return baselines.record(m, cached, key, cached=True)
         if cached.exists():
             shutil.rmtree(cached)
         tmp = cached.with_name(key + ".partial")
@@ -521,16 +511,12 @@ def _baseline(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baseline
         if not m.final_eval_is_final:
             raise RunError(f"the baseline did not reach its token budget; see {tmp / 'logs'}")
         tmp.rename(cached)  # only a complete baseline enters the cache
-        return record(m, False)
+        return baselines.record(m, cached, key, cached=False)
 
 
 def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baseline:
-    """The fault-free runs over ``checks.parity.baseline_seeds`` cluster seeds, the run's own first (each cached).
-
-    The same-seed run's record, plus ``band``: every seed's final loss, entropy floor and excess over that floor
-    (what parity judges against: each seed draws its own Markov source, so raw losses differ by the task, not
-    only by noise), and ``runs``: the other seeds' records.
-    """
+    """The fault-free runs over ``checks.parity.baseline_seeds`` cluster seeds, the run's own first (each cached),
+    as a band (:func:`chaos.baselines.band`)."""
     n = scenario.checks.parity.baseline_seeds
     seed = scenario.cluster.seed
     runs = []
@@ -539,25 +525,7 @@ def _baselines(scenario: Scenario, toxi: Toxiproxy, opts: RunOptions) -> Baselin
             opts.progress(f"baseline {k + 1}/{n}: fault-free run at cluster seed {seed + k}")
         one = scenario.model_copy(update={"cluster": scenario.cluster.fault_free_at(seed + k)})
         runs.append(_baseline(one, toxi, opts).model_copy(update={"seed": seed + k}))
-    losses = [r.final_eval_loss for r in runs]
-    floors = [r.loss_floor for r in runs]
-    excess = [loss - band_origin(f) for loss, f in zip(losses, floors, strict=True)]
-    goodputs = [_goodput(r, scenario.cluster.algorithm.num_fragments) for r in runs]
-    band = Band(
-        seeds=[seed + k for k in range(n)],
-        losses=losses,
-        floors=floors,
-        excess=excess,
-        goodputs=[] if None in goodputs else goodputs,
-    )
-    return runs[0].model_copy(update={"band": band, "runs": runs[1:]})
-
-
-def _goodput(run: Baseline, num_fragments: int) -> float | None:
-    """A fault-free run's compute goodput, read off its history (None: its directory is gone or nobody trained)."""
-    if not run.run_dir or not Path(run.run_dir).is_dir():
-        return None
-    return compute_goodput(History.read(Path(run.run_dir)).events, num_fragments)
+    return baselines.band(runs, scenario.cluster.algorithm.num_fragments)
 
 
 def _fault_free(

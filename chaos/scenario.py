@@ -438,6 +438,25 @@ class Scenario(_Strict):
     def learner_ids(self) -> list[str]:
         return learner_ids(self.cluster.algorithm.num_learners)
 
+    def fault_free(self, k: int) -> Scenario:
+        """Run ``k`` of this scenario's parity band: its cluster at seed ``seed + k`` with no fault
+        (:meth:`trainer.config.RunConfig.fault_free_at`), named for the scenario.
+
+        >>> s = Scenario.model_validate({"name": "kill", "cluster": {"seed": 4}, "schedule": [
+        ...     {"fault": "kill", "targets": ["learner-0"], "at": 3, "duration": 5}]})
+        >>> b = s.fault_free(1)
+        >>> (b.name, b.cluster.seed, b.schedule, b.cluster == s.cluster.fault_free_at(5))
+        ('kill-baseline-1', 5, [], True)
+        """
+        return self.model_copy(
+            update={
+                "name": f"{self.name[:48]}-baseline-{k}",
+                "cluster": self.cluster.fault_free_at(self.cluster.seed + k),
+                "schedule": [],
+                "random": None,
+            }
+        )
+
 
 def _is_tag(part: Any) -> bool:
     """Pydantic puts the union member's tag (e.g. 'kill') in error paths; users never wrote it."""

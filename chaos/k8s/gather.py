@@ -44,6 +44,22 @@ def _get(kubectl: str, namespace: str, *args: str) -> Obj:
     return json.loads(_kubectl(kubectl, "get", "-n", namespace, "-o", "json", *args))
 
 
+def copy_order(num_learners: int) -> list[str]:
+    """Whose events to copy, in order: every learner's, then the syncer's.
+
+    Pods keep running while they are copied (a learner a fault held down may come back after the result is fixed),
+    so the copy is a cut, and this order makes it consistent for what the ledger matches: the syncer logs a refusal
+    or an accepted upload before it answers, so every answer a copied learner log holds is in the syncer's, copied
+    after it; and once the result is fixed the syncer accepts nothing a learner copied earlier could miss. Copied
+    syncer first, a learner told ``finished`` between the two copies was a refusal the syncer "never recorded"
+    (seen on the real cluster: never-rejoins' ledger).
+
+    >>> copy_order(2)
+    ['learner-0', 'learner-1', 'syncer']
+    """
+    return [*learner_ids(num_learners), SYNCER]
+
+
 def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kubectl") -> Scenario:
     scenario_file = export_dir / "scenario.json"
     if not scenario_file.exists():
@@ -62,7 +78,7 @@ def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kube
     (run_dir / "k8s").mkdir()
     for label, obj in (("workflow", flow), ("workflownodes", nodes), ("chaos", chaos), ("events", events)):
         (run_dir / "k8s" / f"{label}.json").write_text(json.dumps(obj, indent=2))
-    for unit in [SYNCER, *learner_ids(scenario.cluster.algorithm.num_learners)]:  # each pod's volume: its events
+    for unit in copy_order(scenario.cluster.algorithm.num_learners):  # each pod's volume: its events
         _kubectl(
             kubectl,
             "cp",
