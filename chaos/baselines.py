@@ -70,7 +70,9 @@ def from_run_dirs(scenario: Scenario, run_dirs: list[Path]) -> Baseline:
         expected = scenario.fault_free(k)
         spath = run_dir / "scenario.json"
         if not spath.exists():
-            raise ChaosError(f"baseline {run_dir}: no scenario.json; pass a run directory (collect k8s writes one)")
+            raise ChaosError(
+                f"baseline {run_dir}: no scenario.json; pass a run directory (collect k8s writes one)"
+            )
         theirs = parse_scenario(json.loads(spath.read_text()), str(spath))
         key = expected.cluster.config_hash()
         if theirs.cluster.config_hash() != key or theirs.schedule or theirs.random is not None:

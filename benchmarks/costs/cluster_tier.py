@@ -20,9 +20,6 @@ from typing import Any
 from benchmarks.common import markdown_table, write_results
 from chaos.negative_controls import CONTROLS
 
-# On the cluster a run has no fault-free baseline yet, so parity may say it cannot decide.
-MAY_BE_INDETERMINATE = frozenset({"parity"})
-
 
 def statuses(report: dict[str, Any]) -> dict[str, str]:
     """Each check's status in a run's ``report.json``, by check."""
@@ -31,15 +28,17 @@ def statuses(report: dict[str, Any]) -> dict[str, str]:
 
 def judge(name: str, report: dict[str, Any]) -> tuple[bool, str]:
     """Whether a run's report (``report.json``) shows what it should: for a negative control
-    (:mod:`chaos.negative_controls`), its checker FAILS; for any other scenario every check passes (parity may be
-    indeterminate) and every planned fault was injected. Returns (ok, why).
+    (:mod:`chaos.negative_controls`), its checker FAILS; for any other scenario every check passes (parity too:
+    its band is run on the cluster) and every planned fault was injected. Returns (ok, why).
 
-    >>> ok = {"verdicts": [{"name": "liveness", "status": "pass"}, {"name": "parity", "status": "indeterminate"}],
+    >>> ok = {"verdicts": [{"name": "liveness", "status": "pass"}, {"name": "parity", "status": "pass"}],
     ...       "not_run": [], "faults": [{"fault_id": "f0", "kind": "partition", "injected": True}]}
     >>> judge("partition-one", ok)
     (True, 'as expected')
     >>> judge("partition-one", {**ok, "faults": [{"fault_id": "f0", "kind": "bandwidth", "injected": False}]})
     (False, 'fault f0 (bandwidth) was not injected')
+    >>> judge("partition-one", {**ok, "verdicts": [{"name": "parity", "status": "indeterminate"}]})
+    (False, 'parity is indeterminate')
     >>> judge("never-rejoins", {**ok, "verdicts": [{"name": "reintegration", "status": "pass"}]})
     (False, 'reintegration is pass, not fail')
     """
@@ -49,11 +48,7 @@ def judge(name: str, report: dict[str, Any]) -> tuple[bool, str]:
         got = status.get(control.must_fail)
         bad = [] if got == "fail" else [f"{control.must_fail} is {got}, not fail"]
     else:
-        bad = [
-            f"{k} is {v}"
-            for k, v in status.items()
-            if v != "pass" and not (k in MAY_BE_INDETERMINATE and v == "indeterminate")
-        ]
+        bad = [f"{k} is {v}" for k, v in status.items() if v != "pass"]
         bad += [f"planned fault {f} did not run" for f in report["not_run"]]
         bad += [
             f"fault {f['fault_id']} ({f['kind']}) was not injected" for f in report["faults"] if not f["injected"]

@@ -17,8 +17,13 @@ def _report(**statuses: str) -> dict:
     }
 
 
-def test_only_parity_may_be_undecided_on_the_cluster() -> None:
-    assert judge("kill-and-rejoin", _report(liveness="pass", parity="indeterminate")) == (True, "as expected")
+def test_every_check_must_pass_on_the_cluster_parity_too() -> None:
+    """Parity's band runs on the cluster (cluster-test's baselines), so an undecided parity is no pass."""
+    assert judge("kill-and-rejoin", _report(liveness="pass", parity="pass")) == (True, "as expected")
+    assert judge("kill-and-rejoin", _report(liveness="pass", parity="indeterminate")) == (
+        False,
+        "parity is indeterminate",
+    )
     assert judge("kill-and-rejoin", _report(liveness="indeterminate", parity="pass")) == (
         False,
         "liveness is indeterminate",
