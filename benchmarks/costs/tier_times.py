@@ -44,6 +44,15 @@ TIERS: dict[str, dict[str, Any]] = {
     "nightly": {"measure": "git clone … && ( time CI=true scripts/nightly ) >J/log 2>&1", "bar_min": 60},
     # The main job (no tests: its parts are scripts/main's `tier:` lines), from a fresh clone with no images.
     "main": {"measure": "git clone … && ( time scripts/main ) >J/log 2>&1", "bar_min": 8},
+    # The cluster tier (weekly: .github/workflows/cluster.yml), from a fresh clone with Go's module and build
+    # caches empty: Kubernetes, etcd, CoreDNS and Chaos Mesh built from the module proxy, then every scenario, its
+    # parity band included. Its parts are install-cluster's and cluster-test's `tier:` lines.
+    "cluster": {
+        "measure": "git clone … && ( time sh -c 'scripts/install-cluster && scripts/cluster-test --record "
+        "kill-and-rejoin partition-one throttle-all random-mix never-rejoins' ) >J/log 2>&1 "
+        "(GOMODCACHE, GOCACHE empty)",
+        "bar_min": 60,
+    },
 }
 
 
