@@ -53,6 +53,13 @@ TIERS: dict[str, dict[str, Any]] = {
         "(GOMODCACHE, GOCACHE empty)",
         "bar_min": 60,
     },
+    # The same on the same machine right after it (scripts/teardown-cluster between): binaries, the tools image's
+    # root filesystem and the parity band cached under .tools/cluster.
+    "cluster-warm": {
+        "measure": "( time sh -c 'scripts/install-cluster && scripts/cluster-test --record kill-and-rejoin "
+        "partition-one throttle-all random-mix never-rejoins' ) >J/log 2>&1 (after the cold run)",
+        "bar_min": 60,
+    },
 }
 
 

@@ -7,8 +7,8 @@
     RUN_DIR/controller.jsonl   the faults' history, from Chaos Mesh's records
     RUN_DIR/k8s/*.json         the Workflow, its nodes and chaos objects as kubectl printed them (evidence)
 
-Then ``diloco-chaos report RUN_DIR`` judges it. Nothing here has run against a real cluster in this project's
-CI (none can run on its machines); the conversion it relies on is tested (tests/unit/test_k8s_collect.py).
+Then ``diloco-chaos report RUN_DIR`` judges it. The conversion it relies on is tested per change
+(tests/unit/test_k8s_collect.py); the whole path runs on a real cluster in the cluster tier (scripts/cluster-test).
 """
 
 from __future__ import annotations
