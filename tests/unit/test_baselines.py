@@ -19,25 +19,26 @@ from chaos.sim import SimOptions, simulate
 from trainer.metrics import summarize_run
 
 NO_BASELINE = SimOptions(baseline=False)
+# kill-and-rejoin at a quarter of its budget: four simulated runs in a couple of seconds
+S = scenario_with("kill-and-rejoin", cluster={"token_budget": 600_000})
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
-    """kill-and-rejoin's simulated run, without its baseline, and its band's three fault-free runs."""
+    """S's simulated run, without its baseline, and its band's three fault-free runs."""
     root = tmp_path_factory.mktemp("band")
-    s = scenario_with("kill-and-rejoin")
-    simulate(s, NO_BASELINE).write(root / "run")
+    simulate(S, NO_BASELINE).write(root / "run")
     (root / "run" / "baseline.json").unlink(missing_ok=True)
     dirs = []
-    for k in range(s.checks.parity.baseline_seeds):
-        simulate(s.fault_free(k), NO_BASELINE).write(root / f"b{k}")
+    for k in range(S.checks.parity.baseline_seeds):
+        simulate(S.fault_free(k), NO_BASELINE).write(root / f"b{k}")
         dirs.append(root / f"b{k}")
     return root / "run", dirs
 
 
 def test_the_band_is_each_seeds_fault_free_run_in_order(runs: tuple[Path, list[Path]]) -> None:
     _, dirs = runs
-    b = from_run_dirs(scenario_with("kill-and-rejoin"), dirs)
+    b = from_run_dirs(S, dirs)
     assert b.band is not None and b.band.seeds == [0, 1, 2]
     assert b.band.losses == [summarize_run(d).final_eval_loss for d in dirs]
     assert len(set(b.band.losses)) == 3  # three seeds, three tasks: not one run read thrice
@@ -74,7 +75,7 @@ def test_runs_that_are_not_the_band_are_refused_by_name(
     run, dirs = runs
     wrong = {"swapped": [dirs[1], dirs[0], dirs[2]], "too few": dirs[:2], "the chaos run": [run, *dirs[1:]]}[given]
     with pytest.raises(ChaosError, match=None) as err:
-        from_run_dirs(scenario_with("kill-and-rejoin"), wrong)
+        from_run_dirs(S, wrong)
     assert says in str(err.value), err.value
 
 
