@@ -4,13 +4,14 @@ planted in-process by this test only), and to balance on an unmodified run."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from unittest import mock
 
 import pytest
 
 import trainer.core.syncer_state as ss
-from chaos.scenario import scenario_with
-from chaos.sim import SimOptions, simulate
+from chaos.scenario import Scenario, scenario_with
+from chaos.sim import SimOptions, SimResult, simulate
 from chaos.sim.learner_node import LearnerNode
 from chaos.sim.syncer_node import SyncerNode
 
@@ -114,6 +115,14 @@ def test_the_ledger_fails_each_planted_defect(defect: str) -> None:
     assert says in v.summary, v.summary
 
 
+@functools.cache
+def _latency_jitter() -> tuple[Scenario, SimResult]:
+    """latency-jitter's run, simulated once for every refolding below, which copy what they change (~55
+    late_round refusals per delayed learner)."""
+    scenario = scenario_with("latency-jitter")
+    return scenario, simulate(scenario, OPTS)
+
+
 def _refolded(keep_count: bool, at_shutdown: bool = False, folds_for_s: float = 0.0, killed: bool = False):
     """The ledger's learners' book on a deterministic run whose upload refusals the syncer logged folded, as the
     real syncer does beyond a few per learner, reason and window (trainer.core.repeats): per learner and reason
@@ -127,8 +136,7 @@ def _refolded(keep_count: bool, at_shutdown: bool = False, folds_for_s: float = 
     from chaos.history import History
     from trainer import events as ev
 
-    scenario = scenario_with("latency-jitter")  # ~55 late_round refusals per delayed learner
-    r = simulate(scenario, OPTS)
+    scenario, r = _latency_jitter()
     events: list[ev.Event] = []
     first: dict[tuple[str, str], ev.Reject] = {}
     for e in r.history.events:
