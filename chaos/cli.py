@@ -127,10 +127,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from chaos.k8s.gather import gather
+    from chaos.k8s.gather import gather, unsettled
 
     s = gather(Path(args.export_dir), Path(args.out), args.namespace, args.kubectl)
     print(f"{s.name}: gathered into {args.out}; judge it with: diloco-chaos report {args.out}")
+    why = unsettled(Path(args.out))
+    if why:
+        print(f"warning: {why}", file=sys.stderr)
     return EXIT_PASS
 
 

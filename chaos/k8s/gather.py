@@ -24,6 +24,7 @@ from chaos.k8s.collect import WORKFLOW_LABEL, Obj, controller_records
 from chaos.k8s.manifests import RUN_DIR
 from chaos.scenario import Scenario, parse_scenario
 from faults.base import SYNCER
+from trainer import events as ev
 from trainer.audit_log import AUDIT_DIR
 from trainer.config import learner_ids
 
@@ -58,6 +59,19 @@ def copy_order(num_learners: int) -> list[str]:
     ['learner-0', 'learner-1', 'syncer']
     """
     return [*learner_ids(num_learners), SYNCER]
+
+
+def unsettled(run_dir: Path) -> str | None:
+    """Why the copy in ``run_dir`` may not be a consistent cut (:func:`copy_order`), or None: the syncer's history
+    holds its ``finished`` event, so it accepted nothing after the learners' copies were taken."""
+    path = run_dir / "events" / f"{SYNCER}.jsonl"
+    if path.exists() and any(isinstance(e, ev.Finished) for e in ev.read_events(path, strict=False)):
+        return None
+    return (
+        "the syncer had not fixed the run's result (no `finished` event) when it was collected: an upload it "
+        "accepted between the learners' copies and its own has no sync_start in them, which the ledger reports as "
+        "a problem — collect again once training has reached its token budget"
+    )
 
 
 def gather(export_dir: Path, run_dir: Path, namespace: str, kubectl: str = "kubectl") -> Scenario:

@@ -282,3 +282,20 @@ def test_a_planned_fault_with_no_record_at_all_is_not_run():
     records = controller_records(s, _real("workflow"), _real("workflownodes"), [], [])
     assert not [r for r in records if isinstance(r, FaultOp)]
     assert [r.detail.faults for r in records if isinstance(r, NotRunPhase)] == [["f0"]]
+
+
+def test_a_copy_taken_before_the_result_was_fixed_is_flagged(tmp_path: Path) -> None:
+    """collect's cut is consistent only once the syncer has fixed the result (chaos.k8s.gather.copy_order)."""
+    from chaos.k8s.gather import unsettled
+
+    s = scenario_with("kill-and-rejoin", cluster={"token_budget": 600_000})
+    run = tmp_path / "run"
+    simulate(s).write(run)
+    assert unsettled(run) is None
+    syncer = run / "events" / "syncer.jsonl"
+    kept = [line for line in syncer.read_text().splitlines(keepends=True) if '"kind":"finished"' not in line]
+    assert len(kept) < len(syncer.read_text().splitlines()), "the simulated syncer logged no finished event"
+    syncer.write_text("".join(kept))
+    assert "had not fixed the run's result" in (unsettled(run) or "")
+    syncer.unlink()
+    assert "had not fixed the run's result" in (unsettled(run) or "")
