@@ -67,8 +67,8 @@ OUTSIDER_LOG_S = 10.0  # refusals of callers without a credential: one event per
 # A learner's refusals: this many events per learner id, call and reason each OUTSIDER_LOG_S, the rest folded (an
 # honest learner's refusals are each logged; an insider's flood costs the log a bounded number of lines per window).
 # Not fewer: an honest learner behind a partition or a syncer restart is refused late_round ~10 times in a window
-# (tests/chaos/test_under_load.py, 2026-12-06), and refusals folded when the syncer is SIGKILLed are never logged,
-# so the ledger finds a learner told of a refusal the syncer did not record (2 of 3 runs failed with a burst of 10).
+# (tests/chaos/test_under_load.py), and each one folded is a refusal the log names only by count — a count a
+# SIGKILL loses (the ledger then knows it only from the burst-filling event's ``folds_for_s``).
 LEARNER_LOG_BURST = 50
 SYNCER_CALLS = frozenset(pb.DESCRIPTOR.services_by_name["Syncer"].methods_by_name)
 # Every method this server serves (Syncer's and health's): the closed set a refusal's ``call`` label comes from.

@@ -4,7 +4,8 @@
     python3 scripts/lib/oci_image.py OUT.tar NAME:TAG --layer-tar ROOTFS.tar --user 0:0 --entrypoint /DEST [ARG ...]
 
 The cluster's own images are built this way by scripts/install-cluster: the pause container (a static binary
-needs no base image) and Chaos Mesh's daemon (a debootstrapped root filesystem, tarred, as the one layer). Standard library only; the layer is deterministic (sorted entries, zero mtimes, root-owned).
+needs no base image) and Chaos Mesh's daemon (a debootstrapped root filesystem, tarred, as the one layer).
+Standard library only; the layer is deterministic (sorted entries, zero mtimes, root-owned).
 """
 
 from __future__ import annotations
