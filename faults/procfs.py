@@ -55,6 +55,17 @@ def alive(pid: int, proc: Path = PROC) -> bool:
     return state(pid, proc) not in ("", *DEAD)
 
 
+def parent(pid: int, proc: Path = PROC) -> int:
+    """``pid``'s parent's pid (field 4 of ``/proc/<pid>/stat``); 0 when there is no such process.
+
+    Example:
+        >>> parent(os.getpid()) == os.getppid(), parent(2**22 + 1)
+        (True, 0)
+    """
+    stat = stat_text(pid, proc)
+    return 0 if stat is None else int(stat.rsplit(")", 1)[-1].split()[1])
+
+
 def cpu_seconds(pid: int, proc: Path = PROC) -> float:
     """CPU time ``pid`` has used (user + system), in seconds; 0.0 when there is no such process."""
     stat = stat_text(pid, proc)
