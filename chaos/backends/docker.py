@@ -15,7 +15,8 @@ becomes the trainer process. This backend owns the lifecycle:
                start / stop of containers; Toxiproxy faults act on the proxies
     teardown   delete this run's proxies, stop every unit (SIGCONT first: a
                SIGSTOPped trainer cannot handle SIGTERM), collect every container's
-               log and the trainer's events into the run directory
+               log and the trainer's events into the run directory, remove
+               ``.active.json`` (a later deployment's units must not start this run)
 
 It works from inside the compose network (the ``controller`` service) and from
 the host (as root: the ``runs`` volume is read at its mountpoint and containers
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import ProxiedUnits
-from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID, ActiveRun, LearnerSlot
+from chaos.backends.unit import LEARNER_SERVICE, SYNCER_PORT, UNIT_UID, ActiveRun, LearnerSlot, retire
 from chaos.errors import RunError
 from chaos.history import Teardown
 from faults.base import SYNCER
@@ -304,6 +305,7 @@ class DockerBackend(ProxiedUnits):
             except Exception as err:  # noqa: BLE001 - teardown never raises; it reports
                 problems.append(f"stopping {unit}: {err}")
         self._collect(problems)
+        self._retire_active(problems)
         return Teardown(exit_codes=codes, problems=problems)
 
     def __enter__(self) -> DockerBackend:
@@ -340,6 +342,12 @@ class DockerBackend(ProxiedUnits):
                 os.chown(p, UNIT_UID, UNIT_UID)
             elif euid != UNIT_UID:
                 p.chmod(0o777 if p.is_dir() else 0o666)
+
+    def _retire_active(self, problems: list[str]) -> None:
+        """Remove ``.active.json`` (:func:`chaos.backends.unit.retire`): the volume outlives the deployment."""
+        problem = retire(self.active, self.active_path)
+        if problem:
+            problems.append(problem)
 
     def _tail_log(self, unit: str, lines: int = 20) -> str:
         try:

@@ -79,6 +79,25 @@ class ActiveRun:
         os.replace(tmp, path)
 
 
+def retire(run: ActiveRun, path: Path = ACTIVE) -> str | None:
+    """Remove ``path`` while it still names ``run`` (its directory and token); what went wrong, if anything.
+
+    A controller does this when its run is over. Left on the ``runs`` volume (the main job keeps the volume for
+    its cached baselines), the file would have the next deployment's units start that run again before any
+    controller came; when its syncer then exits at once (seen after a syncer crashed near a baseline's end),
+    compose finds the syncer unhealthy and never starts the controller: every later main job failed in seconds.
+    A file naming another run is that run's controller's to remove.
+    """
+    found = ActiveRun.read(path)
+    if found is None or (found.run_dir, found.token) != (run.run_dir, run.token):
+        return None
+    try:
+        path.unlink()
+    except OSError as err:
+        return f"removing {path}: {err}"
+    return None
+
+
 def command(unit: str, run: ActiveRun) -> list[str] | None:
     """The trainer command line for ``unit`` in ``run``; None when the run does not use this unit."""
     config = str(Path(run.run_dir) / "config.yaml")

@@ -91,7 +91,8 @@ def _passed(report: dict) -> None:
 def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Path, dict]:
     """``docker compose up`` from a stopped deployment to the controller's exit, torn down whatever happened;
     returns the new report directory ``./reports/<prefix>*`` and its report.json, after the checks every
-    compose run must pass: verdict PASS (printed in the controller's log), nothing left behind, report files."""
+    compose run must pass: verdict PASS (printed in the controller's log), nothing left behind (no proxy, no
+    process, no ``.active.json`` on the runs volume), report files."""
     reports = REPO / "reports"
     reports.mkdir(exist_ok=True)
     before = set(reports.glob(f"{prefix}*"))
@@ -99,6 +100,14 @@ def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Pa
     try:
         up = compose("up", env=env, timeout=timeout)
         logs = compose("logs", "controller", check=False).stdout
+        # The volume outlives the deployment (the main job keeps it): the next one's units must find no run to start.
+        mount = subprocess.run(
+            ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", "diloco-chaos_runs"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert not (Path(mount) / ".active.json").exists(), "the run left .active.json on the runs volume"
     finally:
         compose("down", "-v", "--remove-orphans", check=False, timeout=300)
     new = sorted(set(reports.glob(f"{prefix}*")) - before)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from chaos.backends.docker import CONTAINER_NUMBER, _service_of, _unit_of
-from chaos.backends.unit import ActiveRun, LearnerSlot, command
+from chaos.backends.unit import ActiveRun, LearnerSlot, command, retire
 from chaos.container_probe import METRICS_PORT
 
 
@@ -21,6 +21,17 @@ def test_a_learner_replica_finds_its_id_by_host_name_and_the_plan_survives_json(
     assert back.unit_of("learner", "3f2a9c0d1e4b") == "learner-0"
     assert back.unit_of("learner", "another-replica") is None  # not used by this run: it waits
     assert back.unit_of("syncer", "anything") == "syncer"
+
+
+def test_a_finished_run_retires_its_active_file_and_leaves_another_runs(tmp_path: Path) -> None:
+    path = tmp_path / "active.json"
+    ours = ActiveRun("/runs/work/ours", "tok")
+    for other in (ActiveRun("/runs/work/next", "tok"), ActiveRun("/runs/work/ours", "another-token")):
+        other.write(path)
+        assert retire(ours, path) is None and ActiveRun.read(path) == other  # not ours: left for its controller
+    ours.write(path)
+    assert retire(ours, path) is None and not path.exists()
+    assert retire(ours, path) is None  # nothing there: nothing to do
 
 
 def test_every_unit_serves_metrics_on_the_probed_port() -> None:
