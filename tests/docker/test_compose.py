@@ -92,7 +92,7 @@ def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Pa
     """``docker compose up`` from a stopped deployment to the controller's exit, torn down whatever happened;
     returns the new report directory ``./reports/<prefix>*`` and its report.json, after the checks every
     compose run must pass: verdict PASS (printed in the controller's log), nothing left behind (no proxy, no
-    process, no ``.active.json`` on the runs volume), report files."""
+    process, no ``.active.json`` or work directory on the runs volume), report files."""
     reports = REPO / "reports"
     reports.mkdir(exist_ok=True)
     before = set(reports.glob(f"{prefix}*"))
@@ -108,6 +108,7 @@ def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Pa
             check=True,
         ).stdout.strip()
         assert not (Path(mount) / ".active.json").exists(), "the run left .active.json on the runs volume"
+        assert not list(Path(mount).glob("work/*")), "the run left its work directory on the runs volume"
     finally:
         compose("down", "-v", "--remove-orphans", check=False, timeout=300)
     new = sorted(set(reports.glob(f"{prefix}*")) - before)
