@@ -33,7 +33,17 @@ def state_letter(stat: str) -> str:
         >>> state_letter("42 (python (x)) T 1 2"), state_letter("7 (a) b) S 1")
         ('T', 'S')
     """
-    return stat.rsplit(")", 1)[-1].split()[0]
+    return fields_after_name(stat)[0]
+
+
+def fields_after_name(stat: str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat``'s text after the command name: the state first (field 3 of proc(5)).
+
+    Example:
+        >>> fields_after_name("42 (a b) S 1 2")
+        ['S', '1', '2']
+    """
+    return stat.rsplit(")", 1)[-1].split()
 
 
 def stat_text(pid: int, proc: Path = PROC) -> str | None:
@@ -63,7 +73,7 @@ def parent(pid: int, proc: Path = PROC) -> int:
         (True, 0)
     """
     stat = stat_text(pid, proc)
-    return 0 if stat is None else int(stat.rsplit(")", 1)[-1].split()[1])
+    return 0 if stat is None else int(fields_after_name(stat)[1])
 
 
 def cpu_seconds(pid: int, proc: Path = PROC) -> float:
@@ -71,7 +81,7 @@ def cpu_seconds(pid: int, proc: Path = PROC) -> float:
     stat = stat_text(pid, proc)
     if stat is None:
         return 0.0
-    fields = stat.rsplit(")", 1)[-1].split()  # fields[0] is the state (field 3 of proc(5)): utime is 14, stime 15
+    fields = fields_after_name(stat)  # fields[0] is the state (field 3 of proc(5)): utime is 14, stime 15
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.backends.docker import Deployment, DockerDeployment
 from chaos.history import History
 from tests.effects import partition_stops_uploads, syncer_restored, throttle_slows_uploads
 from trainer import events as ev
@@ -101,14 +102,9 @@ def compose_up_run(prefix: str, env: dict[str, str], timeout: float) -> tuple[Pa
         up = compose("up", env=env, timeout=timeout)
         logs = compose("logs", "controller", check=False).stdout
         # The volume outlives the deployment (the main job keeps it): the next one's units must find no run to start.
-        mount = subprocess.run(
-            ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", "diloco-chaos_runs"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        assert not (Path(mount) / ".active.json").exists(), "the run left .active.json on the runs volume"
-        assert not list(Path(mount).glob("work/*")), "the run left its work directory on the runs volume"
+        runs = DockerDeployment(Deployment()).runs_local()
+        assert not (runs / ".active.json").exists(), "the run left .active.json on the runs volume"
+        assert not list(runs.glob("work/*")), "the run left its work directory on the runs volume"
     finally:
         compose("down", "-v", "--remove-orphans", check=False, timeout=300)
     new = sorted(set(reports.glob(f"{prefix}*")) - before)
