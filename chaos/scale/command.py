@@ -15,6 +15,7 @@ DiLoCo on the same chips, failures and links and prints them side by side.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -80,9 +81,26 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
     add_json_argument(g, "the results (or, without --scale, the report)")
     g.add_argument("--timeline", metavar="PNG", help="draw the run's timeline (short runs; not with --compare)")
     g.add_argument("--quiet", action="store_true", help="no progress display")
+    g.add_argument(
+        "--workers",
+        type=_workers,
+        metavar="N",
+        help="processes for Decoupled DiLoCo's fragments, simulated at once with the same results "
+        "(default: the cores this process may use)",
+    )
 
 
-SCALE_ONLY = (*FLAG_FIELDS, "compare", "sweep", "plot", "timeline", "quiet")  # --json: both modes
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--workers takes a whole number of processes, 1 or more, not {text!r}")
+    return n
+
+
+SCALE_ONLY = (*FLAG_FIELDS, "compare", "sweep", "plot", "timeline", "quiet", "workers")  # --json: both modes
 
 
 def scale_only_flags(args: argparse.Namespace) -> list[str]:
@@ -167,6 +185,7 @@ def run_scale_command(args: argparse.Namespace) -> int:
         f"{len(f.schedule)} scheduled failure(s), {format_duration(cfg.duration)} simulated, seed {cfg.seed}"
         + (f"; sweeping {field} over {', '.join(values)}" if field else "")
     )
+    workers = args.workers or len(os.sched_getaffinity(0))
     grid = []  # one list of results per swept value
     for value in values:
         base = _plan(args, [f"{field}={value}"]) if field else cfg
@@ -180,6 +199,7 @@ def run_scale_command(args: argparse.Namespace) -> int:
                     plan,
                     timeline=bool(args.timeline),
                     progress=_Progress(f"{label}{f' {field}={value}' if field else ''}", args.quiet),
+                    workers=workers,
                 )
             )
         grid.append(results)

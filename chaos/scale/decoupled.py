@@ -58,6 +58,10 @@ from __future__ import annotations
 
 import bisect
 import math
+import multiprocessing
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -355,10 +359,26 @@ class _Active:
         return lo, hi, self.m if k == 0 else self.counts[k - 1]
 
 
+@dataclass(frozen=True)
+class FragmentRounds:
+    """What the syncer did with one fragment's uploads: its merges (when, and the tokens each merged) and its
+    counts of uploads per outcome."""
+
+    merge_times: list[float]
+    merge_tokens: list[float]
+    participants: int  # uploads merged, over all its merges
+    skipped: int  # syncs a learner skipped: its previous one of the fragment was unanswered
+    refused: int  # stale or late, refused
+    late: int  # of those, late for a round that had merged
+    carried: int  # late, carried into the next round (late_uploads: carry)
+
+
 class _Syncer:
-    """The syncer's rounds, one fragment after another; the trainer's ``merge_time`` (with its grace window kept
+    """The syncer's rounds, fragment by fragment; the trainer's ``merge_time`` (with its grace window kept
     while the timing is unchanged) and ``upload_outcome`` decide when a round merges and what each learner does
-    with its reply.
+    with its reply. Fragments share nothing in it: each one's rounds start from the same timing (``timing``) and
+    move its moving averages on their own (the real syncer's are shared by every fragment, interleaved in time:
+    docs/scale-simulator.md, "What is not modelled"), so fragments can be simulated in any order, or at once.
 
     Each learner's sync state for the fragment is what its LearnerBook holds, kept as one list per field indexed
     by learner (the hot loop runs once per upload: millions in a simulated week, so no object per upload):
@@ -384,16 +404,13 @@ class _Syncer:
         self.active = _Active(outages)
         self.steps_s = [cfg.step_s(i) for i in range(a.num_learners)]
         self.tokens_per_merged_step = cfg.workload.tokens_per_step / a.num_learners / a.num_fragments
-        self.merge_times: list[float] = []
-        self.merge_tokens: list[float] = []
-        self.participants = self.skipped = self.refused = self.late = self.carried = 0
         self.carry = a.late_uploads == "carry"
 
     def fragment(
         self, p: int, rows: Iterable[tuple[int, int, float, float, int, float, int]], horizon: float
-    ) -> None:
-        """Every upload of fragment ``p``, in header order: (learner, step, header, arrival, incarnation, its
-        start, round)."""
+    ) -> FragmentRounds:
+        """The rounds of fragment ``p`` from every upload of it, in header order: (learner, step, header,
+        arrival, incarnation, its start, round)."""
         m = len(self.outages)
         inc_of = [-1] * m
         ref, base, synced, waiting = [0] * m, [0] * m, [0] * m, [-1] * m
@@ -409,7 +426,8 @@ class _Syncer:
         wants: dict[tuple[str, int], int | None] = {}
         want_current = upload_outcome(True, "", 0, 0).want  # an accepted upload based on the current version
         assert want_current is not None
-        merge_times, merge_tokens = self.merge_times, self.merge_tokens
+        merge_times: list[float] = []
+        merge_tokens: list[float] = []
         tokens_per_step = self.tokens_per_merged_step
         fragment_schedule, pace, outages, inf, ceil = (
             self.fragment_schedule,
@@ -421,7 +439,8 @@ class _Syncer:
         # Counters kept in locals while the loop runs (attribute writes cost, once per upload).
         skipped = refused = late_refused = carried = participants = 0
         late_reason, stale_reason = RejectReason.LATE_ROUND.value, RejectReason.STALE_VERSION.value
-        grace = grace_seconds(policy, self.timing)
+        timing = self.timing
+        grace = grace_seconds(policy, timing)
         version, round_, last_round = 0, -1, -1
         opened = last_arrival = 0.0
         quorum_at: float | None = None
@@ -496,9 +515,9 @@ class _Syncer:
                     quorum_at = arr
                     q = max(arr - opened, 0.0)
                     # An EMA of an unchanged sample is unchanged: skip the work.
-                    if self.timing.t_quorum.value != q:
-                        self.timing = self.timing.observe_quorum(q)
-                        grace = grace_seconds(policy, self.timing)
+                    if timing.t_quorum.value != q:
+                        timing = timing.observe_quorum(q)
+                        grace = grace_seconds(policy, timing)
                 if quorum_at is not None:
                     if not active_lo <= last_arrival < active_hi:
                         active_lo, active_hi, active = active_span(last_arrival)
@@ -521,11 +540,96 @@ class _Syncer:
                 answered[i], waiting[i] = inf, want
         if due < horizon:
             close()
-        self.skipped += skipped
-        self.refused += refused
-        self.late += late_refused
-        self.carried += carried
-        self.participants += participants
+        return FragmentRounds(merge_times, merge_tokens, participants, skipped, refused, late_refused, carried)
+
+
+def _rounds_of(syncer: _Syncer, ups: Uploads, horizon: float, p: int) -> FragmentRounds:
+    """Fragment ``p``'s rounds: its uploads handed to the syncer in header order."""
+    f = ups.fragment(p)
+    sel = np.argsort(f.header, kind="stable")
+    return syncer.fragment(
+        p,
+        zip(
+            f.learner[sel].tolist(),
+            f.step[sel].tolist(),
+            f.header[sel].tolist(),
+            f.arrival[sel].tolist(),
+            f.incarnation[sel].tolist(),
+            f.inc_start[sel].tolist(),
+            f.round[sel].tolist(),
+        ),
+        horizon,
+    )
+
+
+# What forked workers simulate: set before the fork and inherited (the uploads are hundreds of MB: never pickled).
+_FORKED: tuple[_Syncer, Uploads, float] | None = None
+
+
+def _forked_rounds(p: int) -> FragmentRounds:
+    assert _FORKED is not None, "a fragment worker runs only in a process forked by each_fragment"
+    return _rounds_of(*_FORKED, p)
+
+
+def _may_fork() -> bool:
+    """Whether this process may fork workers: a lock another thread holds at the fork stays held in the child
+    forever, so not while other Python threads run, nor once JAX or gRPC are loaded (their C++ threads; the
+    ``diloco-chaos simulate --scale`` process loads neither)."""
+    return threading.active_count() == 1 and not ({"jax", "grpc"} & sys.modules.keys())
+
+
+def _worker_ignores_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the pool
+
+
+def each_fragment(
+    syncer: _Syncer,
+    ups: Uploads,
+    horizon: float,
+    workers: int,
+    progress: Callable[[float], None] | None = None,
+) -> list[FragmentRounds]:
+    """Every fragment's rounds, in fragment order: one after another, or on ``workers`` forked processes at once
+    (the same results: fragments share nothing, :class:`_Syncer`), where :func:`_may_fork`; otherwise here, one
+    after another. Whatever ends the run — an error in a worker, Ctrl-C — ends the workers with it."""
+    global _FORKED
+    nfrag = syncer.fragment_schedule.num_fragments
+    workers = min(workers, nfrag)
+    out: list[FragmentRounds] = []
+
+    def done(r: FragmentRounds) -> None:
+        out.append(r)
+        if progress is not None:
+            progress(len(out) / nfrag)
+
+    if workers <= 1 or not _may_fork():
+        for p in range(nfrag):
+            done(_rounds_of(syncer, ups, horizon, p))
+        return out
+    _FORKED = (syncer, ups, horizon)
+    try:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_ignores_sigint) as pool:
+            for r in pool.imap(_forked_rounds, range(nfrag)):
+                done(r)
+            pool.close()
+            pool.join()
+    finally:
+        _FORKED = None
+    return out
+
+
+def syncer_and_uploads(cfg: ScaleConfig, outages: list[Outages]) -> tuple[_Syncer, Uploads]:
+    """The syncer of the plan (its timing at the start: the cluster's pace and one upload's time) and every
+    learner's uploads."""
+    a = cfg.algorithm
+    fragment_schedule = a.fragment_schedule()
+    comm = comm_times(cfg)
+    up, down = comm.fragment_up_s, comm.fragment_down_s
+    pace = cluster_pace([cfg.step_s(i) for i in range(a.num_learners)])  # the lower median of the step times
+    assert pace is not None
+    ups = learner_uploads(cfg, outages, fragment_schedule, up, down, pace)
+    timing = Timing(t_step=Ema(value=pace)).observe_upload(up)
+    return _Syncer(cfg, outages, down, timing, fragment_schedule, pace), ups
 
 
 def run(
@@ -533,41 +637,20 @@ def run(
     outages: list[Outages],
     timeline: Timeline | None = None,
     progress: Callable[[float], None] | None = None,
+    workers: int = 1,
 ) -> Trace:
     a, w = cfg.algorithm, cfg.workload
     m, nfrag = a.num_learners, a.num_fragments
-    fragment_schedule = a.fragment_schedule()
     comm = comm_times(cfg)
-    up, down = comm.fragment_up_s, comm.fragment_down_s
     steps_s = [cfg.step_s(i) for i in range(m)]
     tokens_per_learner_step = w.tokens_per_step / m
     horizon = float(cfg.duration)
-    pace = cluster_pace(steps_s)  # the syncer's clock: the lower median of the learners' step times
-    assert pace is not None
-    ups = learner_uploads(cfg, outages, fragment_schedule, up, down, pace)
-    syncer = _Syncer(
-        cfg, outages, down, Timing(t_step=Ema(value=pace)).observe_upload(up), fragment_schedule, pace
-    )
-    for p in range(nfrag):
-        f = ups.fragment(p)
-        sel = np.argsort(f.header, kind="stable")
-        syncer.fragment(
-            p,
-            zip(
-                f.learner[sel].tolist(),
-                f.step[sel].tolist(),
-                f.header[sel].tolist(),
-                f.arrival[sel].tolist(),
-                f.incarnation[sel].tolist(),
-                f.inc_start[sel].tolist(),
-                f.round[sel].tolist(),
-            ),
-            horizon,
-        )
-        if progress is not None:
-            progress((p + 1) / nfrag)
-    merge_times, merge_tokens = syncer.merge_times, syncer.merge_tokens
-    participants, skipped, refused = syncer.participants, syncer.skipped, syncer.refused
+    syncer, ups = syncer_and_uploads(cfg, outages)
+    rounds = each_fragment(syncer, ups, horizon, workers, progress)
+    merge_times = [t for r in rounds for t in r.merge_times]
+    merge_tokens = [x for r in rounds for x in r.merge_tokens]
+    participants, skipped = sum(r.participants for r in rounds), sum(r.skipped for r in rounds)
+    refused, late = sum(r.refused for r in rounds), sum(r.late for r in rounds)
     if timeline is not None:
         for i, o in enumerate(outages):
             timeline.add_unit(i, o, 0.0, horizon)
@@ -591,9 +674,9 @@ def run(
         details={
             "uploads": float(len(ups)),
             "skipped_syncs": float(skipped + ups.link_skipped),
-            "refused_stale": float(refused - syncer.late),
-            "refused_late": float(syncer.late),
-            "late_carried": float(syncer.carried),
+            "refused_stale": float(refused - late),
+            "refused_late": float(late),
+            "late_carried": float(sum(r.carried for r in rounds)),
             "merges": float(n_merges),
             "participants_per_merge": participants / n_merges if n_merges else 0.0,
             "fragment_round_trip_s": comm.fragment_round_trip_s,

@@ -22,11 +22,15 @@ from chaos.scale.result import ScaleResult, Timeline, Trace, summarize
 Progress = Callable[[str, float], None]
 
 
-def simulate_scale(cfg: ScaleConfig, *, timeline: bool = False, progress: Progress | None = None) -> ScaleResult:
+def simulate_scale(
+    cfg: ScaleConfig, *, timeline: bool = False, progress: Progress | None = None, workers: int = 1
+) -> ScaleResult:
     """Simulate ``cfg.duration`` of the plan (stopping at its token budget); deterministic given ``cfg.seed``.
 
     ``timeline`` keeps per-unit segments for :func:`chaos.scale.plots.plot_timeline` (short runs);
-    ``progress(stage, fraction)`` is called as the simulation goes.
+    ``progress(stage, fraction)`` is called as the simulation goes; ``workers`` > 1 simulates Decoupled
+    DiLoCo's fragments on that many forked processes at once (:func:`chaos.scale.decoupled.each_fragment`): the
+    same result, sooner.
     """
 
     def report(stage: str) -> Callable[[float], None] | None:
@@ -42,7 +46,7 @@ def simulate_scale(cfg: ScaleConfig, *, timeline: bool = False, progress: Progre
     elif mode == "sync-diloco":
         trace = sync_diloco.run(cfg, outages, tl, report("rounds"))
     else:
-        trace = decoupled.run(cfg, outages, tl, report("fragments"))
+        trace = decoupled.run(cfg, outages, tl, report("fragments"), workers)
     _charge_sit_outs(cfg, outages, trace)
     if progress is not None:
         progress("done", 1.0)
