@@ -103,6 +103,20 @@ def needed_gbps(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def simulate_runs(args: argparse.Namespace) -> list[tuple[float, dict[str, ScaleResult]]]:
+    """Every variant's run at each link speed of ``args.gbps``: (Gbit/s, results by label)."""
+    out = []
+    for gbps in [float(g) for g in args.gbps.split(",")]:
+        runs = {
+            label: simulate_scale(
+                build_scale_config(plan(args, gbps, mode, bpp, variant), f"{label} at {gbps:g} Gbps")
+            )
+            for label, mode, bpp, variant in VARIANTS
+        }
+        out.append((gbps, runs))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gbps", default="2,5", help="link bandwidths to simulate, comma-separated")
@@ -115,15 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", default="30ms")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    rows, results = [], []
-    for gbps in [float(g) for g in args.gbps.split(",")]:
-        runs: dict[str, ScaleResult] = {}
-        for label, mode, bpp, variant in VARIANTS:
-            r = simulate_scale(
-                build_scale_config(plan(args, gbps, mode, bpp, variant), f"{label} at {gbps:g} Gbps")
-            )
-            runs[label] = r
-            results.append({"gbps": gbps, "label": label, **r.to_json()})
+    rows: list[list[Any]] = []
+    results: list[dict[str, Any]] = []
+    for gbps, runs in simulate_runs(args):
+        results.extend({"gbps": gbps, "label": label, **r.to_json()} for label, r in runs.items())
         dp = runs["data-parallel"].time_to_budget_s
         for label, r in runs.items():
             t = r.time_to_budget_s
