@@ -214,7 +214,8 @@ def _link_keeps_up(starts: list[np.ndarray], up: float, down: float) -> bool:
     """Whether one learner's link sends every sync at once: uploads starting at ``starts`` (one array per
     fragment, each in time order) never queue behind each other (``up`` apart or more), and no fragment's sync
     starts before its previous one's answer is back (``up + down``)."""
-    every = np.sort(np.concatenate(starts)) if starts else np.empty(0)
+    # Each fragment's starts are already in order: a stable sort (numpy's merges runs) takes ~1/10 the time.
+    every = np.sort(np.concatenate(starts), kind="stable") if starts else np.empty(0)
     gaps_ok = up <= 0 or bool(np.all(np.diff(every) >= up))
     return gaps_ok and all(len(s) < 2 or np.min(np.diff(s)) >= up + down for s in starts)
 
