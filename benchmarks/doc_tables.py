@@ -181,6 +181,11 @@ def waits_table(root: Path = ROOT) -> str:
         if lo:
             r = lo["results"]
             beside = f"a bare JAX loop: {r['median_bare']:.3g} steps/s, the learner {r['median_synced']:.3g}"
+            if "median_bare_blocking" in r:  # the overhead's parts: waiting for every step, and the syncing
+                beside += (
+                    f"; blocking every step {r['median_bare_blocking']:.3g} (of the overhead, the step boundary "
+                    f"{100 * r['step_boundary']:.1f}%, syncing {100 * r['syncing']:.1f}%)"
+                )
             if "extra_cpu_ms_per_sync" in r:
                 beside += f"; {r['extra_cpu_ms_per_sync']:.2g} ms of CPU per sync"
             met = "yes" if r["overhead"] <= 0.03 else "no"

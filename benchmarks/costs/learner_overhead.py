@@ -1,8 +1,12 @@
 """Learner overhead: step throughput with background syncing vs a bare JAX loop.
 
-Both run as separate processes with the same thread limits, model and batch,
-interleaved (bare, synced, bare, synced, ...) so machine noise hits both
-alike; the script prints the median throughput of each and their ratio.
+Three sides, each its own process with the same thread limits, model and batch, interleaved (bare, bare
+blocking, synced, bare, ...) so machine noise hits all alike: the bare loop as one would write it (JAX's
+asynchronous dispatch, a look at the loss every 10 steps), the same loop waiting for every step (what the learner
+must do: its step boundary is when it compares the syncer's clock with the round schedule and times its step),
+and the learner. The script prints the median throughput of each, the learner's overhead against the bare loop,
+and how it splits: the step boundary (bare against bare blocking) and the syncing (bare blocking against the
+learner).
 
     .venv/bin/python -m benchmarks.costs.learner_overhead [--size tiny|small] [--repeats 3] [--steps 200]
     .venv/bin/python -m benchmarks.costs.learner_overhead --size small --steps 40 --results-name learner_overhead_small
@@ -35,6 +39,7 @@ from trainer.launch import THREAD_ENV, LocalCluster
 from trainer.learner import SYNC_THREAD_PREFIX
 
 WARMUP = 30
+SIDES = ("bare", "bare_blocking", "synced")  # interleaved in this order, each repeat
 # The synced learner's algorithm: M = 1, so each fragment syncs every H steps and the learner one every H / P.
 SYNC_EVERY, NUM_FRAGMENTS = 8, 4
 ALGORITHM = {"mode": "decoupled", "num_learners": 1, "num_fragments": NUM_FRAGMENTS, "sync_every": SYNC_EVERY}
@@ -76,8 +81,9 @@ def per_step_ms(
     return {k: 1000 * (after.get(k, 0.0) - before.get(k, 0.0)) / wall_s * step_s for k in sorted(after)}
 
 
-def bare_loop(size: str, steps: int, seed: int) -> tuple[float, dict[str, float]]:
-    """Steps per second of plain jitted AdamW steps (run in this process), and its CPU ms per step by thread kind."""
+def bare_loop(size: str, steps: int, seed: int, block_every_step: bool = False) -> tuple[float, dict[str, float]]:
+    """Steps per second of plain jitted AdamW steps (run in this process), and its CPU ms per step by thread kind;
+    ``block_every_step``: wait for each step's loss before dispatching the next, as the learner does."""
     import jax
     import jax.numpy as jnp
 
@@ -96,6 +102,8 @@ def bare_loop(size: str, steps: int, seed: int) -> tuple[float, dict[str, float]
             t0 = time.perf_counter()
             cpu0 = thread_cpu_s(os.getpid())
         params, state, loss = step(params, state, jnp.asarray(next(batches)))
+        if block_every_step:
+            jax.block_until_ready(loss)
         if i % 10 == 0:
             float(loss)  # the learner syncs on the loss every few steps too
     float(loss)
@@ -111,7 +119,9 @@ def _pinned(cpus: set[int] | None):
     return old
 
 
-def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> tuple[float, dict[str, float]]:
+def run_bare(
+    size: str, steps: int, seed: int, cpus: set[int] | None, block_every_step: bool = False
+) -> tuple[float, dict[str, float]]:
     env = dict(os.environ, **THREAD_ENV)
     old = _pinned(cpus)
     try:
@@ -127,6 +137,7 @@ def run_bare(size: str, steps: int, seed: int, cpus: set[int] | None) -> tuple[f
                 str(steps),
                 "--seed",
                 str(seed),
+                *(["--block-every-step"] if block_every_step else []),
             ],
             env=env,
             capture_output=True,
@@ -187,17 +198,47 @@ def run_synced(
         cluster.stop_all()
 
 
-def overhead_table(size: str, bare: float, synced: float) -> str:
-    """The headline table from the two medians (steps/s to 3 significant figures: the small preset runs ~1 a second).
+def overhead_table(size: str, bare: float, synced: float, blocking: float | None = None) -> str:
+    """The headline table from the medians (steps/s to 3 significant figures: the small preset runs ~1 a second);
+    with the blocking bare loop's, the overhead's two parts: 1 − s/b = (1 − b′/b) + (b′/b)·(1 − s/b′), the step
+    boundary and the syncing (``b′`` the bare loop blocking every step).
 
     >>> print(overhead_table("small", 1.0312, 1.0101))
     | model | bare steps/s (median) | synced steps/s (median) | overhead |
     |---|---|---|---|
     | small | 1.03 | 1.01 | 2.0% |
+    >>> print(overhead_table("tiny", 50.0, 44.0, blocking=48.0))
+    | model | bare steps/s (median) | bare, blocking every step | synced steps/s (median) | overhead | of it: the step boundary | of it: syncing |
+    |---|---|---|---|---|---|---|
+    | tiny | 50 | 48 | 44 | 12.0% | 4.0% | 8.0% |
     """
+    if blocking is None:
+        return markdown_table(
+            ["model", "bare steps/s (median)", "synced steps/s (median)", "overhead"],
+            [[size, f"{bare:.3g}", f"{synced:.3g}", f"{100 * (1 - synced / bare):.1f}%"]],
+        )
+    boundary = 1 - blocking / bare
     return markdown_table(
-        ["model", "bare steps/s (median)", "synced steps/s (median)", "overhead"],
-        [[size, f"{bare:.3g}", f"{synced:.3g}", f"{100 * (1 - synced / bare):.1f}%"]],
+        [
+            "model",
+            "bare steps/s (median)",
+            "bare, blocking every step",
+            "synced steps/s (median)",
+            "overhead",
+            "of it: the step boundary",
+            "of it: syncing",
+        ],
+        [
+            [
+                size,
+                f"{bare:.3g}",
+                f"{blocking:.3g}",
+                f"{synced:.3g}",
+                f"{100 * (1 - synced / bare):.1f}%",
+                f"{100 * boundary:.1f}%",
+                f"{100 * (1 - synced / bare - boundary):.1f}%",
+            ]
+        ],
     )
 
 
@@ -215,64 +256,70 @@ def main(argv: list[str] | None = None) -> int:
         "--no-pin", action="store_true", help="do not pin: learner, bare loop and syncer then share every core"
     )
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--block-every-step", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out-dir", default="benchmarks/results")
     ap.add_argument("--results-name", default="learner_overhead", help="<out-dir>/<this>.json (and its figure)")
     args = ap.parse_args(argv)
     if args.bare:
-        print(json.dumps(bare_loop(args.size, args.steps, args.seed)))
+        print(json.dumps(bare_loop(args.size, args.steps, args.seed, args.block_every_step)))
         return 0
     cpus = sorted(os.sched_getaffinity(0))
     # The syncer is another machine in a real deployment: give it its own core so
     # the figure is the learner's own cost of syncing, not two processes sharing one core.
     pin = not args.no_pin and len(cpus) >= 2
     learner_cpus, syncer_cpus = ({cpus[0]}, set(cpus[1:])) if pin else (None, None)
-    bare, synced, merges = [], [], []
-    cpu: dict[str, list[dict[str, float]]] = {"bare": [], "synced": []}
+    rates: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    merges: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            b, bare_cpu = run_bare(args.size, args.steps, args.seed, learner_cpus)
+            for side, block in (("bare", False), ("bare_blocking", True)):
+                rate, side_cpu = run_bare(args.size, args.steps, args.seed, learner_cpus, block)
+                rates[side].append(rate)
+                cpu[side].append(side_cpu)
             s, m, synced_cpu = run_synced(
                 args.size, args.steps, args.seed, Path(tmp) / f"run{r}", learner_cpus, syncer_cpus
             )
-            bare.append(b)
-            synced.append(s)
-            merges.append(m)
-            cpu["bare"].append(bare_cpu)
+            rates["synced"].append(s)
             cpu["synced"].append(synced_cpu)
+            merges.append(m)
             print(
-                f"repeat {r}: bare {b:.1f} steps/s, synced {s:.1f} steps/s ({m} merges); CPU ms/step "
-                f"bare {_fmt(bare_cpu)}, synced {_fmt(synced_cpu)}",
+                f"repeat {r}: bare {rates['bare'][-1]:.1f} steps/s, blocking every step "
+                f"{rates['bare_blocking'][-1]:.1f}, synced {s:.1f} ({m} merges); CPU ms/step "
+                + "; ".join(f"{side} {_fmt(cpu[side][-1])}" for side in SIDES),
                 flush=True,
             )
-    mb, ms = statistics.median(bare), statistics.median(synced)
-    table = overhead_table(args.size, mb, ms)
+    med = {side: statistics.median(v) for side, v in rates.items()}
+    mb, mbb, ms = med["bare"], med["bare_blocking"], med["synced"]
+    table = overhead_table(args.size, mb, ms, blocking=mbb)
     kinds = sorted({k for side in cpu.values() for c in side for k in c})
     cpu_median = {
         side: {k: statistics.median(c.get(k, 0.0) for c in cs) for k in kinds} for side, cs in cpu.items()
     }
     total = {side: sum(c.values()) for side, c in cpu_median.items()}
-    extra_ms = total["synced"] - total["bare"]
+    extra_ms = total["synced"] - total["bare_blocking"]  # syncing's own: against the loop that blocks as it does
     cpu_table = markdown_table(
-        ["threads", "bare loop: CPU ms / step (median)", "learner: CPU ms / step (median)", "difference"],
+        [
+            "threads",
+            "bare loop: CPU ms / step (median)",
+            "bare, blocking every step",
+            "learner",
+            "learner − bare blocking",
+        ],
         [
             [
                 k,
-                f"{cpu_median['bare'][k]:.2f}",
-                f"{cpu_median['synced'][k]:.2f}",
-                f"{cpu_median['synced'][k] - cpu_median['bare'][k]:+.2f}",
+                *(f"{cpu_median[side][k]:.2f}" for side in SIDES),
+                f"{cpu_median['synced'][k] - cpu_median['bare_blocking'][k]:+.2f}",
             ]
             for k in kinds
         ]
-        + [
-            [
-                "all",
-                f"{total['bare']:.2f}",
-                f"{total['synced']:.2f}",
-                f"{extra_ms:+.2f}",
-            ]
-        ],
+        + [["all", *(f"{total[side]:.2f}" for side in SIDES), f"{extra_ms:+.2f}"]],
     )
-    per_sync = f"Extra CPU per sync (a sync every {STEPS_PER_SYNC:g} steps): {extra_ms * STEPS_PER_SYNC:.2f} ms."
+    per_sync = (
+        f"Extra CPU per sync against the loop that blocks every step (a sync every {STEPS_PER_SYNC:g} steps): "
+        f"{extra_ms * STEPS_PER_SYNC:.2f} ms."
+    )
     cpu_table += f"\n\n{per_sync}"
     print(f"\n{table}\n\n{cpu_table}")
     config = {
@@ -285,12 +332,16 @@ def main(argv: list[str] | None = None) -> int:
         "syncer_cpus": sorted(syncer_cpus or cpus),
     }
     results = {
-        "bare_steps_per_s": bare,
-        "synced_steps_per_s": synced,
+        "bare_steps_per_s": rates["bare"],
+        "bare_blocking_steps_per_s": rates["bare_blocking"],
+        "synced_steps_per_s": rates["synced"],
         "merges": merges,
         "median_bare": mb,
+        "median_bare_blocking": mbb,
         "median_synced": ms,
         "overhead": 1 - ms / mb,
+        "step_boundary": 1 - mbb / mb,  # of the overhead: waiting for every step
+        "syncing": mbb / mb - ms / mb,  # of the overhead: the rest
         "cpu_ms_per_step": cpu,
         "cpu_ms_per_step_median": cpu_median,
         "cpu_table": cpu_table,
@@ -300,8 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     write_results(args.results_name, config=config, results=results, table=table, out_dir=out_dir)
     fig, ax = new_figure(6, 3.5)
-    ax.plot(range(1, len(bare) + 1), bare, "o-", label="bare JAX loop")
-    ax.plot(range(1, len(synced) + 1), synced, "s-", label="learner, syncing in the background")
+    for side, marker, label in (
+        ("bare", "o-", "bare JAX loop"),
+        ("bare_blocking", "^-", "bare JAX loop, blocking every step"),
+        ("synced", "s-", "learner, syncing in the background"),
+    ):
+        ax.plot(range(1, args.repeats + 1), rates[side], marker, label=label)
     ax.set_xlabel("repeat (interleaved)")
     ax.set_ylabel("inner steps / s")
     ax.set_ylim(bottom=0)
