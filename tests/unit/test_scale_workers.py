@@ -54,7 +54,7 @@ def test_a_fragment_s_rounds_are_the_same_simulated_alone_in_any_order() -> None
     assert backward == forward
 
 
-def _simulate(tmp_path: Path, workers: int) -> tuple[dict[str, Any], bool]:
+def _simulate(tmp_path: Path, workers: int) -> tuple[list[dict[str, Any]], bool]:
     """The CLI's --json results with ``--workers``, in a fresh interpreter, and whether it forked."""
     plan, out = tmp_path / "plan.yaml", tmp_path / f"w{workers}.json"
     plan.write_text(yaml.safe_dump(PLAN))
