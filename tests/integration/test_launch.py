@@ -34,11 +34,10 @@ def _launch(run_dir, *sets):
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_launch_trains_to_budget_and_writes_run_directory(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = _launch(run_dir)  # the config's own budget
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+def test_launch_trains_to_budget_and_writes_run_directory(tiny_run):
+    run = tiny_run("decoupled")  # the config's own budget
+    run_dir = run.run_dir
+    assert run.returncode == 0, run.output
     for name in ("config.yaml", "seeds.json", "metrics.json", "final.npz", "syncer.json"):
         assert (run_dir / name).exists(), name
     m = json.loads((run_dir / "metrics.json").read_text())
@@ -76,13 +75,11 @@ def test_launcher_sigkill_orphans_nothing(tmp_path):
     wait_until(lambda: not procfs.matching(str(run_dir)), 30, "children to exit after the launcher was SIGKILLed")
 
 
-@pytest.mark.parametrize("mode,sets", [("sync-diloco", []), ("data-parallel", ["algorithm.sync_every=1"])])
-def test_synchronous_baselines_merge_every_learner_together(tmp_path, mode, sets):
-    run_dir = tmp_path / "run"
-    proc = _launch(run_dir, f"algorithm.mode={mode}", "token_budget=60000", *sets)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
-    merges = [e for e in read_events(run_dir / "events" / "syncer.jsonl") if e.kind == "merge"]
+@pytest.mark.parametrize("mode", ["sync-diloco", "data-parallel"])
+def test_synchronous_baselines_merge_every_learner_together(tiny_run, mode):
+    run = tiny_run(mode)
+    assert run.returncode == 0, run.output
+    merges = [e for e in read_events(run.run_dir / "events" / "syncer.jsonl") if e.kind == "merge"]
     assert merges
     # K = M: every merge before the final flush has all three learners.
     assert all(len(m.participants) == 3 for m in merges[:-4]), [len(m.participants) for m in merges]

@@ -4,10 +4,7 @@ hand-corrupted run directory fails, naming the merge (the check's negative contr
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,30 +16,13 @@ from chaos.checkers.audit import check_audit
 from chaos.checkers.ledger import check_ledger
 from chaos.history import History
 from chaos.scenario import Checks
+from tests.integration.tiny_runs import TINY, TinyRuns
 from trainer.audit_log import AUDIT_DIR
 from trainer.config import load_config
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "configs" / "tiny-decoupled.yaml"
+CONFIG = TINY
 LEARNERS = ("learner-0", "learner-1", "learner-2")
-
-
-def _launch(run_dir: Path, *sets: str) -> None:
-    args = [
-        sys.executable,
-        "-m",
-        "trainer.launch",
-        "--config",
-        str(CONFIG),
-        "--run-dir",
-        str(run_dir),
-        "--set",
-        "syncer.audit_keep_fraction=1",
-        *[a for s in sets for a in ("--set", s)],
-    ]
-    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300, env=os.environ)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
 def _audit(run_dir: Path, *sets: str):
@@ -51,10 +31,10 @@ def _audit(run_dir: Path, *sets: str):
 
 
 @pytest.fixture(scope="module")
-def decoupled_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("audit") / "run"
-    _launch(run_dir)  # the config's own budget
-    return run_dir
+def decoupled_run(tiny_run: TinyRuns) -> Path:
+    run = tiny_run("decoupled")  # the config's own budget, every merge's audit files kept
+    assert run.returncode == 0, run.output
+    return run.run_dir
 
 
 def test_every_merge_of_a_real_run_is_recomputed_and_chained(decoupled_run: Path) -> None:
@@ -126,10 +106,9 @@ def test_a_learner_holding_other_bits_fails(decoupled_run: Path, tmp_path: Path)
     assert v.status == "fail" and "learner-1 holds a fragment" in v.summary, v
 
 
-@pytest.mark.parametrize("mode,sets", [("sync-diloco", []), ("data-parallel", ["algorithm.sync_every=1"])])
-def test_the_synchronous_baselines_pass_the_audit(tmp_path: Path, mode: str, sets: list[str]) -> None:
-    run_dir = tmp_path / "run"
-    overrides = [f"algorithm.mode={mode}", "token_budget=40000", *sets]
-    _launch(run_dir, *overrides)
-    v = _audit(run_dir, *overrides)
+@pytest.mark.parametrize("mode", ["sync-diloco", "data-parallel"])
+def test_the_synchronous_baselines_pass_the_audit(tiny_run: TinyRuns, mode: str) -> None:
+    run = tiny_run(mode)
+    assert run.returncode == 0, run.output
+    v = _audit(run.run_dir, *run.sets)
     assert v.status == "pass" and v.evidence["recomputed"] > 0, v
