@@ -15,6 +15,7 @@ difference, and how long each cell took to simulate; writes
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import TypedDict
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=1, help="seeds per cell (the cell is their median)")
     ap.add_argument("--duration", default="7d", help="simulated time per cell")
     args = ap.parse_args(argv)
+    workers = len(os.sched_getaffinity(0))  # Decoupled DiLoCo's fragments at once, as the CLI does
     sim: dict[str, list[float]] = {}
     cells: list[Cell] = []
     for row, paper_row in PAPER_GOODPUT.items():
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds: list[float] = []
             for seed in range(args.seeds):
                 t0 = time.perf_counter()
-                r = simulate_scale(paper_plan(row, chips, seed=seed, duration=args.duration))
+                r = simulate_scale(paper_plan(row, chips, seed=seed, duration=args.duration), workers=workers)
                 seconds.append(time.perf_counter() - t0)
                 values.append(100 * r.goodput)
             g = statistics.median(values)
