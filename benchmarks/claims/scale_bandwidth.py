@@ -117,6 +117,11 @@ def simulate_runs(args: argparse.Namespace) -> list[tuple[float, dict[str, Scale
     return out
 
 
+def result_rows(simulated: list[tuple[float, dict[str, ScaleResult]]]) -> list[dict[str, Any]]:
+    """The results file's runs: one per link speed and variant, its figures beside them."""
+    return [{"gbps": gbps, "label": label, **r.to_json()} for gbps, runs in simulated for label, r in runs.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gbps", default="2,5", help="link bandwidths to simulate, comma-separated")
@@ -130,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     rows: list[list[Any]] = []
-    results: list[dict[str, Any]] = []
-    for gbps, runs in simulate_runs(args):
-        results.extend({"gbps": gbps, "label": label, **r.to_json()} for label, r in runs.items())
+    simulated = simulate_runs(args)
+    results = result_rows(simulated)
+    for gbps, runs in simulated:
         dp = runs["data-parallel"].time_to_budget_s
         for label, r in runs.items():
             t = r.time_to_budget_s

@@ -643,10 +643,10 @@ def run(
     a, w = cfg.algorithm, cfg.workload
     m, nfrag = a.num_learners, a.num_fragments
     comm = comm_times(cfg)
-    steps_s = [cfg.step_s(i) for i in range(m)]
     tokens_per_learner_step = w.tokens_per_step / m
     horizon = float(cfg.duration)
     syncer, ups = syncer_and_uploads(cfg, outages)
+    steps_s = syncer.steps_s
     rounds = each_fragment(syncer, ups, horizon, workers, progress)
     merge_times = [t for r in rounds for t in r.merge_times]
     merge_tokens = [x for r in rounds for x in r.merge_tokens]

@@ -21,20 +21,17 @@ from trainer.audit_log import AUDIT_DIR
 from trainer.config import load_config
 
 pytestmark = pytest.mark.integration
-CONFIG = TINY
 LEARNERS = ("learner-0", "learner-1", "learner-2")
 
 
 def _audit(run_dir: Path, *sets: str):
-    facts = RunFacts.of_config(load_config(CONFIG, [*sets]), LEARNERS)
+    facts = RunFacts.of_config(load_config(TINY, [*sets]), LEARNERS)
     return check_audit(CheckInput(History.read(run_dir), facts, Checks(), None, audit_files=AuditFiles(run_dir)))
 
 
 @pytest.fixture(scope="module")
 def decoupled_run(tiny_run: TinyRuns) -> Path:
-    run = tiny_run("decoupled")  # the config's own budget, every merge's audit files kept
-    assert run.returncode == 0, run.output
-    return run.run_dir
+    return tiny_run("decoupled").run_dir  # the config's own budget, every merge's audit files kept
 
 
 def test_every_merge_of_a_real_run_is_recomputed_and_chained(decoupled_run: Path) -> None:
@@ -49,7 +46,7 @@ def test_every_merge_of_a_real_run_is_recomputed_and_chained(decoupled_run: Path
 def test_the_ledgers_of_a_real_run_balance(decoupled_run: Path) -> None:
     """The token and data ledgers on real processes: every uploaded token accounted for, the learners' books
     agreeing with the syncer's, each learner on its own data stream from its start."""
-    facts = RunFacts.of_config(load_config(CONFIG), LEARNERS)
+    facts = RunFacts.of_config(load_config(TINY), LEARNERS)
     v = check_ledger(CheckInput(History.read(decoupled_run), facts, Checks(), None))
     assert v.status == "pass", v
     data, syncer = v.evidence["data"], v.evidence["syncer"]
@@ -109,6 +106,5 @@ def test_a_learner_holding_other_bits_fails(decoupled_run: Path, tmp_path: Path)
 @pytest.mark.parametrize("mode", ["sync-diloco", "data-parallel"])
 def test_the_synchronous_baselines_pass_the_audit(tiny_run: TinyRuns, mode: str) -> None:
     run = tiny_run(mode)
-    assert run.returncode == 0, run.output
     v = _audit(run.run_dir, *run.sets)
     assert v.status == "pass" and v.evidence["recomputed"] > 0, v

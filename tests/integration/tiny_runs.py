@@ -3,7 +3,8 @@ fixture, tests/integration/conftest.py).
 
 A tiny run is 10-16 s of the real-process phase; the launcher's tests and the merge audit's judged the same three
 runs each launched twice. ``tiny_run(name)`` launches one of ``TINY_RUNS`` on first use and hands every later test
-the same run directory (tests that change one work on a copy).
+the same run directory (tests that change one work on a copy); a run that failed fails every test that asks for it,
+with the launcher's output, and is not launched again.
 """
 
 from __future__ import annotations
@@ -46,4 +47,6 @@ class TinyRuns:
                 args += ["--set", s]
             out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300, env=os.environ)
             self.launched[name] = LaunchedRun(run_dir, sets, out.returncode, (out.stdout + out.stderr)[-6000:])
-        return self.launched[name]
+        run = self.launched[name]
+        assert run.returncode == 0, f"the {name} run failed (exit {run.returncode}):\n{run.output}"
+        return run
