@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from chaos.checkers import merge_reference as ref
+from chaos.checkers.audit_inputs import Trust, learner_uploads, merge_inputs, scale_problem
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
 from trainer import events as ev
 
@@ -88,6 +89,8 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
         )
     if facts.adamw:
         return problems  # data-parallel: the AdamW step is not recomputed (chained by digest only)
+    if (wrong := scale_problem(m)) is not None:
+        problems.append(wrong)
     result, opt_after = ref.outer_step(
         parts["base"],
         parts["opt_before"],
@@ -95,7 +98,7 @@ def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) 
         lr=facts.algorithm.outer_lr,
         momentum=facts.algorithm.outer_momentum,
         nesterov=facts.algorithm.nesterov,
-        scale=a.scale,
+        scale=1.0,  # the config's step: never the scale the merge recorded (audit_inputs.scale_problem)
     )
     for what, want, got in (
         ("new fragment", result, parts["result"]),
@@ -265,11 +268,25 @@ def check_audit(inp: CheckInput) -> Verdict:
         )
     t0 = h.start
     chain = _Chain()
+    algorithm = inp.facts.merge.algorithm
+    sent, trust = learner_uploads(h, algorithm.clocked), Trust()
     uploads: dict[tuple[str, str, int, int, int], str] = {}
     for e in sorted(h.of(ev.SyncerStart, ev.Merge, ev.Checkpoint, ev.Restore, ev.Upload), key=lambda e: e.ts):
         if isinstance(e, ev.SyncerStart):
             chain.start(e)
         elif isinstance(e, ev.Merge):
+            chain.problems += [
+                f"merge {e.merges_total} (fragment {e.fragment} → v{e.version}, t={e.ts - t0:.1f}s) {p}"
+                for p in merge_inputs(
+                    e,
+                    sent,
+                    chain.values,
+                    clocked=algorithm.clocked,
+                    rebases=algorithm.rebases,
+                    tokens_per_step=inp.facts.merge.tokens_per_step,
+                    trust=trust,
+                )
+            ]
             chain.merge(e, e.ts - t0)
             for i, p in enumerate(e.participants):
                 got = uploads.get((p.learner_id, p.incarnation, e.fragment, p.base_version, p.round))
@@ -336,6 +353,7 @@ def check_audit(inp: CheckInput) -> Verdict:
         "lag_rounds_max": round(lag_rounds, 3),
         "kept_missing": missing,
         "learner_values": held,
+        "inputs": trust.evidence(),
         "problems": len(problems),
         "first_problems": problems[:SHOWN],
     }
@@ -364,7 +382,10 @@ def check_audit(inp: CheckInput) -> Verdict:
     return Verdict(
         "audit",
         "pass",
-        f"{recomputed} of {len(merges)} merges recomputed by the reference ({step}); "
-        f"every merge chained; {held} learner-held values were the syncer's",
+        f"{recomputed} of {len(merges)} merges recomputed by the reference ({step}) with the config's "
+        f"hyperparameters; every merge chained; {held} learner-held values were the syncer's; "
+        f"{trust.derived['anchors']} anchors from the chain, {trust.derived['counters']} contributions' counters "
+        "and participation from the learners' logs"
+        + (f" ({trust.merges_trusting} merge(s) took inputs on trust: evidence)" if trust.merges_trusting else ""),
         evidence,
     )

@@ -49,6 +49,7 @@ class MergeFacts:
 
     algorithm: Algorithm = Algorithm()
     mean_tensors: tuple[str, ...] = EMBEDDING_TENSORS
+    tokens_per_step: int = 0  # what a capped contribution's c_tokens is per step (0: unknown)
 
     @property
     def adamw(self) -> bool:
@@ -57,7 +58,8 @@ class MergeFacts:
 
     @classmethod
     def of(cls, cfg: RunConfig) -> MergeFacts:
-        return cls(cfg.algorithm, tuple(policy_from_config(cfg).mean_tensors))
+        p = policy_from_config(cfg)
+        return cls(cfg.algorithm, tuple(p.mean_tensors), p.tokens_per_step)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class RunFacts:
     round_tokens: int = 0  # tokens every learner trains in one round (M × H × tokens per step); 0: unknown
     sync_every: int = 8  # H: cluster steps between two rounds of a fragment
     long_poll_s: float = 2.0  # how long a learner's wait for a merged fragment lasts before it asks again
+    summary_tokens: int = 0  # tokens a learner trains between two ``step`` events (0: unknown)
+    report_interval_s: float = 0.5  # how often a learner reports its cumulative tokens to the syncer
 
     @classmethod
     def of(cls, scenario: Scenario) -> RunFacts:
@@ -93,6 +97,8 @@ class RunFacts:
             cfg.algorithm.num_learners * cfg.algorithm.sync_every * p.tokens_per_step,
             cfg.algorithm.sync_every,
             cfg.learner.long_poll_s,
+            cfg.learner.step_event_every * p.tokens_per_step,
+            cfg.learner.report_interval_s,
         )
 
 

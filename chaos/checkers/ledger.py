@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
+from chaos.checkers.trained import Learners
 from chaos.history import History
 from chaos.records import JsonObject
 from trainer import events as ev
@@ -280,22 +281,74 @@ def _data_book(inp: CheckInput) -> tuple[dict, list[str]]:
     return {"streams": len(streams), "positions": positions}, problems
 
 
-def _budget(inp: CheckInput) -> tuple[dict[str, int] | None, str | None]:
+REPORT_LAGS = 1  # report intervals a learner's count may trail its training at the syncer
+
+
+def _restores(h: History) -> list[tuple[float, float]]:
+    """(when a syncer restarted, when what it restored was written): the checkpoint's event, else — nothing
+    restored, or no event of it — the previous syncer's start (it knew nothing later for certain)."""
+    out: list[tuple[float, float]] = []
+    starts = h.of(ev.SyncerStart)
+    checkpoints = h.of(ev.Checkpoint)
+    for prev, e in zip(starts, starts[1:]):
+        written = [c.ts for c in checkpoints if c.merges_total == e.restored_from_merges and c.ts <= e.ts]
+        out.append((e.ts, written[-1] if written and e.restored_from_merges >= 0 else prev.ts))
+    return out
+
+
+def _budget(inp: CheckInput) -> tuple[JsonObject | None, list[str]]:
+    """The result is fixed at the budget by the syncer's count, and that count agrees with what the learners say they
+    trained (chaos.checkers.trained): no more than they trained, and no less than they had reported by then."""
     done = inp.history.of(ev.Finished)
     budget, one_round = inp.facts.token_budget, inp.facts.round_tokens
     if not done or not budget or not one_round:
-        return None, None
-    tokens = done[0].tokens_total
+        return None, []
+    tokens, t = done[0].tokens_total, done[0].ts
     # One round of every learner, or a quarter of the budget where reports come coarser than rounds (a real
     # 300k-token run reached its budget with one report at 1.11×): the 3.57× of a late result still fails.
     allowed = max(one_round, budget // 4)
-    evidence = {"finished_tokens": tokens, "budget": budget, "one_round": one_round, "allowed_over": allowed}
+    evidence: JsonObject = {
+        "finished_tokens": tokens,
+        "budget": budget,
+        "one_round": one_round,
+        "allowed_over": allowed,
+    }
+    problems = []
     if not budget <= tokens <= budget + allowed:
-        return evidence, (
+        problems.append(
             f"the result was fixed at {tokens} tokens, {tokens / budget:.2f}× the budget {budget} "
             f"(allowed: up to {allowed} tokens beyond it)"
         )
-    return evidence, None
+    h = inp.history
+    learners = Learners.of(h.events)
+    if not learners.incarnations:
+        evidence["learners"] = "no learner events: the syncer's count taken on trust"
+        return evidence, problems
+    low, high = learners.at(t, inp.facts.summary_tokens)
+    lag = REPORT_LAGS * inp.facts.report_interval_s
+    countable = learners.countable(t, lag, _restores(h))
+    logged = {e.learner_id for e in h.of(ev.LearnerStart)}
+    unlogged = sorted({j.learner_id for j in h.of(ev.Join)} - logged)
+    evidence["learners"] = {
+        "trained_at_least": low,
+        "trained_at_most": high,
+        "reported_at_least": countable,
+        "incarnations": len(learners.incarnations),
+        "report_lag_s": lag,
+        "without_events": unlogged,
+    }
+    if high < tokens and not unlogged:
+        problems.append(
+            f"the syncer fixed the result at {tokens} tokens; its learners had trained at most {high} by then "
+            "(their step events): it counted tokens nobody trained"
+        )
+    if countable > tokens + one_round:
+        problems.append(
+            f"the learners had trained {countable} tokens ({countable / budget:.2f}× the budget) a report before "
+            f"the syncer fixed the result at {tokens}: it left {countable - tokens} tokens uncounted, more than one "
+            f"round ({one_round}) — learners trained past the budget"
+        )
+    return evidence, problems
 
 
 def check_ledger(inp: CheckInput) -> Verdict:
@@ -318,9 +371,9 @@ def check_ledger(inp: CheckInput) -> Verdict:
             book.refused_merge(e)
     book.end()
     learner_bins, learner_problems, folds_lost = _learner_book(inp, book)
-    budget, late = _budget(inp)
+    budget, budget_problems = _budget(inp)
     data, data_problems = _data_book(inp)
-    problems = book.problems + learner_problems + ([late] if late else []) + data_problems
+    problems = book.problems + learner_problems + budget_problems + data_problems
     accepted = sum(book.accepted.values())
     evidence: JsonObject = {
         "syncer": {"accepted": accepted, **dict(book.bins)},
@@ -343,7 +396,12 @@ def check_ledger(inp: CheckInput) -> Verdict:
         "pass",
         f"{accepted} uploaded tokens accounted for ({merged} merged); the learners' "
         "and the syncer's books agree"
-        + ("; result fixed at the budget" if budget else "")
+        + (
+            "; result fixed at the budget"
+            + ("" if isinstance(budget.get("learners"), str) else ", which the learners' own counts bear out")
+            if budget
+            else ""
+        )
         + (
             f"; {folds_lost} refusal(s) learners were told stand in folded counts a killed syncer lost"
             if folds_lost

@@ -54,6 +54,10 @@ MECHANISMS: tuple[str, ...] = (
     "rejoin membership",
     "data position",
     "NaN and outlier guards",
+    # Issue 60: defects whose records are wrong the same way as their behaviour (the checks must not take the
+    # syncer's word for what it did).
+    "outer step hyperparameters",
+    "budget counting",
 )
 
 MODES = ("sim", "real")  # deterministic mode's one process; the syncer's and learners' processes of a real run
@@ -283,6 +287,19 @@ SYNCER_CRASH_AFTER_KILL = ScenarioRef(
     },
 )
 
+# The same, the learner killed later: its first incarnation trained ~10 rounds' worth that only the syncer's
+# checkpointed ledger holds after the crash (killed at 2 s it trains too little for the learners' count to show it).
+SYNCER_CRASH_AFTER_LATE_KILL = ScenarioRef(
+    "syncer-crash",
+    "syncer-crash[after late kill]",
+    {
+        "schedule": [
+            {"fault": "kill", "targets": ["learner-1"], "at": 8, "duration": 3},
+            {"fault": "syncer_crash", "at": 14, "duration": 4},
+        ]
+    },
+)
+
 
 # ---- the mutants' replacements ------------------------------------------------------------------------------------
 
@@ -477,6 +494,57 @@ def _skip_upload_nan_check(check_finite: Callable[..., Any]) -> Callable[..., An
 def _no_norm_check(check_norm: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(*args: Any) -> None:
         return None  # BUG: the outlier guard is off (e.g. max_norm_ratio lost its default: 0 means off)
+
+    return mutant
+
+
+def _step_scaled(step_scale: Callable[..., float]) -> Callable[..., float]:
+    def mutant(self: Any, tokens_total: int) -> float:
+        return 0.7 * step_scale(self, tokens_total)  # BUG: the outer lr applied twice (once in the optimizer)
+
+    return mutant
+
+
+def _anchor_filed_early(remember: Callable[..., None]) -> Callable[..., None]:
+    def mutant(self: Any, fragment: int) -> None:
+        remember(self, fragment)
+        v = self.versions[fragment]
+        if (fragment, v) in self.past_values and v > 0:
+            # BUG: the value kept for rebasing is also filed under the version before (a key taken before the
+            # increment), overwriting that version's: a stale contribution is rebased on its base's successor
+            self.past_values[(fragment, v - 1)] = self.past_values[(fragment, v)]
+
+    return mutant
+
+
+def _counters_from_record(bounded: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, c: Any, now: float) -> Any:
+        c = bounded(self, c, now)
+        rec = self.learners[c.learner_id]
+        # BUG: the contribution's step counter read from the learner's record (its step count at its last report)
+        # instead of the upload's c_steps
+        return dataclasses.replace(c, c_steps=max(rec.step, 1))
+
+    return mutant
+
+
+def _tokens_keyed_by_learner(report: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(
+        self: Any, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float, now: float
+    ) -> bool:
+        key = f"{learner_id}/{incarnation}"
+        for k in [k for k in self.tokens_by_incarnation if k.split("/", 1)[0] == learner_id and k != key]:
+            del self.tokens_by_incarnation[
+                k
+            ]  # BUG: keyed by learner: a new incarnation's count replaces the old's
+        return report(self, learner_id, incarnation, step, tokens, step_time_s, now)
+
+    return mutant
+
+
+def _checkpoint_without_ledger(meta: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any) -> Any:
+        return dataclasses.replace(meta(self), tokens_by_incarnation={})  # BUG: the token ledger is not written
 
     return mutant
 
@@ -720,6 +788,50 @@ MUTANTS: tuple[Mutant, ...] = (
         "the outlier-norm guard is off: finite garbage of absurd magnitude is merged",
         (CORRUPT_GARBAGE,),
         (Patch(SS, "check_norm", _no_norm_check),),
+        fault_free_unchanged=True,
+        modes=BOTH,
+    ),
+    Mutant(
+        "outer_step_scaled",
+        "outer step hyperparameters",
+        "every outer step is scaled by 0.7 (the outer learning rate applied twice), and the merge records the "
+        "scale it used",
+        refs("kill-and-rejoin"),
+        (Patch("trainer.core.syncer_policy", "SyncerPolicy.step_scale", _step_scaled),),
+    ),
+    Mutant(
+        "anchor_off_by_one",
+        "rebase",
+        "the value kept for rebasing is filed under the version before the merge's: a stale contribution is "
+        "rebased on its base's successor, and the merge records that value as its anchor",
+        refs("latency-jitter", "throttle-all"),
+        (Patch(SS, "SyncerState._remember", _anchor_filed_early),),
+    ),
+    Mutant(
+        "counters_from_record",
+        "weights",
+        "a contribution's c_steps is read from the learner's record (its step count at its last report) instead of "
+        "the upload, and the merge records the counter it weighted by",
+        refs("straggler", "kill-and-rejoin"),
+        (Patch(SS, "SyncerState._bounded", _counters_from_record),),
+    ),
+    Mutant(
+        "tokens_keyed_by_learner",
+        "budget counting",
+        "the syncer's token ledger is keyed by learner, not incarnation: a restarted learner's count replaces its "
+        "earlier incarnations', so learners train past the budget while the syncer reports it reached",
+        refs("rolling-restarts", "kill-and-rejoin"),
+        (Patch(SS, "SyncerState.report", _tokens_keyed_by_learner),),
+        fault_free_unchanged=True,
+        modes=BOTH,
+    ),
+    Mutant(
+        "checkpoint_without_ledger",
+        "budget counting",
+        "the checkpoint's metadata is written without the token ledger (and digested as written): a restored "
+        "syncer counts only what learners report again, so the cluster trains past its budget",
+        (SYNCER_CRASH_AFTER_LATE_KILL,),
+        (Patch(SS, "SyncerState._meta", _checkpoint_without_ledger),),
         fault_free_unchanged=True,
         modes=BOTH,
     ),

@@ -31,7 +31,12 @@ def test_an_unmodified_run_balances() -> None:
     assert syncer["lost with the syncer"] > 0  # syncer-crash: pending uploads and undone merges died with it
     learners = v.evidence["learners"]
     assert learners["sent"] == sum(t for b, t in learners.items() if b != "sent")
-    assert v.evidence["budget"]["budget"] <= v.evidence["budget"]["finished_tokens"]
+    budget = v.evidence["budget"]
+    assert budget["budget"] <= budget["finished_tokens"]
+    # the learners' own counts bracket the syncer's: no more than they trained, no less than they had reported
+    learners = budget["learners"]
+    assert learners["reported_at_least"] <= budget["finished_tokens"] <= learners["trained_at_most"]
+    assert learners["trained_at_least"] >= budget["budget"] * 0.95 and not learners["without_events"]
     assert v.evidence["data"]["streams"] == 3 and v.evidence["data"]["positions"] > 100
 
 
@@ -78,6 +83,18 @@ def _skips_a_batch(step):
     return mutated
 
 
+def _keyed_by_learner(report):
+    def mutated(self, learner_id, incarnation, step, tokens, step_time_s, now):
+        self.tokens_by_incarnation = {  # a restarted learner's count replaces its earlier incarnations'
+            k: v
+            for k, v in self.tokens_by_incarnation.items()
+            if k.split("/")[0] != learner_id or k.endswith(incarnation)
+        }
+        return report(self, learner_id, incarnation, step, tokens, step_time_s, now)
+
+    return mutated
+
+
 PLANTED = {
     "a contribution dropped from its round": (
         mock.patch.object(ss.SyncerState, "merge", _drop_one(ss.SyncerState.merge)),
@@ -94,6 +111,16 @@ PLANTED = {
     "a batch skipped": (
         mock.patch.object(LearnerNode, "_step", _skips_a_batch(LearnerNode._step)),
         "batches of its",
+    ),
+    "the syncer's token count keyed by learner, not incarnation": (
+        mock.patch.object(ss.SyncerState, "report", _keyed_by_learner(ss.SyncerState.report)),
+        "learners trained past the budget",
+    ),
+    "the syncer counting every token twice": (
+        mock.patch.object(
+            ss.SyncerState, "tokens_total", property(lambda self: 2 * sum(self.tokens_by_incarnation.values()))
+        ),
+        "counted tokens nobody trained",
     ),
     "the result fixed at twice the budget": (
         mock.patch.object(
@@ -182,3 +209,67 @@ def test_refusals_folded_when_the_syncer_was_killed_are_unverifiable_not_missing
     assert v.status == "fail" and "recorded no such refusal" in v.summary, v.summary
     v = _refolded(keep_count=False, folds_for_s=0.001, killed=True)
     assert v.status == "fail" and "recorded no such refusal" in v.summary, v.summary
+
+
+def _learner_events(*spec):
+    """A learner ``a``'s events from (kind, ts, tokens) triples: start, step, stop, unreachable, reconnected."""
+    from trainer import events as ev
+
+    out, n = [], 0
+    for kind, ts, tokens in spec:
+        if kind == "start":
+            n += 1
+            out.append(
+                ev.LearnerStart(
+                    ts=ts,
+                    source="a",
+                    learner_id="a",
+                    learner_incarnation=f"a.{n}",
+                    pid=1,
+                    syncer="s",
+                    config_hash="",
+                )
+            )
+        elif kind == "step":
+            out.append(
+                ev.Step(
+                    ts=ts, source="a", step=tokens // 10, loss=1.0, tokens=tokens, step_time_s=0.1, blocked_s=0.0
+                )
+            )
+        elif kind == "stop":
+            out.append(ev.LearnerStop(ts=ts, source="a", why="budget", step=tokens // 10, tokens=tokens))
+        elif kind == "unreachable":
+            out.append(ev.Unreachable(ts=ts, source="a", error="down"))
+        else:
+            out.append(ev.Reconnected(ts=ts, source="a", down_s=1.0))
+    return out
+
+
+def test_what_the_learners_trained_is_bracketed_and_what_they_could_report_excuses_faults() -> None:
+    """The learners' side of the budget (chaos.checkers.trained): a killed incarnation counts to its last summary
+    (and one interval more at most), an unreachable spell and a syncer restart excuse what could not be counted."""
+    from chaos.checkers.trained import Learners
+
+    run = Learners.of(
+        _learner_events(
+            ("start", 0, 0),
+            ("step", 1, 100),
+            ("step", 2, 200),  # killed after t=2
+            ("start", 5, 0),
+            ("step", 6, 100),
+            ("unreachable", 6.5, 0),
+            ("step", 7, 200),
+            ("step", 8, 300),
+        )
+    )
+    assert run.at(7.5, summary_tokens=100) == (200 + 200, 300 + 300)  # the first incarnation: 200, at most 300
+    assert run.countable(7.5, lag_s=0.0) == 200 + 100  # the second could not report after 6.5 (unreachable)
+    assert run.countable(7.5, lag_s=1.0) == 100 + 0  # a report's lag before each one's last chance
+    # a syncer restarted at 4 from a checkpoint written at 1.5: the first incarnation's later reports died with it
+    assert run.countable(7.5, lag_s=0.0, restores=[(4.0, 1.5)]) == 100 + 100
+    healed = Learners.of(
+        _learner_events(
+            ("start", 0, 0), ("unreachable", 1, 0), ("reconnected", 2, 0), ("step", 3, 100), ("stop", 4, 150)
+        )
+    )
+    assert healed.countable(5.0, lag_s=0.0) == 150 and healed.at(5.0, summary_tokens=100) == (150, 150)

@@ -237,3 +237,30 @@ def test_kept_audit_files_stay_within_their_byte_bound_across_a_restart(tmp_path
     assert not any(d.file for d in more) and all(d.result for d in more)
     on_disk = sum(p.stat().st_size for p in (tmp_path / AUDIT_DIR).glob("*.npz"))
     assert 0 < on_disk <= bound, on_disk
+
+
+def test_the_evidence_says_which_inputs_were_derived_and_which_taken_on_trust() -> None:
+    """Every input from a source the syncer does not control in a run where every unit wrote its events; where a
+    learner's log is missing, its contributions' counters and participation are taken on trust, and named."""
+    from chaos.checkers.base import CheckInput, RunFacts
+    from chaos.history import History
+
+    scenario = scenario_with("kill-and-rejoin")
+    r = simulate(scenario, OPTS)
+    v = next(v for v in r.verdicts if v.name == "audit")
+    inputs = v.evidence["inputs"]
+    assert v.status == "pass" and inputs["on_trust"] == {} and inputs["merges_with_inputs_on_trust"] == 0, v
+    assert inputs["derived"]["anchors"] == inputs["derived"]["counters"] == inputs["derived"]["participants"] > 100
+    assert "config" in inputs["hyperparameters"]
+    without = [e for e in r.history.events if not (isinstance(e, ev.SyncStartEvent) and e.source == "learner-1")]
+    inp = CheckInput(
+        History(r.history.records, without),
+        RunFacts.of(scenario),
+        scenario.checks,
+        None,
+        audit_files=r.audit.files if r.audit is not None else {},
+    )
+    blind = audit.check_audit(inp)
+    trusted = blind.evidence["inputs"]
+    assert trusted["merges_with_inputs_on_trust"] > 0 and "learner-1" in trusted["first_on_trust"][0], trusted
+    assert blind.status != "fail", blind
