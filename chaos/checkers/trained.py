@@ -94,13 +94,13 @@ class Learners:
                 old = current.get(e.learner_id)
                 if old is not None and old.stopped_at is None:
                     old.ended_at = last_event.get(e.learner_id, old.started)
-                current[e.learner_id] = inc = Incarnation(e.learner_id, e.ts)
-                every.append(inc)
+                current[e.learner_id] = Incarnation(e.learner_id, e.ts)
+                every.append(current[e.learner_id])
                 last_event[e.learner_id] = e.ts
                 continue
-            inc = current.get(e.source)
-            if inc is None:
+            if e.source not in current:
                 continue
+            inc = current[e.source]
             last_event[e.source] = e.ts
             if isinstance(e, ev.Step | ev.LearnerStop):
                 inc.times.append(e.ts)
