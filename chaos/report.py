@@ -28,6 +28,7 @@ from chaos.false_alarm import FalseAlarmQuote
 from chaos.formatting import finite, num, status_word
 from chaos.history import PlannedFault, Teardown
 from chaos.run_report import RunReport
+from trainer.metrics import RunSummary
 
 TIMELINE_NAME = "timeline.png"
 HISTORY_NAME = "history.jsonl"
@@ -281,16 +282,37 @@ def _numbers_section(report: RunReport) -> list[str]:
         ("parity false-alarm rate", _false_alarm_cell(report.parity_false_alarm)),
         ("loss floor", num(m.loss_floor)),
         ("merges", num(m.merges)),
-        ("tokens merged", num(m.tokens_total)),
-        (
-            "uploads merged (merged / uploaded tokens)",
-            f"{m.uploads_merged:.1%}" if finite(m.uploads_merged) else "n/a",
-        ),
+        *token_rows(m),
         ("rejections", rej),
         ("wall time", f"{m.wall_s:.1f} s" if finite(m.wall_s) else "n/a"),
     ]
     out += ["| metric | value |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in rows), ""]
     return out
+
+
+def token_rows(m: RunSummary) -> list[tuple[str, str]]:
+    """The token figures, each named by what it counts (trainer.metrics): trained tokens — the learners' own count,
+    the syncer's toward the budget, those merges took — and contribution tokens (a trained token sent for one
+    fragment), uploaded and merged. Figures of one kind add up; the two kinds are never one figure.
+
+    >>> rows = dict(token_rows(RunSummary(tokens_total=900, trained_tokens=1000, trained_tokens_merged=800,
+    ...                                   contribution_tokens_uploaded=4000, contribution_tokens_merged=3200)))
+    >>> rows["trained tokens merged (compute goodput)"], rows["contribution tokens merged of uploaded"]
+    ('800 (80.0% of trained)', '3,200 of 4,000 (80.0%)')
+    """
+    trained = m.trained_tokens
+    share = f" ({m.trained_tokens_merged / trained:.1%} of trained)" if trained else ""
+    sent = m.contribution_tokens_uploaded
+    return [
+        ("trained tokens (the learners' own count)", num(trained)),
+        ("trained tokens the syncer counted (the budget's count)", num(m.tokens_total)),
+        ("trained tokens merged (compute goodput)", f"{num(m.trained_tokens_merged)}{share}"),
+        (
+            "contribution tokens merged of uploaded",
+            f"{num(m.contribution_tokens_merged)} of {num(sent)}"
+            + (f" ({m.contribution_tokens_merged / sent:.1%})" if sent else ""),
+        ),
+    ]
 
 
 def _false_alarm_cell(rate: FalseAlarmQuote | None) -> str:

@@ -1,5 +1,15 @@
 """Run summaries computed from the event logs (the one source of truth).
 
+Two kinds of token, never one figure for both (docs/events.md):
+
+- a **trained token** is one token a learner trained on (its ``step`` events count them, per incarnation);
+- a **contribution token** is a trained token sent for merging *for one fragment* (a contribution's ``c_tokens``:
+  the tokens trained since the learner last received that fragment), so each trained token is P of them.
+
+The syncer counts trained tokens toward the budget (``tokens_total``, as learners report them); merges take
+contribution tokens (``contribution_tokens_merged``), which cover ``trained_tokens_merged`` trained tokens, each
+once (:mod:`trainer.core.merged_tokens`): compute goodput is that ÷ ``trained_tokens``.
+
 Example:
     metrics = summarize_run("runs/demo")
     print(metrics.final_eval_loss, metrics.loss_floor)
@@ -18,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from trainer import events as ev
+from trainer.core.merged_tokens import MergedTokens
 
 
 class RunSummary(BaseModel):
@@ -34,9 +45,13 @@ class RunSummary(BaseModel):
     loss_floor: float = math.nan
     gap_to_floor: float = math.nan
     merges: int = 0
-    tokens_total: int = 0
+    tokens_total: int = 0  # trained tokens the syncer counted toward the budget (as learners reported them)
+    trained_tokens: int = 0  # trained tokens, the learners' own count (every incarnation)
+    trained_tokens_merged: int = 0  # trained tokens merges took, each once (compute goodput's numerator)
+    contribution_tokens_uploaded: int = 0  # contribution tokens learners sent (a trained token once per fragment)
+    contribution_tokens_merged: int = 0  # contribution tokens merges took
     learner_steps: int = 0
-    uploads_merged: float = math.nan  # merged / uploaded tokens
+    uploads_merged: float = math.nan  # contribution tokens merged / uploaded
     rejections: dict[str, int] = {}  # by reason
     # Rounds: one merge per (fragment, round) on the clock; late uploads refused (late_round) or carried.
     rounds_merged: int = 0
@@ -69,14 +84,48 @@ def final_eval(events: Iterable[Any]) -> ev.Eval | None:
     return (finals or evals)[-1] if evals else None
 
 
+def trained_tokens(events: Iterable[ev.Event]) -> dict[str, int]:
+    """Trained tokens of each learner, summed over its incarnations (each restarts its counter at zero): the most any
+    of its events shows — ``step`` summaries, its stop, and the step a sync started at (a learner killed between two
+    summaries trained at least up to its last sync, which a merge may hold)."""
+    per: dict[str, int] = {}
+    current: dict[str, int] = {}
+    for e in events:
+        if isinstance(e, ev.LearnerStart):
+            per[e.learner_id] = per.get(e.learner_id, 0) + current.pop(e.learner_id, 0)
+        elif isinstance(e, (ev.Step, ev.LearnerStop)):
+            current[e.source] = max(current.get(e.source, 0), e.tokens)
+        elif isinstance(e, ev.SyncStartEvent) and e.c_steps > 0:
+            current[e.source] = max(current.get(e.source, 0), e.step * (e.c_tokens // e.c_steps))
+    for lid, t in current.items():
+        per[lid] = per.get(lid, 0) + t
+    return per
+
+
+def merged_tokens(events: Iterable[ev.Event], num_fragments: int) -> dict[str, int]:
+    """Trained tokens of each learner that merges took, each once (trainer.core.merged_tokens): ≤ what it trained."""
+    book = MergedTokens(num_fragments)
+    for m in events:
+        if isinstance(m, ev.Merge):
+            for p in m.participants:
+                book.add(p.learner_id, p.incarnation, m.fragment, p.base_version, p.c_tokens)
+    return book.per_learner
+
+
 def summarize_run(run_dir: str | Path) -> RunMetrics:
     """Final eval loss, loss floor, merges, tokens, goodput and rejections of a run."""
-    events = list(ev.iter_run_events(run_dir))
+    return summarize_events(list(ev.iter_run_events(run_dir)))
+
+
+def summarize_events(events: list[ev.Event]) -> RunMetrics:
+    """:func:`summarize_run` of a run's events, in time order."""
     evals = [e for e in events if isinstance(e, ev.Eval)]
     merges = [e for e in events if isinstance(e, ev.Merge)]
     syncs = [e for e in events if isinstance(e, ev.SyncStartEvent)]
-    merged_tokens = sum(p.c_tokens for m in merges for p in m.participants)
-    started_tokens = sum(s.c_tokens for s in syncs)
+    contributed = sum(p.c_tokens for m in merges for p in m.participants)
+    sent = sum(s.c_tokens for s in syncs)
+    starts = [e for e in events if isinstance(e, ev.SyncerStart)]
+    fragments = len(starts[0].versions) if starts else 1
     steps = [e for e in events if isinstance(e, ev.LearnerStop)]
     last = final_eval(evals)
     t0 = min((e.ts for e in events), default=0.0)
@@ -90,8 +139,12 @@ def summarize_run(run_dir: str | Path) -> RunMetrics:
         tokens_total=max(
             (e.tokens_total for e in events if isinstance(e, (ev.Merge, ev.Eval, ev.Finished))), default=0
         ),
+        trained_tokens=sum(trained_tokens(events).values()),
+        trained_tokens_merged=sum(merged_tokens(events, fragments).values()),
+        contribution_tokens_uploaded=sent,
+        contribution_tokens_merged=contributed,
         learner_steps=sum(e.step for e in steps),
-        uploads_merged=merged_tokens / started_tokens if started_tokens else math.nan,
+        uploads_merged=contributed / sent if sent else math.nan,
         rejections=dict(
             sum((Counter({e.reason: 1 + e.repeats}) for e in events if isinstance(e, ev.Reject)), Counter())
         ),

@@ -14,40 +14,10 @@ steps per window for the work it had not yet synced. ``min`` stays as a floor be
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from chaos.checkers.base import CheckInput, Status, Verdict, first_upload_after, uncovered_seconds
 from faults.base import SYNCER
 from trainer import events as ev
-from trainer.core.merged_tokens import MergedTokens
-
-
-def trained_tokens(events: list[ev.Event]) -> dict[str, int]:
-    """Tokens each learner trained, summed over its incarnations (each restarts its counter at zero): the most any
-    of its events shows — ``step`` summaries, its stop, and the step a sync started at (a learner killed between two
-    summaries trained at least up to its last sync, which a merge may hold)."""
-    per: dict[str, int] = {}
-    current: dict[str, int] = {}
-    for e in events:
-        if isinstance(e, ev.LearnerStart):
-            per[e.learner_id] = per.get(e.learner_id, 0) + current.pop(e.learner_id, 0)
-        elif isinstance(e, (ev.Step, ev.LearnerStop)):
-            current[e.source] = max(current.get(e.source, 0), e.tokens)
-        elif isinstance(e, ev.SyncStartEvent) and e.c_steps > 0:
-            current[e.source] = max(current.get(e.source, 0), e.step * (e.c_tokens // e.c_steps))
-    for lid, t in current.items():
-        per[lid] = per.get(lid, 0) + t
-    return per
-
-
-def merged_tokens(events: Iterable[ev.Event], num_fragments: int) -> dict[str, int]:
-    """Trained tokens per learner that merges took, each once (trainer.core.merged_tokens): ≤ what it trained."""
-    book = MergedTokens(num_fragments)
-    for m in events:
-        if isinstance(m, ev.Merge):
-            for p in m.participants:
-                book.add(p.learner_id, p.incarnation, m.fragment, p.base_version, p.c_tokens)
-    return book.per_learner
+from trainer.metrics import merged_tokens, trained_tokens
 
 
 def goodput_of(trained: dict[str, int], merged: dict[str, int]) -> float | None:
@@ -144,4 +114,4 @@ def check_goodput(inp: CheckInput) -> Verdict:
     else:
         why = f"minimum {need:.0%}"
     status: Status = "pass" if frac >= need else "fail"
-    return Verdict("goodput", status, f"compute goodput {frac:.1%}: merged ÷ trained tokens ({why})", evidence)
+    return Verdict("goodput", status, f"compute goodput {frac:.1%}: trained tokens merged ÷ trained tokens ({why})", evidence)

@@ -394,7 +394,8 @@ def check_ledger(inp: CheckInput) -> Verdict:
     return Verdict(
         "ledger",
         "pass",
-        f"{accepted} uploaded tokens accounted for ({merged} merged); the learners' "
+        f"{accepted} contribution tokens uploaded accounted for ({merged} merged; a contribution token is a trained "
+        "token sent for one fragment); the learners' "
         "and the syncer's books agree"
         + (
             "; result fixed at the budget"

@@ -228,6 +228,10 @@ TREE: dict[str, Any] = {
         "loss_floor": 2.39,
         "merges": 180,
         "tokens_total": 400000,
+        "trained_tokens": 410000,
+        "trained_tokens_merged": 381300,
+        "contribution_tokens_uploaded": 1640000,
+        "contribution_tokens_merged": 1525200,
         "uploads_merged": 0.93,
         "rejections": {"non_finite": 3},
         "wall_s": 70.0,
@@ -282,7 +286,11 @@ def test_markdown_has_the_essentials() -> None:
     assert f"diloco-chaos replay {REPORT.run_dir}\n" in md  # a local run: the default backend
     assert "(timeline.png)" in md and "(history.jsonl)" in md
     assert "2.740" in md and "2.710 (delta +0.030, +1.1%), cached" in md
-    assert "93.0%" in md and "non_finite: 3" in md and "180" in md
+    assert "non_finite: 3" in md and "180" in md
+    # every token figure named by what it counts: trained tokens and contribution tokens, never one for both
+    assert "| trained tokens the syncer counted (the budget's count) | 400,000 |" in md
+    assert "| trained tokens merged (compute goodput) | 381,300 (93.0% of trained) |" in md
+    assert "| contribution tokens merged of uploaded | 1,525,200 of 1,640,000 (93.0%) |" in md
     assert "Clean:" in md
     assert "```json" not in md  # nothing failed: no evidence blocks
 
@@ -339,13 +347,13 @@ def test_markdown_escapes_cells_and_reports_dirty_teardown() -> None:
         "problems": ["stopping learner-1: no such container"],
     }
     r["baseline"] = None
-    r["metrics"]["uploads_merged"] = float("nan")
+    r["metrics"]["contribution_tokens_uploaded"] = 0
     r["faults"][0].update(end_s=None, healed=False)
     md = rep.render_markdown(_report(r))
     assert "a \\| b c" in md
     assert "**Not clean:**" in md and "learner-0-link" in md and "- processes left: learner-1" in md
     assert "- problems: stopping learner-1: no such container" in md
-    assert "no baseline" in md and "| uploads merged (merged / uploaded tokens) | n/a |" in md
+    assert "no baseline" in md and "| contribution tokens merged of uploaded | 1,525,200 of 0 |" in md
     assert "never healed" in md
 
 
