@@ -114,4 +114,6 @@ def check_goodput(inp: CheckInput) -> Verdict:
     else:
         why = f"minimum {need:.0%}"
     status: Status = "pass" if frac >= need else "fail"
-    return Verdict("goodput", status, f"compute goodput {frac:.1%}: trained tokens merged ÷ trained tokens ({why})", evidence)
+    return Verdict(
+        "goodput", status, f"compute goodput {frac:.1%}: trained tokens merged ÷ trained tokens ({why})", evidence
+    )

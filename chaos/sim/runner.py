@@ -526,6 +526,8 @@ def simulate(
             baseline_band=tuple(band.excess) if band else (),
             audit_files=sim.audit.files,
             baseline_goodput=tuple(band.goodputs) if band else (),
+            initial_params=sim.problem.init_params(),
+            final_checkpoint=sim.syncer.checkpoint[0] if sim.syncer.checkpoint is not None else {},
         )
     )
     status, code = overall(verdicts)

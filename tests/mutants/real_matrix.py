@@ -85,6 +85,29 @@ def collect(folders: list[Path]) -> dict[str, Any]:
     }
 
 
+def added(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The recorded matrix (a results document) with ``new``'s mutants and unmutated runs added, a new one replacing
+    a recorded one of the same name or scenario; each kept in the registry's order.
+
+    >>> old = {"results": {"checks": ["a"], "unmutated": [{"scenario": "s"}], "mutants": [
+    ...     {"name": "momentum_reset", "caught_by": ["a"]}]}}
+    >>> new = {"checks": ["b"], "unmutated": [{"scenario": "t"}], "mutants": [{"name": "nan_guard_off", "caught_by": []}]}
+    >>> r = added(old, new)
+    >>> [m["name"] for m in r["mutants"]], r["survivors"], r["checks"], [u["scenario"] for u in r["unmutated"]]
+    (['momentum_reset', 'nan_guard_off'], ['nan_guard_off'], ['a', 'b'], ['s', 't'])
+    """
+    old = recorded["results"]
+    mutants = {m["name"]: m for m in old["mutants"]} | {m["name"]: m for m in new["mutants"]}
+    unmutated = {u["scenario"]: u for u in old["unmutated"]} | {u["scenario"]: u for u in new["unmutated"]}
+    ordered = [mutants[n] for n in sorted(mutants, key=lambda n: list(MUTANTS_BY_NAME).index(n))]
+    return {
+        "checks": old["checks"] + [c for c in new["checks"] if c not in old["checks"]],
+        "survivors": [m["name"] for m in ordered if not m["caught_by"]],
+        "unmutated": list(unmutated.values()),
+        "mutants": ordered,
+    }
+
+
 def results_doc(results: dict[str, Any], folders: list[Path]) -> dict[str, Any]:
     from benchmarks.common import machine
 
@@ -110,8 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folders", nargs="+", type=Path, help="--chaos-reports folders of the nightly test")
     ap.add_argument("--json", type=Path, default=RESULTS_PATH)
     ap.add_argument("--render", action="store_true", help="also draw the table into docs/scenarios-and-checks.md")
+    ap.add_argument(
+        "--add",
+        action="store_true",
+        help="add these folders' mutants to the recorded matrix (replacing ones of the same name), keeping the rest",
+    )
     args = ap.parse_args(argv)
-    doc = results_doc(collect(args.folders), args.folders)
+    results = collect(args.folders)
+    if args.add:
+        results = added(json.loads(args.json.read_text()), results)
+    doc = results_doc(results, args.folders)
+    if args.add:  # the matrix was recorded at that commit; these folders' runs were added at this one
+        doc["command"] += " --add"
+        doc["config"]["added_at_git"] = doc["config"]["git"]
+        doc["config"]["git"] = json.loads(args.json.read_text())["config"]["git"]
     args.json.write_text(json.dumps(doc, indent=2) + "\n")
     res = doc["results"]
     print(f"{len(res['mutants']) - len(res['survivors'])} of {len(res['mutants'])} caught; wrote {args.json}")

@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from chaos.scenario import Scenario, scenario_with
 
 # The mechanisms a mutant may break (issue 38, item 7), in the order the matrix lists them.
@@ -58,6 +60,7 @@ MECHANISMS: tuple[str, ...] = (
     # syncer's word for what it did).
     "outer step hyperparameters",
     "budget counting",
+    "initial state",
 )
 
 MODES = ("sim", "real")  # deterministic mode's one process; the syncer's and learners' processes of a real run
@@ -528,6 +531,15 @@ def _counters_from_record(bounded: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _created_from_another_init(create: Callable[..., Any]) -> Any:
+    def mutant(cls: Any, policy: Any, fragments: Any, params: Any) -> Any:
+        # BUG: the global model initialised from another draw than the run's config gives (a seed off by one); the
+        # syncer's start event digests the state it did start from
+        return create(policy, fragments, {n: v + np.float32(0.05) for n, v in params.items()})
+
+    return classmethod(mutant)
+
+
 def _tokens_keyed_by_learner(report: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(
         self: Any, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float, now: float
@@ -834,6 +846,14 @@ MUTANTS: tuple[Mutant, ...] = (
         (Patch(SS, "SyncerState._meta", _checkpoint_without_ledger),),
         fault_free_unchanged=True,
         modes=BOTH,
+    ),
+    Mutant(
+        "syncer_init_drawn_apart",
+        "initial state",
+        "the syncer initialises the global model from another draw than the run's config gives, and its start event "
+        "digests the state it did start from: every later record agrees with it",
+        refs("kill-and-rejoin"),
+        (Patch(SS, "SyncerState.create", _created_from_another_init),),
     ),
     # The gRPC shells' own defects: real processes only (deterministic mode runs none of this code).
     Mutant(
