@@ -78,7 +78,11 @@ class EventMetrics:
             registry=rs,
         )
         self.version = Gauge("diloco_fragment_version", "Each fragment's version", ["fragment"], registry=rs)
-        self.tokens_merged = Gauge("diloco_tokens_merged", "Tokens the merged model has seen", registry=rs)
+        self.tokens_counted = Gauge(
+            "diloco_trained_tokens_counted",
+            "Trained tokens the syncer counted toward the budget, as learners reported them",
+            registry=rs,
+        )
         # Counters, for rate(): compute goodput = rate(merged) / rate(trained) (observability/rules.yml).
         self.merged_tokens = Counter(
             "diloco_merged_tokens",
@@ -132,7 +136,7 @@ class EventMetrics:
             self.quorum_wait.observe(max(e.wait_s - e.quorum_wait_s, 0.0))
             self.grace_wait.observe(e.quorum_wait_s)
             self.version.labels(fragment=str(e.fragment)).set(e.version)
-            self.tokens_merged.set(e.tokens_total)
+            self.tokens_counted.set(e.tokens_total)
             self.merged_tokens.inc(
                 sum(
                     self.merged_book.add(p.learner_id, p.incarnation, e.fragment, p.base_version, p.c_tokens)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from chaos.checkers import merge_reference as ref
-from chaos.checkers.audit_inputs import Trust, learner_uploads, merge_inputs, scale_problem
+from chaos.checkers.audit_inputs import MergedOnce, Trust, learner_uploads, merge_inputs, scale_problem
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
 from chaos.checkers.replay import replay_run
 from trainer import events as ev
@@ -270,11 +270,13 @@ def check_audit(inp: CheckInput) -> Verdict:
     t0 = h.start
     chain = _Chain()
     algorithm = inp.facts.merge.algorithm
-    sent, trust = learner_uploads(h, algorithm.clocked), Trust()
+    sent, trust, once = learner_uploads(h, algorithm.clocked), Trust(), MergedOnce()
+    logged = frozenset((e.learner_id, e.learner_incarnation) for e in h.of(ev.LearnerStart))
     uploads: dict[tuple[str, str, int, int, int], str] = {}
     for e in sorted(h.of(ev.SyncerStart, ev.Merge, ev.Checkpoint, ev.Restore, ev.Upload), key=lambda e: e.ts):
         if isinstance(e, ev.SyncerStart):
             chain.start(e)
+            once.restart(e.restored_from_merges)
         elif isinstance(e, ev.Merge):
             chain.problems += [
                 f"merge {e.merges_total} (fragment {e.fragment} → v{e.version}, t={e.ts - t0:.1f}s) {p}"
@@ -286,6 +288,8 @@ def check_audit(inp: CheckInput) -> Verdict:
                     rebases=algorithm.rebases,
                     tokens_per_step=inp.facts.merge.tokens_per_step,
                     trust=trust,
+                    once=once,
+                    logged=logged,
                 )
             ]
             chain.merge(e, e.ts - t0)

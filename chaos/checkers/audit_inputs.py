@@ -11,7 +11,7 @@ A syncer that is wrong and writes down what it did would pass a reference fed fr
   (``sync_start``), or the documented cap of them (c_steps lowered to what time allows, c_tokens = c_steps × tokens
   per step: trainer.core.syncer_state ``_bounded``): :func:`counters_problem`;
 - each participant must be an upload its learner logged sending and was not told was refused
-  (:func:`learner_uploads`).
+  (:func:`learner_uploads`), merged once (a merge a syncer restart undid aside: :class:`MergedOnce`).
 
 Where a learner wrote nothing for an upload (it died before writing, or its log is not part of the history), that
 input is taken on trust and the evidence names it (:class:`Trust`).
@@ -121,6 +121,23 @@ def anchor_problem(
 
 
 @dataclass
+class MergedOnce:
+    """Which merge took each upload: an upload merges once, unless a syncer restart undid the merge that took it (a
+    restore forgets the merges after its checkpoint; a fresh restart, all)."""
+
+    by: dict[Key, int] = field(default_factory=dict)
+
+    def restart(self, restored_from_merges: int) -> None:
+        self.by = {k: n for k, n in self.by.items() if n <= restored_from_merges}
+
+    def take(self, key: Key, merges_total: int) -> int | None:
+        """Record that merge ``merges_total`` took ``key``; the merge that had taken it already, if one had."""
+        before = self.by.get(key)
+        self.by[key] = merges_total
+        return before
+
+
+@dataclass
 class Trust:
     """Per audited input, how many merges' worth were derived independently and which were taken on trust."""
 
@@ -156,9 +173,13 @@ def merge_inputs(
     rebases: bool,
     tokens_per_step: int,
     trust: Trust,
+    once: MergedOnce,
+    logged: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[str]:
     """What is wrong with ``m``'s inputs against the learners' records and the digest chain (``chain``: the values
-    each (fragment, version) had, as of this merge); tallies what was derived and what taken on trust."""
+    each (fragment, version) had, as of this merge); tallies what was derived and what taken on trust. ``logged``:
+    the (learner, incarnation) pairs whose own log is in the history (an upload of one of them that no
+    ``sync_start`` names was never sent)."""
     assert m.audit is not None
     problems: list[str] = []
     derived: list[str] = []
@@ -166,9 +187,15 @@ def merge_inputs(
     start = m.version - 1  # one merge, one version: the fragment's version before it
     for i, p in enumerate(m.participants):
         who = f"{p.learner_id}'s contribution (base v{p.base_version}, round {p.round})"
-        s = sent.get(upload_key(p.learner_id, p.incarnation, m.fragment, p.base_version, p.round, clocked))
-        if s is None:
-            trusted += [f"{p.learner_id}'s participation and counters (no sync_start of it logged)"]
+        key = upload_key(p.learner_id, p.incarnation, m.fragment, p.base_version, p.round, clocked)
+        s = sent.get(key)
+        earlier = once.take(key, m.merges_total)
+        if earlier is not None:
+            problems.append(f"merged {who} again: merge {earlier} had merged that upload (an upload merges once)")
+        if s is None and (p.learner_id, p.incarnation) in logged:
+            problems.append(f"merged {who}, which its learner's log shows it never sent")
+        elif s is None:
+            trusted += [f"{p.learner_id}'s participation and counters (no log of {p.incarnation})"]
         else:
             derived += ["participants", "counters"]
             if s.refused:

@@ -61,6 +61,8 @@ MECHANISMS: tuple[str, ...] = (
     "outer step hyperparameters",
     "budget counting",
     "initial state",
+    "merge participants",
+    "learner receiving side",
 )
 
 MODES = ("sim", "real")  # deterministic mode's one process; the syncer's and learners' processes of a real run
@@ -540,6 +542,39 @@ def _created_from_another_init(create: Callable[..., Any]) -> Any:
     return classmethod(mutant)
 
 
+def _participants_named_in_order(merge: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, fragment: int, now: float) -> Any:
+        record = merge(self, fragment, now)
+        # BUG: the participants' names taken from the round's learners in sorted order, their counters (and the
+        # merged tensors) in arrival order: each contribution is credited to another learner
+        names = sorted((p.learner_id, p.incarnation) for p in record.participants)
+        named = tuple(
+            dataclasses.replace(p, learner_id=i, incarnation=n) for p, (i, n) in zip(record.participants, names)
+        )
+        return dataclasses.replace(record, participants=named)
+
+    return mutant
+
+
+def _apply_keeps_local(take: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(params: Any, base: Any, tensors: Any, alpha: Any, as_param: Callable[[Any], Any]) -> Any:
+        for n, t in tensors.items():
+            base[n] = (
+                t  # BUG: the merged fragment becomes the base, but the parameters it trains are not overwritten
+            )
+        return {n: t for n, t in tensors.items()}  # and it reports the bits it received as the ones it holds
+
+    return mutant
+
+
+def _stops_polling_after_an_error(fetch_failed: Callable[..., Any]) -> Callable[..., Any]:
+    def mutant(self: Any, p: int) -> None:
+        self._down()
+        self.fetching[p] = False  # BUG: the long-poll loop ends at its first error: nothing re-polls fragment p
+
+    return mutant
+
+
 def _tokens_keyed_by_learner(report: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(
         self: Any, learner_id: str, incarnation: str, step: int, tokens: int, step_time_s: float, now: float
@@ -846,6 +881,31 @@ MUTANTS: tuple[Mutant, ...] = (
         (Patch(SS, "SyncerState._meta", _checkpoint_without_ledger),),
         fault_free_unchanged=True,
         modes=BOTH,
+    ),
+    Mutant(
+        "participants_misnamed",
+        "merge participants",
+        "a merge names its participants in sorted order while their counters and tensors are in arrival order: the "
+        "record credits each contribution to another learner",
+        refs("straggler", "kill-and-rejoin"),
+        (Patch(SS, "SyncerState.merge", _participants_named_in_order),),
+    ),
+    Mutant(
+        "apply_keeps_local",
+        "learner receiving side",
+        "a learner applying a merged fragment takes it as its base but keeps training its own parameters, and logs "
+        "the bits it received as the ones it holds",
+        refs("kill-and-rejoin"),
+        (Patch(LEARNER_NODE, "take", _apply_keeps_local),),
+    ),
+    Mutant(
+        "stops_listening",
+        "learner receiving side",
+        "a learner's long poll for a fragment ends at its first error and is never restarted: after a partition it "
+        "hears merged fragments only when a refusal makes it ask",
+        refs("syncer-crash", "random-mix"),
+        (Patch(LEARNER_NODE, "LearnerNode._fetch_failed", _stops_polling_after_an_error),),
+        fault_free_unchanged=True,
     ),
     Mutant(
         "syncer_init_drawn_apart",

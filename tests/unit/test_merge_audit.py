@@ -252,15 +252,19 @@ def test_the_evidence_says_which_inputs_were_derived_and_which_taken_on_trust() 
     assert v.status == "pass" and inputs["on_trust"] == {} and inputs["merges_with_inputs_on_trust"] == 0, v
     assert inputs["derived"]["anchors"] == inputs["derived"]["counters"] == inputs["derived"]["participants"] > 100
     assert "config" in inputs["hyperparameters"]
-    without = [e for e in r.history.events if not (isinstance(e, ev.SyncStartEvent) and e.source == "learner-1")]
-    inp = CheckInput(
-        History(r.history.records, without),
-        RunFacts.of(scenario),
-        scenario.checks,
-        None,
-        audit_files=r.audit.files if r.audit is not None else {},
-    )
-    blind = audit.check_audit(inp)
+
+    def judged(keep) -> audit.Verdict:
+        events = [e for e in r.history.events if keep(e)]
+        files = r.audit.files if r.audit is not None else {}
+        inp = CheckInput(
+            History(r.history.records, events), RunFacts.of(scenario), scenario.checks, None, audit_files=files
+        )
+        return audit.check_audit(inp)
+
+    blind = judged(lambda e: e.source != "learner-1")  # learner-1's whole log missing: its inputs taken on trust
     trusted = blind.evidence["inputs"]
     assert trusted["merges_with_inputs_on_trust"] > 0 and "learner-1" in trusted["first_on_trust"][0], trusted
     assert blind.status != "fail", blind
+    # its log there but without its sync_starts: the syncer merged uploads its learner never sent
+    unsent = judged(lambda e: not (isinstance(e, ev.SyncStartEvent) and e.source == "learner-1"))
+    assert unsent.status == "fail" and "never sent" in unsent.summary, unsent.summary

@@ -78,7 +78,7 @@ def test_syncer_metrics_follow_its_events() -> None:
     assert value("diloco_fragment_version", {"fragment": "0"}) == 3
     assert value("diloco_rejections_total", {"call": "Upload", "reason": "late_round"}) == 2
     assert value("diloco_upload_bytes_total") == 1000 and value("diloco_uploads_total") == 1
-    assert value("diloco_eval_loss") == 2.5 and value("diloco_tokens_merged") == 192
+    assert value("diloco_eval_loss") == 2.5 and value("diloco_trained_tokens_counted") == 192
     assert (
         value("diloco_syncer_starts_total") == 1
         and value("diloco_unit_info", {"unit": "syncer", "incarnation": "s.0"}) == 1
