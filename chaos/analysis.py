@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from chaos.audit_files import AuditFiles
+from chaos.audit_files import AuditFiles, reexecution_inputs
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.parity import tolerance_of
 from chaos.false_alarm import FalseAlarmQuote, cluster_key, measured_rate
@@ -61,6 +61,7 @@ def analyse(
     band = tuple(baseline.band.excess) if baseline and baseline.band else ()  # a run directory from before bands
     ref_loss = reference.final_eval_loss if reference else None
     goodputs = tuple(baseline.band.goodputs) if baseline and baseline.band else ()
+    initial, final = reexecution_inputs(cfg, history, out_dir)
     verdicts = run_checks(
         CheckInput(
             history,
@@ -71,6 +72,8 @@ def analyse(
             band,
             audit_files=AuditFiles(out_dir),
             baseline_goodput=goodputs,
+            initial_params=initial,
+            final_checkpoint=final,
         )
     )
     status, code = overall(verdicts)

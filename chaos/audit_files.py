@@ -8,7 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from chaos.history import History
+from trainer import events as ev
 from trainer.audit_log import AUDIT_DIR
+from trainer.checkpoint import CheckpointError, read_checkpoint
+from trainer.config import RunConfig
 
 
 class AuditFiles(Mapping[str, Mapping[str, np.ndarray]]):
@@ -32,3 +36,29 @@ class AuditFiles(Mapping[str, Mapping[str, np.ndarray]]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def reexecution_inputs(
+    cfg: RunConfig, history: History, run_dir: str | Path
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """What the whole-run replay (chaos.checkers.reexecution) starts from and must reach, for a real run that kept every
+    merge whole (``syncer.audit_keep_fraction: 1``; else nothing, and the replay says why it did not run): the
+    parameters the config initialises the model with (its seed, as every unit derives them), and the arrays of the
+    last checkpoint the history names (its path, or the run directory's ``checkpoints/`` of that name).
+
+    >>> reexecution_inputs(RunConfig(), History([], []), "/nonexistent")      # 20% kept by default: no replay
+    ({}, {})
+    """
+    cps = history.of(ev.Checkpoint)
+    if cfg.syncer.audit_keep_fraction < 1 or cfg.algorithm.mode == "data-parallel" or not cps:
+        return {}, {}
+    path = Path(cps[-1].path)
+    if not path.is_file():
+        path = Path(run_dir) / "checkpoints" / path.name
+    try:
+        arrays, _ = read_checkpoint(path)  # not verified: the replay compares its contents, key or no key
+    except (OSError, CheckpointError):
+        return {}, {}
+    from trainer.training import TrainingSetup  # JAX: only for a run that can be replayed
+
+    return TrainingSetup.from_config(cfg).init_params(), dict(arrays)

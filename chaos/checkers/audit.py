@@ -33,7 +33,7 @@ import numpy as np
 from chaos.checkers import merge_reference as ref
 from chaos.checkers.audit_inputs import MergedOnce, Trust, learner_uploads, merge_inputs, scale_problem
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
-from chaos.checkers.replay import replay_run
+from chaos.checkers.reexecution import reexecute_run
 from trainer import events as ev
 
 ROUNDOFF = 64.0  # float32 round-off units (merge_reference.max_error) a recomputed tensor may differ by
@@ -352,14 +352,14 @@ def check_audit(inp: CheckInput) -> Verdict:
             f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, {m.audit.file}): {p}"
             for p in recompute(m, arrays, inp.facts.merge)
         ]
-    replayed, replay_problems = replay_run(
+    replayed, replay_problems = reexecute_run(
         h, inp.facts.merge, inp.audit_files, inp.initial_params, inp.final_checkpoint, ROUNDOFF
     )
     problems += replay_problems
     evidence = {
         "merges": len(merges),
         "recomputed": recomputed,
-        "replay": replayed,
+        "reexecution": replayed,
         "lag_rounds_max": round(lag_rounds, 3),
         "kept_missing": missing,
         "learner_values": held,
@@ -398,7 +398,7 @@ def check_audit(inp: CheckInput) -> Verdict:
         "and participation from the learners' logs"
         + (f" ({trust.merges_trusting} merge(s) took inputs on trust: evidence)" if trust.merges_trusting else "")
         + (
-            "; the whole run replayed from the config's initial state reaches its final checkpoint"
+            "; the whole run, re-executed from the config's initial state, reaches its final checkpoint"
             if replayed["ran"]
             else ""
         ),

@@ -115,8 +115,8 @@ class CheckInput:
     baseline_goodput: tuple[float, ...] = ()
     # The merge audit's kept merges: file name (the merge event's audit.file) -> its arrays (chaos.audit_files).
     audit_files: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
-    # For the whole-run replay (chaos.checkers.replay): the parameters the run's config starts the model from, and
-    # the last checkpoint's arrays (empty: not given, the replay does not run).
+    # For the whole-run re-execution (chaos.checkers.reexecution): the parameters the run's config starts the model from, and
+    # the last checkpoint's arrays (empty: not given, it does not run).
     initial_params: Mapping[str, np.ndarray] = field(default_factory=dict)
     final_checkpoint: Mapping[str, np.ndarray] = field(default_factory=dict)
 

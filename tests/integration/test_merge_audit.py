@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chaos.audit_files import AuditFiles
+from chaos.audit_files import AuditFiles, reexecution_inputs
 from chaos.checkers import CheckInput, RunFacts
 from chaos.checkers.audit import check_audit
 from chaos.checkers.ledger import check_ledger
 from chaos.history import History
 from chaos.scenario import Checks
-from tests.integration.tiny_runs import TINY, TinyRuns
+from tests.integration.tiny_runs import KEEP_AUDIT, TINY, TinyRuns
 from trainer.audit_log import AUDIT_DIR
 from trainer.config import load_config
 
@@ -24,9 +24,20 @@ pytestmark = pytest.mark.integration
 LEARNERS = ("learner-0", "learner-1", "learner-2")
 
 
-def _audit(run_dir: Path, *sets: str):
-    facts = RunFacts.of_config(load_config(TINY, [*sets]), LEARNERS)
-    return check_audit(CheckInput(History.read(run_dir), facts, Checks(), None, audit_files=AuditFiles(run_dir)))
+def _audit(run_dir: Path, *sets: str, replay: bool = False):
+    cfg = load_config(TINY, [KEEP_AUDIT, *sets])
+    facts, history = RunFacts.of_config(cfg, LEARNERS), History.read(run_dir)
+    initial, final = reexecution_inputs(cfg, history, run_dir) if replay else ({}, {})
+    inp = CheckInput(
+        history,
+        facts,
+        Checks(),
+        None,
+        audit_files=AuditFiles(run_dir),
+        initial_params=initial,
+        final_checkpoint=final,
+    )
+    return check_audit(inp)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +52,16 @@ def test_every_merge_of_a_real_run_is_recomputed_and_chained(decoupled_run: Path
     assert v.evidence["learner_values"] > v.evidence["merges"], (
         v.evidence
     )  # applies and state fetches, all matched
+
+
+def test_a_real_run_replays_from_its_config_to_its_final_checkpoint(decoupled_run: Path) -> None:
+    """Whole-run re-execution on real processes: the config's initial parameters (JAX's init, as every unit derives
+    it) and the recorded uploads alone reach the final checkpoint the syncer wrote, float32 round-off apart."""
+    v = _audit(decoupled_run, replay=True)
+    replayed = v.evidence["reexecution"]
+    assert v.status == "pass" and replayed["ran"] and replayed["merges"] == v.evidence["merges"], replayed
+    damaged = _audit(decoupled_run, "seed=1", replay=True)  # another seed's initial parameters: not this run's
+    assert damaged.status == "fail" and "does not reach the final checkpoint" in damaged.summary, damaged.summary
 
 
 def test_the_ledgers_of_a_real_run_balance(decoupled_run: Path) -> None:

@@ -16,10 +16,10 @@ and the initial parameters and final checkpoint; without them it does not run, a
 step is not recomputed, so neither is its run.
 
 Each merge's result is rounded to float32 as the syncer stores it, so round-off does not build up along the run
-(measured: the replayed final state within a few round-off units of the checkpoint's, tests/unit/test_replay.py).
+(measured: the replayed final state within a few round-off units of the checkpoint's, tests/unit/test_reexecution.py).
 
     >>> import numpy as np
-    >>> rr = Replayer({"w": np.zeros(2, np.float32)}, lr=0.5, momentum=0.0, nesterov=False, rule="mean",
+    >>> rr = Reexecutor({"w": np.zeros(2, np.float32)}, lr=0.5, momentum=0.0, nesterov=False, rule="mean",
     ...               mean_tensors=(), weighting="uniform")
     >>> rr.start([0], fresh=True)
     >>> rr.merge(0, 1, {"w": np.zeros(2)}, [{"w": np.array([2.0, 4.0])}], [(8, 8)], [0])
@@ -44,7 +44,7 @@ PARAM, OPT = "param/", "opt/"  # a checkpoint's array names (trainer/core/checkp
 
 
 @dataclass
-class Replayer:
+class Reexecutor:
     """The replayed syncer: parameters, outer momentum and every version's value, from the initial parameters."""
 
     initial: Mapping[str, np.ndarray]
@@ -113,7 +113,7 @@ class Replayer:
 
 
 def checkpoint_error(
-    replayed: Replayer, checkpoint: Mapping[str, np.ndarray], fragments: Sequence[Sequence[str]]
+    replayed: Reexecutor, checkpoint: Mapping[str, np.ndarray], fragments: Sequence[Sequence[str]]
 ) -> float:
     """How far a checkpoint's parameters and outer momentum are from the replayed ones, in float32 round-off units
     (:func:`~chaos.checkers.merge_reference.max_error`). Its optimizer leaves are ``opt/<fragment>/<i>``: the i-th of
@@ -135,7 +135,7 @@ def _split(arrays: Mapping[str, np.ndarray], part: str) -> dict[str, np.ndarray]
     return {n[len(pre) :]: a for n, a in arrays.items() if n.startswith(pre)}
 
 
-def replay_run(
+def reexecute_run(
     history: History,
     facts: MergeFacts,
     audit_files: Mapping[str, Mapping[str, np.ndarray]],
@@ -161,23 +161,25 @@ def replay_run(
     if why:
         return {"ran": False, "why": why}, []
     a = facts.algorithm
-    rr = Replayer(initial, a.outer_lr, a.outer_momentum, a.nesterov, a.merge_rule, facts.mean_tensors, a.weighting)
+    rr = Reexecutor(
+        initial, a.outer_lr, a.outer_momentum, a.nesterov, a.merge_rule, facts.mean_tensors, a.weighting
+    )
     names: dict[int, list[str]] = {}
     for m in merges:
         assert m.audit is not None
-        names.setdefault(m.fragment, sorted(_split(audit_files[m.audit.file], "base")))
+        if m.fragment not in names:
+            names[m.fragment] = sorted(_split(audit_files[m.audit.file], "base"))
     fragments = [names.get(p, []) for p in range(max(names, default=-1) + 1)]
     problems: list[str] = []
     replayed = 0
     for e in history.of(ev.SyncerStart, ev.Merge, ev.Checkpoint):
         if isinstance(e, ev.SyncerStart):
             fresh = e.restored_from_merges < 0
-            if not fresh and e.restored_from_merges not in rr.snapshots:
-                problems.append(
-                    f"the syncer restarted from the checkpoint of merge {e.restored_from_merges}, which no checkpoint "
-                    "event wrote"
-                )
-                break
+            if not fresh and e.restored_from_merges not in rr.snapshots:  # killed between its file and its event
+                return {
+                    "ran": False,
+                    "why": f"the syncer restored the checkpoint of merge {e.restored_from_merges}, which no event names",
+                }, []
             rr.start(e.versions, fresh, e.restored_from_merges, fragments)
         elif isinstance(e, ev.Checkpoint):
             rr.checkpoint(e.merges_total)
@@ -201,13 +203,13 @@ def replay_run(
     evidence: JsonObject = {"ran": True, "merges": replayed, "checkpoint_merges": last}
     if problems:
         return evidence, problems
-    rr_at = Replayer(initial, rr.lr, rr.momentum, rr.nesterov, rr.rule, rr.mean_tensors, rr.weighting)
+    rr_at = Reexecutor(initial, rr.lr, rr.momentum, rr.nesterov, rr.rule, rr.mean_tensors, rr.weighting)
     rr_at.params, rr_at.moment = (dict(x) for x in rr.snapshots[last])
     err = checkpoint_error(rr_at, final_checkpoint, fragments)
     evidence["error_roundoff_units"] = round(err, 3) if np.isfinite(err) else "inf"
     if err > roundoff:
         problems.append(
-            f"replaying all {replayed} merges from the config's initial parameters and the recorded uploads does not "
+            f"re-executing all {replayed} merges from the config's initial parameters and the recorded uploads does not "
             f"reach the final checkpoint (merge {last}): its parameters or outer momentum differ by {err:.3g} "
             "round-off units"
         )

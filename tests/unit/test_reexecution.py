@@ -1,4 +1,4 @@
-"""Whole-run re-execution (chaos.checkers.replay): from the config's initial parameters and the recorded uploads alone,
+"""Whole-run re-execution (chaos.checkers.reexecution): from the config's initial parameters and the recorded uploads alone,
 the numpy reference replays every merge and reaches the final checkpoint — through restores too — and says why when
 it cannot run. (The defect only it catches, a syncer started from another initial state with records that agree, is
 the mutant suite's syncer_init_drawn_apart.)"""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.checkers.base import RunFacts
-from chaos.checkers.replay import replay_run
+from chaos.checkers.reexecution import reexecute_run
 from chaos.history import History
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions
@@ -27,7 +27,7 @@ def _run(name: str, **overrides):
 @pytest.mark.parametrize("name", ["syncer-crash", "kill-and-rejoin"])
 def test_the_replay_reaches_the_final_checkpoint_through_restarts_and_restores(name: str) -> None:
     s, sim, h = _run(name)
-    evidence, problems = replay_run(
+    evidence, problems = reexecute_run(
         h, RunFacts.of(s).merge, sim.audit.files, sim.problem.init_params(), sim.syncer.checkpoint[0], 64.0
     )
     assert not problems and evidence["ran"] and evidence["merges"] > 200, evidence
@@ -46,7 +46,7 @@ def test_the_replay_says_why_it_cannot_run() -> None:
         (sim.audit.files, {}, final, "no initial parameters"),
         (sim.audit.files, init, {}, "no final checkpoint"),
     ):
-        evidence, problems = replay_run(h, facts, files, initial, checkpoint, 64.0)
+        evidence, problems = reexecute_run(h, facts, files, initial, checkpoint, 64.0)
         assert evidence == {"ran": False, "why": evidence["why"]} and why in evidence["why"] and not problems
 
 
@@ -55,7 +55,7 @@ def test_a_checkpoint_other_than_the_replayed_state_fails_naming_it() -> None:
     final = dict(sim.syncer.checkpoint[0])
     name = next(k for k in final if k.startswith("opt/"))  # the outer momentum of one tensor, damaged
     final[name] = final[name] * 0.5
-    evidence, problems = replay_run(
+    evidence, problems = reexecute_run(
         h, RunFacts.of(s).merge, sim.audit.files, sim.problem.init_params(), final, 64.0
     )
     assert problems and "does not reach the final checkpoint" in problems[0], evidence
