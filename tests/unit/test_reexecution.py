@@ -25,18 +25,19 @@ def _run(name: str, **overrides):
 
 
 @pytest.mark.parametrize("name", ["syncer-crash", "kill-and-rejoin"])
-def test_the_replay_reaches_the_final_checkpoint_through_restarts_and_restores(name: str) -> None:
+def test_the_reexecution_reaches_the_final_checkpoint_through_restarts_and_restores(name: str) -> None:
     s, sim, h = _run(name)
     evidence, problems = reexecute_run(
         h, RunFacts.of(s).merge, sim.audit.files, sim.problem.init_params(), sim.syncer.checkpoint[0], 64.0
     )
-    assert not problems and evidence["ran"] and evidence["merges"] > 200, evidence
-    assert evidence["error_roundoff_units"] < 16, (
+    merges, error = evidence["merges"], evidence["error_roundoff_units"]
+    assert not problems and evidence["ran"] and isinstance(merges, int) and merges > 200, evidence
+    assert isinstance(error, float) and error < 16, (
         evidence
     )  # measured ~4: rounding to float32 keeps it from growing
 
 
-def test_the_replay_says_why_it_cannot_run() -> None:
+def test_the_reexecution_says_why_it_cannot_run() -> None:
     s, sim, h = _run("kill-and-rejoin")
     facts, init, final = RunFacts.of(s).merge, sim.problem.init_params(), sim.syncer.checkpoint[0]
     one_lost = dict(sim.audit.files)
@@ -47,7 +48,8 @@ def test_the_replay_says_why_it_cannot_run() -> None:
         (sim.audit.files, init, {}, "no final checkpoint"),
     ):
         evidence, problems = reexecute_run(h, facts, files, initial, checkpoint, 64.0)
-        assert evidence == {"ran": False, "why": evidence["why"]} and why in evidence["why"] and not problems
+        said = evidence["why"]
+        assert evidence == {"ran": False, "why": said} and isinstance(said, str) and why in said and not problems
 
 
 def test_a_checkpoint_other_than_the_replayed_state_fails_naming_it() -> None:
