@@ -19,6 +19,12 @@ is kept whole, :mod:`trainer.audit_log`). This checker, reading only the history
    learner that applied version v of fragment p (or fetched the state) then held the syncer's bits for it, and
    each sync a learner started was computed against the syncer's value of the base version it names.
 
+5. **takes nothing on the syncer's word** (:mod:`chaos.checkers.audit_inputs`): the step's hyperparameters from the
+   config, each contribution's anchor from the chain, its counters and participation from its learner's own log
+   (the evidence's ``inputs`` names anything taken on trust); and where every merge was kept whole, **re-executes the
+   whole run** from the config's initial parameters and the recorded uploads to the final checkpoint
+   (:mod:`chaos.checkers.reexecution`).
+
 A history without digests (a log from before the audit) is indeterminate.
 """
 
@@ -352,14 +358,14 @@ def check_audit(inp: CheckInput) -> Verdict:
             f"merge {m.merges_total} (fragment {m.fragment} → v{m.version}, {m.audit.file}): {p}"
             for p in recompute(m, arrays, inp.facts.merge)
         ]
-    replayed, replay_problems = reexecute_run(
+    reexecuted, reexecution_problems = reexecute_run(
         h, inp.facts.merge, inp.audit_files, inp.initial_params, inp.final_checkpoint, ROUNDOFF
     )
-    problems += replay_problems
+    problems += reexecution_problems
     evidence = {
         "merges": len(merges),
         "recomputed": recomputed,
-        "reexecution": replayed,
+        "reexecution": reexecuted,
         "lag_rounds_max": round(lag_rounds, 3),
         "kept_missing": missing,
         "learner_values": held,
@@ -399,7 +405,7 @@ def check_audit(inp: CheckInput) -> Verdict:
         + (f" ({trust.merges_trusting} merge(s) took inputs on trust: evidence)" if trust.merges_trusting else "")
         + (
             "; the whole run, re-executed from the config's initial state, reaches its final checkpoint"
-            if replayed["ran"]
+            if reexecuted["ran"]
             else ""
         ),
         evidence,
