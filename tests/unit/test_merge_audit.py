@@ -268,3 +268,58 @@ def test_the_evidence_says_which_inputs_were_derived_and_which_taken_on_trust() 
     # its log there but without its sync_starts: the syncer merged uploads its learner never sent
     unsent = judged(lambda e: not (isinstance(e, ev.SyncStartEvent) and e.source == "learner-1"))
     assert unsent.status == "fail" and "never sent" in unsent.summary, unsent.summary
+
+
+def _merge(n: int, version: int, learner: str = "learner-0", round_: int = 0) -> ev.Merge:
+    p = ev.ParticipantInfo(
+        learner_id=learner,
+        incarnation=f"{learner}.0",
+        weight=1.0,
+        c_steps=8,
+        c_tokens=512,
+        base_version=0,
+        round=round_,
+    )
+    digests = ev.MergeDigests(
+        base="b", uploads=["u"], anchors=[None], opt_before="o", opt_after="o2", delta="d", result="r"
+    )
+    return ev.Merge(
+        ts=float(n),
+        source="syncer",
+        fragment=0,
+        version=version,
+        base_version=version - 1,
+        participants=[p],
+        rule="rda",
+        wait_s=0.0,
+        quorum_wait_s=0.0,
+        outer_grad_norm=1.0,
+        merges_total=n,
+        tokens_total=0,
+        audit=digests,
+    )
+
+
+def test_an_upload_merges_once_unless_a_restart_undid_its_merge() -> None:
+    """The merged-once rule (audit_inputs.MergedOnce), which no deterministic-mode mutant reaches (learners there never
+    re-send an upload): the same upload key in two merges fails, naming the first; after a restart that restored a
+    checkpoint from before the first merge, merging it again is what the restored syncer must do."""
+    from chaos.checkers.audit_inputs import MergedOnce, Sent, Trust, merge_inputs
+
+    key = ("learner-0", "learner-0.0", 0, 0, 0)
+    sent = {key: Sent(8, 512, "")}
+    chain = {(0, 0): {"b"}}
+
+    def judge(m: ev.Merge, once: MergedOnce) -> list[str]:
+        return merge_inputs(
+            m, sent, chain, clocked=True, rebases=True, tokens_per_step=64, trust=Trust(), once=once
+        )
+
+    once = MergedOnce()
+    assert judge(_merge(1, 1), once) == []
+    again = judge(_merge(2, 1), once)  # (its base v0 is the round's start again: only the repeat is wrong)
+    assert len(again) == 1 and "merge 1 had merged that upload" in again[0], again
+    once = MergedOnce()
+    judge(_merge(1, 1), once)
+    once.restart(0)  # the restored checkpoint was written before merge 1: that merge was undone
+    assert judge(_merge(2, 1), once) == []
