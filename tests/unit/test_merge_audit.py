@@ -7,7 +7,7 @@ import ast
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import numpy as np
@@ -248,7 +248,7 @@ def test_the_evidence_says_which_inputs_were_derived_and_which_taken_on_trust() 
     scenario = scenario_with("kill-and-rejoin")
     r = simulate(scenario, OPTS)
     v = next(v for v in r.verdicts if v.name == "audit")
-    inputs = v.evidence["inputs"]
+    inputs = cast(dict[str, Any], v.evidence["inputs"])
     assert v.status == "pass" and inputs["on_trust"] == {} and inputs["merges_with_inputs_on_trust"] == 0, v
     assert inputs["derived"]["anchors"] == inputs["derived"]["counters"] == inputs["derived"]["participants"] > 100
     assert "config" in inputs["hyperparameters"]
@@ -262,7 +262,7 @@ def test_the_evidence_says_which_inputs_were_derived_and_which_taken_on_trust() 
         return audit.check_audit(inp)
 
     blind = judged(lambda e: e.source != "learner-1")  # learner-1's whole log missing: its inputs taken on trust
-    trusted = blind.evidence["inputs"]
+    trusted = cast(dict[str, Any], blind.evidence["inputs"])
     assert trusted["merges_with_inputs_on_trust"] > 0 and "learner-1" in trusted["first_on_trust"][0], trusted
     assert blind.status != "fail", blind
     # its log there but without its sync_starts: the syncer merged uploads its learner never sent
