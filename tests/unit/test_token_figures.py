@@ -5,6 +5,8 @@ by side)."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from chaos.report import token_rows
 from chaos.scenario import scenario_with
 from chaos.sim import SimOptions, simulate
@@ -24,10 +26,10 @@ def test_the_token_figures_of_a_run_add_up_across_the_summary_the_checks_and_the
     assert m.contribution_tokens_merged <= m.contribution_tokens_uploaded
     assert fragments * m.trained_tokens_merged <= m.contribution_tokens_merged
     # the checks quote the same figures under the same names
-    goodput = verdicts["goodput"].evidence
+    goodput = cast(dict[str, Any], verdicts["goodput"].evidence)
     assert sum(goodput["trained_tokens"].values()) == m.trained_tokens
     assert sum(goodput["merged_tokens"].values()) == m.trained_tokens_merged
-    ledger = verdicts["ledger"].evidence
+    ledger = cast(dict[str, Any], verdicts["ledger"].evidence)
     assert ledger["learners"]["sent"] == m.contribution_tokens_uploaded
     assert ledger["syncer"]["merged"] == m.contribution_tokens_merged
     assert ledger["budget"]["finished_tokens"] <= m.tokens_total  # the result, then the settle phase's reports
