@@ -50,19 +50,16 @@ SHOWN = 5  # problems listed in the evidence (all are counted)
 LAG_ROUNDS = 4.0
 
 
-def _split(arrays: Mapping[str, np.ndarray], part: str) -> dict[str, np.ndarray]:
-    pre = part + "/"
-    return {n[len(pre) :]: a for n, a in arrays.items() if n.startswith(pre)}
-
-
 def recompute(m: ev.Merge, arrays: Mapping[str, np.ndarray], facts: MergeFacts) -> list[str]:
     """What is wrong with one kept merge (empty: it is what the equations give)."""
     assert m.audit is not None
     a = m.audit
     problems: list[str] = []
-    parts: dict[str, Any] = {p: _split(arrays, p) for p in ("base", "opt_before", "opt_after", "delta", "result")}
-    uploads = [_split(arrays, f"upload/{i}") for i in range(len(a.uploads))]
-    anchors = [_split(arrays, f"anchor/{i}") or None for i in range(len(a.uploads))]
+    parts: dict[str, Any] = {
+        p: ref.part(arrays, p) for p in ("base", "opt_before", "opt_after", "delta", "result")
+    }
+    uploads = [ref.part(arrays, f"upload/{i}") for i in range(len(a.uploads))]
+    anchors = [ref.part(arrays, f"anchor/{i}") or None for i in range(len(a.uploads))]
     recorded = {
         "base": a.base,
         "opt_before": a.opt_before,

@@ -58,6 +58,16 @@ def digest(tensors: Arrays) -> str:
     return h.hexdigest()[:32]
 
 
+def part(arrays: Arrays, name: str) -> dict[str, np.ndarray]:
+    """One part of a kept merge's file (docs/events.md: ``base/<tensor>``, ``upload/<i>/<tensor>`` …), by tensor.
+
+    >>> sorted(part({"upload/0/w": np.zeros(1), "upload/1/w": np.ones(1), "base/w": np.zeros(1)}, "upload/0"))
+    ['w']
+    """
+    pre = name + "/"
+    return {n[len(pre) :]: a for n, a in arrays.items() if n.startswith(pre)}
+
+
 def _f64(tensors: Arrays) -> dict[str, np.ndarray]:
     return {n: np.asarray(t, dtype=np.float64) for n, t in tensors.items()}
 

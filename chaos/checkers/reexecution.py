@@ -130,11 +130,6 @@ def checkpoint_error(
     return err
 
 
-def _split(arrays: Mapping[str, np.ndarray], part: str) -> dict[str, np.ndarray]:
-    pre = part + "/"
-    return {n[len(pre) :]: a for n, a in arrays.items() if n.startswith(pre)}
-
-
 def reexecute_run(
     history: History,
     facts: MergeFacts,
@@ -168,7 +163,7 @@ def reexecute_run(
     for m in merges:
         assert m.audit is not None
         if m.fragment not in names:
-            names[m.fragment] = sorted(_split(audit_files[m.audit.file], "base"))
+            names[m.fragment] = sorted(ref.part(audit_files[m.audit.file], "base"))
     fragments = [names.get(p, []) for p in range(max(names, default=-1) + 1)]
     problems: list[str] = []
     replayed = 0
@@ -186,7 +181,7 @@ def reexecute_run(
         else:
             assert e.audit is not None
             arrays = audit_files[e.audit.file]
-            uploads = [_split(arrays, f"upload/{i}") for i in range(len(e.participants))]
+            uploads = [ref.part(arrays, f"upload/{i}") for i in range(len(e.participants))]
             wrong = rr.merge(
                 e.fragment,
                 e.version,
