@@ -26,14 +26,14 @@ input is taken on trust and the evidence names it (:class:`Trust`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from chaos.history import History
 from trainer import events as ev
 from trainer.core.checkpoint_meta import Key  # one upload: learner, incarnation, fragment, base version, round
+from trainer.core.replies import UNREACHABLE  # a learner's sync_result when no answer came
 
-UNREACHABLE = "unreachable"  # a learner's sync_result when no answer came (trainer.core.replies.UNREACHABLE)
 SHOWN = 5
 
 
@@ -52,18 +52,21 @@ def upload_key(learner: str, incarnation: str, fragment: int, base_version: int,
     return (learner, incarnation, fragment, base_version, rnd if clocked else 0)
 
 
-def learner_uploads(h: History, clocked: bool) -> dict[Key, Sent]:
-    """Every upload the learners logged (``sync_start``), by key, with what they were told (``sync_result``); a
-    learner's incarnation is the one its latest ``learner_start`` named."""
+def learner_syncs(h: History) -> Iterator[tuple[str, ev.SyncStartEvent | ev.SyncResult]]:
+    """The learners' ``sync_start`` and ``sync_result`` events in time order, each with its learner's incarnation:
+    the one its latest ``learner_start`` named (events before any are left out)."""
     incarnation: dict[str, str] = {}
-    out: dict[Key, Sent] = {}
     for e in h.of(ev.LearnerStart, ev.SyncStartEvent, ev.SyncResult):
         if isinstance(e, ev.LearnerStart):
             incarnation[e.learner_id] = e.learner_incarnation
-            continue
-        inc = incarnation.get(e.source)
-        if inc is None:
-            continue
+        elif e.source in incarnation:
+            yield incarnation[e.source], e
+
+
+def learner_uploads(h: History, clocked: bool) -> dict[Key, Sent]:
+    """Every upload the learners logged (``sync_start``), by key, with what they were told (``sync_result``)."""
+    out: dict[Key, Sent] = {}
+    for inc, e in learner_syncs(h):
         key = upload_key(e.source, inc, e.fragment, e.base_version, e.round, clocked)
         if isinstance(e, ev.SyncStartEvent):
             out[key] = Sent(e.c_steps, e.c_tokens, "")

@@ -25,15 +25,16 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from chaos.checkers.audit_inputs import learner_syncs
 from chaos.checkers.base import CheckInput, MergeFacts, Verdict
 from chaos.checkers.trained import Learners
 from chaos.history import History
 from chaos.records import JsonObject
 from trainer import events as ev
 from trainer.core.checkpoint_meta import Key  # one upload: learner, incarnation, fragment, base version, round
+from trainer.core.replies import UNREACHABLE  # a learner's sync_result when no answer came
 
 SHOWN = 5
-UNREACHABLE = "unreachable"  # a learner's sync_result when no answer came (trainer.core.replies.UNREACHABLE)
 
 
 @dataclass
@@ -176,15 +177,8 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
     lost = 0
     bins: Counter = Counter()
     problems: list[str] = []
-    incarnation: dict[str, str] = {}
     sent: dict[Key, tuple[int, float]] = {}  # -> (c_tokens, when it was sent)
-    for e in h.of(ev.LearnerStart, ev.SyncStartEvent, ev.SyncResult):
-        if isinstance(e, ev.LearnerStart):
-            incarnation[e.learner_id] = e.learner_incarnation
-            continue
-        inc = incarnation.get(e.source)
-        if inc is None:
-            continue
+    for inc, e in learner_syncs(h):
         key = (e.source, inc, e.fragment, e.base_version, e.round)
         if isinstance(e, ev.SyncStartEvent):
             sent[key] = (e.c_tokens, e.ts)
@@ -220,7 +214,7 @@ def _learner_book(inp: CheckInput, syncer: SyncerBook) -> tuple[Counter, list[st
                 )
     answered = sum(t for b, t in bins.items() if b != "sent")
     bins["no answer recorded"] = bins["sent"] - answered  # the learner died, or the run ended, before an answer
-    known = set(incarnation)
+    known = {e.learner_id for e in h.of(ev.LearnerStart)}
     for key in syncer.accepted:
         if key[0] in known and key not in sent:
             problems.append(
