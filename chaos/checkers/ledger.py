@@ -14,7 +14,9 @@ learner last received p). Three books must balance:
   syncer accepted with the same counters; each refusal it was told has its ``reject`` with that reason; each upload
   the syncer accepted was sent by that learner incarnation (``sync_start``).
 - **the budget**: the result (``finished``) is fixed with tokens in [budget, budget + max(one round of every learner,
-  a quarter of the budget)];
+  a quarter of the budget)] by the syncer's count, and that count is borne out by the learners' own (their ``step``
+  events, :mod:`chaos.checkers.trained`): no more than they had trained, and no more than one round below what they
+  could have reported by then — trained tokens both, the budget's unit, not the contribution tokens above;
 - **the data** (learners' ``step`` events): each incarnation trains its own stream — the config's seed, the
   learner's data key, the incarnation index the syncer gave it — from its start, one batch a step; no stream is
   trained by two incarnations or two learners.
