@@ -1,7 +1,7 @@
 """The token ledger: every token a learner sent for merging is accounted for, exactly, and the result is fixed at
 the budget.
 
-Tokens here are contributions' ``c_tokens`` (a contribution for fragment p stands for the tokens trained since the
+Tokens here are contribution tokens, contributions' ``c_tokens`` (trainer.metrics; one for fragment p stands for the tokens trained since the
 learner last received p). Three books must balance:
 
 - **the syncer's**: each upload it accepted (``upload``, not a duplicate) ends in exactly one bin — *merged* (in
