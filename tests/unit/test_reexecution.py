@@ -5,6 +5,8 @@ the mutant suite's syncer_init_drawn_apart.)"""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from chaos.checkers.base import RunFacts
@@ -15,8 +17,10 @@ from chaos.sim import SimOptions
 from chaos.sim.runner import Simulation, plan
 
 
-def _run(name: str, **overrides):
-    s = scenario_with(name, **overrides)
+@functools.cache
+def _run(name: str):
+    """A simulated run of ``name`` (once a process: the tests only read it, copying what they change)."""
+    s = scenario_with(name)
     sim = Simulation(s, SimOptions(baseline=False), plan(s))
     sim.run()
     h = History(sorted(sim.records, key=lambda r: r.ts), sorted(sim.events, key=lambda e: e.ts))
