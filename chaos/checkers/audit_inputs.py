@@ -100,17 +100,13 @@ def anchor_problem(
 ) -> tuple[str | None, bool]:
     """What is wrong with the anchor a contribution against ``base_version`` was rebased from, for a merge starting
     at ``start_version`` (None: nothing); and whether the chain knew the base's value (False: taken on trust)."""
-    if base_version == start_version or not rebases:
-        if anchor is None:
-            return None, True
-        known = chain.get((fragment, base_version))
-        if known is None:
-            return None, False
-        return (
-            None if anchor in known else f"anchored at a value other than v{base_version}'s in the chain"
-        ), True
     if anchor is None:
-        return f"its base v{base_version} is not the round's start v{start_version}, and it was not rebased", True
+        stale = rebases and base_version != start_version
+        return (
+            f"its base v{base_version} is not the round's start v{start_version}, and it was not rebased"
+            if stale
+            else None
+        ), True
     known = chain.get((fragment, base_version))
     if known is None:
         return None, False

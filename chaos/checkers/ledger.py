@@ -323,7 +323,7 @@ def _budget(inp: CheckInput) -> tuple[JsonObject | None, list[str]]:
     low, high = learners.at(t, inp.facts.summary_tokens)
     lag = REPORT_LAGS * inp.facts.report_interval_s
     countable = learners.countable(t, lag, _restores(h))
-    logged = {e.learner_id for e in h.of(ev.LearnerStart)}
+    logged = {i.learner_id for i in learners.incarnations}
     unlogged = sorted({j.learner_id for j in h.of(ev.Join)} - logged)
     evidence["learners"] = {
         "trained_at_least": low,

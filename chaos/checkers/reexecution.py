@@ -22,7 +22,7 @@ Each merge's result is rounded to float32 as the syncer stores it, so round-off 
     >>> rr = Reexecutor({"w": np.zeros(2, np.float32)}, lr=0.5, momentum=0.0, nesterov=False, rule="mean",
     ...               mean_tensors=(), weighting="uniform")
     >>> rr.start([0], fresh=True)
-    >>> rr.merge(0, 1, {"w": np.zeros(2)}, [{"w": np.array([2.0, 4.0])}], [(8, 8)], [0])
+    >>> rr.merge(0, 1, ["w"], [{"w": np.array([2.0, 4.0])}], [(8, 8)], [0])
     >>> rr.params["w"].tolist()                       # 0 − 0.5 · 1 · [2, 4]
     [-1.0, -2.0]
 """
@@ -58,7 +58,6 @@ class Reexecutor:
     moment: dict[str, np.ndarray] = field(default_factory=dict)
     values: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
     snapshots: dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = field(default_factory=dict)
-    versions: list[int] = field(default_factory=list)
 
     def start(
         self, versions: Sequence[int], fresh: bool, restored_from: int = -1, names: Sequence[Sequence[str]] = ()
@@ -71,9 +70,8 @@ class Reexecutor:
         else:
             params, moment = self.snapshots[restored_from]
             self.params, self.moment = dict(params), dict(moment)
-        self.versions = list(versions)
         for p, fragment in enumerate(names):
-            self.values[(p, self.versions[p])] = {n: self.params[n] for n in fragment}
+            self.values[(p, versions[p])] = {n: self.params[n] for n in fragment}
 
     def checkpoint(self, merges_total: int) -> None:
         self.snapshots[merges_total] = (dict(self.params), dict(self.moment))
@@ -82,7 +80,7 @@ class Reexecutor:
         self,
         fragment: int,
         version: int,
-        names: Mapping[str, np.ndarray],
+        names: Sequence[str],
         uploads: Sequence[Mapping[str, np.ndarray]],
         counters: Sequence[tuple[int, int]],
         base_versions: Sequence[int],
@@ -107,26 +105,27 @@ class Reexecutor:
             if self.momentum:
                 self.moment[n] = after[f"momentum/{n}"].astype(np.float32)
         self.values[(fragment, version)] = {n: self.params[n] for n in names}
-        if fragment < len(self.versions):
-            self.versions[fragment] = version
         return None
 
 
 def checkpoint_error(
-    replayed: Reexecutor, checkpoint: Mapping[str, np.ndarray], fragments: Sequence[Sequence[str]]
+    params: Mapping[str, np.ndarray],
+    moment: Mapping[str, np.ndarray],
+    checkpoint: Mapping[str, np.ndarray],
+    fragments: Sequence[Sequence[str]],
 ) -> float:
-    """How far a checkpoint's parameters and outer momentum are from the replayed ones, in float32 round-off units
-    (:func:`~chaos.checkers.merge_reference.max_error`). Its optimizer leaves are ``opt/<fragment>/<i>``: the i-th of
-    the fragment's tensors in name order (the momentum's leaves, as the outer optimizer's state flattens)."""
-    params = {k[len(PARAM) :]: v for k, v in checkpoint.items() if k.startswith(PARAM)}
-    err = ref.max_error(replayed.params, params)
-    if replayed.momentum:
-        moment = {
+    """How far a checkpoint's parameters and outer momentum (``moment`` empty: none) are from the replayed ones, in
+    float32 round-off units (:func:`~chaos.checkers.merge_reference.max_error`). Its optimizer leaves are
+    ``opt/<fragment>/<i>``: the i-th of the fragment's tensors in name order (the momentum's leaves, as the outer
+    optimizer's state flattens)."""
+    err = ref.max_error(params, {k[len(PARAM) :]: v for k, v in checkpoint.items() if k.startswith(PARAM)})
+    if moment:
+        held = {
             n: checkpoint.get(f"{OPT}{p}/{i}", np.full(1, np.nan))
             for p, names in enumerate(fragments)
             for i, n in enumerate(sorted(names))
         }
-        err = max(err, ref.max_error(replayed.moment, moment))
+        err = max(err, ref.max_error(moment, held))
     return err
 
 
@@ -142,6 +141,7 @@ def reexecute_run(
     checkpoint). Whether it ran at all is the evidence's ``ran``."""
     merges = history.of(ev.Merge)
     checkpoints = history.of(ev.Checkpoint)
+    unkept = {"ran": False, "why": "not every merge was kept whole (syncer.audit_keep_fraction < 1)"}
     why = (
         "data-parallel's AdamW step is not recomputed"
         if facts.adamw
@@ -149,21 +149,24 @@ def reexecute_run(
         if not initial
         else "no final checkpoint was given"
         if not final_checkpoint or not checkpoints
-        else "not every merge was kept whole (syncer.audit_keep_fraction < 1)"
-        if any(m.audit is None or m.audit.file not in audit_files for m in merges)
         else ""
     )
     if why:
         return {"ran": False, "why": why}, []
+    if any(m.audit is None or not m.audit.file for m in merges):
+        return unkept, []
     a = facts.algorithm
     rr = Reexecutor(
         initial, a.outer_lr, a.outer_momentum, a.nesterov, a.merge_rule, facts.mean_tensors, a.weighting
     )
     names: dict[int, list[str]] = {}
-    for m in merges:
+    for m in merges:  # each fragment's tensors, from its first kept file (each file is read once more below)
         assert m.audit is not None
         if m.fragment not in names:
-            names[m.fragment] = sorted(ref.part(audit_files[m.audit.file], "base"))
+            first = audit_files.get(m.audit.file)
+            if first is None:
+                return unkept, []
+            names[m.fragment] = sorted(ref.part(first, "base"))
     fragments = [names.get(p, []) for p in range(max(names, default=-1) + 1)]
     problems: list[str] = []
     replayed = 0
@@ -180,12 +183,14 @@ def reexecute_run(
             rr.checkpoint(e.merges_total)
         else:
             assert e.audit is not None
-            arrays = audit_files[e.audit.file]
+            arrays = audit_files.get(e.audit.file)
+            if arrays is None:  # gone or unreadable (the audit names it)
+                return unkept, []
             uploads = [ref.part(arrays, f"upload/{i}") for i in range(len(e.participants))]
             wrong = rr.merge(
                 e.fragment,
                 e.version,
-                {n: rr.params[n] for n in names[e.fragment]},
+                names[e.fragment],
                 uploads,
                 [(p.c_tokens, p.c_steps) for p in e.participants],
                 [p.base_version for p in e.participants],
@@ -198,9 +203,7 @@ def reexecute_run(
     evidence: JsonObject = {"ran": True, "merges": replayed, "checkpoint_merges": last}
     if problems:
         return evidence, problems
-    rr_at = Reexecutor(initial, rr.lr, rr.momentum, rr.nesterov, rr.rule, rr.mean_tensors, rr.weighting)
-    rr_at.params, rr_at.moment = (dict(x) for x in rr.snapshots[last])
-    err = checkpoint_error(rr_at, final_checkpoint, fragments)
+    err = checkpoint_error(*rr.snapshots[last], final_checkpoint, fragments)
     evidence["error_roundoff_units"] = round(err, 3) if np.isfinite(err) else "inf"
     if err > roundoff:
         problems.append(

@@ -71,7 +71,7 @@ class Incarnation:
 
     def could_report_until(self, t: float) -> float:
         """The last moment up to ``t`` it could report: ``t``, its end, or the start of an unreachable spell."""
-        end = min(t, self.ended_at if self.ended_at is not None else t, self.stopped_at or t)
+        end = min([t] + [x for x in (self.ended_at, self.stopped_at) if x is not None])
         for since, until in self.unreachable:
             if since <= end and (until is None or until > end):
                 end = since

@@ -270,15 +270,15 @@ def test_the_evidence_says_which_inputs_were_derived_and_which_taken_on_trust() 
     assert unsent.status == "fail" and "never sent" in unsent.summary, unsent.summary
 
 
-def _merge(n: int, version: int, learner: str = "learner-0", round_: int = 0) -> ev.Merge:
+def _merge(n: int, version: int) -> ev.Merge:
     p = ev.ParticipantInfo(
-        learner_id=learner,
-        incarnation=f"{learner}.0",
+        learner_id="learner-0",
+        incarnation="learner-0.0",
         weight=1.0,
         c_steps=8,
         c_tokens=512,
         base_version=0,
-        round=round_,
+        round=0,
     )
     digests = ev.MergeDigests(
         base="b", uploads=["u"], anchors=[None], opt_before="o", opt_after="o2", delta="d", result="r"
