@@ -323,3 +323,30 @@ def test_an_upload_merges_once_unless_a_restart_undid_its_merge() -> None:
     judge(_merge(1, 1), once)
     once.restart(0)  # the restored checkpoint was written before merge 1: that merge was undone
     assert judge(_merge(2, 1), once) == []
+
+
+def test_a_participant_its_learner_was_told_was_refused_or_sent_other_counters_fails() -> None:
+    """The participant and counter rules against the learner's own record (audit_inputs.merge_inputs): merged though
+    its learner was told refused; weighted by counters it never sent; and a counter the documented cap allows."""
+    from chaos.checkers.audit_inputs import MergedOnce, Sent, Trust, merge_inputs
+
+    key = ("learner-0", "learner-0.0", 0, 0, 0)
+
+    def judge(sent: Sent) -> list[str]:
+        return merge_inputs(
+            _merge(1, 1),
+            {key: sent},
+            {(0, 0): {"b"}},
+            clocked=True,
+            rebases=True,
+            tokens_per_step=64,
+            trust=Trust(),
+            once=MergedOnce(),
+        )
+
+    assert judge(Sent(8, 512, "")) == []  # as sent, accepted
+    assert judge(Sent(9, 576, "")) == []  # the syncer capped 9 steps to 8, at 64 tokens a step
+    refused = judge(Sent(8, 512, "late_round"))
+    assert len(refused) == 1 and "told was refused (late_round)" in refused[0], refused
+    other = judge(Sent(8, 640, ""))
+    assert len(other) == 1 and "its learner sent c_steps 8, c_tokens 640" in other[0], other
