@@ -268,6 +268,7 @@ class LearnerJoin(_Event):
     incarnation_index: int
     versions: list[int]
     syncer_incarnation: str
+    progress: float = 0.0  # the run's token progress the reply carried (the inner lr's schedule reads it)
 
 
 class StartTogether(_Event):
@@ -343,6 +344,14 @@ class Apply(_Event):
     digest: str = ""  # of the fragment the learner holds after applying it (trainer.core.audit.digest)
 
 
+class ProgressHeard(_Event):
+    """A report's reply carried more token progress: the inner learning rate's schedule reads it from the next step."""
+
+    kind: Literal["progress_heard"] = "progress_heard"
+    step: int  # steps done when it was heard: step ``step + 1`` is the first to use it
+    progress: float
+
+
 class Unreachable(_Event):
     kind: Literal["syncer_unreachable"] = "syncer_unreachable"
     error: str
@@ -381,6 +390,7 @@ Event = Annotated[
     | SyncStartEvent
     | SyncResult
     | Apply
+    | ProgressHeard
     | Unreachable
     | Reconnected
     | LearnerStop,

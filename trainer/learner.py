@@ -334,6 +334,7 @@ class Learner:
                 incarnation_index=reply.incarnation_index,
                 versions=list(reply.versions),
                 syncer_incarnation=reply.syncer_incarnation,
+                progress=reply.progress,
             )
         )
         if fetch_state:

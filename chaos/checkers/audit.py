@@ -356,7 +356,7 @@ def check_audit(inp: CheckInput) -> Verdict:
             for p in recompute(m, arrays, inp.facts.merge)
         ]
     reexecuted, reexecution_problems = reexecute_run(
-        h, inp.facts.merge, inp.audit_files, inp.initial_params, inp.final_checkpoint, ROUNDOFF
+        h, inp.facts.merge, inp.audit_files, inp.initial_params, inp.final_checkpoint, ROUNDOFF, inp.inner_steps
     )
     problems += reexecution_problems
     evidence = {
@@ -403,6 +403,11 @@ def check_audit(inp: CheckInput) -> Verdict:
         + (
             "; the whole run, re-executed from the config's initial state, reaches its final checkpoint"
             if reexecuted["ran"]
+            else ""
+        )
+        + (
+            f", and the {learners['uploads']} merged uploads are what their learners' re-executed inner steps make"
+            if (learners := reexecuted.get("learners", {})).get("ran")
             else ""
         ),
         evidence,

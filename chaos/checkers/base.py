@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from trainer.config import RunConfig
 from trainer.core.algorithm import Algorithm
 from trainer.model import EMBEDDING_TENSORS
 from trainer.policy import policy_from_config
+
+if TYPE_CHECKING:
+    from chaos.checkers.learner_replay import InnerSteps
 
 Status = Literal["pass", "fail", "indeterminate"]
 
@@ -119,6 +122,8 @@ class CheckInput:
     # the last checkpoint's arrays (empty: not given, it does not run).
     initial_params: Mapping[str, np.ndarray] = field(default_factory=dict)
     final_checkpoint: Mapping[str, np.ndarray] = field(default_factory=dict)
+    # The run's inner step and data, to replay the learners (chaos.checkers.learner_replay; None: not replayed).
+    inner_steps: InnerSteps | None = None
 
     @property
     def steady(self) -> float | None:

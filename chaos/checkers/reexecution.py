@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from chaos.checkers import merge_reference as ref
+from chaos.checkers.audit_inputs import Key, upload_key
+from chaos.checkers.learner_replay import InnerSteps, replay_learners
 from chaos.checkers.base import MergeFacts
 from chaos.history import History
 from chaos.records import JsonObject
@@ -136,9 +138,11 @@ def reexecute_run(
     initial: Mapping[str, np.ndarray],
     final_checkpoint: Mapping[str, np.ndarray],
     roundoff: float,
+    inner_steps: InnerSteps | None = None,
 ) -> tuple[JsonObject, list[str]]:
     """Replay the run (module docstring): its evidence, and what is wrong (empty: the replay reached the final
-    checkpoint). Whether it ran at all is the evidence's ``ran``."""
+    checkpoint). Whether it ran at all is the evidence's ``ran``. With ``inner_steps``, the learners are replayed
+    against the replayed chain too (:mod:`chaos.checkers.learner_replay`: the evidence's ``learners``)."""
     merges = history.of(ev.Merge)
     checkpoints = history.of(ev.Checkpoint)
     unkept = {"ran": False, "why": "not every merge was kept whole (syncer.audit_keep_fraction < 1)"}
@@ -170,6 +174,8 @@ def reexecute_run(
     fragments = [names.get(p, []) for p in range(max(names, default=-1) + 1)]
     problems: list[str] = []
     replayed = 0
+    made: dict[tuple[int, int], list[tuple[float, dict[str, np.ndarray]]]] = {}  # each value the replay made, when
+    merged: dict[Key, dict[str, np.ndarray]] = {}  # the merged uploads, by the learner's key for them
     for e in history.of(ev.SyncerStart, ev.Merge, ev.Checkpoint):
         if isinstance(e, ev.SyncerStart):
             fresh = e.restored_from_merges < 0
@@ -179,6 +185,8 @@ def reexecute_run(
                     "why": f"the syncer restored the checkpoint of merge {e.restored_from_merges}, which no event names",
                 }, []
             rr.start(e.versions, fresh, e.restored_from_merges, fragments)
+            for p, v in enumerate(e.versions[: len(fragments)]):
+                made.setdefault((p, v), []).append((e.ts, rr.values[(p, v)]))
         elif isinstance(e, ev.Checkpoint):
             rr.checkpoint(e.merges_total)
         else:
@@ -199,10 +207,18 @@ def reexecute_run(
                 problems.append(f"merge {e.merges_total} (fragment {e.fragment} → v{e.version}): {wrong}")
                 break
             replayed += 1
+            made.setdefault((e.fragment, e.version), []).append((e.ts, rr.values[(e.fragment, e.version)]))
+            for i, c in enumerate(e.participants):
+                key = upload_key(c.learner_id, c.incarnation, e.fragment, c.base_version, c.round, a.clocked)
+                merged[key] = uploads[i]
     last = checkpoints[-1].merges_total
     evidence: JsonObject = {"ran": True, "merges": replayed, "checkpoint_merges": last}
     if problems:
         return evidence, problems
+    evidence["learners"], learner_problems = replay_learners(
+        history.events, inner_steps, a, dict(enumerate(fragments)), made, merged
+    )
+    problems += learner_problems
     err = checkpoint_error(*rr.snapshots[last], final_checkpoint, fragments)
     evidence["error_roundoff_units"] = round(err, 3) if np.isfinite(err) else "inf"
     if err > roundoff:

@@ -35,6 +35,18 @@ class _Job:
     arrays: dict[str, np.ndarray]  # the outer gradient Θ(base) − θ, computed when the sync starts
 
 
+def data_rng(sim: SimHost, index: int, incarnation_index: int) -> np.random.Generator:
+    """Learner ``index``'s "data" from its state fetch on: the noise its inner steps draw."""
+    return np.random.default_rng([sim.cfg.seed, index, incarnation_index])
+
+
+def inner_step(
+    sim: SimHost, params: dict[str, np.ndarray], index: int, rng: np.random.Generator, progress: float
+) -> dict[str, np.ndarray]:
+    """One inner step of learner ``index`` at the run's ``progress`` as it heard it (the lr schedule reads it)."""
+    return sim.problem.sgd_step(params, index, sim.opts.inner_lr * lr_scale(sim.cfg.inner, progress), rng)
+
+
 class LearnerNode:
     """One learner id across its incarnations: alive or dead, running or paused."""
 
@@ -208,6 +220,7 @@ class LearnerNode:
             incarnation_index=res.incarnation_index,
             versions=list(res.versions),
             syncer_incarnation=self.sim.syncer.incarnation,
+            progress=progress,
         )
         if fetch_state:
             t0 = self.sim.loop.now
@@ -226,7 +239,7 @@ class LearnerNode:
         self.params = {n: t.copy() for n, t in self.base.items()}
         versions = [v for v, _ in values]
         self.proto.start(versions, self.sim.loop.now)
-        self.rng = np.random.default_rng([self.sim.cfg.seed, self.index, self.incarnation_index])  # its "data"
+        self.rng = data_rng(self.sim, self.index, self.incarnation_index)
         self.drawn = 0
         self.corrupt_rng = np.random.default_rng([self.sim.cfg.seed, self.index, 0xC0])
         self.emit(
@@ -271,8 +284,7 @@ class LearnerNode:
         if cfg.algorithm.mode == "data-parallel":  # as the trainer: upload the gradient, the syncer runs AdamW
             grads = self.sim.problem.gradient(self.params, self.index, self.rng)
         else:
-            lr = self.sim.opts.inner_lr * lr_scale(cfg.inner, proto.progress)
-            self.params = self.sim.problem.sgd_step(self.params, self.index, lr, self.rng)
+            self.params = inner_step(self.sim, self.params, self.index, self.rng, proto.progress)
         self.drawn += 1
         for u in proto.stepped(self.sim.loop.now, period=self.stepping_s):
             names = self.sim.fragment_names[u.start.fragment]

@@ -50,6 +50,7 @@ import numpy as np
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.goodput import compute_goodput
+from chaos.checkers.learner_replay import Stepper
 from chaos.fault_plan import Planned, plan
 from chaos.history import (
     History,
@@ -67,7 +68,7 @@ from chaos.run_report import Band
 from chaos.scenario import Scenario
 from chaos.sim.clock import EventLoop
 from chaos.sim.effects import play
-from chaos.sim.learner_node import LearnerNode
+from chaos.sim.learner_node import LearnerNode, data_rng, inner_step
 from chaos.sim.network import Link
 from chaos.sim.options import SimOptions
 from chaos.sim.problem import MAX_CURVATURE, QuadraticProblem
@@ -269,6 +270,15 @@ class Simulation:
         self.progress = Progress()  # the syncer's counters at the watchdog's last poll
         self.stalled: Stalled | None = None  # why the watchdog ended the run
         self.done = False
+
+    def inner_steps(self, learner_id: str, incarnation_index: int) -> Stepper:
+        """A learner's inner step and data stream, as its state fetch starts them (the learner replay's:
+        chaos.checkers.learner_replay), on the tensors in the order the learner holds them (its noise is drawn
+        in that order)."""
+        index = self.learners[learner_id].index
+        rng = data_rng(self, index, incarnation_index)
+        order = [n for names in self.fragment_names for n in names]
+        return lambda params, progress: inner_step(self, {n: params[n] for n in order}, index, rng, progress)
 
     # ---- recording ----------------------------------------------------------------------
     @property
@@ -528,6 +538,7 @@ def simulate(
             baseline_goodput=tuple(band.goodputs) if band else (),
             initial_params=sim.problem.init_params(),
             final_checkpoint=sim.syncer.checkpoint[0] if sim.syncer.checkpoint is not None else {},
+            inner_steps=sim.inner_steps,
         )
     )
     status, code = overall(verdicts)

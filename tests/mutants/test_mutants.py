@@ -27,14 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # strictly: when a check learns to catch it, the test fails until it is taken off this list. (The merge audit, the
 # ledgers, per-fragment liveness, the broadcast and clock checks caught nine of the ten first found; the audit's upper
 # timing bound the tenth, quorum_off_by_one: a round carried on with its quorum in.)
-FINDINGS: dict[str, str] = {
-    "apply_keeps_local": (
-        "a learner that logs the merged bits as held but keeps training its own parameters leaves no trace the harness "
-        "reads: its apply digests are the syncer's, its uploads are against the base it names, and on the simulated "
-        "quadratic averaging independently trained learners loses nothing. Seeing it needs the learner's inner steps "
-        "re-executed from the value it applied (issue 60, item 5)"
-    ),
-}
+FINDINGS: dict[str, str] = {}
 
 # The first scenarios that make a mutant a round-level one (test_mutants_rounds.py runs those).
 ROUND_SCENARIOS = frozenset({"straggler", "latency-jitter", "partition-majority", "partition-one", "throttle-all"})

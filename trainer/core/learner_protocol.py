@@ -388,7 +388,9 @@ class LearnerProtocol:
     ) -> list[Action]:
         """A report's reply: the run's progress, the clock (when accepted), stop or rejoin."""
         out: list[Action] = list(self.up(now))
-        self.progress = max(self.progress, progress)
+        if progress > self.progress:  # logged: re-executing the inner steps needs the learning rate each one took
+            self.progress = progress
+            out.append(Note(ev.ProgressHeard, dict(step=self.step, progress=progress)))
         if ok:
             self.heard_clock(now, clock)
         stop_now, rejoin = report_outcome(ok, stop, reason)
