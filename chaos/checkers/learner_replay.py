@@ -139,7 +139,9 @@ class LearnerReplay:
                 for n in self.fragments[e.fragment]:  # the algorithm's rule, written here (not trainer's take())
                     theta = np.asarray(got[n], np.float32).copy()
                     p.base[n] = theta
-                    p.params[n] = theta.copy() if self.alpha is None else self.alpha * p.params[n] + (1 - self.alpha) * theta
+                    p.params[n] = (
+                        theta.copy() if self.alpha is None else self.alpha * p.params[n] + (1 - self.alpha) * theta
+                    )
         for p in procs.values():
             self._end(p)
 

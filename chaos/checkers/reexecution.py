@@ -36,8 +36,8 @@ import numpy as np
 
 from chaos.checkers import merge_reference as ref
 from chaos.checkers.audit_inputs import Key, upload_key
-from chaos.checkers.learner_replay import InnerSteps, replay_learners
 from chaos.checkers.base import MergeFacts
+from chaos.checkers.learner_replay import InnerSteps, replay_learners
 from chaos.history import History
 from chaos.records import JsonObject
 from trainer import events as ev
