@@ -29,9 +29,9 @@ replayed (their uploads are wrong on purpose); nor are data-parallel's gradients
     >>> r = LearnerReplay(halve, {0: ["w"]}, alpha=None, wire_format="float32", clocked=False,
     ...                   value=lambda p, v, ts, d: {"w": np.array([4.0], np.float32)})
     >>> r.run(log)
-    >>> r.expected[("a", "i", 0, 0, 0)]["w"].tolist()   # Θ − θ = 4 − 2
-    [2.0]
-    >>> r.judge({("a", "i", 0, 0, 0): {"w": np.array([1.0], np.float32)}})
+    >>> [u.tensors["w"].tolist() for u in r.expected[("a", "i", 0, 0, 0)]]   # Θ − θ = 4 − 2
+    [[2.0]]
+    >>> r.judge([(("a", "i", 0, 0, 0), {"w": np.array([1.0], np.float32)})])
     ['a (incarnation i) fragment 0 from v0, synced at step 1: the upload differs from its re-executed inner steps by 1 (allowed 4.58e-05): it did not train from the values it was sent, or did not apply them as the algorithm says']
 """
 
@@ -65,6 +65,16 @@ QUANTUM = {"float32": 0.0, "bfloat16": 2.0**-7, "int8": 1 / 127, "int4": 1 / 7} 
 _LOGGED = (ev.LearnerStart, ev.LearnerJoin, ev.StateFetch, ev.ProgressHeard, ev.SyncStartEvent, ev.Apply)
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A logged upload as the replay makes it: its tensors, the parameters' scale at the sync (max |Θ_base| + max
+    |θ|: its round-off's), and how to name it."""
+
+    tensors: Tensors
+    scale: float
+    where: str
+
+
 @dataclass
 class _Process:
     """One learner process being replayed."""
@@ -95,10 +105,9 @@ class LearnerReplay:
     wire_format: str
     clocked: bool
     value: Values
-    expected: dict[Key, Tensors] = field(default_factory=dict)
-    where: dict[Key, str] = field(default_factory=dict)  # how to name an upload in a problem
+    # Per upload key, the logged uploads' replays (rounds on arrival: a learner's uploads from one base share a key).
+    expected: dict[Key, list[Replayed]] = field(default_factory=dict)
     worst: float = 0.0  # the largest difference of a merged upload from its replay, in units of what is allowed
-    scale: dict[Key, float] = field(default_factory=dict)  # max |Θ_base| + max |θ| over the fragment at the sync
     unreplayed: dict[str, int] = field(default_factory=dict)  # why processes were not (fully) replayed: how many
 
     def run(self, events: Iterable[ev.Event]) -> None:
@@ -124,11 +133,13 @@ class LearnerReplay:
                 p.advance(e.step)
                 key = upload_key(e.source, p.incarnation, e.fragment, e.base_version, e.round, self.clocked)
                 names = self.fragments[e.fragment]
-                self.expected[key] = {n: p.base[n] - p.params[n] for n in names}
-                self.scale[key] = max(_max_abs(p.base[n]) + _max_abs(p.params[n]) for n in names)
-                self.where[key] = (
-                    f"{e.source} (incarnation {p.incarnation}) fragment {e.fragment} from v{e.base_version}, synced at "
-                    f"step {e.step}"
+                self.expected.setdefault(key, []).append(
+                    Replayed(
+                        {n: p.base[n] - p.params[n] for n in names},
+                        max(_max_abs(p.base[n]) + _max_abs(p.params[n]) for n in names),
+                        f"{e.source} (incarnation {p.incarnation}) fragment {e.fragment} from v{e.base_version}, "
+                        f"synced at step {e.step}",
+                    )
                 )
             elif isinstance(e, ev.Apply):
                 p.advance(e.step)
@@ -161,35 +172,41 @@ class LearnerReplay:
             why = "started corrupt by a fault" if p.corrupt else p.lost
             self.unreplayed[why] = self.unreplayed.get(why, 0) + 1
 
-    def judge(self, merged: Mapping[Key, Mapping[str, np.ndarray]]) -> list[str]:
-        """What is wrong with the merged uploads (``merged``: by upload key) against their replayed values."""
+    def judge(self, merged: Iterable[tuple[Key, Mapping[str, np.ndarray]]]) -> list[str]:
+        """What is wrong with the merged uploads (``merged``: each with its upload key) against their replays: each must
+        match one replay of its key (one, unless rounds are on arrival)."""
         problems: list[str] = []
-        for key, got in merged.items():
-            want = self.expected.get(key)
-            if want is None:
+        for key, got in merged:
+            judged = [self._differs(r, got) for r in self.expected.get(key, [])]
+            if not judged:
                 continue
-            sent = {n: roundtrip(t, self.wire_format) for n, t in want.items()}
-            for n, w in sent.items():
-                g = np.asarray(got.get(n, np.full(1, np.nan)), np.float64)
-                if g.shape != w.shape:
-                    problems.append(f"{self.where[key]}: tensor {n!r} has shape {g.shape}, not {w.shape}")
-                    break
-                diff = _max_abs(g - w) if np.all(np.isfinite(g)) else float("inf")
-                allowed = self._allowed(key, w)
-                self.worst = max(self.worst, diff / allowed if allowed > 0 else 0.0 if diff == 0 else float("inf"))
-                if not diff <= allowed:
-                    problems.append(
-                        f"{self.where[key]}: the upload differs from its re-executed inner steps by {diff:.3g} (allowed "
-                        f"{allowed:.3g}): it did not train from the values it was sent, or did not apply them as the "
-                        "algorithm says"
-                    )
-                    break
+            ratio, problem = min(judged, key=lambda j: j[0])
+            self.worst = max(self.worst, ratio)
+            if problem:
+                problems.append(problem)
         return problems
 
-    def _allowed(self, key: Key, sent: np.ndarray) -> float:
-        """Round-off at the parameters' scale (the replayed chain's values differ from the syncer's by that much),
-        plus one step of the wire format."""
-        return ROUNDOFF * F32_EPS * self.scale[key] + QUANTUM[self.wire_format] * _max_abs(sent)
+    def _differs(self, r: Replayed, got: Mapping[str, np.ndarray]) -> tuple[float, str]:
+        """How far ``got`` is from the replay ``r`` in units of what is allowed — round-off at the parameters' scale
+        (the replayed chain's values differ from the syncer's by that much) plus one step of the wire format — and the
+        problem when over (empty: none)."""
+        worst = 0.0
+        for n, t in r.tensors.items():
+            w = roundtrip(t, self.wire_format)
+            g = np.asarray(got.get(n, np.full(1, np.nan)), np.float64)
+            if g.shape != w.shape:
+                return float("inf"), f"{r.where}: tensor {n!r} has shape {g.shape}, not {w.shape}"
+            diff = _max_abs(g - w) if np.all(np.isfinite(g)) else float("inf")
+            allowed = ROUNDOFF * F32_EPS * r.scale + QUANTUM[self.wire_format] * _max_abs(w)
+            ratio = diff / allowed if allowed > 0 else 0.0 if diff == 0 else float("inf")
+            if not ratio <= 1:
+                return ratio, (
+                    f"{r.where}: the upload differs from its re-executed inner steps by {diff:.3g} (allowed "
+                    f"{allowed:.3g}): it did not train from the values it was sent, or did not apply them as the "
+                    "algorithm says"
+                )
+            worst = max(worst, ratio)
+        return worst, ""
 
 
 def _max_abs(x: np.ndarray) -> float:
@@ -202,7 +219,7 @@ def replay_learners(
     algorithm: Algorithm,
     fragments: Mapping[int, Sequence[str]],
     made: Mapping[tuple[int, int], Sequence[tuple[float, Mapping[str, np.ndarray]]]],
-    merged: Mapping[Key, Mapping[str, np.ndarray]],
+    merged: Sequence[tuple[Key, Mapping[str, np.ndarray]]],
 ) -> tuple[JsonObject, list[str]]:
     """Replay every learner (module docstring) against the chain's values ``made`` — per (fragment, version), each
     time the replayed syncer made it and the value — and judge the ``merged`` uploads: the evidence, the problems."""
@@ -221,7 +238,7 @@ def replay_learners(
     r = LearnerReplay(steps, fragments, algorithm.mix_alpha, algorithm.wire_format, algorithm.clocked, value)
     r.run(e for e in history if isinstance(e, _LOGGED))
     problems = r.judge(merged)
-    compared = sum(1 for k in merged if k in r.expected)
+    compared = sum(1 for k, _ in merged if k in r.expected)
     evidence: JsonObject = {"ran": True, "uploads": compared, "of_merged": len(merged)}
     evidence["worst_of_allowed"] = round(r.worst, 4) if np.isfinite(r.worst) else "inf"
     return {**evidence, "not_replayed": dict(r.unreplayed)}, problems

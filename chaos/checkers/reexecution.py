@@ -56,6 +56,9 @@ class Reexecutor:
     rule: str
     mean_tensors: tuple[str, ...]
     weighting: str
+    rebases: bool = (
+        True  # a contribution from an older base is rebased (off: rounds on arrival, ``outer_gradient: base``)
+    )
     params: dict[str, np.ndarray] = field(default_factory=dict)
     moment: dict[str, np.ndarray] = field(default_factory=dict)
     values: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
@@ -91,7 +94,7 @@ class Reexecutor:
         start = {n: self.params[n] for n in names}
         anchors: list[Mapping[str, np.ndarray] | None] = []
         for b in base_versions:
-            if b == version - 1:
+            if b == version - 1 or not self.rebases:
                 anchors.append(None)
             elif (fragment, b) in self.values:
                 anchors.append(self.values[(fragment, b)])
@@ -161,7 +164,7 @@ def reexecute_run(
         return unkept, []
     a = facts.algorithm
     rr = Reexecutor(
-        initial, a.outer_lr, a.outer_momentum, a.nesterov, a.merge_rule, facts.mean_tensors, a.weighting
+        initial, a.outer_lr, a.outer_momentum, a.nesterov, a.merge_rule, facts.mean_tensors, a.weighting, a.rebases
     )
     names: dict[int, list[str]] = {}
     for m in merges:  # each fragment's tensors, from its first kept file (each file is read once more below)
@@ -175,7 +178,7 @@ def reexecute_run(
     problems: list[str] = []
     replayed = 0
     made: dict[tuple[int, int], list[tuple[float, dict[str, np.ndarray]]]] = {}  # each value the replay made, when
-    merged: dict[Key, dict[str, np.ndarray]] = {}  # the merged uploads, by the learner's key for them
+    merged: list[tuple[Key, dict[str, np.ndarray]]] = []  # the merged uploads, each with the learner's key for it
     for e in history.of(ev.SyncerStart, ev.Merge, ev.Checkpoint):
         if isinstance(e, ev.SyncerStart):
             fresh = e.restored_from_merges < 0
@@ -210,7 +213,7 @@ def reexecute_run(
             made.setdefault((e.fragment, e.version), []).append((e.ts, rr.values[(e.fragment, e.version)]))
             for i, c in enumerate(e.participants):
                 key = upload_key(c.learner_id, c.incarnation, e.fragment, c.base_version, c.round, a.clocked)
-                merged[key] = uploads[i]
+                merged.append((key, uploads[i]))
     last = checkpoints[-1].merges_total
     evidence: JsonObject = {"ran": True, "merges": replayed, "checkpoint_merges": last}
     if problems:
