@@ -407,7 +407,7 @@ def check_audit(inp: CheckInput) -> Verdict:
         )
         + (
             f", and the {learners['uploads']} merged uploads are what their learners' re-executed inner steps make"
-            if (learners := reexecuted.get("learners", {})).get("ran")
+            if isinstance(learners := reexecuted.get("learners"), dict) and learners.get("ran")
             else ""
         ),
         evidence,

@@ -22,7 +22,7 @@ from chaos.sim import SimOptions
 from chaos.sim.runner import Simulation, plan
 from trainer import events as ev
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "kill-and-rejoin": {},
     "syncer-crash": {},
     "corrupt-learner": {},
@@ -92,7 +92,7 @@ def test_real_runs_say_the_learners_were_not_replayed() -> None:
 
 # ---- the replay's rules on hand-made logs ----------------------------------------------------------------------------
 def _log(*events: ev.Event) -> list[ev.Event]:
-    head = [
+    head: list[ev.Event] = [
         ev.LearnerStart(
             ts=0, source="a", learner_id="a", learner_incarnation="i", pid=1, syncer="s", config_hash=""
         ),
