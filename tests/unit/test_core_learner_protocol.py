@@ -286,10 +286,18 @@ def test_a_forgotten_learner_rejoins_instead_of_reporting() -> None:
     acts = proto.reported(
         1.0, ok=False, stop=False, reason=RejectReason.UNKNOWN_LEARNER.value, progress=0.2, clock=(0, 0)
     )
-    assert acts == [] and proto.report() == Rejoin() and proto.progress == 0.2
+    # more progress heard is logged with the steps done (the inner lr's schedule reads it from the next step on)
+    assert acts == [Note(ev.ProgressHeard, {"step": 3, "progress": 0.2})]
+    assert proto.report() == Rejoin() and proto.progress == 0.2
     proto.joined(2.0, progress=0.1, clock=(3.0, 0.5))
     assert isinstance(proto.report(), Report) and proto.progress == 0.2 and proto.clock.step_at(3.0) == 5.0
-    assert kinds(proto.reported(3.0, ok=True, stop=True, reason="", progress=1.0, clock=(5.0, 0.5))) == ["Halt"]
+    assert (
+        proto.reported(2.5, ok=True, stop=False, reason="", progress=0.2, clock=(5.0, 0.5)) == []
+    )  # no more: no note
+    assert kinds(proto.reported(3.0, ok=True, stop=True, reason="", progress=1.0, clock=(5.0, 0.5))) == [
+        "ProgressHeard",
+        "Halt",
+    ]
     assert proto.stop
 
 
