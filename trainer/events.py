@@ -268,7 +268,6 @@ class LearnerJoin(_Event):
     incarnation_index: int
     versions: list[int]
     syncer_incarnation: str
-    progress: float = 0.0  # the run's token progress the reply carried (the inner lr's schedule reads it)
 
 
 class StartTogether(_Event):
@@ -345,7 +344,8 @@ class Apply(_Event):
 
 
 class ProgressHeard(_Event):
-    """A report's reply carried more token progress: the inner learning rate's schedule reads it from the next step."""
+    """A Join's or a report's reply carried more token progress: the inner learning rate's schedule reads it from the
+    next step."""
 
     kind: Literal["progress_heard"] = "progress_heard"
     step: int  # steps done when it was heard: step ``step + 1`` is the first to use it

@@ -326,7 +326,7 @@ class Learner:
             raise TrainerError(f"syncer refused Join: {reply.reason}: {reply.detail}")
         self.incarnation_index = reply.incarnation_index
         with self.cv:
-            self.proto.joined(time.monotonic(), reply.progress, (reply.cluster_step, reply.step_pace_s))
+            heard = self.proto.joined(time.monotonic(), reply.progress, (reply.cluster_step, reply.step_pace_s))
         self.fragments = [list(f.tensors) for f in sorted(reply.fragments, key=lambda f: f.fragment)]
         self.log.emit(
             ev.LearnerJoin(
@@ -334,9 +334,10 @@ class Learner:
                 incarnation_index=reply.incarnation_index,
                 versions=list(reply.versions),
                 syncer_incarnation=reply.syncer_incarnation,
-                progress=reply.progress,
             )
         )
+        for note in heard:
+            self._emit(note)
         if fetch_state:
             t0 = time.monotonic()
             values = self.client.get_state(self.learner_id, fragment_nbytes(self.shapes))

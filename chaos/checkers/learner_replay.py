@@ -6,7 +6,7 @@ wrongly and logs the bits it received passes every check that reads its log. Its
 ``Θ_base − θ``, and ``θ`` is the trajectory of inner steps from the last value applied. So this replay takes from
 the learner's log only what it cannot get wrong without the replay noticing: when it fetched the state and which
 versions (the values are the whole-run re-execution's, :mod:`chaos.checkers.reexecution`, not the learner's), the
-step at which each sync started and each merged fragment was applied, and the progress it heard (the inner learning
+step at which each sync started and each merged fragment was applied, and the progress it heard (``progress_heard``: the inner learning
 rate's schedule reads it). Between them it steps the run's own inner step (``InnerSteps``: the runner supplies it,
 with the learner's data stream) and applies each fragment by the algorithm's rule — θ becomes Θ, or with α-mixing
 α·θ + (1 − α)·Θ — written here, not borrowed from the learner. Each merged upload (the kept merge file's
@@ -121,14 +121,14 @@ class LearnerReplay:
             if p is None or p.corrupt or p.lost:
                 continue
             if isinstance(e, ev.LearnerJoin):
-                p.index, p.progress = e.incarnation_index, max(p.progress, e.progress)
+                p.index = e.incarnation_index
+            elif isinstance(e, ev.ProgressHeard):  # steps up to e.step took the old progress (none yet: none)
+                p.advance(e.step)
+                p.progress = max(p.progress, e.progress)
             elif isinstance(e, ev.StateFetch):
                 self._fetched(p, e)
             elif p.stepper is None:
                 continue
-            elif isinstance(e, ev.ProgressHeard):
-                p.advance(e.step)
-                p.progress = max(p.progress, e.progress)
             elif isinstance(e, ev.SyncStartEvent):
                 p.advance(e.step)
                 key = upload_key(e.source, p.incarnation, e.fragment, e.base_version, e.round, self.clocked)

@@ -213,14 +213,13 @@ class LearnerNode:
             return
         self._up()
         self.incarnation_index = res.incarnation_index
-        self.proto.joined(self.sim.loop.now, progress, res.clock)
+        self._act(self.proto.joined(self.sim.loop.now, progress, res.clock))
         self.emit(
             ev.LearnerJoin,
             learner_incarnation=self.incarnation,
             incarnation_index=res.incarnation_index,
             versions=list(res.versions),
             syncer_incarnation=self.sim.syncer.incarnation,
-            progress=progress,
         )
         if fetch_state:
             t0 = self.sim.loop.now

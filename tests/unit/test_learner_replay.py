@@ -129,8 +129,10 @@ def _replay(
 
 def test_each_step_takes_the_progress_heard_before_it() -> None:
     r, seen = _replay()
-    r.run(_log(ev.ProgressHeard(ts=3, source="a", step=2, progress=0.5), _sync(4, 3)))
-    assert seen == [(0, 0.0), (1, 0.0), (2, 0.5)]
+    log = _log(ev.ProgressHeard(ts=3, source="a", step=2, progress=0.5), _sync(4, 3))
+    log.insert(2, ev.ProgressHeard(ts=1.5, source="a", step=0, progress=0.25))  # heard with the Join: from step 1
+    r.run(log)
+    assert seen == [(0, 0.25), (1, 0.25), (2, 0.5)]
     assert [u.tensors["w"].tolist() for u in r.expected[("a", "i", 0, 0, 0)]] == [[3.0]]  # 10 − (10 − 3)
 
 

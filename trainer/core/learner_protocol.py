@@ -238,11 +238,19 @@ class LearnerProtocol:
         """A reply carried the syncer's step clock: extrapolate from it until the next one."""
         self.clock = StepClock.received(now, *reading)
 
-    def joined(self, now: float, progress: float, clock: ClockReading) -> None:
+    def joined(self, now: float, progress: float, clock: ClockReading) -> list[Note]:
         """The syncer accepted a Join (the first, or a rejoin that keeps the state)."""
         self.need_rejoin = False
-        self.progress = max(self.progress, progress)
         self.heard_clock(now, clock)
+        return self._heard(progress)
+
+    def _heard(self, progress: float) -> list[Note]:
+        """The run's progress a reply carried: more is kept and logged with the steps done (re-executing the inner
+        steps needs the learning rate each one took: the schedule reads it from the next step on)."""
+        if progress <= self.progress:
+            return []
+        self.progress = progress
+        return [Note(ev.ProgressHeard, dict(step=self.step, progress=progress))]
 
     # ---- reachability ------------------------------------------------------------------------------
     def down(self, now: float, error: str) -> list[Note]:
@@ -387,10 +395,7 @@ class LearnerProtocol:
         self, now: float, *, ok: bool, stop: bool, reason: str, progress: float, clock: ClockReading
     ) -> list[Action]:
         """A report's reply: the run's progress, the clock (when accepted), stop or rejoin."""
-        out: list[Action] = list(self.up(now))
-        if progress > self.progress:  # logged: re-executing the inner steps needs the learning rate each one took
-            self.progress = progress
-            out.append(Note(ev.ProgressHeard, dict(step=self.step, progress=progress)))
+        out: list[Action] = [*self.up(now), *self._heard(progress)]
         if ok:
             self.heard_clock(now, clock)
         stop_now, rejoin = report_outcome(ok, stop, reason)
