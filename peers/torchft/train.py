@@ -45,23 +45,33 @@ WINDOW = 65  # bytes per training row (as our presets')
 
 
 class ByteMLP(nn.Module):
-    """Next byte from the previous CONTEXT bytes: embed, concatenate, one hidden layer. Three fragments."""
+    """Next byte from the previous CONTEXT bytes: embed, concatenate, hidden layers. Its fragments: the embedding,
+    each hidden layer, the output layer (``fragments`` of them: 2 + hidden layers)."""
 
-    def __init__(self, dim: int = 32, hidden: int = 512) -> None:
+    def __init__(self, fragments: int = 4, dim: int = 32, hidden: int = 384) -> None:
         super().__init__()
+        if fragments < 3:
+            raise SystemExit(
+                f"--fragments {fragments}: the model has at least 3 (embedding, a hidden layer, output)"
+            )
         self.embed = nn.Embedding(256, dim)
-        self.hidden = nn.Sequential(nn.Linear(CONTEXT * dim, hidden), nn.GELU())
+        widths = [CONTEXT * dim] + [hidden] * (fragments - 2)
+        self.hidden = nn.ModuleList(
+            nn.Sequential(nn.Linear(widths[i], hidden), nn.GELU()) for i in range(fragments - 2)
+        )
         self.out = nn.Linear(hidden, 256)
 
     def fragments(self) -> list[nn.Module]:
-        return [self.embed, self.hidden, self.out]
+        return [self.embed, *self.hidden, self.out]
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
         """Mean next-byte cross-entropy (nats) over every position of ``rows`` with a full context."""
         ctx = rows.unfold(1, CONTEXT + 1, 1)  # (batch, positions, CONTEXT + 1)
         x, y = ctx[..., :CONTEXT], ctx[..., CONTEXT]
         h = self.embed(x).flatten(-2)
-        return nn.functional.cross_entropy(self.out(self.hidden(h)).flatten(0, 1), y.flatten())
+        for layer in self.hidden:
+            h = layer(h)
+        return nn.functional.cross_entropy(self.out(h).flatten(0, 1), y.flatten())
 
 
 def fragment_digest(module: nn.Module) -> str:
@@ -98,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--lighthouse", required=True)
     a.add_argument("--events", required=True)
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument(
+        "--incarnation", type=int, default=0, help="how many times this group started before (its data)"
+    )
     a.add_argument("--outer-steps", type=int, default=60, help="fragment syncs (the Manager's step) to train for")
-    a.add_argument("--sync-every", type=int, default=12)
+    a.add_argument("--fragments", type=int, default=4)
+    a.add_argument("--sync-every", type=int, default=8, help="inner steps between a fragment's syncs (H)")
     a.add_argument("--batch", type=int, default=8)
     a.add_argument("--inner-lr", type=float, default=2e-3)
     a.add_argument("--min-replicas", type=int, default=1)
@@ -123,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)  # the same initial model in every group
     torch.set_num_threads(1)
-    model = ByteMLP()
+    model = ByteMLP(args.fragments)
     fragments = model.fragments()
     source = from_corpus()
     rng = np.random.default_rng(

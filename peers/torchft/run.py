@@ -1,0 +1,366 @@
+"""Run one of our scenarios against torchft: a Lighthouse and one process per replica group, our fault plan and
+injectors, our checks where torchft gives them their evidence.
+
+    python -m peers.torchft.run kill-and-rejoin [--out runs/torchft] [--inner-steps 480]
+
+The units are named as our trainer's, so a built-in scenario's schedule applies unchanged: ``learner-i`` is replica
+group i (``peers.torchft.train``), ``syncer`` is the Lighthouse (torchft's quorum server: its analogue of our syncer,
+though no parameters pass through it). Process faults (kill, stop, pause, slow, syncer crash) act through the same
+injectors as on our trainer (faults.process, on :class:`TorchftCluster`); network faults need a network namespace per
+group (torchft's peers connect to each other on ports they choose) and are refused here with that reason.
+
+The groups write our events (see train.py); from them this runner derives the syncer-side record the checks read —
+one ``merge`` per committed (fragment, version), its participants the groups that hold it, a ``syncer_start`` per
+Lighthouse start, ``finished`` when the last group stopped — and judges with the checks whose evidence that is
+(:data:`CHECKS`), plus ``agreement`` (every group of a committed step holds the same bits). The others are not
+applicable, each with its reason (:data:`NOT_APPLICABLE`), never passed. Writes ``<out>/<scenario>-<seed>/run.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from chaos.checkers import CheckInput, RunFacts, Verdict
+from chaos.checkers.agreement import agreement
+from chaos.checkers.liveness import check_liveness
+from chaos.checkers.reintegration import check_reintegration
+from chaos.fault_plan import plan
+from chaos.history import History, Phase, Recorder
+from chaos.interpreter import Inject, PlanInterpreter, carry_out
+from chaos.scenario import Scenario, scenario_with
+from faults.base import SYNCER
+from faults.errors import FaultError, TargetError
+from trainer import events as ev
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKS = {"liveness": check_liveness, "reintegration": check_reintegration}
+NOT_APPLICABLE = {
+    "parity": "needs torchft's own fault-free band (not yet run by this runner)",
+    "reference": "compares with our synchronous DiLoCo: not torchft's",
+    "durability": "torchft keeps no checkpoint of its own here (a healing group copies a live peer's state)",
+    "safety": "reads the syncer's evals and checkpoints: torchft has neither",
+    "goodput": "needs trained and merged token counts per upload: torchft's all-reduce has no uploads",
+    "audit": "recomputes the syncer's merges from kept files: torchft keeps none",
+    "ledger": "balances the syncer's accepted uploads: torchft has none",
+}
+STEP_ERRORS = (FaultError, TargetError, OSError)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TorchftCluster:
+    """The Lighthouse (``syncer``) and the replica groups (``learner-i``) as process groups of their own; the
+    :class:`faults.base.Cluster` our process faults act on."""
+
+    def __init__(self, scenario: Scenario, run_dir: Path, inner_steps: int) -> None:
+        self.scenario = scenario
+        self.run_dir = run_dir
+        self.inner_steps = inner_steps
+        self.port = _free_port()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.starts: dict[str, int] = {}
+        self._ids = [f"learner-{i}" for i in range(scenario.cluster.algorithm.num_learners)]
+
+    def learners(self) -> list[str]:
+        return list(self._ids)
+
+    @property
+    def toxiproxy(self) -> object:
+        raise FaultError(
+            "torchft's groups connect to each other directly: network faults need a namespace per group"
+        )
+
+    def proxy(self, learner_id: str) -> str:
+        raise FaultError(
+            "torchft's groups connect to each other directly: network faults need a namespace per group"
+        )
+
+    def _known(self, unit: str) -> None:
+        if unit != SYNCER and unit not in self._ids:
+            raise TargetError(f"unknown unit {unit!r}; this cluster has {[SYNCER, *self._ids]}")
+
+    def alive(self, unit: str) -> bool:
+        self._known(unit)
+        p = self.procs.get(unit)
+        return p is not None and p.poll() is None
+
+    def signal(self, unit: str, sig: int) -> bool:
+        if not self.alive(unit):
+            return False
+        try:
+            os.killpg(self.procs[unit].pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def start(self, unit: str, *, corrupt: str | None = None) -> None:
+        self._known(unit)
+        if corrupt:
+            raise FaultError("a corrupt torchft group is not implemented")
+        if self.alive(unit):
+            raise FaultError(f"{unit} is running; cannot start another")
+        n = self.starts.get(unit, 0)
+        self.starts[unit] = n + 1
+        if unit == SYNCER:
+            cmd = [
+                str(Path(sys.executable).with_name("torchft_lighthouse")),
+                "--min_replicas",
+                "1",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--join_timeout_ms",
+                "1000",
+                "--heartbeat_timeout_ms",
+                "2000",
+            ]
+        else:
+            c = self.scenario.cluster
+            a = c.algorithm
+            cmd = [
+                sys.executable,
+                "-m",
+                "peers.torchft.train",
+                "--replica-id",
+                unit,
+                "--index",
+                unit.rsplit("-", 1)[1],
+                "--incarnation",
+                str(n),
+                "--lighthouse",
+                f"http://127.0.0.1:{self.port}",
+                "--events",
+                str(self.run_dir / "events" / f"{unit}.jsonl"),
+                "--seed",
+                str(c.seed),
+                "--fragments",
+                str(max(a.num_fragments, 3)),
+                "--sync-every",
+                str(a.sync_every),
+                "--outer-steps",
+                str(self.inner_steps // a.sync_every * max(a.num_fragments, 3)),
+                "--step-delay-s",
+                str(c.learner.step_delay_s),
+            ]
+        log = open(self.run_dir / "logs" / f"{unit}.log", "ab")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{self.port}"}
+        self.procs[unit] = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+        )
+        log.close()
+
+    def stop(self, unit: str, timeout_s: float = 10.0) -> None:
+        if not self.alive(unit):
+            return
+        self.signal(unit, signal.SIGCONT)
+        self.signal(unit, signal.SIGTERM)
+        try:
+            self.procs[unit].wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.signal(unit, signal.SIGKILL)
+            self.procs[unit].wait(10)
+
+    def teardown(self) -> dict[str, int | None]:
+        """SIGKILL every process group still running and reap it; never raises."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGCONT)
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        return {u: p.wait(10) for u, p in self.procs.items()}
+
+
+def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -> list[ev.Event]:
+    """The syncer-side record the checks read, derived from the groups' own: a ``syncer_start`` per Lighthouse start,
+    a ``merge`` per committed (fragment, version) with the groups that hold it (at the first one's ``apply``), and a
+    ``finished`` when the last group stopped."""
+    out: list[ev.Event] = []
+    nfrag = max((len(e.versions) for e in events if isinstance(e, ev.StateFetch | ev.LearnerJoin)), default=1)
+    for i, ts in enumerate(lighthouse_starts):
+        out.append(
+            ev.SyncerStart(
+                ts=ts,
+                source="syncer",
+                syncer_incarnation=f"lighthouse.{i}",
+                address="",
+                config_hash="",
+                versions=[0] * nfrag,
+                restored_from_merges=-1 if i == 0 else 0,
+                pid=0,
+            )
+        )
+    incarnation: dict[str, str] = {}
+    held: dict[tuple[int, int], list[tuple[float, str, str]]] = {}
+    for e in sorted(events, key=lambda e: e.ts):
+        if isinstance(e, ev.LearnerStart):
+            incarnation[e.source] = e.learner_incarnation
+        elif isinstance(e, ev.Apply):
+            held.setdefault((e.fragment, e.version), []).append((e.ts, e.source, incarnation.get(e.source, "")))
+    tokens = 0
+    for n, ((fragment, version), holders) in enumerate(
+        sorted(held.items(), key=lambda kv: min(h[0] for h in kv[1]))
+    ):
+        ts = min(h[0] for h in holders)
+        parts = [
+            ev.ParticipantInfo(
+                learner_id=who,
+                incarnation=inc,
+                weight=1 / len(holders),
+                c_steps=0,
+                c_tokens=0,
+                base_version=version - 1,
+            )
+            for _, who, inc in sorted(set(holders))
+        ]
+        out.append(
+            ev.Merge(
+                ts=ts,
+                source="syncer",
+                fragment=fragment,
+                version=version,
+                base_version=version - 1,
+                participants=parts,
+                rule="mean",
+                wait_s=0.0,
+                quorum_wait_s=0.0,
+                outer_grad_norm=0.0,
+                merges_total=n + 1,
+                tokens_total=tokens,
+            )
+        )
+    stops = [e.ts for e in events if isinstance(e, ev.LearnerStop)]
+    if stops:
+        out.append(
+            ev.Finished(ts=max(stops), source="syncer", tokens_total=0, merges_total=len(held), versions=[])
+        )
+    return out
+
+
+def run(name: str, out: Path, inner_steps: int, timeout_s: float, fault_free: bool = False) -> dict[str, object]:
+    scenario = scenario_with(name, **({"name": f"{name}-fault-free", "schedule": []} if fault_free else {}))
+    run_dir = out / f"{scenario.name}-{scenario.seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run directory is one run's (events files are appended to)
+    (run_dir / "events").mkdir(parents=True)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    recorder = Recorder(run_dir / "controller.jsonl")
+    cluster = TorchftCluster(scenario, run_dir, inner_steps)
+    lighthouse_starts: list[float] = []
+    faults = {}
+    t_start = time.time()
+    try:
+        recorder.add(
+            Phase(name="bring_up", detail={})
+        )  # start-up: bring-up to the first commit (the bounds' unit)
+        cluster.start(SYNCER)
+        lighthouse_starts.append(time.time())
+        for lid in cluster.learners():
+            cluster.start(lid)
+        steady = _wait_first_commit(run_dir, time.time() + 120)
+        recorder.add(Phase(ts=steady, name="steady", detail={"merges": 1}))
+        interp = PlanInterpreter(plan(scenario), origin=steady)
+        deadline = time.time() + timeout_s
+        while any(cluster.alive(lid) for lid in cluster.learners()) or interp.active:
+            if time.time() > deadline:
+                raise TimeoutError(f"{name}: not finished within {timeout_s} s")
+            for step in interp.due(time.time(), 0):
+                p = step.planned
+                if isinstance(step, Inject):
+                    fault = faults[p.fault_id] = p.build()
+                    carry_out(
+                        step,
+                        lambda f=fault: f.inject(cluster),
+                        recorder.add,
+                        errors=STEP_ERRORS,
+                        description=fault.describe(),
+                    )
+                elif (fault := faults.pop(p.fault_id, None)) is not None:
+                    was_syncer = p.kind == "syncer_crash"
+                    carry_out(
+                        step,
+                        lambda f=fault: f.heal(cluster),
+                        recorder.add,
+                        errors=STEP_ERRORS,
+                        description=fault.describe(),
+                    )
+                    if was_syncer:
+                        lighthouse_starts.append(time.time())
+            time.sleep(0.1)
+        for heal in interp.finish():
+            if (fault := faults.pop(heal.planned.fault_id, None)) is not None:
+                carry_out(heal, lambda f=fault: f.heal(cluster), recorder.add, errors=STEP_ERRORS)
+        recorder.add(Phase(name="finished", detail={"merges": 0}))
+    finally:
+        codes = cluster.teardown()
+        recorder.close()
+    group_events = [e for f in sorted((run_dir / "events").glob("*.jsonl")) for e in ev.read_events(f)]
+    history = History(
+        list(recorder.records),
+        sorted(group_events + derived_events(group_events, lighthouse_starts), key=lambda e: e.ts),
+    )
+    inp = CheckInput(history, RunFacts.of(scenario), scenario.checks, None)
+    verdicts: list[Verdict] = [agreement(group_events)] + [check(inp) for check in CHECKS.values()]
+    evals = {e.source: e.loss for e in group_events if isinstance(e, ev.Eval) and e.final}
+    result = {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "command": f"python -m peers.torchft.run {name} --inner-steps {inner_steps}"
+        + (" --fault-free" if fault_free else ""),
+        "wall_s": round(time.time() - t_start, 1),
+        "exit_codes": codes,
+        "final_eval": evals,
+        "verdicts": [v.to_json() for v in verdicts],
+        "not_applicable": NOT_APPLICABLE,
+        "status": "fail"
+        if any(v.status == "fail" for v in verdicts)
+        else "indeterminate"
+        if any(v.status == "indeterminate" for v in verdicts)
+        else "pass",
+    }
+    (run_dir / "run.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
+def _wait_first_commit(run_dir: Path, deadline: float) -> float:
+    while time.time() < deadline:
+        for f in (run_dir / "events").glob("*.jsonl"):
+            for e in ev.read_events(f, strict=False):
+                if isinstance(e, ev.Apply):
+                    return e.ts
+        time.sleep(0.2)
+    raise TimeoutError("no committed step within 120 s of the start: see the groups' logs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    a.add_argument("scenario")
+    a.add_argument("--out", type=Path, default=ROOT / "runs" / "torchft")
+    a.add_argument(
+        "--inner-steps", type=int, default=480, help="inner steps each group trains (H per fragment sync)"
+    )
+    a.add_argument("--timeout-s", type=float, default=300.0)
+    a.add_argument("--fault-free", action="store_true", help="the scenario's cluster without its schedule")
+    args = a.parse_args(argv)
+    r = run(args.scenario, args.out, args.inner_steps, args.timeout_s, args.fault_free)
+    print(json.dumps({k: r[k] for k in ("scenario", "status", "wall_s", "final_eval")}))
+    for v in r["verdicts"]:  # type: ignore[attr-defined]
+        print(f"  {v['name']}: {v['status']}: {v['summary']}")
+    return 0 if r["status"] == "pass" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
