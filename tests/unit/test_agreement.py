@@ -18,20 +18,21 @@ def _apply(ts: float, who: str, version: int, digest: str, fragment: int = 0) ->
 
 
 def test_units_holding_one_version_agree() -> None:
-    log = [_start(0, "a"), _start(0, "b"), _apply(1, "a", 1, "x"), _apply(1, "b", 1, "x"), _apply(2, "a", 2, "y")]
+    log: list[ev.Event] = [_start(0, "a"), _start(0, "b"), _apply(1, "a", 1, "x"), _apply(1, "b", 1, "x")]
+    log.append(_apply(2, "a", 2, "y"))
     v = agreement(log)
     assert v.status == "pass" and v.evidence["compared"] == 1 and v.evidence["versions"] == 2, v
 
 
 def test_a_unit_that_diverged_fails_naming_both() -> None:
     """Negative control: one group steps from stale state (another digest for the same committed version)."""
-    log = [_start(0, "a"), _start(0, "b"), _apply(1, "a", 1, "x"), _apply(1, "b", 1, "z")]
+    log: list[ev.Event] = [_start(0, "a"), _start(0, "b"), _apply(1, "a", 1, "x"), _apply(1, "b", 1, "z")]
     v = agreement(log)
     assert v.status == "fail" and "fragment 0 v1 (epoch 0): a holds x, b holds z" in v.summary, v
 
 
 def test_a_state_fetch_is_held_too() -> None:
-    log = [
+    log: list[ev.Event] = [
         _start(0, "a"),
         _apply(1, "a", 3, "x"),
         _start(2, "b"),
@@ -43,7 +44,7 @@ def test_a_state_fetch_is_held_too() -> None:
 
 def test_a_whole_restart_starts_a_new_epoch() -> None:
     stop = ev.LearnerStop(ts=2, source="a", why="finished", step=1, tokens=1)
-    log = [
+    log: list[ev.Event] = [
         _start(0, "a"),
         _apply(1, "a", 1, "x"),
         stop,
@@ -57,5 +58,6 @@ def test_a_whole_restart_starts_a_new_epoch() -> None:
 
 
 def test_nothing_shared_is_undecided() -> None:
-    v = agreement([_start(0, "a"), _apply(1, "a", 1, "x")])
+    log: list[ev.Event] = [_start(0, "a"), _apply(1, "a", 1, "x")]
+    v = agreement(log)
     assert v.status == "indeterminate", v
