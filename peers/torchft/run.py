@@ -1,7 +1,7 @@
 """Run one of our scenarios against torchft: a Lighthouse and one process per replica group, our fault plan and
 injectors, our checks where torchft gives them their evidence.
 
-    python -m peers.torchft.run kill-and-rejoin [--out runs/torchft] [--inner-steps 480]
+    python -m peers.torchft.run kill-and-rejoin [--out runs/torchft] [--inner-steps 480] [train.py's options …]
 
 The units are named as our trainer's, so a built-in scenario's schedule applies unchanged: ``learner-i`` is replica
 group i (``peers.torchft.train``), ``syncer`` is the Lighthouse (torchft's quorum server: its analogue of our syncer,
@@ -66,10 +66,20 @@ class TorchftCluster:
     """The Lighthouse (``syncer``) and the replica groups (``learner-i``) as process groups of their own; the
     :class:`faults.base.Cluster` our process faults act on."""
 
-    def __init__(self, scenario: Scenario, run_dir: Path, inner_steps: int) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        run_dir: Path,
+        inner_steps: int,
+        extra: tuple[str, ...] = (),
+        entry: dict[str, list[str]] | None = None,
+    ) -> None:
         self.scenario = scenario
         self.run_dir = run_dir
         self.inner_steps = inner_steps
+        self.extra = extra  # more arguments for every group (torchft's settings: --quorum-retries …)
+        # Per group, another module to run it, with its own arguments (tests plant defects so).
+        self.entry = entry or {}
         self.port = _free_port()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.starts: dict[str, int] = {}
@@ -116,24 +126,16 @@ class TorchftCluster:
         n = self.starts.get(unit, 0)
         self.starts[unit] = n + 1
         if unit == SYNCER:
-            cmd = [
-                str(Path(sys.executable).with_name("torchft_lighthouse")),
-                "--min_replicas",
-                "1",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--join_timeout_ms",
-                "1000",
-                "--heartbeat_timeout_ms",
-                "2000",
-            ]
+            lighthouse = str(Path(sys.executable).with_name("torchft_lighthouse"))
+            cmd = [lighthouse, "--min_replicas", "1", "--bind", f"127.0.0.1:{self.port}"]
+            cmd += ["--join_timeout_ms", "1000", "--heartbeat_timeout_ms", "2000"]
         else:
             c = self.scenario.cluster
             a = c.algorithm
             cmd = [
                 sys.executable,
                 "-m",
-                "peers.torchft.train",
+                *self.entry.get(unit, ["peers.torchft.train"]),
                 "--replica-id",
                 unit,
                 "--index",
@@ -251,14 +253,22 @@ def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -
     return out
 
 
-def run(name: str, out: Path, inner_steps: int, timeout_s: float, fault_free: bool = False) -> dict[str, object]:
+def run(
+    name: str,
+    out: Path,
+    inner_steps: int,
+    timeout_s: float,
+    fault_free: bool = False,
+    extra: tuple[str, ...] = (),
+    entry: dict[str, list[str]] | None = None,
+) -> dict[str, object]:
     scenario = scenario_with(name, **({"name": f"{name}-fault-free", "schedule": []} if fault_free else {}))
     run_dir = out / f"{scenario.name}-{scenario.seed}"
     shutil.rmtree(run_dir, ignore_errors=True)  # a run directory is one run's (events files are appended to)
     (run_dir / "events").mkdir(parents=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     recorder = Recorder(run_dir / "controller.jsonl")
-    cluster = TorchftCluster(scenario, run_dir, inner_steps)
+    cluster = TorchftCluster(scenario, run_dir, inner_steps, extra, entry)
     lighthouse_starts: list[float] = []
     faults = {}
     t_start = time.time()
@@ -319,7 +329,8 @@ def run(name: str, out: Path, inner_steps: int, timeout_s: float, fault_free: bo
         "scenario": scenario.name,
         "seed": scenario.seed,
         "command": f"python -m peers.torchft.run {name} --inner-steps {inner_steps}"
-        + (" --fault-free" if fault_free else ""),
+        + (" --fault-free" if fault_free else "")
+        + "".join(f" {x}" for x in extra),
         "wall_s": round(time.time() - t_start, 1),
         "exit_codes": codes,
         "final_eval": evals,
@@ -354,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     a.add_argument("--timeout-s", type=float, default=300.0)
     a.add_argument("--fault-free", action="store_true", help="the scenario's cluster without its schedule")
-    args = a.parse_args(argv)
-    r = run(args.scenario, args.out, args.inner_steps, args.timeout_s, args.fault_free)
+    args, extra = a.parse_known_args(argv)
+    r = run(args.scenario, args.out, args.inner_steps, args.timeout_s, args.fault_free, tuple(extra))
     print(json.dumps({k: r[k] for k in ("scenario", "status", "wall_s", "final_eval")}))
     for v in r["verdicts"]:  # type: ignore[attr-defined]
         print(f"  {v['name']}: {v['status']}: {v['summary']}")

@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--inner-lr", type=float, default=2e-3)
     a.add_argument("--min-replicas", type=int, default=1)
     a.add_argument("--timeout-s", type=float, default=10.0)
+    a.add_argument("--quorum-timeout-s", type=float, default=60.0)
+    a.add_argument("--quorum-retries", type=int, default=0, help="torchft's default: 0")
     a.add_argument("--step-delay-s", type=float, default=0.0, help="sleep per inner step (a slower machine)")
     args = a.parse_args(argv)
 
@@ -172,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         lighthouse_addr=args.lighthouse,
         hostname="127.0.0.1",
         timeout=timeout,
-        quorum_timeout=timedelta(seconds=60),
+        quorum_timeout=timedelta(seconds=args.quorum_timeout_s),
+        quorum_retries=args.quorum_retries,
         connect_timeout=timeout,
     )
     nfrag = len(fragments)
