@@ -35,7 +35,7 @@ from chaos.checkers.agreement import agreement
 from chaos.checkers.liveness import check_liveness
 from chaos.checkers.reintegration import check_reintegration
 from chaos.fault_plan import plan
-from chaos.history import History, Phase, Recorder
+from chaos.history import FaultOp, History, Phase, Recorder
 from chaos.interpreter import Inject, PlanInterpreter, carry_out
 from chaos.scenario import Scenario, scenario_with
 from faults.base import SYNCER
@@ -253,6 +253,29 @@ def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -
     return out
 
 
+def commit_rate(history: History) -> dict[str, float | None]:
+    """Committed versions per second while a fault acted and while none did, from steady state to the end (what a
+    fault cost the whole job: a synchronous quorum runs at its slowest member's pace)."""
+    steady = history.phase("steady")
+    commits = sorted(e.ts for e in history.events if isinstance(e, ev.Merge))
+    if not isinstance(steady, Phase) or not commits:
+        return {"faulted": None, "clear": None}
+    end = commits[-1]
+    windows = [(w.start, w.end if w.end is not None else end) for w in history.fault_windows()]
+
+    def faulted(t: float) -> bool:
+        return any(a <= t < b for a, b in windows)
+
+    span_f = sum(max(0.0, min(b, end) - max(a, steady.ts)) for a, b in windows)
+    span_c = end - steady.ts - span_f
+    n_f = sum(1 for t in commits if t >= steady.ts and faulted(t))
+    n_c = sum(1 for t in commits if t >= steady.ts and not faulted(t))
+    return {
+        "faulted": round(n_f / span_f, 2) if span_f > 0 else None,
+        "clear": round(n_c / span_c, 2) if span_c > 0 else None,
+    }
+
+
 def run(
     name: str,
     out: Path,
@@ -323,8 +346,14 @@ def run(
         sorted(group_events + derived_events(group_events, lighthouse_starts), key=lambda e: e.ts),
     )
     inp = CheckInput(history, RunFacts.of(scenario), scenario.checks, None)
-    verdicts: list[Verdict] = [agreement(group_events)] + [check(inp) for check in CHECKS.values()]
+    enabled = {n: c for n, c in CHECKS.items() if getattr(scenario.checks, n).enabled}
+    verdicts: list[Verdict] = [agreement(group_events)] + [check(inp) for check in enabled.values()]
     evals = {e.source: e.loss for e in group_events if isinstance(e, ev.Eval) and e.final}
+    refused = [
+        f"{r.fault_id} ({r.fault_kind}): {r.error}"
+        for r in recorder.records
+        if isinstance(r, FaultOp) and r.action == "inject" and r.outcome == "fail"
+    ]
     result = {
         "scenario": scenario.name,
         "seed": scenario.seed,
@@ -334,9 +363,14 @@ def run(
         "wall_s": round(time.time() - t_start, 1),
         "exit_codes": codes,
         "final_eval": evals,
+        "commit_rate": commit_rate(history),
         "verdicts": [v.to_json() for v in verdicts],
         "not_applicable": NOT_APPLICABLE,
-        "status": "fail"
+        "refused_faults": refused,
+        # A scenario whose faults could not act here tested nothing of them: not applicable, whatever the checks say.
+        "status": "not applicable"
+        if refused
+        else "fail"
         if any(v.status == "fail" for v in verdicts)
         else "indeterminate"
         if any(v.status == "indeterminate" for v in verdicts)
@@ -367,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--fault-free", action="store_true", help="the scenario's cluster without its schedule")
     args, extra = a.parse_known_args(argv)
     r = run(args.scenario, args.out, args.inner_steps, args.timeout_s, args.fault_free, tuple(extra))
-    print(json.dumps({k: r[k] for k in ("scenario", "status", "wall_s", "final_eval")}))
+    print(json.dumps({k: r[k] for k in ("scenario", "status", "wall_s", "final_eval", "refused_faults")}))
     for v in r["verdicts"]:  # type: ignore[attr-defined]
         print(f"  {v['name']}: {v['status']}: {v['summary']}")
     return 0 if r["status"] == "pass" else 1
