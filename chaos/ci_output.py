@@ -85,6 +85,8 @@ def _case(classname: str, name: str, status: str, summary: str, evidence: object
         ET.SubElement(case, "failure", message=summary, type="fail").text = summary
     elif status in ("indeterminate", "error"):
         ET.SubElement(case, "error", message=summary, type=status).text = summary
+    elif status == "not_applicable":  # not run: the system under test cannot give the check its evidence
+        ET.SubElement(case, "skipped", message=summary, type=status).text = summary
     shown = json.dumps(evidence, indent=2, sort_keys=True, default=str, ensure_ascii=False)
     ET.SubElement(case, "system-out").text = f"{status.upper()}: {summary}\nevidence: {shown}"
     return case

@@ -9,8 +9,20 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
-STATUS_WORDS = {"pass": "PASS", "fail": "FAIL", "indeterminate": "INDETERMINATE", "error": "ERROR"}
-STATUS_COLOURS = {"pass": "tab:green", "fail": "tab:red", "indeterminate": "tab:orange", "error": "tab:purple"}
+STATUS_WORDS = {
+    "pass": "PASS",
+    "fail": "FAIL",
+    "indeterminate": "INDETERMINATE",
+    "error": "ERROR",
+    "not_applicable": "NOT APPLICABLE",
+}
+STATUS_COLOURS = {
+    "pass": "tab:green",
+    "fail": "tab:red",
+    "indeterminate": "tab:orange",
+    "error": "tab:purple",
+    "not_applicable": "tab:gray",
+}
 
 
 # ---- small helpers ---------------------------------------------------------

@@ -117,8 +117,10 @@ def render_markdown(report: RunReport, prometheus_url: str | None = None) -> str
     verdicts = report.verdicts
     out: list[str] = [f"# Chaos run: {name}", ""]
 
-    counts = {s: sum(1 for v in verdicts if v.status == s) for s in ("pass", "fail", "indeterminate")}
-    tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks ran"
+    counts = {
+        s: sum(1 for v in verdicts if v.status == s) for s in ("pass", "fail", "indeterminate", "not_applicable")
+    }
+    tally = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n) or "no checks ran"
     out += [f"## Result: {status_word(report.status)}", ""]
     out += [f"{len(verdicts)} checks: {tally} (exit code {report.exit_code}).", ""]
     for w in report.warnings:

@@ -18,6 +18,7 @@ from chaos.checkers.parity import check_parity
 from chaos.checkers.reference import check_reference
 from chaos.checkers.reintegration import check_reintegration
 from chaos.checkers.safety import check_safety
+from chaos.sut import OURS, SystemUnderTest
 
 CHECKERS: dict[str, Callable[[CheckInput], Verdict]] = {
     "liveness": check_liveness,
@@ -32,15 +33,26 @@ CHECKERS: dict[str, Callable[[CheckInput], Verdict]] = {
 }
 
 
-def run_checks(inp: CheckInput) -> list[Verdict]:
+def run_checks(inp: CheckInput, sut: SystemUnderTest = OURS) -> list[Verdict]:
     """Every enabled check of the scenario, in a fixed order; liveness always for a run the progress watchdog
-    ended (chaos.watchdog): a run that stopped training gets its verdict whatever the scenario switched off."""
+    ended (chaos.watchdog): a run that stopped training gets its verdict whatever the scenario switched off. A check
+    whose evidence ``sut`` does not provide is not applicable, with the reasons (chaos.sut), not run."""
     stalled = inp.stalled is not None
     return [
-        fn(inp)
+        fn(inp) if not (lacks := sut.lacks(name)) else not_applicable(name, sut.name, lacks)
         for name, fn in CHECKERS.items()
         if getattr(inp.checks, name).enabled or (stalled and name == "liveness")
     ]
 
 
-__all__ = ["CHECKERS", "CheckInput", "RunFacts", "Verdict", "overall", "run_checks"]
+def not_applicable(check: str, sut: str, lacks: dict[str, str]) -> Verdict:
+    """The verdict of a check ``sut`` cannot give its evidence: never a pass.
+
+    >>> not_applicable("durability", "torchft", {"checkpoints": "none kept"}).summary
+    'torchft does not provide checkpoints (none kept)'
+    """
+    why = "; ".join(f"{e} ({reason})" for e, reason in lacks.items())
+    return Verdict(check, "not_applicable", f"{sut} does not provide {why}", {"lacks": dict(lacks)})
+
+
+__all__ = ["CHECKERS", "CheckInput", "RunFacts", "Verdict", "not_applicable", "overall", "run_checks"]

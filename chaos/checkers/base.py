@@ -30,7 +30,7 @@ from trainer.policy import policy_from_config
 if TYPE_CHECKING:
     from chaos.checkers.learner_replay import InnerSteps
 
-Status = Literal["pass", "fail", "indeterminate"]
+Status = Literal["pass", "fail", "indeterminate", "not_applicable"]  # the last: chaos.sut
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def uncovered_seconds(a: float, b: float, intervals: list[tuple[float, float]]) 
 
 def overall(verdicts: list[Verdict]) -> tuple[str, int]:
     """The run's status and exit code (chaos.exit_codes): any failure fails it; else any undecided check
-    leaves it indeterminate."""
+    leaves it indeterminate (a check not applicable to the system under test decides nothing either way)."""
     status = (
         "fail"
         if any(v.status == "fail" for v in verdicts)

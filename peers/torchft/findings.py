@@ -65,7 +65,7 @@ READINGS: dict[tuple[str, str], str] = {
         "after the first commits, restart it on the same --bind: the group exits with TimeoutError one "
         "quorum_timeout later; with --quorum-retries 3 the same one-group repro trains on."
     ),
-    ("partition-one", "not applicable"): (
+    ("partition-one", "not_applicable"): (
         "Not tested: torchft's groups reach each other on ports they choose (Manager gRPC, checkpoint HTTP, gloo), "
         "so a partition needs a network namespace per group; the Toxiproxy backend has nothing to cut."
     ),

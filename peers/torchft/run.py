@@ -12,13 +12,14 @@ group (torchft's peers connect to each other on ports they choose) and are refus
 The groups write our events (see train.py); from them this runner derives the syncer-side record the checks read —
 one ``merge`` per committed (fragment, version), its participants the groups that hold it, a ``syncer_start`` per
 Lighthouse start, ``finished`` when the last group stopped — and judges with the checks whose evidence that is
-(:data:`CHECKS`), plus ``agreement`` (every group of a committed step holds the same bits). The others are not
-applicable, each with its reason (:data:`NOT_APPLICABLE`), never passed. Writes ``<out>/<scenario>-<seed>/run.json``.
+(:data:`TORCHFT`: chaos.sut), plus ``agreement`` (every group of a committed step holds the same bits). The others are
+not applicable, each with its reason, never passed; so is a scenario whose faults could not act here. Writes ``<out>/<scenario>-<seed>/run.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -30,29 +31,32 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from chaos.checkers import CheckInput, RunFacts, Verdict
+from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.agreement import agreement
-from chaos.checkers.liveness import check_liveness
-from chaos.checkers.reintegration import check_reintegration
 from chaos.fault_plan import plan
 from chaos.history import FaultOp, History, Phase, Recorder
-from chaos.interpreter import Inject, PlanInterpreter, carry_out
+from chaos.interpreter import Heal, Inject, PlanInterpreter, carry_out
 from chaos.scenario import Scenario, scenario_with
-from faults.base import SYNCER
+from chaos.sut import SystemUnderTest
+from faults.base import SYNCER, Fault
 from faults.errors import FaultError, TargetError
+from faults.toxiproxy import Toxiproxy
 from trainer import events as ev
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKS = {"liveness": check_liveness, "reintegration": check_reintegration}
-NOT_APPLICABLE = {
-    "parity": "needs torchft's own fault-free band (not yet run by this runner)",
-    "reference": "compares with our synchronous DiLoCo: not torchft's",
-    "durability": "torchft keeps no checkpoint of its own here (a healing group copies a live peer's state)",
-    "safety": "reads the syncer's evals and checkpoints: torchft has neither",
-    "goodput": "needs trained and merged token counts per upload: torchft's all-reduce has no uploads",
-    "audit": "recomputes the syncer's merges from kept files: torchft keeps none",
-    "ledger": "balances the syncer's accepted uploads: torchft has none",
-}
+# What torchft gives the checks (chaos.sut): the groups' own events, and merges derived from them; not the rest.
+TORCHFT = SystemUnderTest(
+    "torchft",
+    frozenset({"merges", "learner_logs"}),
+    {
+        "uploads": "its all-reduce has no uploads to count, accept or refuse",
+        "syncer_evals": "no coordinator evaluates a global model (each group evaluates its own at the end)",
+        "checkpoints": "it keeps no checkpoint here: a healing group copies a live peer's state",
+        "kept_merges": "its merges are all-reduces inside the groups: nothing keeps their inputs",
+        "fault_free_band": "its own fault-free band is not run by this runner yet",
+        "reference_run": "the reference is our synchronous DiLoCo, not torchft's",
+    },
+)
 STEP_ERRORS = (FaultError, TargetError, OSError)
 
 
@@ -89,7 +93,7 @@ class TorchftCluster:
         return list(self._ids)
 
     @property
-    def toxiproxy(self) -> object:
+    def toxiproxy(self) -> Toxiproxy:
         raise FaultError(
             "torchft's groups connect to each other directly: network faults need a namespace per group"
         )
@@ -293,12 +297,10 @@ def run(
     recorder = Recorder(run_dir / "controller.jsonl")
     cluster = TorchftCluster(scenario, run_dir, inner_steps, extra, entry)
     lighthouse_starts: list[float] = []
-    faults = {}
+    faults: dict[str, Fault] = {}
     t_start = time.time()
     try:
-        recorder.add(
-            Phase(name="bring_up", detail={})
-        )  # start-up: bring-up to the first commit (the bounds' unit)
+        recorder.add(Phase(name="bring_up", detail={}))  # start-up: bring-up to the first commit (the bounds')
         cluster.start(SYNCER)
         lighthouse_starts.append(time.time())
         for lid in cluster.learners():
@@ -313,29 +315,17 @@ def run(
             for step in interp.due(time.time(), 0):
                 p = step.planned
                 if isinstance(step, Inject):
-                    fault = faults[p.fault_id] = p.build()
-                    carry_out(
-                        step,
-                        lambda f=fault: f.inject(cluster),
-                        recorder.add,
-                        errors=STEP_ERRORS,
-                        description=fault.describe(),
-                    )
-                elif (fault := faults.pop(p.fault_id, None)) is not None:
-                    was_syncer = p.kind == "syncer_crash"
-                    carry_out(
-                        step,
-                        lambda f=fault: f.heal(cluster),
-                        recorder.add,
-                        errors=STEP_ERRORS,
-                        description=fault.describe(),
-                    )
-                    if was_syncer:
-                        lighthouse_starts.append(time.time())
+                    faults[p.fault_id] = p.build()
+                if (fault := faults.get(p.fault_id)) is not None:
+                    _carry_out(step, fault, cluster, recorder)
+                    if isinstance(step, Heal):
+                        del faults[p.fault_id]
+                        if p.kind == "syncer_crash":
+                            lighthouse_starts.append(time.time())
             time.sleep(0.1)
         for heal in interp.finish():
             if (fault := faults.pop(heal.planned.fault_id, None)) is not None:
-                carry_out(heal, lambda f=fault: f.heal(cluster), recorder.add, errors=STEP_ERRORS)
+                _carry_out(heal, fault, cluster, recorder)
         recorder.add(Phase(name="finished", detail={"merges": 0}))
     finally:
         codes = cluster.teardown()
@@ -346,8 +336,7 @@ def run(
         sorted(group_events + derived_events(group_events, lighthouse_starts), key=lambda e: e.ts),
     )
     inp = CheckInput(history, RunFacts.of(scenario), scenario.checks, None)
-    enabled = {n: c for n, c in CHECKS.items() if getattr(scenario.checks, n).enabled}
-    verdicts: list[Verdict] = [agreement(group_events)] + [check(inp) for check in enabled.values()]
+    verdicts: list[Verdict] = [agreement(group_events), *run_checks(inp, TORCHFT)]
     evals = {e.source: e.loss for e in group_events if isinstance(e, ev.Eval) and e.final}
     refused = [
         f"{r.fault_id} ({r.fault_kind}): {r.error}"
@@ -365,19 +354,19 @@ def run(
         "final_eval": evals,
         "commit_rate": commit_rate(history),
         "verdicts": [v.to_json() for v in verdicts],
-        "not_applicable": NOT_APPLICABLE,
         "refused_faults": refused,
         # A scenario whose faults could not act here tested nothing of them: not applicable, whatever the checks say.
-        "status": "not applicable"
-        if refused
-        else "fail"
-        if any(v.status == "fail" for v in verdicts)
-        else "indeterminate"
-        if any(v.status == "indeterminate" for v in verdicts)
-        else "pass",
+        "status": "not_applicable" if refused else overall(verdicts)[0],
     }
     (run_dir / "run.json").write_text(json.dumps(result, indent=2, default=str))
     return result
+
+
+def _carry_out(step: Inject | Heal, fault: Fault, cluster: TorchftCluster, recorder: Recorder) -> None:
+    act = fault.inject if isinstance(step, Inject) else fault.heal
+    carry_out(
+        step, functools.partial(act, cluster), recorder.add, errors=STEP_ERRORS, description=fault.describe()
+    )
 
 
 def _wait_first_commit(run_dir: Path, deadline: float) -> float:
