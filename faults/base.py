@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 from faults.errors import FaultError
 
 if TYPE_CHECKING:
+    from faults.netns import Namespaces
     from faults.toxiproxy import Toxiproxy
 
 SYNCER = "syncer"
@@ -66,6 +67,15 @@ class Cluster(Protocol):
     def stop(self, unit: str, timeout_s: float = 10.0) -> None:
         """Stop a unit gracefully (SIGTERM, then SIGKILL after ``timeout_s``); no-op when not running."""
         ...
+
+
+@runtime_checkable
+class OnNamespaces(Protocol):
+    """A cluster whose units run in network namespaces of their own (faults.netns): its network faults act on each
+    unit's interface there, not on Toxiproxy proxies."""
+
+    @property
+    def namespaces(self) -> Namespaces: ...
 
 
 @runtime_checkable

@@ -1,4 +1,6 @@
-"""Network faults on learner↔syncer links, through Toxiproxy (each learner's link is its own proxy).
+"""Network faults on learner↔syncer links, through Toxiproxy (each learner's link is its own proxy), or on each
+unit's own interface where the cluster runs its units in network namespaces (faults.netns: partition, link down
+and bandwidth there; the others are refused with the reason).
 
 Every fault names learner ids as ``targets``; the cluster maps an id to its proxy (``cluster.proxy(id)``).
 The target ``"syncer"`` means every learner's link, so ``Partition("p1", ("syncer",))`` cuts the syncer off
@@ -25,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, get_args
 
-from faults.base import SYNCER, Cluster, Evidence, Fault
+from faults.base import SYNCER, Cluster, Evidence, Fault, OnNamespaces
 from faults.errors import FaultError, TargetError
+from faults.netns import NETEM_MISSING, Namespaces
 from faults.params import Direction, FaultParams, Field, model_validator
 from faults.toxiproxy import Toxic
 
@@ -70,8 +73,8 @@ def _int_field(fault: Any, name: str, minimum: int) -> None:
         raise FaultError(f"fault {fault.fault_id}: field '{name}' must be {what}, got {value!r}")
 
 
-def resolve_proxies(fault_id: str, targets: tuple[str, ...], cluster: Cluster) -> dict[str, str]:
-    """Learner id → proxy name for every target ("syncer" expands to every learner); TargetError on an unknown id."""
+def resolve_learners(fault_id: str, targets: tuple[str, ...], cluster: Cluster) -> list[str]:
+    """The learner ids the targets name ("syncer" expands to every learner); TargetError on an unknown id."""
     learners = list(cluster.learners())
     unknown = [t for t in targets if t != SYNCER and t not in learners]
     if unknown:
@@ -79,8 +82,12 @@ def resolve_proxies(fault_id: str, targets: tuple[str, ...], cluster: Cluster) -
             f"fault {fault_id}: unknown target(s) {unknown}; this cluster's links are those of "
             f"{sorted(learners)} (or 'syncer' for all of them)"
         )
-    ids = learners if SYNCER in targets else list(dict.fromkeys(targets))
-    return {lid: cluster.proxy(lid) for lid in ids}
+    return learners if SYNCER in targets else list(dict.fromkeys(targets))
+
+
+def resolve_proxies(fault_id: str, targets: tuple[str, ...], cluster: Cluster) -> dict[str, str]:
+    """Learner id → proxy name for every target ("syncer" expands to every learner); TargetError on an unknown id."""
+    return {lid: cluster.proxy(lid) for lid in resolve_learners(fault_id, targets, cluster)}
 
 
 class _ToxicFault:
@@ -97,7 +104,17 @@ class _ToxicFault:
     def _attributes(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def on_namespaces(self, ns: Namespaces, units: list[str], inject: bool) -> Evidence:
+        """The fault on the units' own interfaces (faults.netns); only some kinds have one."""
+        raise FaultError(
+            f"fault {self.fault_id}: {self.kind} is Toxiproxy's (a proxy's toxic): it has no form on a unit's "
+            "own interface in its network namespace"
+        )
+
     def inject(self, cluster: Cluster) -> Evidence:
+        if isinstance(cluster, OnNamespaces):
+            units = resolve_learners(self.fault_id, self.targets, cluster)
+            return self.on_namespaces(cluster.namespaces, units, inject=True)
         proxies = resolve_proxies(self.fault_id, self.targets, cluster)
         tp = cluster.toxiproxy
         added = []
@@ -110,6 +127,9 @@ class _ToxicFault:
         return {"proxies": proxies, "toxic": self.toxic_type, "attributes": self._attributes(), "toxics": added}
 
     def heal(self, cluster: Cluster) -> Evidence:
+        if isinstance(cluster, OnNamespaces):
+            units = resolve_learners(self.fault_id, self.targets, cluster)
+            return self.on_namespaces(cluster.namespaces, units, inject=False)
         proxies = resolve_proxies(self.fault_id, self.targets, cluster)
         tp = cluster.toxiproxy
         removed = []
@@ -155,6 +175,13 @@ class Partition(_ToxicFault):
     def _attributes(self) -> dict[str, Any]:
         return {"timeout": 0}
 
+    def on_namespaces(self, ns: Namespaces, units: list[str], inject: bool) -> Evidence:
+        if inject:
+            for u in units:
+                ns.cut(u, self.direction)
+            return {"namespaces": {u: ns.namespace(u) for u in units}, "dropped": self.direction}
+        return {"namespaces": {u: ns.namespace(u) for u in units}, "mended": [u for u in units if ns.mend(u)]}
+
     def describe(self) -> str:
         return f"partition {self._where()}: bytes dropped, connections stay open"
 
@@ -171,12 +198,22 @@ class LinkDown:
         _validate_common(self)
 
     def inject(self, cluster: Cluster) -> Evidence:
+        if isinstance(cluster, OnNamespaces):
+            return self._links(cluster, cluster.namespaces, up=False)
         proxies = resolve_proxies(self.fault_id, self.targets, cluster)
         for proxy in proxies.values():
             cluster.toxiproxy.set_enabled(proxy, False)
         return {"proxies": proxies, "disabled": sorted(proxies.values())}
 
+    def _links(self, cluster: Cluster, ns: Namespaces, up: bool) -> Evidence:
+        units = resolve_learners(self.fault_id, self.targets, cluster)
+        for u in units:
+            ns.link(u, up)
+        return {"namespaces": {u: ns.namespace(u) for u in units}, "up": up}
+
     def heal(self, cluster: Cluster) -> Evidence:
+        if isinstance(cluster, OnNamespaces):
+            return self._links(cluster, cluster.namespaces, up=True)
         proxies = resolve_proxies(self.fault_id, self.targets, cluster)
         for proxy in proxies.values():
             cluster.toxiproxy.set_enabled(proxy, True)
@@ -218,6 +255,17 @@ class Bandwidth(_ToxicFault):
 
     def _attributes(self) -> dict[str, Any]:
         return {"rate": self.rate_kbps}
+
+    def on_namespaces(self, ns: Namespaces, units: list[str], inject: bool) -> Evidence:
+        """A token bucket per unit, each way: per unit, not per connection as Toxiproxy's (``direction`` both)."""
+        if self.direction != "both":
+            raise FaultError(f"fault {self.fault_id}: on namespaces bandwidth is limited both ways only")
+        where = {u: ns.namespace(u) for u in units}
+        if inject:
+            for u in units:
+                ns.throttle(u, self.rate_kbps * 1000)
+            return {"namespaces": where, "rate_bytes_s": self.rate_kbps * 1000}
+        return {"namespaces": where, "unthrottled": [u for u in units if ns.unthrottle(u)]}
 
     def describe(self) -> str:
         return f"bandwidth {self.rate_kbps} KB/s per connection per direction on {self._where()}"
@@ -271,6 +319,9 @@ class Latency(_ToxicFault):
 
     def _attributes(self) -> dict[str, Any]:
         return {"latency": self.latency_ms, "jitter": self.jitter_ms}
+
+    def on_namespaces(self, ns: Namespaces, units: list[str], inject: bool) -> Evidence:
+        raise FaultError(f"fault {self.fault_id}: {NETEM_MISSING}")
 
     def describe(self) -> str:
         jitter = f" ± {self.jitter_ms}" if self.jitter_ms else ""

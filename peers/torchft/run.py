@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.agreement import agreement
@@ -40,6 +41,7 @@ from chaos.scenario import Scenario, scenario_with
 from chaos.sut import SystemUnderTest
 from faults.base import SYNCER, Fault
 from faults.errors import FaultError, TargetError
+from faults.netns import Namespaces
 from faults.toxiproxy import Toxiproxy
 from trainer import events as ev
 
@@ -92,6 +94,24 @@ class TorchftCluster:
     def learners(self) -> list[str]:
         return list(self._ids)
 
+    # Where the units run and are reached: all on loopback here; NamespacedCluster puts each group in its own
+    # network namespace.
+    host = "127.0.0.1"  # the Lighthouse's address
+
+    def unit_host(self, unit: str) -> str:
+        return "127.0.0.1"
+
+    def prefix(self, unit: str) -> list[str]:
+        return []
+
+    def unit_env(self, unit: str) -> dict[str, str]:
+        return {}
+
+    def bring_up(self) -> None:
+        self.start(SYNCER)
+        for lid in self.learners():
+            self.start(lid)
+
     @property
     def toxiproxy(self) -> Toxiproxy:
         raise FaultError(
@@ -131,7 +151,7 @@ class TorchftCluster:
         self.starts[unit] = n + 1
         if unit == SYNCER:
             lighthouse = str(Path(sys.executable).with_name("torchft_lighthouse"))
-            cmd = [lighthouse, "--min_replicas", "1", "--bind", f"127.0.0.1:{self.port}"]
+            cmd = [lighthouse, "--min_replicas", "1", "--bind", f"{self.host}:{self.port}"]
             cmd += ["--join_timeout_ms", "1000", "--heartbeat_timeout_ms", "2000"]
         else:
             c = self.scenario.cluster
@@ -147,7 +167,9 @@ class TorchftCluster:
                 "--incarnation",
                 str(n),
                 "--lighthouse",
-                f"http://127.0.0.1:{self.port}",
+                f"http://{self.host}:{self.port}",
+                "--host",
+                self.unit_host(unit),
                 "--events",
                 str(self.run_dir / "events" / f"{unit}.jsonl"),
                 "--seed",
@@ -162,7 +184,8 @@ class TorchftCluster:
                 str(c.learner.step_delay_s),
             ]
         log = open(self.run_dir / "logs" / f"{unit}.log", "ab")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{self.port}"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.unit_env(unit)}
+        cmd = self.prefix(unit) + cmd
         self.procs[unit] = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
         )
@@ -180,7 +203,8 @@ class TorchftCluster:
             self.procs[unit].wait(10)
 
     def teardown(self) -> dict[str, int | None]:
-        """SIGKILL every process group still running and reap it; never raises."""
+        """SIGKILL every process group still running and reap it (then remove the network: NamespacedCluster);
+        never raises."""
         for p in self.procs.values():
             if p.poll() is None:
                 try:
@@ -189,6 +213,38 @@ class TorchftCluster:
                 except ProcessLookupError:
                     pass
         return {u: p.wait(10) for u, p in self.procs.items()}
+
+
+class NamespacedCluster(TorchftCluster):
+    """Each replica group in a network namespace of its own on one bridge (faults.netns), the Lighthouse on the
+    bridge's address in the root namespace: network faults act on a group's interface (faults.base.OnNamespaces)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._ns = Namespaces.for_run(f"{self.run_dir}-{time.time_ns()}", self.learners())
+        self.host = self._ns.gateway
+
+    @property
+    def namespaces(self) -> Namespaces:
+        return self._ns
+
+    def unit_host(self, unit: str) -> str:
+        return self._ns.address(unit)
+
+    def prefix(self, unit: str) -> list[str]:
+        return [] if unit == SYNCER else self._ns.exec_prefix(unit)
+
+    def unit_env(self, unit: str) -> dict[str, str]:
+        return {} if unit == SYNCER else {"GLOO_SOCKET_IFNAME": "eth0"}  # gloo's peers: the namespace's interface
+
+    def bring_up(self) -> None:
+        self._ns.up()
+        super().bring_up()
+
+    def teardown(self) -> dict[str, int | None]:
+        codes = super().teardown()
+        self.network_problems = self._ns.teardown()
+        return codes
 
 
 def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -> list[ev.Event]:
@@ -288,6 +344,7 @@ def run(
     fault_free: bool = False,
     extra: tuple[str, ...] = (),
     entry: dict[str, list[str]] | None = None,
+    network: str = "namespaces",
 ) -> dict[str, object]:
     scenario = scenario_with(name, **({"name": f"{name}-fault-free", "schedule": []} if fault_free else {}))
     run_dir = out / f"{scenario.name}-{scenario.seed}"
@@ -295,16 +352,16 @@ def run(
     (run_dir / "events").mkdir(parents=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     recorder = Recorder(run_dir / "controller.jsonl")
-    cluster = TorchftCluster(scenario, run_dir, inner_steps, extra, entry)
+    cluster = (NamespacedCluster if network == "namespaces" else TorchftCluster)(
+        scenario, run_dir, inner_steps, extra, entry
+    )
     lighthouse_starts: list[float] = []
     faults: dict[str, Fault] = {}
     t_start = time.time()
     try:
         recorder.add(Phase(name="bring_up", detail={}))  # start-up: bring-up to the first commit (the bounds')
-        cluster.start(SYNCER)
         lighthouse_starts.append(time.time())
-        for lid in cluster.learners():
-            cluster.start(lid)
+        cluster.bring_up()
         steady = _wait_first_commit(run_dir, time.time() + 120)
         recorder.add(Phase(ts=steady, name="steady", detail={"merges": 1}))
         interp = PlanInterpreter(plan(scenario), origin=steady)
@@ -348,6 +405,7 @@ def run(
         "seed": scenario.seed,
         "command": f"python -m peers.torchft.run {name} --inner-steps {inner_steps}"
         + (" --fault-free" if fault_free else "")
+        + ("" if network == "namespaces" else f" --network {network}")
         + "".join(f" {x}" for x in extra),
         "wall_s": round(time.time() - t_start, 1),
         "exit_codes": codes,
@@ -355,6 +413,8 @@ def run(
         "commit_rate": commit_rate(history),
         "verdicts": [v.to_json() for v in verdicts],
         "refused_faults": refused,
+        "network": network,
+        "network_left": getattr(cluster, "network_problems", []),
         # A scenario whose faults could not act here tested nothing of them: not applicable, whatever the checks say.
         "status": "not_applicable" if refused else overall(verdicts)[0],
     }
@@ -388,8 +448,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     a.add_argument("--timeout-s", type=float, default=300.0)
     a.add_argument("--fault-free", action="store_true", help="the scenario's cluster without its schedule")
+    a.add_argument(
+        "--network",
+        choices=("namespaces", "loopback"),
+        default="namespaces",
+        help="namespaces (root): each group in its own, so network faults act; loopback: network faults refused",
+    )
     args, extra = a.parse_known_args(argv)
-    r = run(args.scenario, args.out, args.inner_steps, args.timeout_s, args.fault_free, tuple(extra))
+    r = run(
+        args.scenario,
+        args.out,
+        args.inner_steps,
+        args.timeout_s,
+        args.fault_free,
+        tuple(extra),
+        None,
+        args.network,
+    )
     print(json.dumps({k: r[k] for k in ("scenario", "status", "wall_s", "final_eval", "refused_faults")}))
     for v in r["verdicts"]:  # type: ignore[attr-defined]
         print(f"  {v['name']}: {v['status']}: {v['summary']}")

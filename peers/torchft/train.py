@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--replica-id", required=True)
     a.add_argument("--index", type=int, required=True, help="the group's data key")
     a.add_argument("--lighthouse", required=True)
+    a.add_argument("--host", default="127.0.0.1", help="the address the other groups reach this one at")
     a.add_argument("--events", required=True)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument(
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("torchft_quorums", "torchft_commits"):
         logging.getLogger(name).addHandler(logged)
         logging.getLogger(name).setLevel(logging.INFO)
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # this group's own (world size 1)
+    # This group's own store (world size 1); the other groups reach it, and its Manager, at --host.
+    store = TCPStore(args.host, 0, is_master=True, wait_for_workers=False)
     timeout = timedelta(seconds=args.timeout_s)
     manager = Manager(
         pg=ProcessGroupGloo(timeout=timeout),
@@ -167,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         load_state_dict=load_state_dict,
         state_dict=lambda: {"model": model.state_dict(), "inner": inner.state_dict()},
         replica_id=args.replica_id,
-        store_addr="127.0.0.1",
+        store_addr=args.host,
         store_port=store.port,
         rank=0,
         world_size=1,
         lighthouse_addr=args.lighthouse,
-        hostname="127.0.0.1",
+        hostname=args.host,
         timeout=timeout,
         quorum_timeout=timedelta(seconds=args.quorum_timeout_s),
         quorum_retries=args.quorum_retries,
