@@ -60,6 +60,12 @@ TIERS: dict[str, dict[str, Any]] = {
         "partition-one throttle-all random-mix never-rejoins' ) >J/log 2>&1 (after the cold run)",
         "bar_min": 60,
     },
+    # The torchft tier (weekly: .github/workflows/torchft.yml), from a fresh clone with pip's cache empty: torchft and
+    # torch installed, every findings run, the planted defects. Its parts are scripts/torchft-test's `tier:` lines.
+    "torchft": {
+        "measure": "git clone … && ( time scripts/torchft-test --record ) >J/log 2>&1 (pip's cache empty)",
+        "bar_min": 60,
+    },
 }
 
 
