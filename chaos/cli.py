@@ -236,10 +236,16 @@ def _execute(s: Any, args: argparse.Namespace) -> int:
     if cache:
         opts.baseline_cache = Path(cache)
     kinds = {p.kind for p in plan(s)}
-    if args.backend == "local" and kinds & CONTAINER_KINDS:
+    if args.backend in ("local", "namespaces") and kinds & CONTAINER_KINDS:
         raise ScenarioError(
             f"{s.name}: faults {sorted(kinds & CONTAINER_KINDS)} need containers; run it with --backend docker"
         )
+    if args.backend == "namespaces":
+        from chaos.backends.local import NamespacedLocalBackend
+
+        if os.geteuid() != 0:
+            raise ScenarioError("--backend namespaces creates network namespaces: run it as root (CAP_NET_ADMIN)")
+        opts.backend = NamespacedLocalBackend
     if args.backend == "docker":
         from chaos.backends.docker import Deployment, DockerDeployment, docker_backend_factory
 
@@ -407,9 +413,11 @@ def _add_run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--no-metrics", action="store_true", help="the controller serves no /metrics")
     r.add_argument(
         "--backend",
-        choices=["local", "docker", "sim"],
+        choices=["local", "namespaces", "docker", "sim"],
         default="local",
-        help="local processes (default), the docker compose deployment's containers, or deterministic mode",
+        help="local processes (default), local processes each learner in a network namespace of its own "
+        "(network faults on its interface, not a proxy; root), the docker compose deployment's containers, or "
+        "deterministic mode",
     )
     r.add_argument(
         "--stop-deployment",

@@ -118,6 +118,9 @@ class Namespaces:
             self.made.append(f"etc:{etc}")
             (etc / "hosts").write_text(hosts)
             _run("ip", "link", "add", host, "type", "veth", "peer", "name", f"{br}n{i}")
+            # Deleted with its namespace too, but the kernel does that asynchronously: deleting the pair first
+            # frees the names at once (a new network of the same tag would find them taken).
+            self.made.append(f"link:{host}")
             _run("ip", "link", "set", f"{br}n{i}", "netns", ns)
             _run("ip", "-n", ns, "link", "set", f"{br}n{i}", "name", "eth0")
             _run("ip", "-n", ns, "addr", "add", f"{self.address(unit)}/24", "dev", "eth0")
@@ -127,7 +130,7 @@ class Namespaces:
             _run("ip", "link", "set", host, "up")
 
     def teardown(self) -> list[str]:
-        """Remove everything :meth:`up` made (a namespace takes its veth pair with it); the problems, never raises."""
+        """Remove everything :meth:`up` made, in reverse order; the problems, never raises."""
         problems: list[str] = []
         for what in reversed(self.made):
             kind, name = what.split(":", 1)

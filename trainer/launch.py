@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +101,8 @@ class LocalCluster:
     syncer_address: str = ""
     learner_nice: int = 0  # > 0 lowers learners' CPU priority below the syncer's
     metrics: bool = True  # every process serves /metrics on a free port, announced in RUN_DIR/metrics/ (telemetry)
+    # A learner's command prefix by id, e.g. to run it in a network namespace (faults.netns); None: none.
+    prefix: Callable[[str], list[str]] | None = None
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -125,8 +128,9 @@ class LocalCluster:
             raise TrainerError(f"{name} is already running (pid {old.pid}); stop it first")
         log = open(self.run_dir / "logs" / f"{name}.log", "ab")
         # Dies with this process, even by SIGKILL, so nothing is orphaned (trainer.lifeline).
+        before = self.prefix(name) if self.prefix is not None and name != "syncer" else []
         proc = subprocess.Popen(
-            guarded([self.python, *args], os.getpid(), nice),
+            guarded([*before, self.python, *args], os.getpid(), nice),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self._env(self.token if token is None else token),
@@ -139,7 +143,7 @@ class LocalCluster:
     def _metrics_args(self) -> list[str]:
         return ["--metrics-port", "0"] if self.metrics else []
 
-    def start_syncer(self, port: int = 0, timeout_s: float = 60.0) -> str:
+    def start_syncer(self, port: int = 0, timeout_s: float = 60.0, host: str = "127.0.0.1") -> str:
         info = self.run_dir / "syncer.json"
         info.unlink(missing_ok=True)
         proc = self._spawn(
@@ -151,6 +155,8 @@ class LocalCluster:
                 str(self.run_dir / "config.yaml"),
                 "--run-dir",
                 str(self.run_dir),
+                "--host",
+                host,
                 "--port",
                 str(port),
                 *self._metrics_args(),

@@ -27,6 +27,7 @@ from chaos.errors import RunError
 from chaos.history import Teardown
 from faults.base import SYNCER
 from faults.errors import FaultError
+from faults.netns import Namespaces
 from faults.toxiproxy import ProxySpec, Toxiproxy
 from trainer.client import RetryPolicy, SyncClient
 from trainer.config import RunConfig
@@ -161,3 +162,61 @@ class LocalBackend(ProxiedUnits):
             if time.monotonic() > deadline:
                 raise RunError(f"{unit} (pid {p.pid}) is still running; cannot start another")
             time.sleep(0.02)
+
+
+class NamespacedLocalBackend(LocalBackend):
+    """The local backend with each learner in a network namespace of its own (faults.netns), reaching the syncer
+    on the bridge's address directly, with no proxy: network faults act on a learner's own interface
+    (faults.base.OnNamespaces: partition, link down, bandwidth; the Toxiproxy-only kinds are refused). Needs root.
+
+    Topology::
+
+        learner-i (namespace, 10.x.y.(10+i)) ──eth0── bridge (10.x.y.1) ── syncer (root namespace, 10.x.y.1:port)
+    """
+
+    name = "namespaces"
+
+    def __init__(self, config: RunConfig, run_dir: Path, toxiproxy: Toxiproxy, tag: str = "chaos") -> None:
+        super().__init__(config, run_dir, toxiproxy, tag)
+        self._ns = Namespaces.for_run(f"{tag}-{run_dir}", self.learners())
+        self.procs.prefix = self._ns.exec_prefix
+
+    @property
+    def namespaces(self) -> Namespaces:
+        return self._ns
+
+    def proxy(self, learner_id: str) -> str:
+        raise FaultError(f"the namespaces backend has no proxies: {learner_id}'s link is its own interface")
+
+    def start(self, unit: str, *, corrupt: str | None = None) -> None:
+        self._known(unit)
+        if unit == SYNCER:
+            super().start(unit)
+            return
+        self._reap(unit)
+        self.corrupt[unit] = corrupt
+        self.procs.start_learner(unit, address=f"{self._ns.gateway}:{self.port}", corrupt=corrupt)
+
+    def bring_up(self) -> None:
+        """The namespaces and bridge, the syncer on the bridge's address, then the learners in their namespaces."""
+        self._ns.up()
+        self.start(SYNCER)
+        for lid in self._ids:
+            self.start(lid)
+
+    def _start_syncer(self) -> None:
+        address = self.procs.start_syncer(port=self.port, host=self._ns.gateway)
+        self.port = int(address.rsplit(":", 1)[1])
+
+    def client(self, timeout_s: float = 0.5) -> SyncClient:
+        return SyncClient(
+            f"{self._ns.gateway}:{self.port}", self.procs.token, timeout_s=timeout_s, retry=RetryPolicy(attempts=1)
+        )
+
+    def _delete_proxies(self) -> list[str]:
+        return []
+
+    def teardown(self) -> Teardown:
+        """Stop every process, then remove the namespaces and the bridge; never raises."""
+        done = super().teardown()
+        return Teardown(exit_codes=done.exit_codes, problems=[*done.problems, *self._ns.teardown()])
