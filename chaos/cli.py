@@ -263,7 +263,28 @@ def _execute(s: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.sut == "torchft":
+        return _run_torchft(args)
     return _execute(_load(args.scenario, args.seed, args.set, args.preset), args)
+
+
+def _run_torchft(args: argparse.Namespace) -> int:
+    """The scenario against torchft instead of our trainer (peers/torchft: docs/testing-your-trainer.md), in a source
+    checkout with the ``torchft`` extra installed; only the scenario (a built-in's name) and --out carry over."""
+    import importlib.util
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "peers" / "torchft" / "run.py").exists():
+        raise ScenarioError("--sut torchft runs peers/torchft from a source checkout: run it from a clone")
+    if importlib.util.find_spec("torchft") is None:
+        raise ScenarioError("--sut torchft needs torchft and torch: pip install -e '.[torchft]' (~5.4 GB)")
+    if args.set or args.preset or args.seed is not None:
+        raise ScenarioError("--sut torchft takes the built-in scenario as it is: no --set, --preset or --seed")
+    cmd = [sys.executable, "-m", "peers.torchft.run", args.scenario]
+    if args.out:
+        cmd += ["--out", str(args.out)]
+    return subprocess.run(cmd, cwd=root).returncode
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -450,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("scenario", metavar="SCENARIO", help="a built-in name (see list) or a scenario file")
     _add_overrides(r)
     _add_run_options(r)
+    r.add_argument(
+        "--sut",
+        choices=["ours", "torchft"],
+        default="ours",
+        help="the system under test: our trainer (default), or torchft's DiLoCo (the torchft extra, a source "
+        "checkout, root: docs/testing-your-trainer.md)",
+    )
     r.set_defaults(fn=cmd_run)
     rp = sub.add_parser("replay", help="run again a run directory's recorded plan, or a scenario file from search")
     rp.add_argument("target", metavar="RUN_DIR_OR_FILE")

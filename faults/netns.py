@@ -21,12 +21,15 @@ Topology, ``tag`` a short run id (Linux interface names are at most 15 bytes)::
                     host name dcx<tag>-<i> (every unit's /etc/hosts names them all)
 
 :meth:`Namespaces.teardown` deletes every namespace, the bridge and the forwarding rules, whatever state they are
-in, and never raises.
+in, and never raises; a network whose owner was SIGKILLed first is removed by the next :meth:`Namespaces.up`
+(its owner's pid and what it made are kept under ``/run/diloco-chaos/netns``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -37,6 +40,7 @@ from faults.errors import FaultError
 
 NETEM_MISSING = "latency needs the netem qdisc, which this machine's kernel lacks"
 ETC_NETNS = Path("/etc/netns")
+STATE = Path("/run/diloco-chaos/netns")  # per network: its owner's pid and what it made (Namespaces.sweep)
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -100,27 +104,59 @@ class Namespaces:
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     def up(self) -> None:
+        """Build the network (after removing any a process that died without tearing down left behind)."""
+        self.sweep()
+        STATE.mkdir(parents=True, exist_ok=True)
+        self._build()
+
+    def _record(self, made: str) -> None:
+        """Note what was made, on disk first: a SIGKILLed owner's network is swept by the next one."""
+        self.made.append(made)
+        self._state().write_text(json.dumps({"pid": os.getpid(), "made": self.made}))
+
+    def _state(self) -> Path:
+        return STATE / f"{self.tag}.json"
+
+    @staticmethod
+    def sweep() -> list[str]:
+        """Tear down the networks whose owner process is gone (SIGKILLed before its teardown): what was removed."""
+        removed: list[str] = []
+        for f in sorted(STATE.glob("*.json")) if STATE.is_dir() else []:
+            try:
+                state = json.loads(f.read_text())
+                os.kill(int(state["pid"]), 0)
+                continue  # its owner lives: its own
+            except ProcessLookupError:
+                pass
+            except (OSError, ValueError, KeyError):
+                continue
+            stale = Namespaces(f.stem, [], list(state.get("made", [])))
+            stale.teardown()
+            removed.append(f.stem)
+        return removed
+
+    def _build(self) -> None:
         br = self.bridge
         _run("ip", "link", "add", br, "type", "bridge")
-        self.made.append(f"link:{br}")
+        self._record(f"link:{br}")
         _run("ip", "addr", "add", f"{self.gateway}/24", "dev", br)
         _run("ip", "link", "set", br, "up")
         # Docker sets the FORWARD policy to DROP, and bridged packets pass it where br_netfilter is loaded.
         _run("iptables", "-I", "FORWARD", "-i", br, "-o", br, "-j", "ACCEPT")
-        self.made.append(f"forward:{br}")
+        self._record(f"forward:{br}")
         hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(u)} {self.namespace(u)}\n" for u in self.units)
         for unit in self.units:
             ns, host, i = self.namespace(unit), self._host_end(unit), self._index(unit)
             _run("ip", "netns", "add", ns)
-            self.made.append(f"netns:{ns}")
+            self._record(f"netns:{ns}")
             etc = ETC_NETNS / ns  # `ip netns exec` mounts what is here over /etc
             etc.mkdir(parents=True, exist_ok=True)
-            self.made.append(f"etc:{etc}")
+            self._record(f"etc:{etc}")
             (etc / "hosts").write_text(hosts)
             _run("ip", "link", "add", host, "type", "veth", "peer", "name", f"{br}n{i}")
             # Deleted with its namespace too, but the kernel does that asynchronously: deleting the pair first
             # frees the names at once (a new network of the same tag would find them taken).
-            self.made.append(f"link:{host}")
+            self._record(f"link:{host}")
             _run("ip", "link", "set", f"{br}n{i}", "netns", ns)
             _run("ip", "-n", ns, "link", "set", f"{br}n{i}", "name", "eth0")
             _run("ip", "-n", ns, "addr", "add", f"{self.address(unit)}/24", "dev", "eth0")
@@ -150,6 +186,7 @@ class Namespaces:
             if done.returncode != 0:
                 problems.append(f"{' '.join(cmd)}: {done.stderr.strip()}")
         self.made.clear()
+        self._state().unlink(missing_ok=True)
         return problems
 
     def left(self) -> list[str]:

@@ -28,12 +28,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from chaos.checkers import CheckInput, RunFacts, Verdict, overall, run_checks
 from chaos.checkers.agreement import agreement
+from chaos.controller import _shielded, _signals_interrupt
 from chaos.fault_plan import plan
 from chaos.history import FaultOp, History, Phase, Recorder
 from chaos.interpreter import Heal, Inject, PlanInterpreter, carry_out
@@ -44,18 +46,19 @@ from faults.errors import FaultError, TargetError
 from faults.netns import Namespaces
 from faults.toxiproxy import Toxiproxy
 from trainer import events as ev
+from trainer.lifeline import guarded
 
 ROOT = Path(__file__).resolve().parents[2]
 # What torchft gives the checks (chaos.sut): the groups' own events, and merges derived from them; not the rest.
 TORCHFT = SystemUnderTest(
     "torchft",
-    frozenset({"merges", "learner_logs"}),
+    frozenset({"merges", "learner_logs", "syncer_evals"}),
     {
         "uploads": "its all-reduce has no uploads to count, accept or refuse",
-        "syncer_evals": "no coordinator evaluates a global model (each group evaluates its own at the end)",
+        # (the run's result: the mean of the groups' own final evals, peers.torchft.run.result_eval)
         "checkpoints": "it keeps no checkpoint here: a healing group copies a live peer's state",
         "kept_merges": "its merges are all-reduces inside the groups: nothing keeps their inputs",
-        "fault_free_band": "its own fault-free band is not run by this runner yet",
+        "fault_free_band": "no band of its own fault-free runs was given (peers.torchft.findings runs one)",
         "reference_run": "the reference is our synchronous DiLoCo, not torchft's",
     },
 )
@@ -185,7 +188,7 @@ class TorchftCluster:
             ]
         log = open(self.run_dir / "logs" / f"{unit}.log", "ab")
         env = {**os.environ, "PYTHONPATH": str(ROOT), **self.unit_env(unit)}
-        cmd = self.prefix(unit) + cmd
+        cmd = guarded(self.prefix(unit) + cmd, os.getpid())  # dies with this runner, even by SIGKILL
         self.procs[unit] = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
         )
@@ -310,7 +313,28 @@ def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -
         out.append(
             ev.Finished(ts=max(stops), source="syncer", tokens_total=0, merges_total=len(held), versions=[])
         )
+    if result := result_eval(events):
+        out.append(result)
     return out
+
+
+def result_eval(events: list[ev.Event]) -> ev.Eval | None:
+    """The run's result, as parity reads it: the mean of the final evals of the groups that finished (no model
+    exists outside the groups; after the last commit each holds the global fragments and its own last steps)."""
+    finals = {e.source: e for e in events if isinstance(e, ev.Eval) and e.final}
+    if not finals:
+        return None
+    last = max(finals.values(), key=lambda e: e.ts)
+    return ev.Eval(
+        ts=last.ts,
+        source="syncer",
+        merges_total=last.merges_total,
+        versions=last.versions,
+        loss=sum(e.loss for e in finals.values()) / len(finals),
+        loss_floor=float("nan"),
+        tokens_total=sum(e.tokens_total for e in finals.values()),
+        final=True,
+    )
 
 
 def commit_rate(history: History) -> dict[str, float | None]:
@@ -345,8 +369,13 @@ def run(
     extra: tuple[str, ...] = (),
     entry: dict[str, list[str]] | None = None,
     network: str = "namespaces",
+    band: Sequence[float] = (),
+    seed: int | None = None,
 ) -> dict[str, object]:
-    scenario = scenario_with(name, **({"name": f"{name}-fault-free", "schedule": []} if fault_free else {}))
+    changes: dict[str, Any] = {"name": f"{name}-fault-free", "schedule": []} if fault_free else {}
+    if seed is not None:  # another draw of the data and initial model (a band's run)
+        changes.update(name=f"{changes.get('name', name)}-seed{seed}", cluster={"seed": seed})
+    scenario = scenario_with(name, **changes)
     run_dir = out / f"{scenario.name}-{scenario.seed}"
     shutil.rmtree(run_dir, ignore_errors=True)  # a run directory is one run's (events files are appended to)
     (run_dir / "events").mkdir(parents=True)
@@ -359,41 +388,47 @@ def run(
     faults: dict[str, Fault] = {}
     t_start = time.time()
     try:
-        recorder.add(Phase(name="bring_up", detail={}))  # start-up: bring-up to the first commit (the bounds')
-        lighthouse_starts.append(time.time())
-        cluster.bring_up()
-        steady = _wait_first_commit(run_dir, time.time() + 120)
-        recorder.add(Phase(ts=steady, name="steady", detail={"merges": 1}))
-        interp = PlanInterpreter(plan(scenario), origin=steady)
-        deadline = time.time() + timeout_s
-        while any(cluster.alive(lid) for lid in cluster.learners()) or interp.active:
-            if time.time() > deadline:
-                raise TimeoutError(f"{name}: not finished within {timeout_s} s")
-            for step in interp.due(time.time(), 0):
-                p = step.planned
-                if isinstance(step, Inject):
-                    faults[p.fault_id] = p.build()
-                if (fault := faults.get(p.fault_id)) is not None:
-                    _carry_out(step, fault, cluster, recorder)
-                    if isinstance(step, Heal):
-                        del faults[p.fault_id]
-                        if p.kind == "syncer_crash":
-                            lighthouse_starts.append(time.time())
-            time.sleep(0.1)
-        for heal in interp.finish():
-            if (fault := faults.pop(heal.planned.fault_id, None)) is not None:
-                _carry_out(heal, fault, cluster, recorder)
-        recorder.add(Phase(name="finished", detail={"merges": 0}))
+        with _signals_interrupt():  # SIGTERM unwinds like Ctrl-C: the finally below runs
+            recorder.add(Phase(name="bring_up", detail={}))  # start-up: bring-up to the first commit (the bounds')
+            lighthouse_starts.append(time.time())
+            cluster.bring_up()
+            steady = _wait_first_commit(run_dir, time.time() + 120)
+            recorder.add(Phase(ts=steady, name="steady", detail={"merges": 1}))
+            interp = PlanInterpreter(plan(scenario), origin=steady)
+            deadline = time.time() + timeout_s
+            while any(cluster.alive(lid) for lid in cluster.learners()) or interp.active:
+                if time.time() > deadline:
+                    raise TimeoutError(f"{name}: not finished within {timeout_s} s")
+                for step in interp.due(time.time(), 0):
+                    p = step.planned
+                    if isinstance(step, Inject):
+                        faults[p.fault_id] = p.build()
+                    if (fault := faults.get(p.fault_id)) is not None:
+                        _carry_out(step, fault, cluster, recorder)
+                        if isinstance(step, Heal):
+                            del faults[p.fault_id]
+                            if p.kind == "syncer_crash":
+                                lighthouse_starts.append(time.time())
+                time.sleep(0.1)
+            for heal in interp.finish():
+                if (fault := faults.pop(heal.planned.fault_id, None)) is not None:
+                    _carry_out(heal, fault, cluster, recorder)
+            recorder.add(Phase(name="finished", detail={"merges": 0}))
     finally:
-        codes = cluster.teardown()
-        recorder.close()
+        with _shielded():  # a second Ctrl-C must not leave processes or namespaces behind
+            codes = cluster.teardown()
+            recorder.close()
     group_events = [e for f in sorted((run_dir / "events").glob("*.jsonl")) for e in ev.read_events(f)]
     history = History(
         list(recorder.records),
         sorted(group_events + derived_events(group_events, lighthouse_starts), key=lambda e: e.ts),
     )
-    inp = CheckInput(history, RunFacts.of(scenario), scenario.checks, None)
-    verdicts: list[Verdict] = [agreement(group_events), *run_checks(inp, TORCHFT)]
+    # Parity's band: torchft's own fault-free runs of this cluster (the caller's), the first at the run's seed.
+    inp = CheckInput(
+        history, RunFacts.of(scenario), scenario.checks, band[0] if band else None, baseline_band=tuple(band)
+    )
+    sut = replace(TORCHFT, provides=TORCHFT.provides | {"fault_free_band"}) if band else TORCHFT
+    verdicts: list[Verdict] = [agreement(group_events), *run_checks(inp, sut)]
     evals = {e.source: e.loss for e in group_events if isinstance(e, ev.Eval) and e.final}
     refused = [
         f"{r.fault_id} ({r.fault_kind}): {r.error}"
@@ -406,10 +441,12 @@ def run(
         "command": f"python -m peers.torchft.run {name} --inner-steps {inner_steps}"
         + (" --fault-free" if fault_free else "")
         + ("" if network == "namespaces" else f" --network {network}")
+        + ("" if seed is None else f" --seed {seed}")
         + "".join(f" {x}" for x in extra),
         "wall_s": round(time.time() - t_start, 1),
         "exit_codes": codes,
         "final_eval": evals,
+        "band": list(band),
         "commit_rate": commit_rate(history),
         "verdicts": [v.to_json() for v in verdicts],
         "refused_faults": refused,
@@ -454,17 +491,22 @@ def main(argv: list[str] | None = None) -> int:
         default="namespaces",
         help="namespaces (root): each group in its own, so network faults act; loopback: network faults refused",
     )
+    a.add_argument("--seed", type=int, default=None, help="the cluster's seed (data, initial model): a band's run")
     args, extra = a.parse_known_args(argv)
-    r = run(
-        args.scenario,
-        args.out,
-        args.inner_steps,
-        args.timeout_s,
-        args.fault_free,
-        tuple(extra),
-        None,
-        args.network,
-    )
+    try:
+        r = run(
+            args.scenario,
+            args.out,
+            args.inner_steps,
+            args.timeout_s,
+            args.fault_free,
+            tuple(extra),
+            network=args.network,
+            seed=args.seed,
+        )
+    except KeyboardInterrupt:
+        print("interrupted: every process stopped, the network removed", file=sys.stderr)
+        return 130
     print(json.dumps({k: r[k] for k in ("scenario", "status", "wall_s", "final_eval", "refused_faults")}))
     for v in r["verdicts"]:  # type: ignore[attr-defined]
         print(f"  {v['name']}: {v['status']}: {v['summary']}")

@@ -101,3 +101,26 @@ def test_a_throttle_shapes_both_ends_and_latency_is_refused(net: Namespaces) -> 
     assert net.unthrottle("learner-0") and not net.unthrottle("learner-0")
     with pytest.raises(FaultError, match=NETEM_MISSING):
         Latency("l1", ("learner-0",), latency_ms=50).inject(_Cluster(net))  # type: ignore[arg-type]
+
+
+def test_a_network_whose_owner_was_sigkilled_is_swept_by_the_next() -> None:
+    code = (
+        "import sys, time; from faults.netns import Namespaces; n = Namespaces.for_run(sys.argv[1], ['a', 'b']); "
+        "n.up(); print(n.tag, flush=True); time.sleep(120)"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code, f"sweep-{uuid.uuid4()}"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        tag = owner.stdout.readline().strip()
+        orphan = Namespaces(tag, ["a", "b"])
+        assert orphan.left(), "the owner's network should exist while it runs"
+        assert tag not in Namespaces.sweep()  # its owner lives: not swept
+    finally:
+        owner.kill()
+        owner.wait()
+    assert tag in Namespaces.sweep()
+    assert not orphan.left()
+    forward = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True).stdout
+    assert f"dcx{tag}" not in forward

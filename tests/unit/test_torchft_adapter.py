@@ -4,8 +4,12 @@ own events — a merge per committed version with the groups that hold it — an
 
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
+
 from chaos.history import ControllerRecord, FaultOp, History, Phase
-from peers.torchft.run import commit_rate, derived_events
+from peers.torchft.run import commit_rate, derived_events, result_eval
 from trainer import events as ev
 
 
@@ -58,3 +62,32 @@ def test_commits_per_second_while_faulted_and_clear() -> None:
         for i, t in enumerate([*range(0, 10), *range(10, 20, 2), *range(20, 31)])
     ]
     assert commit_rate(History(records, merges)) == {"faulted": 0.5, "clear": 1.05}
+
+
+def test_the_cli_says_how_to_get_torchft_when_it_is_not_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The per-change environment never has torch (the torchft extra is its own tier's)."""
+    from chaos.cli import main
+
+    assert importlib.util.find_spec("torchft") is None
+    assert main(["run", "kill-and-rejoin", "--sut", "torchft"]) != 0
+    assert "pip install -e '.[torchft]'" in capsys.readouterr().err
+
+
+def test_the_result_is_the_groups_mean_final_eval() -> None:
+    evals: list[ev.Event] = [
+        ev.Eval(
+            ts=t,
+            source=who,
+            merges_total=9,
+            versions=[9],
+            loss=x,
+            loss_floor=float("nan"),
+            tokens_total=100,
+            final=True,
+        )
+        for t, who, x in ((5.0, "learner-0", 1.8), (6.0, "learner-1", 2.0))
+    ]
+    r = result_eval(evals)
+    assert r is not None and r.source == "syncer" and r.final and r.ts == 6.0
+    assert (round(r.loss, 6), r.tokens_total) == (1.9, 200)
+    assert result_eval([]) is None
