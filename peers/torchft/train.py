@@ -143,9 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     model = ByteMLP(args.fragments)
     fragments = model.fragments()
     source = from_corpus()
-    rng = np.random.default_rng(
-        [args.seed, args.index, int(time.time_ns() % 2**31)]
-    )  # fresh data each incarnation
+    stream = [
+        args.seed,
+        args.index,
+        args.incarnation,
+    ]  # each incarnation its own data stream (the data ledger's key)
+    rng = np.random.default_rng(stream)
     inner = torch.optim.AdamW(model.parameters(), lr=args.inner_lr, weight_decay=0.1, betas=(0.9, 0.95))
     outer = [torch.optim.SGD(f.parameters(), lr=0.7, momentum=0.9, nesterov=True) for f in fragments]
     healed: list[int] = []
@@ -251,8 +254,16 @@ def main(argv: list[str] | None = None) -> int:
                     log.emit(ev.Apply(fragment=p, version=s + 1, step=step, digest=fragment_digest(fragments[p])))
             seen_commits = len(logged.commits)
             if step % 10 == 0:
+                data = ev.DataPosition(stream=stream, batches=step)
                 log.emit(
-                    ev.Step(step=step, loss=float(loss.item()), tokens=tokens, step_time_s=0.0, blocked_s=0.0)
+                    ev.Step(
+                        step=step,
+                        loss=float(loss.item()),
+                        tokens=tokens,
+                        step_time_s=0.0,
+                        blocked_s=0.0,
+                        data=data,
+                    )
                 )
     final = evaluate(model, source)
     log.emit(
