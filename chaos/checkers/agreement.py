@@ -8,9 +8,11 @@ after a state transfer (``state_fetch``: each fragment's version and digest) is 
 digests for one version fail, naming both holders. Digests are of the bits (:func:`trainer.core.audit.digest`), so
 they compare across machines only where the arithmetic is deterministic (one CPU kind: the harness's case).
 
-A version a restart of the whole system made again (after every unit was down) is a new version with an old number:
-the check keys versions by the *epoch* they were made in — the units' ``learner_start`` after a moment when none was
-running starts a new one.
+A version a restart of the whole system made again (training from scratch after every unit was gone) is a new
+version with an old number: the check keys versions by the *epoch* they were made in — a unit that joins at version
+0 of every fragment after some version was held starts a new one (a join reports the versions it joins at; a unit
+joining a live system joins at its current ones). A unit killed mid-run writes no ``learner_stop``, so who is
+running is not read from starts and stops.
 
     >>> from trainer import events as ev
     >>> a = ev.Apply(ts=1, source="g0", fragment=0, version=3, step=9, digest="aa")
@@ -33,15 +35,11 @@ SHOWN = 5
 def agreement(events: Iterable[ev.Event]) -> Verdict:
     """The verdict over a run's events (module docstring)."""
     held: dict[tuple[int, int, int], dict[str, set[str]]] = {}  # (epoch, fragment, version) -> holder -> digests
-    running: set[str] = set()
     epoch = 0
     for e in sorted(events, key=lambda e: e.ts):
-        if isinstance(e, ev.LearnerStart):
-            if not running and held:
+        if isinstance(e, ev.LearnerJoin):
+            if held and not any(e.versions):
                 epoch += 1
-            running.add(e.source)
-        elif isinstance(e, ev.LearnerStop):
-            running.discard(e.source)
         elif isinstance(e, ev.Apply) and e.digest:
             held.setdefault((epoch, e.fragment, e.version), {}).setdefault(e.source, set()).add(e.digest)
         elif isinstance(e, ev.StateFetch):

@@ -194,6 +194,10 @@ class TorchftCluster:
         )
         log.close()
 
+    def exit_code(self, unit: str) -> int | None:
+        p = self.procs.get(unit)
+        return None if p is None else p.poll()
+
     def stop(self, unit: str, timeout_s: float = 10.0) -> None:
         if not self.alive(unit):
             return
@@ -396,10 +400,16 @@ def run(
             recorder.add(Phase(ts=steady, name="steady", detail={"merges": 1}))
             interp = PlanInterpreter(plan(scenario), origin=steady)
             deadline = time.time() + timeout_s
-            while any(cluster.alive(lid) for lid in cluster.learners()) or interp.active:
+            while True:
+                # The result is fixed once a group trained its budget and exited: no fault starts after it (as the
+                # controller does), and the run ends when no group runs — a group a fault holds down is not
+                # restarted then to train a model of its own from scratch.
+                fixed = any(cluster.exit_code(lid) == 0 for lid in cluster.learners())
+                if fixed and not any(cluster.alive(lid) for lid in cluster.learners()):
+                    break
                 if time.time() > deadline:
                     raise TimeoutError(f"{name}: not finished within {timeout_s} s")
-                for step in interp.due(time.time(), 0):
+                for step in interp.due(time.time(), 0, result_fixed=fixed):
                     p = step.planned
                     if isinstance(step, Inject):
                         faults[p.fault_id] = p.build()

@@ -279,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     log.emit(ev.LearnerStop(why="signal" if stopping else "finished", step=step, tokens=tokens))
     log.close()
     manager.shutdown(wait=False)
-    return 0
+    return (
+        128 + signal.SIGTERM if stopping else 0
+    )  # 0: it trained its budget (the runner reads the result as fixed)
 
 
 if __name__ == "__main__":

@@ -42,19 +42,35 @@ def test_a_state_fetch_is_held_too() -> None:
     assert v.status == "fail" and "b holds w" in v.summary, v
 
 
-def test_a_whole_restart_starts_a_new_epoch() -> None:
-    stop = ev.LearnerStop(ts=2, source="a", why="finished", step=1, tokens=1)
+def _join(ts: float, who: str, version: int) -> ev.LearnerJoin:
+    return ev.LearnerJoin(
+        ts=ts,
+        source=who,
+        learner_incarnation=f"{who}.{ts}",
+        incarnation_index=0,
+        versions=[version],
+        syncer_incarnation="s",
+    )
+
+
+def test_a_restart_from_scratch_starts_a_new_epoch_and_a_live_rejoin_does_not() -> None:
+    """A unit killed mid-run logs no stop: a later start from scratch (a join at version 0 after versions were held)
+    makes versions anew; a unit that rejoins a live system joins at its current version and is compared."""
     log: list[ev.Event] = [
         _start(0, "a"),
+        _start(0, "b"),
+        _join(0.5, "a", 0),
         _apply(1, "a", 1, "x"),
-        stop,
-        _start(3, "a"),
-        _apply(4, "a", 1, "y"),
-        _start(4.5, "b"),
-        _apply(5, "b", 1, "y"),
+        _apply(1, "b", 1, "x"),
+        _join(2, "b", 1),
+        _apply(3, "b", 1, "x"),
     ]
+    assert agreement(log).evidence["epochs"] == 1
+    log += [_start(9, "b"), _join(10, "b", 0), _apply(11, "b", 1, "y")]  # the others long gone: from scratch
     v = agreement(log)
     assert v.status == "pass" and v.evidence["epochs"] == 2, v
+    log.append(_apply(12, "a", 1, "z"))  # a unit of the new epoch holding other bits than b's
+    assert agreement(log).status == "fail"
 
 
 def test_nothing_shared_is_undecided() -> None:
