@@ -405,8 +405,8 @@ def run(
                 # controller does), and the run ends when no group runs — a group a fault holds down is not
                 # restarted then to train a model of its own from scratch.
                 fixed = any(cluster.exit_code(lid) == 0 for lid in cluster.learners())
-                if fixed and not any(cluster.alive(lid) for lid in cluster.learners()):
-                    break
+                if not any(cluster.alive(lid) for lid in cluster.learners()) and (fixed or not interp.active):
+                    break  # (no group left, and none to bring back: every group crashed, say)
                 if time.time() > deadline:
                     raise TimeoutError(f"{name}: not finished within {timeout_s} s")
                 for step in interp.due(time.time(), 0, result_fixed=fixed):
