@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks.common import markdown_table, write_results
 from chaos.scenario import scenario_with
-from peers.torchft.run import ROOT, run
+from peers.torchft.run import ROOT, group_settings, run
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,31 @@ READINGS: dict[tuple[str, str], str] = {
         "By design: at 300 KB/s per group each fragment's all-reduce takes seconds, so every commit waits for it "
         "(commit_rate: faulted vs clear); nothing is lost, and the rate recovers when the throttle is lifted."
     ),
+    ("syncer-crash, quorum_retries 3", "fail"): (
+        "The same with torchft's quorum retries on (3, quorum timeout 10 s): with three groups no commit follows "
+        "the restart either, though a one-group repro recovers with them. Not explained yet: a question for torchft."
+    ),
+    ("asymmetric-partition", "pass"): (
+        "One group's outgoing packets dropped for 10 s (it hears the others, they do not hear it): the others go "
+        "on without it once its heartbeat times out; healed, it rejoins and heals from a peer."
+    ),
+    ("partition-minority", "pass"): "One group cut off: as partition-one (the two-group majority goes on).",
+    ("partition-majority", "pass"): (
+        "Two of three groups cut off for 8 s: the one left commits alone (min_replicas 1); the two rejoin and "
+        "heal from it. With min_replicas 2 the job would stop instead: a setting, not tested here."
+    ),
+    ("flapping-link", "pass"): (
+        "One group's link cut five times for 1.5 s: each cut costs every group the quorum's timeouts (commit_rate "
+        "faulted vs clear), nothing is lost and the groups agree."
+    ),
+    ("random-mix", "not_applicable"): (
+        "Not tested as a whole: one draw is reset_peer, Toxiproxy's (a connection reset once data flows), which has "
+        "no form on a namespace's interface; it is refused, so the schedule did not run as planned."
+    ),
+    ("corrupt-learner", "not_applicable"): (
+        "Not tested: a group that uploads NaN or garbage is our trainer's fault injection; torchft's group script "
+        "has no corrupt mode (its all-reduce would average NaN into every group)."
+    ),
     ("latency-jitter", "not_applicable"): (
         "Not tested: added latency needs the netem qdisc, which this machine's kernel lacks; the fault is refused."
     ),
@@ -111,18 +136,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     results = []
     # Parity's yardstick: torchft's own fault-free runs of the built-ins' cluster at BAND_SEEDS (the first is the
-    # "fault-free" row). A scenario whose cluster differs gets no band: its parity is not applicable.
+    # "fault-free" row). A scenario whose groups train otherwise gets no band: its parity is not applicable.
     band_runs = [
         run(BAND_SCENARIO, args.out, args.inner_steps, 300.0, True, network=args.network, seed=s)
         for s in BAND_SEEDS
     ]
     band = [_mean_final(b) for b in band_runs]
-    cluster = scenario_with(BAND_SCENARIO).cluster
+    settings = group_settings(scenario_with(BAND_SCENARIO))
     print(f"band ({BAND_SCENARIO}'s cluster, seeds {BAND_SEEDS}): {band}", flush=True)
     for r in RUNS:
         if args.only is not None and r.label not in args.only:
             continue
-        same = scenario_with(r.scenario).cluster == cluster
+        same = group_settings(scenario_with(r.scenario)) == settings
         got = (
             band_runs[0]
             if r.label == "fault-free"

@@ -254,6 +254,14 @@ class NamespacedCluster(TorchftCluster):
         return codes
 
 
+def group_settings(scenario: Scenario) -> tuple[object, ...]:
+    """What of a scenario's cluster reaches torchft's groups (their command line): two scenarios with the same train
+    the same model the same way, fault-free (so share a fault-free band); the syncer's settings do not reach them."""
+    c = scenario.cluster
+    a = c.algorithm
+    return (c.seed, a.num_learners, a.num_fragments, a.sync_every, c.learner.step_delay_s)
+
+
 def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -> list[ev.Event]:
     """The syncer-side record the checks read, derived from the groups' own: a ``syncer_start`` per Lighthouse start,
     a ``merge`` per committed (fragment, version) with the groups that hold it (at the first one's ``apply``), and a
