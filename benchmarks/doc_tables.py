@@ -64,6 +64,8 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("docs/scale-simulator.md", "scale-sim-to-real", "scale_sim_to_real.json"),
     ("docs/scenarios-and-checks.md", "under-load", "under_load.json"),
     ("docs/scenarios-and-checks.md", "sim-seeds", "sim_seeds.json"),
+    ("docs/testing-your-trainer.md", "torchft", "torchft.json"),
+    ("docs/testing-your-trainer.md", "torchft-defects", "torchft_defects.json"),
     ("docs/scenarios-and-checks.md", "under-load-once", "under_load_once.json"),
     ("docs/scenarios-and-checks.md", "parity-false-alarm", "parity_false_alarm.json"),
     ("docs/scenarios-and-checks.md", "parity-pairing", "parity_pairing.json"),

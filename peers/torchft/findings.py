@@ -108,8 +108,8 @@ READINGS: dict[tuple[str, str], str] = {
         "no form on a namespace's interface; it is refused, so the schedule did not run as planned."
     ),
     ("corrupt-learner", "not_applicable"): (
-        "Not tested: a group that uploads NaN or garbage is our trainer's fault injection; torchft's group script "
-        "has no corrupt mode (its all-reduce would average NaN into every group)."
+        "Not tested: a learner started corrupt (NaN or garbage uploads) is a mode of our trainer's learner; "
+        "torchft's group script has none, so the fault is refused."
     ),
     ("latency-jitter", "not_applicable"): (
         "Not tested: added latency needs the netem qdisc, which this machine's kernel lacks; the fault is refused."
