@@ -6,14 +6,18 @@ injectors, our checks where torchft gives them their evidence.
 The units are named as our trainer's, so a built-in scenario's schedule applies unchanged: ``learner-i`` is replica
 group i (``peers.torchft.train``), ``syncer`` is the Lighthouse (torchft's quorum server: its analogue of our syncer,
 though no parameters pass through it). Process faults (kill, stop, pause, slow, syncer crash) act through the same
-injectors as on our trainer (faults.process, on :class:`TorchftCluster`); network faults need a network namespace per
-group (torchft's peers connect to each other on ports they choose) and are refused here with that reason.
+injectors as on our trainer (faults.process, on :class:`TorchftCluster`). torchft's groups connect to each other on
+ports they choose, so network faults need a network namespace per group: :class:`NamespacedCluster` (the default,
+root: faults.netns) runs each group in its own; ``--network loopback`` runs them all on loopback, where network
+faults are refused.
 
 The groups write our events (see train.py); from them this runner derives the syncer-side record the checks read —
 one ``merge`` per committed (fragment, version), its participants the groups that hold it, a ``syncer_start`` per
 Lighthouse start, ``finished`` when the last group stopped — and judges with the checks whose evidence that is
 (:data:`TORCHFT`: chaos.sut), plus ``agreement`` (every group of a committed step holds the same bits). The others are
-not applicable, each with its reason, never passed; so is a scenario whose faults could not act here. Writes ``<out>/<scenario>-<seed>/run.json``.
+not applicable, each with its reason, never passed; so is a scenario whose faults could not act here. Parity needs
+a band of torchft's own fault-free runs (``band``: peers.torchft.findings runs one). Writes
+``<out>/<scenario>-<seed>/run.json``.
 """
 
 from __future__ import annotations
@@ -49,13 +53,13 @@ from trainer import events as ev
 from trainer.lifeline import guarded
 
 ROOT = Path(__file__).resolve().parents[2]
-# What torchft gives the checks (chaos.sut): the groups' own events, and merges derived from them; not the rest.
+# What torchft gives the checks (chaos.sut): the groups' own events, and merges and a result (the mean of the groups'
+# final evals: result_eval) derived from them; not the rest.
 TORCHFT = SystemUnderTest(
     "torchft",
     frozenset({"merges", "learner_logs", "syncer_evals"}),
     {
         "uploads": "its all-reduce has no uploads to count, accept or refuse",
-        # (the run's result: the mean of the groups' own final evals, peers.torchft.run.result_eval)
         "checkpoints": "it keeps no checkpoint here: a healing group copies a live peer's state",
         "kept_merges": "its merges are all-reduces inside the groups: nothing keeps their inputs",
         "fault_free_band": "no band of its own fault-free runs was given (peers.torchft.findings runs one)",
