@@ -218,42 +218,18 @@ class Namespaces:
         """A token bucket of ``rate_bytes_s`` on both ends of the unit's veth pair (each end shapes what it sends)."""
         rate = f"{max(rate_bytes_s * 8, 8000)}bit"
         burst = f"{max(rate_bytes_s // 10, 16_000)}b"
-        self._in(
-            unit,
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            "eth0",
-            "root",
-            "tbf",
-            "rate",
-            rate,
-            "burst",
-            burst,
-            "latency",
-            "1s",
-        )
-        _run(
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            self._host_end(unit),
-            "root",
-            "tbf",
-            "rate",
-            rate,
-            "burst",
-            burst,
-            "latency",
-            "1s",
-        )
+        self._on_both_ends(unit, "replace", "tbf", "rate", rate, "burst", burst, "latency", "1s")
 
     def unthrottle(self, unit: str) -> bool:
-        a = self._in(unit, "tc", "qdisc", "del", "dev", "eth0", "root", check=False).returncode == 0
-        b = _run("tc", "qdisc", "del", "dev", self._host_end(unit), "root", check=False).returncode == 0
-        return a or b
+        return any(done.returncode == 0 for done in self._on_both_ends(unit, "del", check=False))
+
+    def _on_both_ends(
+        self, unit: str, verb: str, *qdisc: str, check: bool = True
+    ) -> list[subprocess.CompletedProcess[str]]:
+        """``tc qdisc <verb>`` at the root of both ends of the unit's veth pair: eth0 in its namespace, its peer on
+        the bridge."""
+        inside = self._in(unit, "tc", "qdisc", verb, "dev", "eth0", "root", *qdisc, check=check)
+        return [inside, _run("tc", "qdisc", verb, "dev", self._host_end(unit), "root", *qdisc, check=check)]
 
     def _in(self, unit: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return _run(*self._command(unit, *cmd), check=check)

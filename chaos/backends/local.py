@@ -80,8 +80,11 @@ class LocalBackend(ProxiedUnits):
                 raise FaultError(f"restarting the syncer failed: {err}") from None
             return
         self.corrupt[unit] = corrupt
-        address = f"127.0.0.1:{self.proxy_ports[unit]}"
-        self.procs.start_learner(unit, address=address, corrupt=corrupt)
+        self.procs.start_learner(unit, address=self._learner_address(unit), corrupt=corrupt)
+
+    def _learner_address(self, unit: str) -> str:
+        """Where a learner reaches the syncer: its own proxy."""
+        return f"127.0.0.1:{self.proxy_ports[unit]}"
 
     def stop(self, unit: str, timeout_s: float = 10.0) -> None:
         self._known(unit)
@@ -188,14 +191,9 @@ class NamespacedLocalBackend(LocalBackend):
     def proxy(self, learner_id: str) -> str:
         raise FaultError(f"the namespaces backend has no proxies: {learner_id}'s link is its own interface")
 
-    def start(self, unit: str, *, corrupt: str | None = None) -> None:
-        self._known(unit)
-        if unit == SYNCER:
-            super().start(unit)
-            return
-        self._reap(unit)
-        self.corrupt[unit] = corrupt
-        self.procs.start_learner(unit, address=f"{self._ns.gateway}:{self.port}", corrupt=corrupt)
+    def _learner_address(self, unit: str) -> str:
+        """The syncer itself, on the bridge's address: no proxy."""
+        return f"{self._ns.gateway}:{self.port}"
 
     def bring_up(self) -> None:
         """The namespaces and bridge, the syncer on the bridge's address, then the learners in their namespaces."""

@@ -66,6 +66,7 @@ TORCHFT = SystemUnderTest(
         "reference_run": "the reference is our synchronous DiLoCo, not torchft's",
     },
 )
+NO_PROXIES = "torchft's groups connect to each other directly: network faults need a namespace per group"
 STEP_ERRORS = (FaultError, TargetError, OSError)
 
 
@@ -121,14 +122,10 @@ class TorchftCluster:
 
     @property
     def toxiproxy(self) -> Toxiproxy:
-        raise FaultError(
-            "torchft's groups connect to each other directly: network faults need a namespace per group"
-        )
+        raise FaultError(NO_PROXIES)
 
     def proxy(self, learner_id: str) -> str:
-        raise FaultError(
-            "torchft's groups connect to each other directly: network faults need a namespace per group"
-        )
+        raise FaultError(NO_PROXIES)
 
     def _known(self, unit: str) -> None:
         if unit != SYNCER and unit not in self._ids:
@@ -292,7 +289,6 @@ def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -
             incarnation[e.source] = e.learner_incarnation
         elif isinstance(e, ev.Apply):
             held.setdefault((e.fragment, e.version), []).append((e.ts, e.source, incarnation.get(e.source, "")))
-    tokens = 0
     for n, ((fragment, version), holders) in enumerate(
         sorted(held.items(), key=lambda kv: min(h[0] for h in kv[1]))
     ):
@@ -321,7 +317,7 @@ def derived_events(events: list[ev.Event], lighthouse_starts: Iterable[float]) -
                 quorum_wait_s=0.0,
                 outer_grad_norm=0.0,
                 merges_total=n + 1,
-                tokens_total=tokens,
+                tokens_total=0,  # an all-reduce counts no tokens
             )
         )
     stops = [e.ts for e in events if isinstance(e, ev.LearnerStop)]
