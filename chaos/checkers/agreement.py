@@ -58,6 +58,7 @@ def agreement(events: Iterable[ev.Event]) -> Verdict:
         "compared": len(shared),
         "epochs": epoch + 1,
         "disagree": len(problems),
+        "from_the_units": "each unit's digest of what it holds (apply, state_fetch): their word, compared across units",
         "first_problems": problems[:SHOWN],
     }
     if problems:

@@ -62,6 +62,9 @@ Values = Callable[[int, int, float, str], Mapping[str, np.ndarray] | None]
 ROUNDOFF = 64.0  # float32 round-off units at the fragment's scale a replayed upload may differ by
 QUANTUM = {"float32": 0.0, "bfloat16": 2.0**-7, "int8": 1 / 127, "int4": 1 / 7}  # one step of the format, × max|x|
 
+# What the replay takes on the learners' word (a wrong one shows as a mismatch, except a wrong record of all three
+# alike with behaviour that follows it): the steps its syncs and applies came at, the progress it heard, its data key.
+TRUSTED = ["sync and apply steps", "progress heard", "incarnation index (data stream)"]
 _LOGGED = (ev.LearnerStart, ev.LearnerJoin, ev.StateFetch, ev.ProgressHeard, ev.SyncStartEvent, ev.Apply)
 
 
@@ -239,6 +242,11 @@ def replay_learners(
     r.run(e for e in history if isinstance(e, _LOGGED))
     problems = r.judge(merged)
     compared = sum(1 for k, _ in merged if k in r.expected)
-    evidence: JsonObject = {"ran": True, "uploads": compared, "of_merged": len(merged)}
+    evidence: JsonObject = {
+        "ran": True,
+        "uploads": compared,
+        "of_merged": len(merged),
+        "from_the_learners": TRUSTED,
+    }
     evidence["worst_of_allowed"] = round(r.worst, 4) if np.isfinite(r.worst) else "inf"
     return {**evidence, "not_replayed": dict(r.unreplayed)}, problems
